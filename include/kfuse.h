@@ -1,0 +1,648 @@
+/* kfuse: composable, fused and verified GPU compute kernels on WebGPU.
+ *
+ * A short tour (the full example is docs/builder.md and tools/kfuse/demo.c):
+ *
+ *     kf_context *ctx;
+ *     kf_context_desc desc = {0};                  // zero means default everywhere
+ *     if (kf_context_create(&desc, &ctx) != KF_OK) ...
+ *
+ *     // Kernels are values: build one, compose it, print it, run it.
+ *     kf_kernel *mm = kf_op_kernel_forward(...);   // matmul with an open store phase
+ *     kf_kernel *act = kf_kernel_map(...gelu...);  // an element-wise kernel
+ *     kf_kernel *fused = kf_kernel_then(mm, act);  // matmul |> gelu: one kernel
+ *     char *wgsl = kf_kernel_emit_wgsl(fused);
+ *
+ *     // Or let the planner fuse a lazy graph and prove its plan against the CPU specs.
+ *     kf_graph *g = kf_graph_create(ctx);
+ *     ... y = kf_graph_gelu(g, kf_graph_add(g, kf_graph_matmul(g, x, w), b)) ...
+ *     kf_plan *p; kf_graph_compile(g, &p); kf_plan_verify(p, seed, &report);
+ *
+ * Threading: contexts are independent of each other; one context, and every object made from it,
+ * is used by one thread at a time. Kernels (kf_kernel) need no context and follow the same rule.
+ *
+ * Ownership: every _create has a _destroy; destroying NULL is a no-op. Strings the library
+ * returns as `char *` are the caller's, freed with kf_free().
+ *
+ * Errors: fallible calls return kf_status; kf_status_str() names it and the object's last-error
+ * message (kf_context_last_error, kf_kernel_error, ...) says what to do about it. The library
+ * never aborts or exits on user input.
+ */
+#ifndef KFUSE_H
+#define KFUSE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ======================================================================================== */
+/* Status                                                                                    */
+/* ======================================================================================== */
+
+typedef enum kf_status {
+    KF_OK = 0,
+    KF_ERROR_INVALID_ARGUMENT, /* NULL where a value is needed, out-of-range parameter */
+    KF_ERROR_NO_LIBRARY,       /* no WebGPU implementation could be loaded */
+    KF_ERROR_NO_ADAPTER,       /* the implementation found no adapter (GPU or CPU driver) */
+    KF_ERROR_NO_DEVICE,        /* the adapter refused to create a device */
+    KF_ERROR_LIMIT,            /* a size or count above the device's limits */
+    KF_ERROR_OUT_OF_MEMORY,    /* host or device allocation failed */
+    KF_ERROR_COMPILE,          /* WGSL failed to compile; the message has lines and text */
+    KF_ERROR_VALIDATION,       /* WebGPU validation error */
+    KF_ERROR_DEVICE_LOST,      /* the device was lost; the context must be recreated */
+    KF_ERROR_TYPE,             /* a kernel-builder type error */
+    KF_ERROR_SHAPE,            /* tensor shapes do not fit the operation */
+    KF_ERROR_PARSE,            /* the graph language could not be parsed */
+    KF_ERROR_IO,               /* a file could not be read or written */
+    KF_ERROR_UNSUPPORTED,      /* the device lacks a feature the request needs */
+    KF_ERROR_MISMATCH,         /* verification found results outside tolerance */
+    KF_ERROR_INTERNAL          /* a bug in kfuse: please report it with the message */
+} kf_status;
+
+/* The status's name in words ("compile error"). Never NULL. */
+const char *kf_status_str(kf_status status);
+
+/* Frees a string or array the library returned to the caller. NULL is a no-op. */
+void kf_free(void *ptr);
+
+/* ======================================================================================== */
+/* Runtime: context, buffers, pipelines, dispatch, timing (src/runtime)                      */
+/* ======================================================================================== */
+
+typedef struct kf_context kf_context;
+typedef struct kf_buffer kf_buffer;
+typedef struct kf_pipeline kf_pipeline;
+
+typedef enum kf_backend {
+    KF_BACKEND_DEFAULT = 0, /* KF_BACKEND from the environment, else the best adapter */
+    KF_BACKEND_VULKAN,
+    KF_BACKEND_GLES, /* Dawn's OpenGL ES backend (compatibility mode) */
+    KF_BACKEND_OPENGL,
+    KF_BACKEND_METAL,
+    KF_BACKEND_D3D12,
+    KF_BACKEND_NULL
+} kf_backend;
+
+typedef struct kf_context_desc {
+    /* Path of a webgpu.h implementation. NULL: $KF_WEBGPU_LIB, then the folder scripts/setup.sh
+     * fills (deps/dawn), then the system's libwebgpu_dawn.so / libwgpu_native.so. */
+    const char *library_path;
+    kf_backend backend;
+    bool disable_f16;        /* do not request shader-f16 even where present */
+    bool disable_subgroups;  /* do not request subgroups even where present */
+    bool disable_timestamps; /* time with the wall clock even where timestamps exist */
+    /* Optional: receives the message when kf_context_create fails (there is no context then). */
+    char *error_out;
+    size_t error_out_size;
+} kf_context_desc;
+
+/* Loads the WebGPU library, picks an adapter, creates a device and queue. On failure *out is NULL
+ * and desc->error_out (if given) says what to install or set. */
+kf_status kf_context_create(const kf_context_desc *desc, kf_context **out);
+void kf_context_destroy(kf_context *ctx);
+/* The last error message on this context ("" when none). Valid until the next call on ctx. */
+const char *kf_context_last_error(const kf_context *ctx);
+
+typedef struct kf_adapter_info {
+    char vendor[128];
+    char architecture[128];
+    char device[256];
+    char description[256];
+    char backend[32];      /* "vulkan", "opengles", ... */
+    char adapter_type[32]; /* "discrete GPU", "integrated GPU", "CPU", "unknown" */
+    uint32_t vendor_id;
+    uint32_t device_id;
+    bool has_f16;             /* shader-f16 requested and enabled */
+    bool has_subgroups;       /* subgroups requested and enabled */
+    bool has_timestamps;      /* timestamp queries requested and enabled */
+    bool has_subgroup_matrix; /* chromium_experimental_subgroup_matrix enabled */
+    uint32_t subgroup_min_size;
+    uint32_t subgroup_max_size;
+    uint64_t max_buffer_size;
+    uint64_t max_storage_buffer_binding_size;
+    uint32_t max_storage_buffers_per_stage;
+    uint32_t max_compute_workgroup_storage_size;
+    uint32_t max_compute_invocations_per_workgroup;
+    uint32_t max_compute_workgroup_size[3];
+    uint32_t max_compute_workgroups_per_dimension;
+} kf_adapter_info;
+
+kf_status kf_context_adapter_info(const kf_context *ctx, kf_adapter_info *out);
+
+typedef struct kf_context_stats {
+    uint64_t pipelines_compiled; /* shader modules + pipelines actually created */
+    uint64_t pipeline_cache_hits;
+    uint64_t dispatches;  /* compute dispatches recorded */
+    uint64_t submissions; /* queue submissions */
+} kf_context_stats;
+
+kf_status kf_context_stats_get(const kf_context *ctx, kf_context_stats *out);
+
+/* A device buffer usable as storage, uniform, copy source and destination. Any byte size >= 1
+ * (rounded up to 4 internally); above the device limit -> KF_ERROR_LIMIT with the limit named. */
+kf_status kf_buffer_create(kf_context *ctx, uint64_t size, kf_buffer **out);
+void kf_buffer_destroy(kf_buffer *buf);
+uint64_t kf_buffer_size(const kf_buffer *buf); /* the size asked for */
+/* Copies bytes host -> device. Any offset and size inside the buffer (no alignment needed). */
+kf_status kf_buffer_upload(kf_buffer *buf, uint64_t offset, const void *data, uint64_t size);
+/* Copies bytes device -> host and waits for them. */
+kf_status kf_buffer_download(kf_buffer *buf, uint64_t offset, void *data, uint64_t size);
+/* Fills the whole buffer with a repeated 32-bit pattern (0x7fc00000 poisons f32 with NaN). */
+kf_status kf_buffer_fill_u32(kf_buffer *buf, uint32_t pattern);
+
+typedef enum kf_binding_kind {
+    KF_BINDING_STORAGE_READ = 0, /* var<storage, read> */
+    KF_BINDING_STORAGE_READ_WRITE,
+    KF_BINDING_UNIFORM
+} kf_binding_kind;
+
+typedef struct kf_constant {
+    const char *name; /* an `override` declared in the WGSL */
+    double value;
+} kf_constant;
+
+typedef struct kf_pipeline_desc {
+    const char *wgsl;
+    const char *entry_point; /* NULL: "main" */
+    const kf_constant *constants;
+    uint32_t constant_count;
+    /* Binding i of group 0 has kind bindings[i]. */
+    const kf_binding_kind *bindings;
+    uint32_t binding_count;
+} kf_pipeline_desc;
+
+/* Compiles (or finds in the context's cache, keyed by a hash of WGSL, entry, constants and
+ * bindings) a compute pipeline. The pipeline belongs to the context. A compile error is
+ * KF_ERROR_COMPILE with the compiler's message, line and column, on the context. */
+kf_status kf_pipeline_get(kf_context *ctx, const kf_pipeline_desc *desc, kf_pipeline **out);
+
+typedef struct kf_dispatch {
+    kf_pipeline *pipeline;
+    kf_buffer *const *buffers; /* binding i = buffers[i] */
+    uint32_t buffer_count;
+    /* Workgroups per dimension (0 means 1). groups[0] may exceed the per-dimension limit when
+     * groups[1] == groups[2] == 1: the runtime folds it into y, and kernels derive their linear
+     * workgroup index as workgroup_id.x + workgroup_id.y * num_workgroups.x (and check bounds). */
+    uint32_t groups[3];
+} kf_dispatch;
+
+/* Records the dispatches in order into one submission and waits for it to finish. */
+kf_status kf_context_run(kf_context *ctx, const kf_dispatch *dispatches, uint32_t count);
+
+typedef struct kf_timing {
+    double median_ms; /* of `repeat` submissions of the whole sequence */
+    double min_ms;
+    bool gpu_timestamps; /* true: GPU timestamp queries; false: wall clock around a queue sync */
+} kf_timing;
+
+/* Runs the sequence once to warm up, then `repeat` times (0 means 10), timing each. */
+kf_status kf_context_time(kf_context *ctx, const kf_dispatch *dispatches, uint32_t count,
+                          uint32_t repeat, kf_timing *out);
+
+/* ======================================================================================== */
+/* Kernel IR: typed values, statements, bindings, workgroup memory (src/ir)                  */
+/* ======================================================================================== */
+
+/* A kernel is a value: a workgroup size, bindings, workgroup memory and a body of statements,
+ * built with the calls below. Values are small handles into the kernel's arena; a handle from
+ * another kernel, or any type error, makes the kernel remember its first error (kf_kernel_error)
+ * and every later call return an invalid handle, so building code needs no check per line.
+ *
+ * Composition (the seeds' `a |> b`). A kernel has an input type and an output type:
+ *   - input: non-void for an element-wise "stage" (kf_kernel_input() is its In value, and
+ *     kf_kernel_index() the element's linear index); void for a producer (matmul, reduction).
+ *   - output: the kernel hands values to its store phase with kf_kernel_yield(value, index).
+ * Run on its own, a kernel's store phase writes out[index] = value (binding "out"), and a stage
+ * reads In = in[index] over a 1-D grid. kf_kernel_then(a, b) inlines b at every yield of a: one
+ * kernel, no round trip through memory.
+ */
+typedef struct kf_kernel kf_kernel;
+
+typedef enum kf_scalar {
+    KF_SCALAR_VOID = 0,
+    KF_SCALAR_F32,
+    KF_SCALAR_F16,
+    KF_SCALAR_I32,
+    KF_SCALAR_U32,
+    KF_SCALAR_BOOL
+} kf_scalar;
+
+/* A scalar, a vector (lanes 2..4) or a fixed-size array of either (count > 0). */
+typedef struct kf_type {
+    kf_scalar scalar;
+    uint32_t lanes; /* 0 or 1: scalar */
+    uint32_t count; /* 0: not an array */
+} kf_type;
+
+kf_type kf_type_scalar(kf_scalar scalar);
+kf_type kf_type_vec(kf_scalar scalar, uint32_t lanes);
+kf_type kf_type_array(kf_type elem, uint32_t count);
+bool kf_type_eq(kf_type a, kf_type b);
+/* "f32", "vec4<f16>", "array<u32, 8>" into buf; returns buf. */
+const char *kf_type_str(kf_type type, char *buf, size_t size);
+
+/* Handles: id 0 is invalid; `kernel` ties the handle to its kernel. */
+typedef struct kf_val {
+    uint32_t id;
+    uint32_t kernel;
+} kf_val;
+typedef struct kf_binding {
+    uint32_t id;
+    uint32_t kernel;
+} kf_binding;
+typedef struct kf_var {
+    uint32_t id;
+    uint32_t kernel;
+} kf_var;
+typedef struct kf_shared {
+    uint32_t id;
+    uint32_t kernel;
+} kf_shared;
+
+typedef struct kf_kernel_desc {
+    const char *name;           /* used in WGSL comments and messages; NULL: "kernel" */
+    uint32_t workgroup_size[3]; /* 0 means 1; all zero: {256, 1, 1} */
+    kf_type input;              /* KF_SCALAR_VOID: a producer */
+    kf_type output;             /* KF_SCALAR_VOID: no store phase */
+} kf_kernel_desc;
+
+kf_kernel *kf_kernel_create(const kf_kernel_desc *desc);
+void kf_kernel_destroy(kf_kernel *k);
+/* A deep copy (bindings, body, first error). */
+kf_kernel *kf_kernel_clone(const kf_kernel *k);
+/* KF_OK, or the first error met while building, with its message. */
+kf_status kf_kernel_status(const kf_kernel *k);
+const char *kf_kernel_error(const kf_kernel *k); /* "" when none */
+const char *kf_kernel_name(const kf_kernel *k);
+kf_type kf_kernel_input_type(const kf_kernel *k);
+kf_type kf_kernel_output_type(const kf_kernel *k);
+void kf_kernel_workgroup_size(const kf_kernel *k, uint32_t out[3]);
+
+/* --- values --- */
+kf_val kf_lit_f32(kf_kernel *k, float v);
+kf_val kf_lit_f16(kf_kernel *k, float v);
+kf_val kf_lit_i32(kf_kernel *k, int32_t v);
+kf_val kf_lit_u32(kf_kernel *k, uint32_t v);
+kf_val kf_lit_bool(kf_kernel *k, bool v);
+kf_type kf_val_type(const kf_kernel *k, kf_val v);
+
+typedef enum kf_op {
+    KF_OP_NONE = 0,
+    /* binary arithmetic (numeric, same type; a scalar may pair with a vector) */
+    KF_OP_ADD,
+    KF_OP_SUB,
+    KF_OP_MUL,
+    KF_OP_DIV,
+    KF_OP_MOD,
+    /* comparisons -> bool (or vecN<bool>) */
+    KF_OP_EQ,
+    KF_OP_NE,
+    KF_OP_LT,
+    KF_OP_LE,
+    KF_OP_GT,
+    KF_OP_GE,
+    /* logic on bool */
+    KF_OP_AND,
+    KF_OP_OR,
+    /* bitwise on integers */
+    KF_OP_BIT_AND,
+    KF_OP_BIT_OR,
+    KF_OP_BIT_XOR,
+    KF_OP_SHL,
+    KF_OP_SHR,
+    /* unary */
+    KF_OP_NEG,
+    KF_OP_NOT,
+    KF_OP_BIT_NOT
+} kf_op;
+
+kf_val kf_binary(kf_kernel *k, kf_op op, kf_val a, kf_val b);
+kf_val kf_unary(kf_kernel *k, kf_op op, kf_val a);
+kf_val kf_add(kf_kernel *k, kf_val a, kf_val b);
+kf_val kf_sub(kf_kernel *k, kf_val a, kf_val b);
+kf_val kf_mul(kf_kernel *k, kf_val a, kf_val b);
+kf_val kf_div(kf_kernel *k, kf_val a, kf_val b);
+
+typedef enum kf_fn {
+    KF_FN_NONE = 0,
+    KF_FN_EXP,
+    KF_FN_LOG,
+    KF_FN_TANH,
+    KF_FN_SQRT,
+    KF_FN_INVERSE_SQRT,
+    KF_FN_ABS,
+    KF_FN_MIN,
+    KF_FN_MAX,
+    KF_FN_CLAMP,
+    KF_FN_FMA,
+    KF_FN_POW,
+    KF_FN_FLOOR,
+    KF_FN_SIN,
+    KF_FN_COS,
+    /* erf has no WGSL builtin: kfuse emits an approximation (Abramowitz-Stegun 7.1.26 family,
+     * its measured max abs error is documented in docs/builder.md) */
+    KF_FN_ERF,
+    KF_FN_DOT,
+    KF_FN_SELECT /* select(f, t, cond): t where cond */
+} kf_fn;
+
+kf_val kf_call(kf_kernel *k, kf_fn fn, const kf_val *args, uint32_t count);
+kf_val kf_call1(kf_kernel *k, kf_fn fn, kf_val a);
+kf_val kf_call2(kf_kernel *k, kf_fn fn, kf_val a, kf_val b);
+kf_val kf_call3(kf_kernel *k, kf_fn fn, kf_val a, kf_val b, kf_val c);
+kf_val kf_select(kf_kernel *k, kf_val if_false, kf_val if_true, kf_val cond);
+kf_val kf_cast(kf_kernel *k, kf_type to, kf_val v);    /* value conversion, f32(x) */
+kf_val kf_bitcast(kf_kernel *k, kf_type to, kf_val v); /* bitcast<T>(x) */
+kf_val kf_splat(kf_kernel *k, kf_type vec, kf_val scalar);
+kf_val kf_vec(kf_kernel *k, kf_type vec, const kf_val *lanes, uint32_t count);
+kf_val kf_extract(kf_kernel *k, kf_val vec_or_array, uint32_t lane);
+
+typedef enum kf_builtin {
+    KF_BUILTIN_NONE = 0,
+    KF_BUILTIN_GLOBAL_ID,      /* vec3<u32> */
+    KF_BUILTIN_LOCAL_ID,       /* vec3<u32> */
+    KF_BUILTIN_LOCAL_INDEX,    /* u32 */
+    KF_BUILTIN_WORKGROUP_ID,   /* vec3<u32> */
+    KF_BUILTIN_NUM_WORKGROUPS, /* vec3<u32> */
+    KF_BUILTIN_SUBGROUP_INVOCATION_ID, /* u32; needs subgroups */
+    KF_BUILTIN_SUBGROUP_SIZE           /* u32; needs subgroups */
+} kf_builtin;
+
+kf_val kf_builtin_get(kf_kernel *k, kf_builtin which);
+/* The linear workgroup index (workgroup_id.x + workgroup_id.y * num_workgroups.x), which stays
+ * right when the runtime folds a large 1-D grid into 2-D, and the matching global linear id. */
+kf_val kf_workgroup_linear(kf_kernel *k);
+kf_val kf_global_linear(kf_kernel *k);
+
+typedef enum kf_subgroup_op {
+    KF_SUBGROUP_NONE = 0,
+    KF_SUBGROUP_ADD,      /* subgroupAdd(v) */
+    KF_SUBGROUP_MAX,      /* subgroupMax(v) */
+    KF_SUBGROUP_SHUFFLE,  /* subgroupShuffle(v, lane) */
+    KF_SUBGROUP_BROADCAST /* subgroupBroadcast(v, lane); lane must be a literal */
+} kf_subgroup_op;
+/* lane is ignored (pass an invalid handle) for ADD and MAX. */
+kf_val kf_subgroup(kf_kernel *k, kf_subgroup_op op, kf_val v, kf_val lane);
+
+/* --- bindings (group 0, numbered in the order declared) --- */
+typedef enum kf_access { KF_ACCESS_READ = 0, KF_ACCESS_READ_WRITE } kf_access;
+/* var<storage, ...> name: array<elem>. */
+kf_binding kf_kernel_storage(kf_kernel *k, const char *name, kf_type elem, kf_access access);
+/* var<uniform> name: type (a scalar, vector or array of vec4 as WGSL's layout rules allow). */
+kf_binding kf_kernel_uniform(kf_kernel *k, const char *name, kf_type type);
+/* `override name: type = default;` -> its value. */
+kf_val kf_kernel_override(kf_kernel *k, const char *name, kf_type type, double default_value);
+kf_val kf_load(kf_kernel *k, kf_binding b, kf_val index);  /* storage: b[index]; uniform: b */
+void kf_store(kf_kernel *k, kf_binding b, kf_val index, kf_val value);
+kf_val kf_binding_length(kf_kernel *k, kf_binding b); /* arrayLength(&b), u32 */
+uint32_t kf_kernel_binding_count(const kf_kernel *k);
+
+typedef struct kf_binding_info {
+    const char *name;
+    kf_binding_kind kind;
+    kf_type elem;
+} kf_binding_info;
+kf_status kf_kernel_binding_info(const kf_kernel *k, uint32_t index, kf_binding_info *out);
+
+/* --- workgroup memory --- */
+kf_shared kf_kernel_workgroup(kf_kernel *k, const char *name, kf_type elem, uint32_t count);
+kf_val kf_shared_load(kf_kernel *k, kf_shared s, kf_val index);
+void kf_shared_store(kf_kernel *k, kf_shared s, kf_val index, kf_val value);
+void kf_barrier(kf_kernel *k); /* workgroupBarrier() */
+
+/* --- statements --- */
+/* Names a value (`let name = ...;`); returns the named value. */
+kf_val kf_let(kf_kernel *k, const char *name, kf_val v);
+kf_var kf_declare(kf_kernel *k, const char *name, kf_type type, kf_val init);
+void kf_assign(kf_kernel *k, kf_var var, kf_val value);
+kf_val kf_read(kf_kernel *k, kf_var var); /* the variable's value at this point */
+void kf_if(kf_kernel *k, kf_val cond);     /* if cond { ... kf_else ... kf_end */
+void kf_else(kf_kernel *k);
+/* for (var name = start; name < end; name += step) { ... kf_end }; returns the loop variable. */
+kf_val kf_for(kf_kernel *k, const char *name, kf_val start, kf_val end, kf_val step);
+void kf_while(kf_kernel *k); /* loop { ... kf_while_cond(cond) ... kf_end } */
+void kf_while_cond(kf_kernel *k, kf_val cond); /* leaves the loop when cond is false */
+void kf_break(kf_kernel *k);
+void kf_continue(kf_kernel *k);
+void kf_end(kf_kernel *k); /* closes the innermost if, for or while */
+
+/* --- composition --- */
+kf_val kf_kernel_input(kf_kernel *k); /* the In value of a stage */
+kf_val kf_kernel_index(kf_kernel *k); /* the element's linear index (u32) in a stage */
+/* The store phase: out[index] = value, through whatever kernels were composed after this one. */
+void kf_kernel_yield(kf_kernel *k, kf_val value, kf_val index);
+
+/* a |> b: a new kernel running b on each value a yields, at the point it yields it. b must be a
+ * stage whose input type is a's output type, with the same workgroup size, and must not use
+ * workgroup memory, barriers or builtins other than its index (it runs inside a's invocations).
+ * b's bindings follow a's. Neither a nor b is consumed. NULL only when out of memory; otherwise
+ * check kf_kernel_status() of the result, which names the mismatch. */
+kf_kernel *kf_kernel_then(const kf_kernel *a, const kf_kernel *b);
+
+typedef kf_val (*kf_map_fn)(kf_kernel *k, kf_val x, void *user);
+/* The seeds' mapK: a stage computing fn(In) for each element, in -> out. */
+kf_kernel *kf_kernel_map(const char *name, kf_type input, kf_type output,
+                         const uint32_t workgroup_size[3], kf_map_fn fn, void *user);
+/* The stage that yields its input unchanged: neutral for kf_kernel_then. */
+kf_kernel *kf_kernel_identity(kf_type type, const uint32_t workgroup_size[3]);
+
+/* --- emission and running --- */
+/* Deterministic, readable WGSL; NULL (and the kernel's error set) if the kernel is invalid. The
+ * caller frees it with kf_free. A stage is emitted as run on its own (bindings in, out, ...). */
+char *kf_kernel_emit_wgsl(kf_kernel *k);
+/* The binding kinds of the emitted kernel, in binding order (for kf_pipeline_desc). */
+uint32_t kf_kernel_binding_kinds(const kf_kernel *k, kf_binding_kind *out, uint32_t capacity);
+
+typedef struct kf_kernel_launch {
+    kf_buffer *const *buffers; /* one per binding, in binding order */
+    uint32_t buffer_count;
+    uint32_t groups[3]; /* all zero for a stage: enough groups to cover elements */
+    uint64_t elements;  /* stages: number of elements (0: the length of binding "in") */
+    const kf_constant *constants;
+    uint32_t constant_count;
+} kf_kernel_launch;
+
+/* Emits, compiles (cached) and dispatches the kernel once, waiting for it. */
+kf_status kf_kernel_run(kf_context *ctx, kf_kernel *k, const kf_kernel_launch *launch);
+/* The same launch as a kf_dispatch (pipeline compiled and cached), for batching and timing.
+ * The dispatch points into `launch->buffers`, which must outlive it. */
+kf_status kf_kernel_dispatch(kf_context *ctx, kf_kernel *k, const kf_kernel_launch *launch,
+                             kf_dispatch *out);
+
+/* --- the CPU interpreter --- */
+typedef struct kf_host_buffer {
+    void *data; /* bytes of the binding: array<elem> laid out as WGSL lays it out */
+    uint64_t size;
+} kf_host_buffer;
+
+typedef struct kf_interp_desc {
+    kf_host_buffer *buffers; /* one per binding, in binding order */
+    uint32_t buffer_count;
+    uint32_t groups[3];     /* as kf_kernel_launch */
+    uint64_t elements;      /* as kf_kernel_launch */
+    uint32_t subgroup_size; /* emulated subgroup width; 0 means 32 */
+    const kf_constant *constants;
+    uint32_t constant_count;
+} kf_interp_desc;
+
+/* Runs the kernel on the CPU, invocation by invocation, with workgroups, barriers, workgroup
+ * memory and subgroups emulated. Out-of-bounds access is KF_ERROR_INVALID_ARGUMENT naming the
+ * binding and index (the GPU would clamp or drop it; the interpreter refuses). */
+kf_status kf_kernel_interpret(kf_kernel *k, const kf_interp_desc *desc);
+
+
+/* ======================================================================================== */
+/* Tensors and verified operators (src/ops)                                                  */
+/* ======================================================================================== */
+
+#define KF_MAX_DIMS 4
+
+typedef enum kf_dtype { KF_DTYPE_F32 = 0, KF_DTYPE_F16 } kf_dtype;
+
+typedef struct kf_shape {
+    uint32_t rank; /* 0..KF_MAX_DIMS; rank 0 is a scalar of one element */
+    uint32_t dims[KF_MAX_DIMS];
+} kf_shape;
+
+kf_shape kf_shape_1d(uint32_t n);
+kf_shape kf_shape_2d(uint32_t rows, uint32_t cols);
+uint64_t kf_shape_elements(const kf_shape *s);
+bool kf_shape_eq(const kf_shape *a, const kf_shape *b);
+/* "64x128" into buf; returns buf. */
+const char *kf_shape_str(const kf_shape *s, char *buf, size_t size);
+
+/* A CPU tensor (the seeds' TensorData): row-major f32 data the tensor owns. */
+typedef struct kf_tensor {
+    kf_shape shape;
+    float *data;
+} kf_tensor;
+
+kf_status kf_tensor_create(const kf_shape *shape, kf_tensor **out); /* zeros */
+kf_status kf_tensor_constant(const kf_shape *shape, float value, kf_tensor **out);
+void kf_tensor_destroy(kf_tensor *t);
+uint64_t kf_tensor_size(const kf_tensor *t);
+float kf_tensor_get(const kf_tensor *t, uint64_t index); /* NaN when out of range */
+kf_status kf_tensor_set(kf_tensor *t, uint64_t index, float value);
+/* Uniform random values in [lo, hi) from a seed (splitmix64); never all zeros. */
+void kf_tensor_fill_random(kf_tensor *t, uint64_t seed, float lo, float hi);
+/* max over elements of |a-b| / max(|b|, floor): the relative error kfuse reports everywhere. A
+ * NaN where the other has a number counts as infinite error; NaN against NaN and equal
+ * infinities as zero. floor defaults to 1e-6 when 0. */
+double kf_max_rel_error(const float *a, const float *b, uint64_t n, double floor);
+/* true when shapes are equal and kf_max_rel_error <= tolerance. */
+bool kf_tensor_approx_eq(const kf_tensor *a, const kf_tensor *b, double tolerance);
+
+/* A GPU tensor (the seeds' GPUHandle): a buffer with a shape and an element type. */
+typedef struct kf_gpu_tensor {
+    kf_context *ctx;
+    kf_buffer *buffer;
+    kf_shape shape;
+    kf_dtype dtype;
+} kf_gpu_tensor;
+
+kf_status kf_gpu_tensor_create(kf_context *ctx, const kf_shape *shape, kf_dtype dtype,
+                               kf_gpu_tensor **out); /* zeros */
+/* Uploads (converting to f16 when dtype is f16; needs the device's shader-f16). */
+kf_status kf_gpu_tensor_from(kf_context *ctx, const kf_tensor *t, kf_dtype dtype,
+                             kf_gpu_tensor **out);
+/* Downloads into t, whose shape must equal g's (the message names both shapes). */
+kf_status kf_gpu_tensor_to(const kf_gpu_tensor *g, kf_tensor *t);
+void kf_gpu_tensor_destroy(kf_gpu_tensor *g);
+
+/* Parameters an operator may read; zero means each op's documented default. */
+typedef struct kf_op_params {
+    float alpha;    /* leaky_relu slope (0.01), scale / affine factor (1), */
+    float beta;     /* affine offset (0) */
+    float eps;      /* norms (1e-5) */
+    bool exact;     /* gelu: the erf form instead of the tanh approximation */
+    bool has_weight; /* rmsnorm / layernorm: input 1 is a weight row */
+    bool has_bias;   /* layernorm: input 2 (or 1 without weight) is a bias row */
+    bool transpose_a; /* matmul: use a^T */
+    bool transpose_b; /* matmul: use b^T */
+} kf_op_params;
+
+typedef enum kf_op_class {
+    KF_OP_CLASS_ELEMENTWISE = 1, /* out[i] = f(in0[i'], in1[i''], ...) with broadcasting */
+    KF_OP_CLASS_MATMUL,
+    KF_OP_CLASS_ROW_REDUCTION, /* over the last axis: sum, mean, max, softmax, norms, loss */
+    KF_OP_CLASS_LAYOUT         /* copy, transpose */
+} kf_op_class;
+
+typedef struct kf_operator kf_operator;
+
+/* Element-wise ops express themselves as IR so any fused kernel can inline them:
+ * inputs[i] is the value of input i at this element; returns the output value. */
+typedef kf_val (*kf_op_expr_fn)(kf_kernel *k, const kf_val *inputs, const kf_op_params *p);
+/* The gradient of the output w.r.t. input `which`, times grad_out, at this element. */
+typedef kf_val (*kf_op_expr_backward_fn)(kf_kernel *k, const kf_val *inputs, kf_val out,
+                                         kf_val grad_out, uint32_t which,
+                                         const kf_op_params *p);
+
+struct kf_operator {
+    const char *name;  /* "matmul", "gelu", ... */
+    const char *about; /* one line for --help and tables */
+    kf_op_class op_class;
+    uint32_t arity; /* tensor inputs (inputs a norm takes depend on params: see arity_for) */
+    uint32_t (*arity_for)(const kf_op_params *p); /* NULL: arity */
+    /* Output shape from input shapes; KF_ERROR_SHAPE with a message naming the shapes. */
+    kf_status (*shape)(const kf_shape *in, const kf_op_params *p, kf_shape *out, char *msg,
+                       size_t msg_size);
+    /* The specification: plain loops, float64 accumulation, readable first. */
+    kf_status (*spec_forward)(const kf_tensor *const *in, const kf_op_params *p, kf_tensor *out);
+    /* grad_in[i] (shaped as in[i], allocated by the caller) from inputs, output and grad_out. */
+    kf_status (*spec_backward)(const kf_tensor *const *in, const kf_tensor *out,
+                               const kf_tensor *grad_out, const kf_op_params *p,
+                               kf_tensor *const *grad_in);
+    /* Forward kernel for these shapes; bindings: the inputs in order, then "out". Matmul and
+     * row reductions hand every output element to kf_kernel_yield (their store phase). */
+    kf_kernel *(*kernel_forward)(const kf_shape *in, const kf_op_params *p, kf_dtype dtype);
+    /* Backward kernel producing grad of input `which`; bindings: the inputs in order, "out"
+     * (the forward output), "grad_out", then "grad_in". */
+    kf_kernel *(*kernel_backward)(const kf_shape *in, const kf_op_params *p, kf_dtype dtype,
+                                  uint32_t which);
+    kf_op_expr_fn expr;                   /* element-wise ops only */
+    kf_op_expr_backward_fn expr_backward; /* element-wise ops only */
+    double tolerance_f32; /* max relative error accepted, documented at the op */
+    double tolerance_f16;
+    float input_lo, input_hi; /* the range verification draws inputs from (log: positive) */
+};
+
+uint32_t kf_op_count(void);
+const kf_operator *kf_op_at(uint32_t index);
+const kf_operator *kf_op_find(const char *name); /* NULL when unknown */
+uint32_t kf_op_arity(const kf_operator *op, const kf_op_params *p);
+
+/* Runs the forward kernel now: out must have the op's output shape. */
+kf_status kf_op_run_forward(kf_context *ctx, const kf_operator *op, const kf_op_params *p,
+                            const kf_gpu_tensor *const *in, kf_gpu_tensor *out);
+
+typedef struct kf_verify_result {
+    double max_rel_error;
+    double tolerance;
+    bool passed;
+    char message[256]; /* what failed, when it did */
+} kf_verify_result;
+
+typedef struct kf_verify_case {
+    const kf_operator *op;
+    kf_op_params params;
+    kf_shape shapes[4]; /* one per input */
+    kf_dtype dtype;
+    bool backward;  /* false: forward; true: kernel_backward vs spec_backward for every input */
+    uint64_t seed;
+} kf_verify_case;
+
+/* The seeds' verify_consistency, for real: fresh random inputs from the seed, outputs poisoned
+ * with NaN, the GPU kernel against the spec, every element compared. */
+kf_status kf_op_verify(kf_context *ctx, const kf_verify_case *c, kf_verify_result *out);
+/* spec_backward against central finite differences of spec_forward, in float64. */
+kf_status kf_op_check_gradient(const kf_verify_case *c, kf_verify_result *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KFUSE_H */

@@ -1,0 +1,133 @@
+#include "harness.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define KT_MAX_CASES 1024
+
+static kt_case g_cases[KT_MAX_CASES];
+static int g_case_count;
+static int g_failures_in_case;
+static uint64_t g_seed;
+static uint64_t g_rng;
+static kf_context *g_ctx;
+static bool g_ctx_tried;
+
+void kt_register(const char *suite, const char *name, kt_fn fn) {
+    if (g_case_count < KT_MAX_CASES) {
+        g_cases[g_case_count++] = (kt_case){suite, name, fn};
+    }
+}
+
+void kt_fail(const char *file, int line, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "    FAIL %s:%d: ", file, line);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    g_failures_in_case++;
+}
+
+uint64_t kt_seed(void) {
+    return g_seed;
+}
+
+uint64_t kt_rand_u64(void) {
+    /* splitmix64: small, good enough for test data, reproducible from the printed seed */
+    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+float kt_rand_f32(float lo, float hi) {
+    double u = (double)(kt_rand_u64() >> 11) * (1.0 / 9007199254740992.0);
+    return (float)(lo + (hi - lo) * u);
+}
+
+kf_context *kt_context(void) {
+    if (!g_ctx_tried) {
+        g_ctx_tried = true;
+        char err[1024] = {0};
+        kf_context_desc desc = {0};
+        desc.error_out = err;
+        desc.error_out_size = sizeof err;
+        if (kf_context_create(&desc, &g_ctx) != KF_OK) {
+            fprintf(stderr, "no GPU context: %s\n", err);
+            g_ctx = NULL;
+        } else {
+            kf_adapter_info info;
+            if (kf_context_adapter_info(g_ctx, &info) == KF_OK) {
+                printf("adapter: %s (%s, %s)\n", info.device, info.backend, info.description);
+            }
+        }
+    }
+    return g_ctx;
+}
+
+static uint64_t hash_name(const char *s) {
+    uint64_t h = 1469598103934665603ULL;
+    for (; *s; s++) {
+        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    }
+    return h;
+}
+
+int main(int argc, char **argv) {
+    const char *suite = NULL;
+    const char *filter = NULL;
+    const char *env_seed = getenv("KFUSE_TEST_SEED");
+    g_seed = env_seed ? strtoull(env_seed, NULL, 0) : (uint64_t)time(NULL) ^ (uint64_t)clock();
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--suite") && i + 1 < argc) {
+            suite = argv[++i];
+        } else if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
+            g_seed = strtoull(argv[++i], NULL, 0);
+        } else if (!strcmp(argv[i], "--list")) {
+            for (int c = 0; c < g_case_count; c++) {
+                printf("%s/%s\n", g_cases[c].suite, g_cases[c].name);
+            }
+            return 0;
+        } else if (!strcmp(argv[i], "--help")) {
+            printf("usage: kfuse_tests [--suite NAME] [--seed S] [--list] [FILTER]\n");
+            return 0;
+        } else {
+            filter = argv[i];
+        }
+    }
+    printf("seed: %llu (rerun with --seed %llu)\n", (unsigned long long)g_seed,
+           (unsigned long long)g_seed);
+    int passed = 0, failed = 0;
+    for (int c = 0; c < g_case_count; c++) {
+        kt_case *tc = &g_cases[c];
+        if (suite && strcmp(suite, tc->suite) != 0) {
+            continue;
+        }
+        if (filter && !strstr(tc->name, filter)) {
+            continue;
+        }
+        g_rng = g_seed ^ hash_name(tc->name);
+        g_failures_in_case = 0;
+        clock_t t0 = clock();
+        tc->fn();
+        double ms = 1000.0 * (double)(clock() - t0) / CLOCKS_PER_SEC;
+        if (g_failures_in_case) {
+            failed++;
+            printf("FAIL %s/%s (%.0f ms cpu)\n", tc->suite, tc->name, ms);
+        } else {
+            passed++;
+            printf("ok   %s/%s (%.0f ms cpu)\n", tc->suite, tc->name, ms);
+        }
+        fflush(stdout);
+    }
+    kf_context_destroy(g_ctx);
+    printf("%d passed, %d failed\n", passed, failed);
+    if (passed + failed == 0) {
+        printf("no test matched\n");
+        return suite && strcmp(suite, "fuzz") != 0 && strcmp(suite, "golden") != 0 ? 1 : 0;
+    }
+    return failed ? 1 : 0;
+}

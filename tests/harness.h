@@ -1,0 +1,62 @@
+/* The one test runner's harness: tests register themselves with KT_TEST and check with KT_CHECK.
+ * A test belongs to a suite (unit, ops, fusion, golden, fuzz) that CTest runs as one entry.
+ * GPU tests share one kf_context per run (kt_context()); it is NULL when no adapter exists, and a
+ * GPU test then fails loudly rather than passing silently (KT_NEED_GPU). */
+#ifndef KT_HARNESS_H
+#define KT_HARNESS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "kfuse.h"
+
+typedef void (*kt_fn)(void);
+
+typedef struct kt_case {
+    const char *suite;
+    const char *name;
+    kt_fn fn;
+} kt_case;
+
+void kt_register(const char *suite, const char *name, kt_fn fn);
+void kt_fail(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The run's seed (printed at start; fixed in CI with --seed or KFUSE_TEST_SEED). */
+uint64_t kt_seed(void);
+/* A per-test random stream derived from the run's seed and the test's name. */
+uint64_t kt_rand_u64(void);
+float kt_rand_f32(float lo, float hi);
+/* The shared GPU context, or NULL (with a message printed once) when there is none. */
+kf_context *kt_context(void);
+
+#define KT_TEST(suite, name)                                                                       \
+    static void kt_test_##name(void);                                                              \
+    __attribute__((constructor)) static void kt_reg_##name(void) {                                 \
+        kt_register(#suite, #name, kt_test_##name);                                                \
+    }                                                                                              \
+    static void kt_test_##name(void)
+
+#define KT_CHECK(cond, ...)                                                                        \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            kt_fail(__FILE__, __LINE__, __VA_ARGS__);                                              \
+            return;                                                                                \
+        }                                                                                          \
+    } while (0)
+
+#define KT_CHECK_OK(expr)                                                                          \
+    do {                                                                                           \
+        kf_status kt_st_ = (expr);                                                                 \
+        if (kt_st_ != KF_OK) {                                                                     \
+            kt_fail(__FILE__, __LINE__, "%s -> %s", #expr, kf_status_str(kt_st_));                 \
+            return;                                                                                \
+        }                                                                                          \
+    } while (0)
+
+#define KT_NEED_GPU(ctx)                                                                           \
+    kf_context *ctx = kt_context();                                                                \
+    KT_CHECK(ctx != NULL, "no WebGPU adapter: run scripts/setup.sh (or set KF_WEBGPU_LIB)")
+
+#endif

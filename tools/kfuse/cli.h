@@ -1,0 +1,26 @@
+/* The kfuse command-line program: one function per command, each in its own cmd_*.c file.
+ * A command gets argv with argv[0] = its own name and returns the process exit code. */
+#ifndef KF_CLI_H
+#define KF_CLI_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "kfuse.h"
+
+typedef struct kf_cli_command {
+    const char *name;
+    const char *summary;
+    int (*run)(int argc, char **argv);
+} kf_cli_command;
+
+/* Creates the context the way every command does (KF_BACKEND honoured); prints the reason and
+ * what to install on failure, and returns NULL. */
+kf_context *kf_cli_context(void);
+/* true if arg is -h or --help. */
+bool kf_cli_is_help(const char *arg);
+
+int kf_cmd_info(int argc, char **argv);
+int kf_cmd_demo(int argc, char **argv);
+
+#endif
