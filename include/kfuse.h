@@ -641,6 +641,151 @@ kf_status kf_op_verify(kf_context *ctx, const kf_verify_case *c, kf_verify_resul
 /* spec_backward against central finite differences of spec_forward, in float64. */
 kf_status kf_op_check_gradient(const kf_verify_case *c, kf_verify_result *out);
 
+/* ======================================================================================== */
+/* Lazy graphs and fusion plans (src/fuse)                                                   */
+/* ======================================================================================== */
+
+/* Operators recorded on tensors without running. kf_graph_compile plans fusion groups (element-
+ * wise chains, matmul epilogues, reduction tails, horizontal groups), kf_plan_run runs the plan
+ * on new data as often as asked, kf_plan_verify proves it against the unfused CPU specs. */
+typedef struct kf_graph kf_graph;
+typedef struct kf_plan kf_plan;
+
+typedef struct kf_node {
+    uint32_t id; /* 0 is invalid */
+} kf_node;
+
+/* A graph records its first error like a kernel does; later calls return invalid nodes. */
+kf_graph *kf_graph_create(void);
+void kf_graph_destroy(kf_graph *g);
+kf_status kf_graph_status(const kf_graph *g);
+const char *kf_graph_error(const kf_graph *g);
+
+kf_node kf_graph_input(kf_graph *g, const char *name, const kf_shape *shape, kf_dtype dtype);
+/* A scalar constant, broadcast by element-wise operators. */
+kf_node kf_graph_scalar(kf_graph *g, float value);
+/* Any registered operator (kf_op_find) on nodes; params may be NULL. */
+kf_node kf_graph_op(kf_graph *g, const char *op, const kf_node *inputs, uint32_t count,
+                    const kf_op_params *params);
+
+/* A number argument of kf_graph_call: by name (alpha, beta, eps, exact, transpose_a,
+ * transpose_b) or positional (name NULL). */
+typedef struct kf_graph_arg {
+    const char *name;
+    double number;
+} kf_graph_arg;
+/* An operator call as the graph language writes it: tensors first, then numbers. A positional
+ * number becomes a scalar operand where the op takes one more tensor (add(x, 1)), else the op's
+ * next parameter in its documented order (leaky_relu(x, 0.1), affine(x, 2, 1), rmsnorm(x, w,
+ * 1e-6)). */
+kf_node kf_graph_call(kf_graph *g, const char *op, const kf_node *tensors, uint32_t tensor_count,
+                      const kf_graph_arg *numbers, uint32_t number_count);
+
+kf_node kf_graph_matmul(kf_graph *g, kf_node a, kf_node b);
+kf_node kf_graph_add(kf_graph *g, kf_node a, kf_node b);
+kf_node kf_graph_mul(kf_graph *g, kf_node a, kf_node b);
+kf_node kf_graph_unary(kf_graph *g, const char *op, kf_node x); /* relu, gelu, exp, ... */
+
+/* Marks a node as an output under a name (a node may be output under several names). */
+kf_status kf_graph_output(kf_graph *g, const char *name, kf_node node);
+kf_shape kf_graph_shape(const kf_graph *g, kf_node node);
+kf_dtype kf_graph_dtype(const kf_graph *g, kf_node node);
+uint32_t kf_graph_input_count(const kf_graph *g);
+uint32_t kf_graph_output_count(const kf_graph *g);
+/* Name, shape and dtype of input / output i. */
+kf_status kf_graph_input_info(const kf_graph *g, uint32_t i, const char **name, kf_shape *shape,
+                              kf_dtype *dtype);
+kf_status kf_graph_output_info(const kf_graph *g, uint32_t i, const char **name, kf_shape *shape,
+                               kf_dtype *dtype);
+
+typedef struct kf_compile_options {
+    bool no_fuse; /* one dispatch per operator (the baseline fusion is compared against) */
+} kf_compile_options;
+
+/* Plans and compiles the graph for ctx. The plan copies what it needs from g. */
+kf_status kf_graph_compile(kf_context *ctx, const kf_graph *g, const kf_compile_options *opts,
+                           kf_plan **out);
+void kf_plan_destroy(kf_plan *p);
+
+typedef struct kf_plan_summary {
+    uint32_t groups;             /* fusion groups = dispatches of one run */
+    uint32_t dispatches;
+    uint32_t unfused_dispatches; /* one per operator */
+    uint64_t bytes;              /* bytes read + written by the plan's kernels (compulsory) */
+    uint64_t unfused_bytes;      /* the same for one kernel per operator */
+} kf_plan_summary;
+
+kf_status kf_plan_summary_get(const kf_plan *p, kf_plan_summary *out);
+/* The plan in words: each group, its rule, its ops, its bytes; with_wgsl adds each group's
+ * WGSL. Caller frees with kf_free. */
+char *kf_plan_explain(const kf_plan *p, bool with_wgsl);
+
+/* Inputs by name (shapes must match the graph's: the message names both). */
+kf_status kf_plan_set_input(kf_plan *p, const char *name, const kf_tensor *value);
+/* Runs every group once (one submission) and waits. */
+kf_status kf_plan_run(kf_plan *p);
+/* Times `repeat` runs (0 means 10) of the whole plan. */
+kf_status kf_plan_time(kf_plan *p, uint32_t repeat, kf_timing *out);
+/* Downloads output `name` into out (shape checked). */
+kf_status kf_plan_get_output(const kf_plan *p, const char *name, kf_tensor *out);
+
+#define KF_PLAN_MAX_REPORTED 16
+typedef struct kf_plan_report {
+    uint32_t output_count;
+    struct {
+        char name[64];
+        double max_rel_error;
+        double tolerance;
+        bool passed;
+    } outputs[KF_PLAN_MAX_REPORTED];
+    bool passed;
+} kf_plan_report;
+
+/* Fills the inputs with fresh random data from seed, runs the plan (outputs poisoned first), runs
+ * the unfused composition of CPU specs in float64-accumulating loops, and compares every output
+ * element. KF_ERROR_MISMATCH when any output is outside its tolerance. */
+kf_status kf_plan_verify(kf_plan *p, uint64_t seed, kf_plan_report *out);
+
+/* The seeds' fused activation saves: copies src[i] -> dst[i] for any number of pairs of any sizes
+ * in as few dispatches as the device's storage-buffer limit allows (one for the seeds' attention
+ * and FFN saves). Sizes in bytes, multiples of 4. *dispatches (optional) receives the count. */
+typedef struct kf_copy_pair {
+    kf_buffer *src;
+    kf_buffer *dst;
+    uint64_t size;
+} kf_copy_pair;
+kf_status kf_save_activations(kf_context *ctx, const kf_copy_pair *pairs, uint32_t count,
+                              uint32_t *dispatches);
+
+/* ======================================================================================== */
+/* The graph language (src/spec; docs/graph-language.md)                                     */
+/* ======================================================================================== */
+
+/*     x: f32[64,128]
+ *     w: f32[128,256]
+ *     b: f32[256]
+ *     y = matmul(x, w) |> add(b) |> gelu
+ *     out y
+ */
+typedef struct kf_spec_error {
+    uint32_t line;   /* 1-based; 0 when not a parse error */
+    uint32_t column; /* 1-based */
+    char message[256];
+} kf_spec_error;
+
+/* Parses a program into a new graph. On failure *out is NULL and err says where and what was
+ * expected. Never crashes on malformed input. */
+kf_status kf_spec_parse(const char *text, size_t length, kf_graph **out, kf_spec_error *err);
+/* Reads and parses a file (KF_ERROR_IO with the path when unreadable). */
+kf_status kf_spec_parse_file(const char *path, kf_graph **out, kf_spec_error *err);
+
+/* ======================================================================================== */
+/* .npy files (numpy's format; f32 and f16, C order)                                         */
+/* ======================================================================================== */
+
+kf_status kf_npy_read(const char *path, kf_tensor **out, char *msg, size_t msg_size);
+kf_status kf_npy_write(const char *path, const kf_tensor *t, kf_dtype dtype);
+
 #ifdef __cplusplus
 }
 #endif
