@@ -500,7 +500,14 @@ kf_status kf_kernel_interpret(kf_kernel *k, const kf_interp_desc *desc);
 
 #define KF_MAX_DIMS 4
 
-typedef enum kf_dtype { KF_DTYPE_F32 = 0, KF_DTYPE_F16 } kf_dtype;
+typedef enum kf_dtype {
+    KF_DTYPE_F32 = 0,
+    KF_DTYPE_F16, /* storage only: kernels compute in f32; needs the device's shader-f16 */
+    KF_DTYPE_I32  /* integer indices (cross_entropy labels); a CPU tensor holds them as floats */
+} kf_dtype;
+
+const char *kf_dtype_str(kf_dtype dtype); /* "f32", "f16", "i32" */
+uint32_t kf_dtype_size(kf_dtype dtype);   /* bytes per element: 4, 2, 4 */
 
 typedef struct kf_shape {
     uint32_t rank; /* 0..KF_MAX_DIMS; rank 0 is a scalar of one element */
@@ -573,6 +580,14 @@ typedef enum kf_op_class {
 
 typedef struct kf_operator kf_operator;
 
+/* One entry of an operator's verification table: input shapes and parameters. `kfuse verify` and
+ * the test suite run every entry, forward and backward, f32 and f16. */
+typedef struct kf_op_case {
+    kf_shape shapes[4]; /* one per input */
+    kf_op_params params;
+    const char *note; /* what the case is for: "prime", "bias row", "large" (NULL: none) */
+} kf_op_case;
+
 /* Element-wise ops express themselves as IR so any fused kernel can inline them:
  * inputs[i] is the value of input i at this element; returns the output value. */
 typedef kf_val (*kf_op_expr_fn)(kf_kernel *k, const kf_val *inputs, const kf_op_params *p);
@@ -608,12 +623,25 @@ struct kf_operator {
     double tolerance_f32; /* max relative error accepted, documented at the op */
     double tolerance_f16;
     float input_lo, input_hi; /* the range verification draws inputs from (log: positive) */
+    /* Workgroups to dispatch kernel_forward (which < 0) or kernel_backward(which) with. */
+    void (*grid)(const kf_shape *in, const kf_op_params *p, int32_t which, uint32_t groups[3]);
+    /* Bit i set: input i holds integer class indices (cross_entropy labels): KF_DTYPE_I32 on the
+     * GPU whatever the dtype, drawn in [0, last dim of input 0) by verification, no gradient. */
+    uint32_t index_inputs;
+    /* Bit i set: input i is drawn away from zero (div's denominator): |x| in [m/4, m) with a
+     * random sign, m = max(|input_lo|, |input_hi|), instead of uniformly in [input_lo, input_hi). */
+    uint32_t nonzero_inputs;
+    const kf_op_case *cases; /* the verification table: edge shapes, primes, a large case */
+    uint32_t case_count;
 };
 
 uint32_t kf_op_count(void);
 const kf_operator *kf_op_at(uint32_t index);
 const kf_operator *kf_op_find(const char *name); /* NULL when unknown */
 uint32_t kf_op_arity(const kf_operator *op, const kf_op_params *p);
+/* The output shape of op on these inputs; KF_ERROR_SHAPE with the reason in msg. */
+kf_status kf_op_shape(const kf_operator *op, const kf_shape *in, const kf_op_params *p,
+                      kf_shape *out, char *msg, size_t msg_size);
 
 /* Runs the forward kernel now: out must have the op's output shape. */
 kf_status kf_op_run_forward(kf_context *ctx, const kf_operator *op, const kf_op_params *p,

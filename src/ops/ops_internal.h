@@ -1,0 +1,138 @@
+/* Shared internals of the verified operators (src/ops): the operator objects the registry lists,
+ * shape and broadcast helpers, dtype-aware loads and stores for kernels, the generic element-wise
+ * kernel and spec builders, and small tensor helpers for specs.
+ *
+ * Conventions every operator follows (the registry and kf_op_verify rely on them):
+ *   - kernel_forward: bindings are the inputs in order (read), then "out", which the IR appends for
+ *     a kernel with an output type; the kernel hands each output element to kf_kernel_yield.
+ *     Inputs and out are stored as the dtype (f32 or f16; index inputs as i32); compute is f32.
+ *   - kernel_backward(which): output type void; bindings are the inputs in order (read), "out"
+ *     (the forward output, read), "grad_out" (read), then "grad_in" (read_write), written with
+ *     kf_store. Every binding is declared even when the kernel does not read it, so one buffer
+ *     list fits every backward kernel of an op.
+ *   - grid(in, p, which, groups): the workgroups kernel_forward (which < 0) or kernel_backward
+ *     (which) is dispatched with, for exactly the kernel the builder returns for these shapes.
+ *   - Shapes are baked into kernels as literals: kernels are specialized to shapes.
+ *   - A "row reduction" views a tensor as rows x cols, cols = the last dim.
+ */
+#ifndef KF_OPS_INTERNAL_H
+#define KF_OPS_INTERNAL_H
+
+#include "kfuse.h"
+
+#include <stdarg.h>
+
+/* ---------------------------------------------------------------------------------------- */
+/* The operator objects (one per registry entry)                                            */
+/* ---------------------------------------------------------------------------------------- */
+
+/* element-wise unary (elementwise.c) */
+extern const kf_operator kf__op_relu, kf__op_leaky_relu, kf__op_sigmoid, kf__op_tanh, kf__op_gelu,
+    kf__op_gelu_exact, kf__op_silu, kf__op_exp, kf__op_log, kf__op_neg, kf__op_abs, kf__op_sqrt,
+    kf__op_square, kf__op_reciprocal;
+/* element-wise binary (elementwise.c) */
+extern const kf_operator kf__op_add, kf__op_sub, kf__op_mul, kf__op_div, kf__op_maximum;
+/* scale, affine, copy (element-wise) and transpose (layout.c) */
+extern const kf_operator kf__op_scale, kf__op_affine, kf__op_copy, kf__op_transpose;
+/* matmul.c */
+extern const kf_operator kf__op_matmul;
+/* reduce.c: over the last axis */
+extern const kf_operator kf__op_sum, kf__op_mean, kf__op_max, kf__op_softmax, kf__op_log_softmax;
+/* norm.c */
+extern const kf_operator kf__op_rmsnorm, kf__op_layernorm;
+/* loss.c */
+extern const kf_operator kf__op_cross_entropy;
+
+/* ---------------------------------------------------------------------------------------- */
+/* Messages and shapes                                                                      */
+/* ---------------------------------------------------------------------------------------- */
+
+/* snprintf into msg (msg may be NULL or msg_size 0); returns KF_ERROR_SHAPE for `return ...`. */
+kf_status kf__shape_error(char *msg, size_t msg_size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The rows x cols view: cols = last dim (1 for rank 0), rows = product of the others. */
+void kf__shape_rows_cols(const kf_shape *s, uint64_t *rows, uint32_t *cols);
+/* The shape with its last dim dropped (rank 0 stays rank 0): a row reduction's output. */
+kf_shape kf__shape_drop_last(const kf_shape *s);
+/* A valid shape: rank <= KF_MAX_DIMS, every dim >= 1, elements < 2^32 (kernels index in u32). */
+bool kf__shape_valid(const kf_shape *s);
+
+/* How an input maps onto an output's elements (element-wise ops; checked in this order). */
+typedef enum kf__bcast {
+    KF__BCAST_FULL = 0, /* same shape: in[i] */
+    KF__BCAST_SCALAR,   /* one element: in[0] */
+    KF__BCAST_ROW,      /* [cols] or [1, ..., cols] against rows x cols: in[i % cols] (a bias) */
+    KF__BCAST_COL,      /* [..., 1] with the out's leading dims: in[i / cols] */
+    KF__BCAST_NONE      /* does not broadcast onto out */
+} kf__bcast;
+
+kf__bcast kf__broadcast_kind(const kf_shape *in, const kf_shape *out);
+/* Output shape of an element-wise op: the inputs' common shape, where each input is the output's
+ * shape, a scalar, a row or a column of it; the largest input gives the output shape. */
+kf_status kf__broadcast_shape(const kf_shape *in, uint32_t arity, const char *op_name,
+                              kf_shape *out, char *msg, size_t msg_size);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Kernel helpers: dtypes, grids                                                            */
+/* ---------------------------------------------------------------------------------------- */
+
+#define KF__WORKGROUP 256u /* the 1-D workgroup size of element-wise and helper kernels */
+
+/* The storage element type of a dtype: f32, f16 or i32. */
+kf_type kf__dtype_type(kf_dtype dtype);
+/* Declares a storage binding of the dtype's element type. */
+kf_binding kf__bind(kf_kernel *k, const char *name, kf_dtype dtype, kf_access access);
+/* b[index] as f32 (f16 is widened; i32 is converted). */
+kf_val kf__load_f32(kf_kernel *k, kf_binding b, kf_val index, kf_dtype dtype);
+/* b[index] = value (an f32), narrowed to the dtype. */
+void kf__store_f32(kf_kernel *k, kf_binding b, kf_val index, kf_val value, kf_dtype dtype);
+/* kf_kernel_yield of an f32 value, narrowed to the dtype (the kernel's output type). */
+void kf__yield_f32(kf_kernel *k, kf_val value, kf_val index, kf_dtype dtype);
+/* A u32 literal. */
+kf_val kf__u32(kf_kernel *k, uint64_t v);
+/* groups for `invocations` threads in workgroups of `workgroup` (1-D; the runtime folds > 65535).
+ */
+void kf__grid_1d(uint64_t invocations, uint32_t workgroup, uint32_t groups[3]);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Generic element-wise operators                                                           */
+/* ---------------------------------------------------------------------------------------- */
+
+/* The element-wise forward kernel of op (a producer: loads each input at its broadcast index,
+ * op->expr in f32, yields). Bindings "a", "b", ... then "out". NULL only when out of memory. */
+kf_kernel *kf__ew_kernel_forward(const kf_operator *op, const kf_shape *in, const kf_op_params *p,
+                                 kf_dtype dtype);
+/* The element-wise backward kernel for input `which`: grad_in = op->expr_backward(...) per
+ * element; for a broadcast input, summed over the broadcast axes (a bias gets column sums), one
+ * workgroup per grad_in element with a tree reduction in workgroup memory. */
+kf_kernel *kf__ew_kernel_backward(const kf_operator *op, const kf_shape *in, const kf_op_params *p,
+                                  kf_dtype dtype, uint32_t which);
+/* The grid for either of the two kernels above (which < 0: forward). */
+void kf__ew_grid(const kf_shape *in, const kf_op_params *p, int32_t which, uint32_t groups[3]);
+
+/* Scalar specification of an element-wise op, in float64: y = f(x[0], x[1], ...). */
+typedef double (*kf__ew_scalar_fn)(const double *x, const kf_op_params *p);
+/* d y / d x[which] at x (y is f(x), given for ops whose derivative reads it). */
+typedef double (*kf__ew_scalar_grad_fn)(const double *x, double y, uint32_t which,
+                                        const kf_op_params *p);
+/* spec_forward / spec_backward of an element-wise op from its scalar functions, with the same
+ * broadcasting as the kernels; a broadcast input's gradient is summed in float64. */
+kf_status kf__ew_spec_forward(kf__ew_scalar_fn f, uint32_t arity, const kf_tensor *const *in,
+                              const kf_op_params *p, kf_tensor *out);
+kf_status kf__ew_spec_backward(kf__ew_scalar_grad_fn df, uint32_t arity, const kf_tensor *const *in,
+                               const kf_tensor *out, const kf_tensor *grad_out,
+                               const kf_op_params *p, kf_tensor *const *grad_in);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Tensors                                                                                  */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Rounds an f32 to the nearest f16 (ties to even) and back: what an f16 buffer would hold. */
+uint16_t kf__f32_to_f16(float f);
+float kf__f16_to_f32(uint16_t h);
+/* splitmix64 step (the stream every kfuse random fill uses). */
+uint64_t kf__splitmix64(uint64_t *state);
+/* A uniform double in [0, 1) from the stream. */
+double kf__rand_unit(uint64_t *state);
+
+#endif
