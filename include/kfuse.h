@@ -449,6 +449,14 @@ kf_kernel *kf_kernel_map(const char *name, kf_type input, kf_type output,
 /* The stage that yields its input unchanged: neutral for kf_kernel_then. */
 kf_kernel *kf_kernel_identity(kf_type type, const uint32_t workgroup_size[3]);
 
+/* --- dispatch size --- */
+/* A producer's builder records the grid (workgroups per dimension) its shapes need, so whoever
+ * runs it (kf_kernel_run with zero groups, the planner, verification) launches it right.
+ * kf_kernel_then keeps a's grid. All zero (the default) means: a stage or 1-D element-wise
+ * producer covered by ceil(elements / workgroup size) groups. */
+void kf_kernel_set_grid(kf_kernel *k, const uint32_t groups[3]);
+void kf_kernel_grid(const kf_kernel *k, uint32_t out[3]);
+
 /* --- emission and running --- */
 /* Deterministic, readable WGSL; NULL (and the kernel's error set) if the kernel is invalid. The
  * caller frees it with kf_free. A stage is emitted as run on its own (bindings in, out, ...). */
@@ -459,7 +467,8 @@ uint32_t kf_kernel_binding_kinds(const kf_kernel *k, kf_binding_kind *out, uint3
 typedef struct kf_kernel_launch {
     kf_buffer *const *buffers; /* one per binding, in binding order */
     uint32_t buffer_count;
-    uint32_t groups[3]; /* all zero for a stage: enough groups to cover elements */
+    uint32_t groups[3]; /* all zero: the kernel's recorded grid (kf_kernel_set_grid), else
+                           enough groups to cover `elements` */
     uint64_t elements;  /* stages: number of elements (0: the length of binding "in") */
     const kf_constant *constants;
     uint32_t constant_count;
