@@ -1,0 +1,188 @@
+/* A plan in words: what fuses, why, and what it saves. */
+#include "fuse/plan_internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct text {
+    char *buf;
+    size_t len;
+    size_t cap;
+    bool failed;
+} text;
+
+static void put(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void put(text *t, const char *fmt, ...) {
+    if (t->failed) {
+        return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        return;
+    }
+    if (t->len + (size_t)n + 1 > t->cap) {
+        size_t cap = t->cap ? t->cap : 1024;
+        while (t->len + (size_t)n + 1 > cap) {
+            cap *= 2;
+        }
+        char *b = realloc(t->buf, cap);
+        if (!b) {
+            t->failed = true;
+            return;
+        }
+        t->buf = b;
+        t->cap = cap;
+    }
+    va_start(ap, fmt);
+    vsnprintf(t->buf + t->len, t->cap - t->len, fmt, ap);
+    va_end(ap);
+    t->len += (size_t)n;
+}
+
+static const char *dtype_name(kf_dtype d) {
+    return d == KF_DTYPE_F16 ? "f16" : "f32";
+}
+
+static void put_bytes(text *t, uint64_t bytes) {
+    if (bytes >= 10ull << 20) {
+        put(t, "%.1f MiB", (double)bytes / (1024.0 * 1024.0));
+    } else if (bytes >= 10ull << 10) {
+        put(t, "%.1f KiB", (double)bytes / 1024.0);
+    } else {
+        put(t, "%llu B", (unsigned long long)bytes);
+    }
+}
+
+/* How a node is called in the plan: its input or output name, else op#id. */
+static void put_node(text *t, const kf_plan *p, uint32_t id) {
+    const kf_graph *g = p->graph;
+    const kf__node *n = &g->nodes[id];
+    if (n->kind == KF__NODE_INPUT) {
+        put(t, "%s", n->name);
+        return;
+    }
+    if (n->kind == KF__NODE_SCALAR) {
+        put(t, "%g", (double)n->scalar);
+        return;
+    }
+    for (uint32_t o = 0; o < g->output_count; o++) {
+        if (g->outputs[o].node == id) {
+            put(t, "%s", g->outputs[o].name);
+            return;
+        }
+    }
+    put(t, "%s#%u", n->op->name, id);
+}
+
+static void put_tensor(text *t, const kf_plan *p, uint32_t id) {
+    const kf__node *n = &p->graph->nodes[id];
+    char shape[64];
+    put_node(t, p, id);
+    put(t, " %s[%s]", dtype_name(n->dtype), kf_shape_str(&n->shape, shape, sizeof shape));
+}
+
+static void put_ops(text *t, const kf_plan *p, const kf__group *grp) {
+    const kf_graph *g = p->graph;
+    bool first = true;
+    if (grp->root) {
+        put(t, "%s", g->nodes[grp->root].op->name);
+        first = false;
+    }
+    for (uint32_t i = 0; i < grp->node_count; i++) {
+        put(t, "%s%s", first ? "" : " |> ", g->nodes[grp->nodes[i]].op->name);
+        first = false;
+    }
+}
+
+static const char *rule_of(const kf_plan *p, const kf__group *grp) {
+    if (p->no_fuse) {
+        return "unfused";
+    }
+    switch (grp->kind) {
+    case KF__GROUP_HORIZONTAL:
+        return "horizontal fusion";
+    case KF__GROUP_ELEMENTWISE:
+        return grp->node_count > 1 ? "element-wise chain" : "element-wise";
+    case KF__GROUP_PRODUCER:
+        if (grp->node_count == 0) {
+            return grp->rule;
+        }
+        return p->graph->nodes[grp->root].op->op_class == KF_OP_CLASS_MATMUL
+                   ? "matmul epilogue"
+                   : "reduction -> element-wise";
+    case KF__GROUP_DEAD:
+        break;
+    }
+    return "?";
+}
+
+static void put_group_line(text *t, const kf_plan *p, const kf__group *grp) {
+    put(t, "%s: ", rule_of(p, grp));
+    put_ops(t, p, grp);
+    put(t, " -> ");
+    put_tensor(t, p, grp->result);
+    put(t, "\n");
+}
+
+char *kf_plan_explain(const kf_plan *p, bool with_wgsl) {
+    if (!p) {
+        return NULL;
+    }
+    text t = {0};
+    double saved =
+        p->unfused_bytes ? 100.0 * (1.0 - (double)p->bytes / (double)p->unfused_bytes) : 0.0;
+    put(&t, "plan: %u dispatch%s (unfused: %u), ", p->dispatch_count,
+        p->dispatch_count == 1 ? "" : "es", p->unfused_dispatches);
+    put_bytes(&t, p->bytes);
+    put(&t, " moved (unfused: ");
+    put_bytes(&t, p->unfused_bytes);
+    put(&t, ", %.0f%% less)\n", saved);
+    for (uint32_t d = 0; d < p->dispatch_count; d++) {
+        const kf__group *grp = &p->groups[p->order[d]];
+        const kf__compiled *c = grp->compiled;
+        put(&t, "\ndispatch %u  ", d + 1);
+        if (grp->kind == KF__GROUP_HORIZONTAL) {
+            put(&t, "horizontal fusion of %u independent groups\n", grp->member_count);
+            for (uint32_t m = 0; m < grp->member_count; m++) {
+                put(&t, "  - ");
+                put_group_line(&t, p, &p->groups[grp->members[m]]);
+            }
+        } else {
+            put_group_line(&t, p, grp);
+        }
+        put(&t, "  reads:  ");
+        bool any = false;
+        for (uint32_t s = 0; s < c->slot_count; s++) {
+            bool written = false;
+            for (uint32_t m = 0; m < grp->member_count; m++) {
+                written |= p->groups[grp->members[m]].result == c->slots[s];
+            }
+            if (c->slots[s] == grp->result || written) {
+                continue;
+            }
+            put(&t, "%s", any ? ", " : "");
+            put_tensor(&t, p, c->slots[s]);
+            any = true;
+        }
+        put(&t, "%s\n  bytes:  ", any ? "" : "(nothing)");
+        put_bytes(&t, c->bytes);
+        put(&t, "\n  grid:   %ux%ux%u workgroups\n", c->grid[0], c->grid[1], c->grid[2]);
+        if (with_wgsl && c->wgsl) {
+            put(&t, "  wgsl:\n%s\n", c->wgsl);
+        }
+    }
+    if (p->dispatch_count == 0) {
+        put(&t, "\nnothing to run: every output is an input\n");
+    }
+    if (t.failed) {
+        free(t.buf);
+        return NULL;
+    }
+    return t.buf;
+}

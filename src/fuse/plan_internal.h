@@ -1,0 +1,76 @@
+/* Internals of fusion plans: groups, their compiled kernels, buffers and dispatches. */
+#ifndef KF_PLAN_INTERNAL_H
+#define KF_PLAN_INTERNAL_H
+
+#include "fuse/fuse_internal.h"
+
+#define KF_GROUP_MAX_NODES 64
+#define KF_GROUP_MAX_SLOTS 64
+#define KF_GROUP_MAX_MEMBERS 32
+
+typedef enum kf__group_kind {
+    KF__GROUP_DEAD = 0,    /* merged into another group */
+    KF__GROUP_ELEMENTWISE, /* element-wise nodes over one shape */
+    KF__GROUP_PRODUCER,    /* matmul / reduction / layout root, element-wise tail in its store */
+    KF__GROUP_HORIZONTAL   /* independent element-wise groups in one dispatch */
+} kf__group_kind;
+
+typedef struct kf__compiled {
+    kf_kernel *kernel;
+    char *wgsl;
+    uint32_t slots[KF_GROUP_MAX_SLOTS]; /* binding i reads/writes the buffer of node slots[i] */
+    uint32_t slot_count;
+    kf_buffer *buffers[KF_GROUP_MAX_SLOTS];
+    uint32_t read_nodes[KF_GROUP_MAX_SLOTS]; /* bindings declared while emitting */
+    kf_binding read_bindings[KF_GROUP_MAX_SLOTS];
+    uint32_t read_count;
+    uint32_t grid[3];
+    uint64_t bytes; /* compulsory bytes read and written */
+} kf__compiled;
+
+typedef struct kf__group {
+    kf__group_kind kind;
+    char rule[32];
+    uint32_t root;                      /* producer node, 0 for element-wise groups */
+    uint32_t nodes[KF_GROUP_MAX_NODES]; /* element-wise nodes, in evaluation order */
+    uint32_t node_count;
+    uint32_t result; /* the node this group writes to memory */
+    uint32_t level;  /* 1 + the deepest level it reads from; inputs are level 0 */
+    bool absorbed;   /* a member of a horizontal group */
+    uint32_t members[KF_GROUP_MAX_MEMBERS];
+    uint32_t member_count;
+    kf__compiled *compiled;
+} kf__group;
+
+struct kf_plan {
+    kf_context *ctx;
+    kf_graph *graph; /* the plan's own copy */
+    bool no_fuse;
+    kf_status status;
+    char error[512];
+    kf__group *groups;
+    uint32_t group_count;
+    uint32_t group_capacity;
+    int32_t *group_of;   /* node id -> group index, -1 for inputs and scalars */
+    uint32_t *uses;      /* node id -> number of operand uses */
+    bool *is_output;     /* node id -> named as an output */
+    kf_buffer **buffers; /* node id -> buffer, for materialized nodes */
+    bool *inputs_set;
+    uint32_t max_storage_buffers;
+    kf_dispatch *dispatches;
+    uint32_t *order; /* dispatch i runs group order[i] */
+    uint32_t dispatch_count;
+    uint32_t unfused_dispatches;
+    uint64_t bytes;
+    uint64_t unfused_bytes;
+};
+
+kf_status kf__plan_upload(kf_plan *p, uint32_t node, const float *data);
+kf_status kf__plan_download(const kf_plan *p, uint32_t node, float *data);
+uint32_t kf__plan_output_node(const kf_plan *p, const char *name);
+
+/* Sets the context's last-error message (defined by the runtime). */
+void kf__context_set_error(kf_context *ctx, kf_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,194 @@
+/* Proof of a plan: the fused GPU run against the unfused composition of the CPU specifications. */
+#include "fuse/plan_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/half.h"
+
+/* The range random data for input `id` is drawn from: the narrowest range its consumers ask for
+ * (log, sqrt and reciprocal want positive numbers). */
+static void input_range(const kf_graph *g, uint32_t id, float *lo, float *hi) {
+    *lo = -1.0f;
+    *hi = 1.0f;
+    for (uint32_t c = 1; c < g->node_count; c++) {
+        const kf__node *n = &g->nodes[c];
+        for (uint32_t i = 0; n->kind == KF__NODE_OP && i < n->input_count; i++) {
+            if (n->inputs[i] != id || n->op->input_lo >= n->op->input_hi) {
+                continue;
+            }
+            if (n->op->input_lo > *lo) {
+                *lo = n->op->input_lo;
+            }
+            if (n->op->input_hi < *hi) {
+                *hi = n->op->input_hi;
+            }
+        }
+    }
+    if (*lo >= *hi) {
+        *hi = *lo + 1.0f;
+    }
+}
+
+/* Integer-valued inputs (class labels) get whole numbers below the class count. */
+static bool label_input(const kf_graph *g, uint32_t id, uint32_t *classes) {
+    for (uint32_t c = 1; c < g->node_count; c++) {
+        const kf__node *n = &g->nodes[c];
+        if (n->kind != KF__NODE_OP || strcmp(n->op->name, "cross_entropy") != 0) {
+            continue;
+        }
+        if (n->input_count == 2 && n->inputs[1] == id) {
+            const kf_shape *logits = &g->nodes[n->inputs[0]].shape;
+            *classes = logits->rank ? logits->dims[logits->rank - 1] : 1;
+            return true;
+        }
+    }
+    return false;
+}
+
+static double op_tolerance(const kf__node *n) {
+    return n->dtype == KF_DTYPE_F16 ? n->op->tolerance_f16 : n->op->tolerance_f32;
+}
+
+/* The tolerance of an output: the sum of the tolerances of the ops it depends on (relative errors
+ * of well-conditioned steps add up to first order). */
+static double cone_tolerance(const kf_graph *g, uint32_t node) {
+    bool *seen = calloc(g->node_count, sizeof *seen);
+    uint32_t *stack = malloc(sizeof *stack * g->node_count);
+    double tol = 0.0;
+    if (!seen || !stack) {
+        free(seen);
+        free(stack);
+        return 0.0;
+    }
+    uint32_t top = 0;
+    stack[top++] = node;
+    seen[node] = true;
+    while (top) {
+        const kf__node *n = &g->nodes[stack[--top]];
+        if (n->kind != KF__NODE_OP) {
+            continue;
+        }
+        tol += op_tolerance(n);
+        for (uint32_t i = 0; i < n->input_count; i++) {
+            if (!seen[n->inputs[i]]) {
+                seen[n->inputs[i]] = true;
+                stack[top++] = n->inputs[i];
+            }
+        }
+    }
+    free(seen);
+    free(stack);
+    return tol;
+}
+
+static void round_to_half(kf_tensor *t) {
+    uint64_t n = kf_tensor_size(t);
+    for (uint64_t i = 0; i < n; i++) {
+        t->data[i] = kf__half_to_float(kf__half_from_float(t->data[i]));
+    }
+}
+
+kf_status kf_plan_verify(kf_plan *p, uint64_t seed, kf_plan_report *out) {
+    if (!p || !out) {
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    memset(out, 0, sizeof *out);
+    const kf_graph *g = p->graph;
+    kf_tensor **values = calloc(g->node_count, sizeof *values);
+    if (!values) {
+        return KF_ERROR_OUT_OF_MEMORY;
+    }
+    kf_status st = KF_OK;
+    /* Fresh inputs, uploaded to the plan and kept for the CPU. */
+    for (uint32_t id = 1; id < g->node_count && st == KF_OK; id++) {
+        const kf__node *n = &g->nodes[id];
+        if (n->kind == KF__NODE_INPUT) {
+            st = kf_tensor_create(&n->shape, &values[id]);
+            if (st != KF_OK) {
+                break;
+            }
+            uint32_t classes = 0;
+            uint64_t input_seed = seed * 0x9e3779b97f4a7c15ULL + id;
+            if (label_input(g, id, &classes)) {
+                kf_tensor_fill_random(values[id], input_seed, 0.0f, (float)classes);
+                for (uint64_t i = 0; i < kf_tensor_size(values[id]); i++) {
+                    float v = (float)(int)values[id]->data[i];
+                    values[id]->data[i] = v >= (float)classes ? (float)classes - 1.0f : v;
+                }
+            } else {
+                float lo, hi;
+                input_range(g, id, &lo, &hi);
+                kf_tensor_fill_random(values[id], input_seed, lo, hi);
+            }
+            if (n->dtype == KF_DTYPE_F16) {
+                round_to_half(values[id]);
+            }
+            st = kf__plan_upload(p, id, values[id]->data);
+            if (st == KF_OK) {
+                p->inputs_set[id] = true;
+            }
+        } else if (n->kind == KF__NODE_SCALAR) {
+            st = kf_tensor_constant(&n->shape, n->scalar, &values[id]);
+        }
+    }
+    /* Poison every written buffer so an element the plan forgets shows up as NaN. */
+    for (uint32_t id = 1; id < g->node_count && st == KF_OK; id++) {
+        if (g->nodes[id].kind == KF__NODE_OP && p->buffers[id]) {
+            st = kf_buffer_fill_u32(p->buffers[id], 0x7fc07fc0u);
+        }
+    }
+    if (st == KF_OK) {
+        st = kf_plan_run(p);
+    }
+    /* The unfused specification, one operator at a time. */
+    for (uint32_t id = 1; id < g->node_count && st == KF_OK; id++) {
+        const kf__node *n = &g->nodes[id];
+        if (n->kind != KF__NODE_OP) {
+            continue;
+        }
+        st = kf_tensor_create(&n->shape, &values[id]);
+        if (st != KF_OK) {
+            break;
+        }
+        const kf_tensor *in[KF_NODE_MAX_INPUTS];
+        for (uint32_t i = 0; i < n->input_count; i++) {
+            in[i] = values[n->inputs[i]];
+        }
+        st = n->op->spec_forward(in, &n->params, values[id]);
+        if (st == KF_OK && n->dtype == KF_DTYPE_F16) {
+            round_to_half(values[id]); /* the GPU stores every f16 intermediate */
+        }
+    }
+    out->passed = st == KF_OK;
+    for (uint32_t o = 0; o < g->output_count && st == KF_OK; o++) {
+        uint32_t id = g->outputs[o].node;
+        const kf__node *n = &g->nodes[id];
+        kf_tensor *gpu = NULL;
+        st = kf_tensor_create(&n->shape, &gpu);
+        if (st == KF_OK) {
+            st = kf__plan_download(p, id, gpu->data);
+        }
+        if (st == KF_OK && o < KF_PLAN_MAX_REPORTED) {
+            double err = kf_max_rel_error(gpu->data, values[id]->data, kf_tensor_size(gpu), 0.0);
+            double tol = cone_tolerance(g, id);
+            snprintf(out->outputs[o].name, sizeof out->outputs[o].name, "%s", g->outputs[o].name);
+            out->outputs[o].max_rel_error = err;
+            out->outputs[o].tolerance = tol;
+            out->outputs[o].passed = err <= tol;
+            out->passed &= err <= tol;
+            out->output_count = o + 1;
+        }
+        kf_tensor_destroy(gpu);
+    }
+    for (uint32_t id = 0; id < g->node_count; id++) {
+        kf_tensor_destroy(values[id]);
+    }
+    free(values);
+    if (st != KF_OK) {
+        out->passed = false;
+        return st;
+    }
+    return out->passed ? KF_OK : KF_ERROR_MISMATCH;
+}
