@@ -112,6 +112,7 @@ typedef struct kf_adapter_info {
     char device[256];
     char description[256];
     char backend[32];      /* "vulkan", "opengles", ... */
+    char library[512];     /* path of the webgpu.h library in use */
     char adapter_type[32]; /* "discrete GPU", "integrated GPU", "CPU", "unknown" */
     uint32_t vendor_id;
     uint32_t device_id;
@@ -782,6 +783,14 @@ typedef struct kf_plan_report {
  * the unfused composition of CPU specs in float64-accumulating loops, and compares every output
  * element. KF_ERROR_MISMATCH when any output is outside its tolerance. */
 kf_status kf_plan_verify(kf_plan *p, uint64_t seed, kf_plan_report *out);
+
+/* kf_plan_verify with chosen inputs: values[i] for the input named names[i]; inputs not named
+ * are drawn at random from seed. */
+kf_status kf_plan_check(kf_plan *p, const char *const *names, const kf_tensor *const *values,
+                        uint32_t count, uint64_t seed, kf_plan_report *out);
+/* Random data for input `name` as verification draws it: the range its consumers accept (log:
+ * positive), whole class indices for labels, rounded to f16 for f16 inputs. Caller destroys. */
+kf_status kf_plan_random_input(const kf_plan *p, const char *name, uint64_t seed, kf_tensor **out);
 
 /* The seeds' fused activation saves: copies src[i] -> dst[i] for any number of pairs of any sizes
  * in as few dispatches as the device's storage-buffer limit allows (one for the seeds' attention

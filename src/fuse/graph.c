@@ -134,7 +134,7 @@ kf_node kf_graph_input(kf_graph *g, const char *name, const kf_shape *shape, kf_
         graph_fail(g, KF_ERROR_LIMIT, "input %s: more than 2^32-1 elements", name);
         return none;
     }
-    if (dtype != KF_DTYPE_F32 && dtype != KF_DTYPE_F16) {
+    if (dtype != KF_DTYPE_F32 && dtype != KF_DTYPE_F16 && dtype != KF_DTYPE_I32) {
         graph_fail(g, KF_ERROR_INVALID_ARGUMENT, "input %s: unknown dtype %d", name, (int)dtype);
         return none;
     }
@@ -192,7 +192,7 @@ kf_node kf_graph_op(kf_graph *g, const char *op_name, const kf_node *inputs, uin
         }
         n.inputs[i] = inputs[i].id;
         shapes[i] = in->shape;
-        if (in->kind != KF__NODE_SCALAR) {
+        if (in->kind != KF__NODE_SCALAR && !(op->index_inputs & (1u << i))) {
             if (have_dtype && in->dtype != n.dtype) {
                 graph_fail(g, KF_ERROR_TYPE, "%s: inputs mix f32 and f16", op->name);
                 return none;
@@ -207,7 +207,16 @@ kf_node kf_graph_op(kf_graph *g, const char *op_name, const kf_node *inputs, uin
         return none;
     }
     char msg[256] = {0};
-    kf_status st = op->shape(shapes, &p, &n.shape, msg, sizeof msg);
+    for (uint32_t i = 0; i < count; i++) {
+        const kf__node *in = &g->nodes[inputs[i].id];
+        bool index = (op->index_inputs & (1u << i)) != 0;
+        if (index != (in->dtype == KF_DTYPE_I32) || (index && in->kind == KF__NODE_SCALAR)) {
+            graph_fail(g, KF_ERROR_TYPE, "%s: input %u must be %s", op->name, i,
+                       index ? "an i32 tensor of class indices" : "f32 or f16, not i32");
+            return none;
+        }
+    }
+    kf_status st = kf_op_shape(op, shapes, &p, &n.shape, msg, sizeof msg);
     if (st != KF_OK) {
         graph_fail(g, st, "%s", msg[0] ? msg : kf_status_str(st));
         return none;

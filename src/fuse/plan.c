@@ -36,12 +36,8 @@ static void plan_fail(kf_plan *p, kf_status st, const char *fmt, ...) {
     va_end(ap);
 }
 
-static uint32_t dtype_size(kf_dtype d) {
-    return d == KF_DTYPE_F16 ? 2u : 4u;
-}
-
 static uint64_t node_bytes(const kf__node *n) {
-    return kf_shape_elements(&n->shape) * dtype_size(n->dtype);
+    return kf_shape_elements(&n->shape) * kf_dtype_size(n->dtype);
 }
 
 static kf__group *new_group(kf_plan *p, kf__group_kind kind) {
@@ -298,7 +294,9 @@ static void plan_horizontal(kf_plan *p) {
 /* ---- code generation ---- */
 
 static kf_type scalar_type(kf_dtype d) {
-    return kf_type_scalar(d == KF_DTYPE_F16 ? KF_SCALAR_F16 : KF_SCALAR_F32);
+    return kf_type_scalar(d == KF_DTYPE_F16   ? KF_SCALAR_F16
+                          : d == KF_DTYPE_I32 ? KF_SCALAR_I32
+                                              : KF_SCALAR_F32);
 }
 
 typedef struct emit_state {
@@ -827,15 +825,19 @@ kf_status kf__plan_upload(kf_plan *p, uint32_t id, const float *data) {
     if (n->dtype == KF_DTYPE_F32) {
         return kf_buffer_upload(p->buffers[id], 0, data, count * 4);
     }
-    uint16_t *half = malloc(count * sizeof *half);
-    if (!half) {
+    void *staged = malloc(count * kf_dtype_size(n->dtype));
+    if (!staged) {
         return KF_ERROR_OUT_OF_MEMORY;
     }
     for (uint64_t i = 0; i < count; i++) {
-        half[i] = kf__half_from_float(data[i]);
+        if (n->dtype == KF_DTYPE_F16) {
+            ((uint16_t *)staged)[i] = kf__half_from_float(data[i]);
+        } else {
+            ((int32_t *)staged)[i] = (int32_t)data[i]; /* class indices: whole numbers */
+        }
     }
-    kf_status st = kf_buffer_upload(p->buffers[id], 0, half, count * 2);
-    free(half);
+    kf_status st = kf_buffer_upload(p->buffers[id], 0, staged, count * kf_dtype_size(n->dtype));
+    free(staged);
     return st;
 }
 
@@ -920,15 +922,16 @@ kf_status kf__plan_download(const kf_plan *p, uint32_t id, float *data) {
     if (n->dtype == KF_DTYPE_F32) {
         return kf_buffer_download(p->buffers[id], 0, data, count * 4);
     }
-    uint16_t *half = malloc(count * sizeof *half);
-    if (!half) {
+    void *staged = malloc(count * kf_dtype_size(n->dtype));
+    if (!staged) {
         return KF_ERROR_OUT_OF_MEMORY;
     }
-    kf_status st = kf_buffer_download(p->buffers[id], 0, half, count * 2);
+    kf_status st = kf_buffer_download(p->buffers[id], 0, staged, count * kf_dtype_size(n->dtype));
     for (uint64_t i = 0; st == KF_OK && i < count; i++) {
-        data[i] = kf__half_to_float(half[i]);
+        data[i] = n->dtype == KF_DTYPE_F16 ? kf__half_to_float(((uint16_t *)staged)[i])
+                                           : (float)((int32_t *)staged)[i];
     }
-    free(half);
+    free(staged);
     return st;
 }
 

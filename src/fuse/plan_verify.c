@@ -31,17 +31,17 @@ static void input_range(const kf_graph *g, uint32_t id, float *lo, float *hi) {
     }
 }
 
-/* Integer-valued inputs (class labels) get whole numbers below the class count. */
+/* Index inputs (class labels) get whole numbers below the class count: the last dimension of
+ * the operator's first input. */
 static bool label_input(const kf_graph *g, uint32_t id, uint32_t *classes) {
     for (uint32_t c = 1; c < g->node_count; c++) {
         const kf__node *n = &g->nodes[c];
-        if (n->kind != KF__NODE_OP || strcmp(n->op->name, "cross_entropy") != 0) {
-            continue;
-        }
-        if (n->input_count == 2 && n->inputs[1] == id) {
-            const kf_shape *logits = &g->nodes[n->inputs[0]].shape;
-            *classes = logits->rank ? logits->dims[logits->rank - 1] : 1;
-            return true;
+        for (uint32_t i = 0; n->kind == KF__NODE_OP && i < n->input_count; i++) {
+            if (n->inputs[i] == id && (n->op->index_inputs & (1u << i))) {
+                const kf_shape *first = &g->nodes[n->inputs[0]].shape;
+                *classes = first->rank ? first->dims[first->rank - 1] : 1;
+                return true;
+            }
         }
     }
     return false;
@@ -90,7 +90,38 @@ static void round_to_half(kf_tensor *t) {
     }
 }
 
+kf_status kf__plan_random_input(const kf_plan *p, uint32_t id, uint64_t seed, kf_tensor **out) {
+    const kf_graph *g = p->graph;
+    const kf__node *n = &g->nodes[id];
+    kf_status st = kf_tensor_create(&n->shape, out);
+    if (st != KF_OK) {
+        return st;
+    }
+    kf_tensor *t = *out;
+    uint32_t classes = 0;
+    uint64_t input_seed = seed * 0x9e3779b97f4a7c15ULL + id;
+    if (label_input(g, id, &classes)) {
+        kf_tensor_fill_random(t, input_seed, 0.0f, (float)classes);
+        for (uint64_t i = 0; i < kf_tensor_size(t); i++) {
+            float v = (float)(int)t->data[i];
+            t->data[i] = v >= (float)classes ? (float)classes - 1.0f : v;
+        }
+    } else {
+        float lo, hi;
+        input_range(g, id, &lo, &hi);
+        kf_tensor_fill_random(t, input_seed, lo, hi);
+    }
+    if (n->dtype == KF_DTYPE_F16) {
+        round_to_half(t);
+    }
+    return KF_OK;
+}
+
 kf_status kf_plan_verify(kf_plan *p, uint64_t seed, kf_plan_report *out) {
+    return kf__plan_check(p, NULL, seed, out);
+}
+
+kf_status kf__plan_check(kf_plan *p, kf_tensor *const *given, uint64_t seed, kf_plan_report *out) {
     if (!p || !out) {
         return KF_ERROR_INVALID_ARGUMENT;
     }
@@ -105,25 +136,20 @@ kf_status kf_plan_verify(kf_plan *p, uint64_t seed, kf_plan_report *out) {
     for (uint32_t id = 1; id < g->node_count && st == KF_OK; id++) {
         const kf__node *n = &g->nodes[id];
         if (n->kind == KF__NODE_INPUT) {
-            st = kf_tensor_create(&n->shape, &values[id]);
-            if (st != KF_OK) {
-                break;
-            }
-            uint32_t classes = 0;
-            uint64_t input_seed = seed * 0x9e3779b97f4a7c15ULL + id;
-            if (label_input(g, id, &classes)) {
-                kf_tensor_fill_random(values[id], input_seed, 0.0f, (float)classes);
-                for (uint64_t i = 0; i < kf_tensor_size(values[id]); i++) {
-                    float v = (float)(int)values[id]->data[i];
-                    values[id]->data[i] = v >= (float)classes ? (float)classes - 1.0f : v;
+            if (given && given[id]) {
+                st = kf_tensor_create(&n->shape, &values[id]);
+                if (st == KF_OK) {
+                    memcpy(values[id]->data, given[id]->data,
+                           kf_tensor_size(values[id]) * sizeof(float));
+                    if (n->dtype == KF_DTYPE_F16) {
+                        round_to_half(values[id]);
+                    }
                 }
             } else {
-                float lo, hi;
-                input_range(g, id, &lo, &hi);
-                kf_tensor_fill_random(values[id], input_seed, lo, hi);
+                st = kf__plan_random_input(p, id, seed, &values[id]);
             }
-            if (n->dtype == KF_DTYPE_F16) {
-                round_to_half(values[id]);
+            if (st != KF_OK) {
+                break;
             }
             st = kf__plan_upload(p, id, values[id]->data);
             if (st == KF_OK) {
@@ -191,4 +217,54 @@ kf_status kf_plan_verify(kf_plan *p, uint64_t seed, kf_plan_report *out) {
         return st;
     }
     return out->passed ? KF_OK : KF_ERROR_MISMATCH;
+}
+
+static uint32_t input_node(const kf_plan *p, const char *name) {
+    const kf_graph *g = p->graph;
+    for (uint32_t id = 1; name && id < g->node_count; id++) {
+        if (g->nodes[id].kind == KF__NODE_INPUT && !strcmp(g->nodes[id].name, name)) {
+            return id;
+        }
+    }
+    return 0;
+}
+
+kf_status kf_plan_random_input(const kf_plan *p, const char *name, uint64_t seed, kf_tensor **out) {
+    if (!p || !out) {
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    *out = NULL;
+    uint32_t id = input_node(p, name);
+    if (!id) {
+        kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT, "plan has no input named '%s'",
+                              name ? name : "(null)");
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    return kf__plan_random_input(p, id, seed, out);
+}
+
+kf_status kf_plan_check(kf_plan *p, const char *const *names, const kf_tensor *const *values,
+                        uint32_t count, uint64_t seed, kf_plan_report *out) {
+    if (!p || !out || (count && (!names || !values))) {
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    kf_tensor **given = calloc(p->graph->node_count, sizeof *given);
+    if (!given) {
+        return KF_ERROR_OUT_OF_MEMORY;
+    }
+    for (uint32_t i = 0; i < count; i++) {
+        uint32_t id = input_node(p, names[i]);
+        const kf__node *n = id ? &p->graph->nodes[id] : NULL;
+        if (!n || !values[i] || !kf_shape_eq(&n->shape, &values[i]->shape)) {
+            kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT,
+                                  "check: input '%s' is unknown or its shape differs",
+                                  names[i] ? names[i] : "(null)");
+            free(given);
+            return KF_ERROR_INVALID_ARGUMENT;
+        }
+        given[id] = (kf_tensor *)values[i]; /* read only: kf__plan_check copies it */
+    }
+    kf_status st = kf__plan_check(p, given, seed, out);
+    free(given);
+    return st;
 }

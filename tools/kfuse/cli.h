@@ -20,7 +20,13 @@ kf_context *kf_cli_context(void);
 /* true if arg is -h or --help. */
 bool kf_cli_is_help(const char *arg);
 
+/* Parses a graph-language program: a file path, "-" for standard input, or the text itself;
+ * prints "FILE:LINE:COL: error: ..." and returns NULL when it does not parse. */
+kf_graph *kf_cli_load_spec(const char *arg, bool is_text);
+
 int kf_cmd_info(int argc, char **argv);
+int kf_cmd_explain(int argc, char **argv);
+int kf_cmd_run(int argc, char **argv);
 int kf_cmd_demo(int argc, char **argv);
 
 #endif

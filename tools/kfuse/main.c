@@ -5,6 +5,8 @@
 static const kf_cli_command commands[] = {
     {"info", "show the WebGPU adapter, its features and the limits kfuse uses", kf_cmd_info},
     {"demo", "run the main demo: fused vs unfused, checked against the CPU", kf_cmd_demo},
+    {"explain", "show how a graph fuses: groups, dispatches, bytes, WGSL", kf_cmd_explain},
+    {"run", "run a graph fused (or not), check it against the CPU specs, time it", kf_cmd_run},
 };
 static const size_t command_count = sizeof commands / sizeof commands[0];
 

@@ -1,0 +1,351 @@
+/* kfuse run: plan a graph, feed it, run it, check it against the CPU specs, time it. */
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define MAX_GIVEN 32
+
+kf_graph *kf_cli_load_spec(const char *arg, bool is_text) {
+    kf_graph *g = NULL;
+    kf_spec_error err = {0};
+    kf_status st;
+    const char *where = arg;
+    if (is_text) {
+        where = "-e";
+        st = kf_spec_parse(arg, strlen(arg), &g, &err);
+    } else if (!strcmp(arg, "-")) {
+        where = "<stdin>";
+        size_t cap = 4096, len = 0;
+        char *buf = malloc(cap);
+        size_t n;
+        while (buf && (n = fread(buf + len, 1, cap - len, stdin)) > 0) {
+            len += n;
+            if (len == cap) {
+                char *bigger = realloc(buf, cap * 2);
+                if (!bigger) {
+                    free(buf);
+                    buf = NULL;
+                    break;
+                }
+                buf = bigger;
+                cap *= 2;
+            }
+        }
+        if (!buf) {
+            fprintf(stderr, "kfuse: out of memory reading standard input\n");
+            return NULL;
+        }
+        st = kf_spec_parse(buf, len, &g, &err);
+        free(buf);
+    } else {
+        st = kf_spec_parse_file(arg, &g, &err);
+    }
+    if (st != KF_OK) {
+        if (err.line) {
+            fprintf(stderr, "%s:%u:%u: error: %s\n", where, err.line, err.column, err.message);
+        } else {
+            fprintf(stderr, "%s: error: %s\n", where,
+                    err.message[0] ? err.message : kf_status_str(st));
+        }
+        kf_graph_destroy(g);
+        return NULL;
+    }
+    return g;
+}
+
+static void run_usage(FILE *f) {
+    fprintf(f, "usage: kfuse run SPEC [--no-fuse] [--check] [--repeat N] [--seed S] [--json]\n"
+               "                 [--input NAME=FILE.npy]... [--save DIR]\n\n"
+               "Plans and runs the graph in SPEC (a file, '-' for standard input, or -e 'TEXT').\n"
+               "Inputs are random (from the seed) unless given as .npy files (f32 or f16).\n\n"
+               "  --no-fuse          one dispatch per operator, for comparison\n"
+               "  --check            compare every output with the unfused CPU specs\n"
+               "  --repeat N         time N runs and print the median (default 10)\n"
+               "  --seed S           seed of the random inputs (default: fresh, printed)\n"
+               "  --input NAME=FILE  read input NAME from a .npy file\n"
+               "  --save DIR         write every output to DIR/NAME.npy\n"
+               "  --json             one JSON object: dispatches, unfused_dispatches, bytes,\n"
+               "                     unfused_bytes, time_ms, max_rel_err (with --check)\n");
+}
+
+typedef struct run_args {
+    const char *spec;
+    bool spec_is_text;
+    kf_compile_options opts;
+    bool check;
+    bool json;
+    uint32_t repeat;
+    uint64_t seed;
+    const char *save_dir;
+    const char *given_names[MAX_GIVEN];
+    const char *given_files[MAX_GIVEN];
+    uint32_t given_count;
+} run_args;
+
+static int parse_args(int argc, char **argv, run_args *a) {
+    a->repeat = 10;
+    a->seed = (uint64_t)time(NULL) * 2654435761u ^ (uint64_t)clock();
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        bool has_next = i + 1 < argc;
+        if (kf_cli_is_help(arg)) {
+            run_usage(stdout);
+            return 0;
+        } else if (!strcmp(arg, "--no-fuse")) {
+            a->opts.no_fuse = true;
+        } else if (!strcmp(arg, "--check")) {
+            a->check = true;
+        } else if (!strcmp(arg, "--json")) {
+            a->json = true;
+        } else if (!strcmp(arg, "--repeat") && has_next) {
+            char *end;
+            unsigned long v = strtoul(argv[++i], &end, 10);
+            if (*end || v == 0 || v > 100000) {
+                fprintf(stderr, "kfuse run: --repeat takes a count from 1 to 100000\n");
+                return 2;
+            }
+            a->repeat = (uint32_t)v;
+        } else if (!strcmp(arg, "--seed") && has_next) {
+            char *end;
+            a->seed = strtoull(argv[++i], &end, 0);
+            if (*end) {
+                fprintf(stderr, "kfuse run: --seed takes a number\n");
+                return 2;
+            }
+        } else if (!strcmp(arg, "--save") && has_next) {
+            a->save_dir = argv[++i];
+        } else if (!strcmp(arg, "--input") && has_next) {
+            char *eq = strchr(argv[++i], '=');
+            if (!eq || eq == argv[i] || !eq[1] || a->given_count == MAX_GIVEN) {
+                fprintf(stderr, "kfuse run: --input takes NAME=FILE.npy\n");
+                return 2;
+            }
+            *eq = '\0';
+            a->given_names[a->given_count] = argv[i];
+            a->given_files[a->given_count++] = eq + 1;
+        } else if (!strcmp(arg, "-e") && has_next) {
+            a->spec = argv[++i];
+            a->spec_is_text = true;
+        } else if (arg[0] == '-' && arg[1] != '\0') {
+            fprintf(stderr, "kfuse run: unknown or incomplete option '%s'\n", arg);
+            run_usage(stderr);
+            return 2;
+        } else if (!a->spec) {
+            a->spec = arg;
+        } else {
+            fprintf(stderr, "kfuse run: one SPEC only ('%s' is extra)\n", arg);
+            return 2;
+        }
+    }
+    if (!a->spec) {
+        run_usage(stderr);
+        return 2;
+    }
+    return -1; /* go on */
+}
+
+static void print_summary(const char *name, const kf_tensor *t) {
+    uint64_t n = kf_tensor_size(t);
+    double sum = 0.0, lo = INFINITY, hi = -INFINITY;
+    uint64_t nonfinite = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        double v = t->data[i];
+        if (!isfinite(v)) {
+            nonfinite++;
+            continue;
+        }
+        sum += v;
+        lo = v < lo ? v : lo;
+        hi = v > hi ? v : hi;
+    }
+    char shape[64];
+    printf("%-12s f32[%s]  mean %.6g  min %.6g  max %.6g", name,
+           kf_shape_str(&t->shape, shape, sizeof shape),
+           n > nonfinite ? sum / (double)(n - nonfinite) : 0.0, lo, hi);
+    if (nonfinite) {
+        printf("  (%llu not finite)", (unsigned long long)nonfinite);
+    }
+    printf("\n             [");
+    for (uint64_t i = 0; i < n && i < 6; i++) {
+        printf("%s%.6g", i ? ", " : "", (double)t->data[i]);
+    }
+    printf("%s]\n", n > 6 ? ", ..." : "");
+}
+
+static int save_outputs(const kf_graph *g, kf_tensor **outs, const char *dir) {
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, "kfuse run: cannot create %s: %s\n", dir, strerror(errno));
+        return 1;
+    }
+    for (uint32_t o = 0; o < kf_graph_output_count(g); o++) {
+        const char *name;
+        kf_dtype dtype;
+        kf_graph_output_info(g, o, &name, NULL, &dtype);
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s.npy", dir, name);
+        kf_status st =
+            kf_npy_write(path, outs[o], dtype == KF_DTYPE_F16 ? KF_DTYPE_F16 : KF_DTYPE_F32);
+        if (st != KF_OK) {
+            fprintf(stderr, "kfuse run: writing %s: %s\n", path, kf_status_str(st));
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int kf_cmd_run(int argc, char **argv) {
+    run_args a = {0};
+    int rc = parse_args(argc, argv, &a);
+    if (rc >= 0) {
+        return rc;
+    }
+    kf_graph *g = kf_cli_load_spec(a.spec, a.spec_is_text);
+    if (!g) {
+        return 1;
+    }
+    kf_context *ctx = kf_cli_context();
+    if (!ctx) {
+        kf_graph_destroy(g);
+        return 1;
+    }
+    kf_plan *plan = NULL;
+    kf_tensor *given[MAX_GIVEN] = {0};
+    uint32_t out_count = kf_graph_output_count(g);
+    kf_tensor **outs = calloc(out_count ? out_count : 1, sizeof *outs);
+    kf_plan_report report = {0};
+    kf_timing timing = {0};
+    kf_plan_summary summary = {0};
+    rc = 1;
+    kf_status st = kf_graph_compile(ctx, g, &a.opts, &plan);
+    if (st != KF_OK || !outs) {
+        fprintf(stderr, "kfuse run: %s: %s\n", kf_status_str(st), kf_context_last_error(ctx));
+        goto done;
+    }
+    kf_plan_summary_get(plan, &summary);
+    for (uint32_t i = 0; i < a.given_count; i++) {
+        char msg[256] = {0};
+        st = kf_npy_read(a.given_files[i], &given[i], msg, sizeof msg);
+        if (st != KF_OK) {
+            fprintf(stderr, "kfuse run: %s: %s\n", a.given_files[i],
+                    msg[0] ? msg : kf_status_str(st));
+            goto done;
+        }
+    }
+    /* Every input: the given file or fresh random data from the seed. */
+    for (uint32_t i = 0; i < kf_graph_input_count(g); i++) {
+        const char *name;
+        kf_graph_input_info(g, i, &name, NULL, NULL);
+        const kf_tensor *value = NULL;
+        kf_tensor *random = NULL;
+        for (uint32_t j = 0; j < a.given_count; j++) {
+            if (!strcmp(a.given_names[j], name)) {
+                value = given[j];
+            }
+        }
+        if (!value) {
+            st = kf_plan_random_input(plan, name, a.seed, &random);
+            value = random;
+        }
+        if (st == KF_OK) {
+            st = kf_plan_set_input(plan, name, value);
+        }
+        kf_tensor_destroy(random);
+        if (st != KF_OK) {
+            fprintf(stderr, "kfuse run: input %s: %s\n", name, kf_context_last_error(ctx));
+            goto done;
+        }
+    }
+    for (uint32_t j = 0; j < a.given_count; j++) {
+        bool known = false;
+        for (uint32_t i = 0; i < kf_graph_input_count(g); i++) {
+            const char *name;
+            kf_graph_input_info(g, i, &name, NULL, NULL);
+            known |= !strcmp(name, a.given_names[j]);
+        }
+        if (!known) {
+            fprintf(stderr, "kfuse run: --input %s: the graph has no input of that name\n",
+                    a.given_names[j]);
+            goto done;
+        }
+    }
+    st = kf_plan_run(plan);
+    if (st == KF_OK) {
+        st = kf_plan_time(plan, a.repeat, &timing);
+    }
+    if (st != KF_OK) {
+        fprintf(stderr, "kfuse run: %s: %s\n", kf_status_str(st), kf_context_last_error(ctx));
+        goto done;
+    }
+    for (uint32_t o = 0; o < out_count; o++) {
+        const char *name;
+        kf_shape shape;
+        kf_graph_output_info(g, o, &name, &shape, NULL);
+        if (kf_tensor_create(&shape, &outs[o]) != KF_OK ||
+            kf_plan_get_output(plan, name, outs[o]) != KF_OK) {
+            fprintf(stderr, "kfuse run: output %s: %s\n", name, kf_context_last_error(ctx));
+            goto done;
+        }
+    }
+    if (a.check) {
+        st = kf_plan_check(plan, a.given_names, (const kf_tensor *const *)given, a.given_count,
+                           a.seed, &report);
+        if (st != KF_OK && st != KF_ERROR_MISMATCH) {
+            fprintf(stderr, "kfuse run: check: %s: %s\n", kf_status_str(st),
+                    kf_context_last_error(ctx));
+            goto done;
+        }
+    }
+    rc = a.check && !report.passed ? 1 : 0;
+    double worst = 0.0;
+    for (uint32_t o = 0; o < report.output_count; o++) {
+        worst = report.outputs[o].max_rel_error > worst ? report.outputs[o].max_rel_error : worst;
+    }
+    if (a.json) {
+        printf("{\"dispatches\": %u, \"unfused_dispatches\": %u, \"bytes\": %llu, "
+               "\"unfused_bytes\": %llu, \"time_ms\": %.6f, \"timer\": \"%s\", \"seed\": %llu",
+               summary.dispatches, summary.unfused_dispatches, (unsigned long long)summary.bytes,
+               (unsigned long long)summary.unfused_bytes, timing.median_ms,
+               timing.gpu_timestamps ? "gpu" : "wall", (unsigned long long)a.seed);
+        if (a.check) {
+            printf(", \"max_rel_err\": %.6g, \"passed\": %s", worst,
+                   report.passed ? "true" : "false");
+        }
+        printf("}\n");
+    } else {
+        printf("seed %llu; plan: %u dispatch%s (unfused: %u)\n", (unsigned long long)a.seed,
+               summary.dispatches, summary.dispatches == 1 ? "" : "es", summary.unfused_dispatches);
+        for (uint32_t o = 0; o < out_count; o++) {
+            const char *name;
+            kf_graph_output_info(g, o, &name, NULL, NULL);
+            print_summary(name, outs[o]);
+        }
+        for (uint32_t o = 0; o < report.output_count; o++) {
+            printf("check %-6s max_rel_err %.3g (tolerance %.3g) %s\n", report.outputs[o].name,
+                   report.outputs[o].max_rel_error, report.outputs[o].tolerance,
+                   report.outputs[o].passed ? "ok" : "FAILED");
+        }
+        printf("time: %.4f ms median of %u runs (%s)\n", timing.median_ms, a.repeat,
+               timing.gpu_timestamps ? "GPU timestamps" : "wall clock");
+    }
+    if (a.save_dir && save_outputs(g, outs, a.save_dir) != 0) {
+        rc = 1;
+    }
+done:
+    for (uint32_t i = 0; i < a.given_count; i++) {
+        kf_tensor_destroy(given[i]);
+    }
+    for (uint32_t o = 0; outs && o < out_count; o++) {
+        kf_tensor_destroy(outs[o]);
+    }
+    free(outs);
+    kf_plan_destroy(plan);
+    kf_context_destroy(ctx);
+    kf_graph_destroy(g);
+    return rc;
+}
