@@ -107,8 +107,8 @@ kf_kernel *kf__ew_kernel_forward(const kf_operator *op, const kf_shape *in, cons
  * workgroup per grad_in element with a tree reduction in workgroup memory. */
 kf_kernel *kf__ew_kernel_backward(const kf_operator *op, const kf_shape *in, const kf_op_params *p,
                                   kf_dtype dtype, uint32_t which);
-/* The grid for either of the two kernels above (which < 0: forward). */
-void kf__ew_grid(const kf_shape *in, const kf_op_params *p, int32_t which, uint32_t groups[3]);
+/* The grid for either of the two kernels above (which < 0: forward), for `arity` inputs. */
+void kf__ew_grid(const kf_shape *in, uint32_t arity, int32_t which, uint32_t groups[3]);
 
 /* Scalar specification of an element-wise op, in float64: y = f(x[0], x[1], ...). */
 typedef double (*kf__ew_scalar_fn)(const double *x, const kf_op_params *p);
@@ -123,13 +123,55 @@ kf_status kf__ew_spec_backward(kf__ew_scalar_grad_fn df, uint32_t arity, const k
                                const kf_tensor *out, const kf_tensor *grad_out,
                                const kf_op_params *p, kf_tensor *const *grad_in);
 
+/* The glue of an element-wise op NAME of ARITY inputs, from its four functions NAME##_f (double
+ * spec), NAME##_df (its derivative), NAME##_expr and NAME##_expr_backward (f32 IR): shape rule,
+ * spec_forward/backward and kernel_forward/backward wrappers, for KF__EW_FIELDS(NAME) to list in
+ * the operator object `kf__op_##NAME`. */
+#define KF__EW_GLUE(NAME, ARITY)                                                                   \
+    static kf_status NAME##_shape(const kf_shape *in, const kf_op_params *p, kf_shape *out,        \
+                                  char *msg, size_t msg_size) {                                    \
+        (void)p;                                                                                   \
+        return kf__broadcast_shape(in, ARITY, #NAME, out, msg, msg_size);                          \
+    }                                                                                              \
+    static kf_status NAME##_spec_forward(const kf_tensor *const *in, const kf_op_params *p,        \
+                                         kf_tensor *out) {                                         \
+        return kf__ew_spec_forward(NAME##_f, ARITY, in, p, out);                                   \
+    }                                                                                              \
+    static kf_status NAME##_spec_backward(const kf_tensor *const *in, const kf_tensor *out,        \
+                                          const kf_tensor *grad_out, const kf_op_params *p,        \
+                                          kf_tensor *const *grad_in) {                             \
+        return kf__ew_spec_backward(NAME##_df, ARITY, in, out, grad_out, p, grad_in);              \
+    }                                                                                              \
+    static kf_kernel *NAME##_kernel_forward(const kf_shape *in, const kf_op_params *p,             \
+                                            kf_dtype dtype) {                                      \
+        return kf__ew_kernel_forward(&kf__op_##NAME, in, p, dtype);                                \
+    }                                                                                              \
+    static kf_kernel *NAME##_kernel_backward(const kf_shape *in, const kf_op_params *p,            \
+                                             kf_dtype dtype, uint32_t which) {                     \
+        return kf__ew_kernel_backward(&kf__op_##NAME, in, p, dtype, which);                        \
+    }                                                                                              \
+    static void NAME##_grid(const kf_shape *in, const kf_op_params *p, int32_t which,              \
+                            uint32_t groups[3]) {                                                  \
+        (void)p;                                                                                   \
+        kf__ew_grid(in, ARITY, which, groups);                                                     \
+    }
+
+#define KF__EW_FIELDS(NAME)                                                                        \
+    .op_class = KF_OP_CLASS_ELEMENTWISE, .shape = NAME##_shape,                                    \
+    .spec_forward = NAME##_spec_forward, .spec_backward = NAME##_spec_backward,                    \
+    .kernel_forward = NAME##_kernel_forward, .kernel_backward = NAME##_kernel_backward,            \
+    .expr = NAME##_expr, .expr_backward = NAME##_expr_backward, .grid = NAME##_grid
+
+/* A parameter with "zero means default". */
+static inline float kf__param_or(float value, float default_value) {
+    return value != 0.0f ? value : default_value;
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* Tensors                                                                                  */
 /* ---------------------------------------------------------------------------------------- */
 
-/* Rounds an f32 to the nearest f16 (ties to even) and back: what an f16 buffer would hold. */
-uint16_t kf__f32_to_f16(float f);
-float kf__f16_to_f32(uint16_t h);
+/* f16 conversion (round to nearest even) is util/half.h's kf__half_from_float / _to_float. */
 /* splitmix64 step (the stream every kfuse random fill uses). */
 uint64_t kf__splitmix64(uint64_t *state);
 /* A uniform double in [0, 1) from the stream. */

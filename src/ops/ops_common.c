@@ -1,0 +1,49 @@
+/* Kernel-building helpers every operator shares: dtype-aware bindings, loads, stores and yields
+ * (storage may be f16; compute is always f32), literals and 1-D grids. */
+#include "ops/ops_internal.h"
+
+kf_type kf__dtype_type(kf_dtype dtype) {
+    switch (dtype) {
+    case KF_DTYPE_F16:
+        return kf_type_scalar(KF_SCALAR_F16);
+    case KF_DTYPE_I32:
+        return kf_type_scalar(KF_SCALAR_I32);
+    case KF_DTYPE_F32:
+        break;
+    }
+    return kf_type_scalar(KF_SCALAR_F32);
+}
+
+kf_binding kf__bind(kf_kernel *k, const char *name, kf_dtype dtype, kf_access access) {
+    return kf_kernel_storage(k, name, kf__dtype_type(dtype), access);
+}
+
+kf_val kf__load_f32(kf_kernel *k, kf_binding b, kf_val index, kf_dtype dtype) {
+    kf_val v = kf_load(k, b, index);
+    return dtype == KF_DTYPE_F32 ? v : kf_cast(k, kf_type_scalar(KF_SCALAR_F32), v);
+}
+
+void kf__store_f32(kf_kernel *k, kf_binding b, kf_val index, kf_val value, kf_dtype dtype) {
+    if (dtype != KF_DTYPE_F32) {
+        value = kf_cast(k, kf__dtype_type(dtype), value);
+    }
+    kf_store(k, b, index, value);
+}
+
+void kf__yield_f32(kf_kernel *k, kf_val value, kf_val index, kf_dtype dtype) {
+    if (dtype != KF_DTYPE_F32) {
+        value = kf_cast(k, kf__dtype_type(dtype), value);
+    }
+    kf_kernel_yield(k, value, index);
+}
+
+kf_val kf__u32(kf_kernel *k, uint64_t v) {
+    return kf_lit_u32(k, (uint32_t)v);
+}
+
+void kf__grid_1d(uint64_t invocations, uint32_t workgroup, uint32_t groups[3]) {
+    uint64_t n = (invocations + workgroup - 1) / workgroup;
+    groups[0] = (uint32_t)(n ? n : 1);
+    groups[1] = 1;
+    groups[2] = 1;
+}
