@@ -172,6 +172,12 @@ static inline float kf__param_or(float value, float default_value) {
 /* ---------------------------------------------------------------------------------------- */
 
 /* f16 conversion (round to nearest even) is util/half.h's kf__half_from_float / _to_float. */
+/* The error of one element as kf_max_rel_error counts it: |a - b| / max(|b|, floor); NaN against
+ * a number and unequal infinities are infinite, NaN against NaN and equal infinities zero. */
+double kf__rel_error(float a, float b, double floor);
+/* The floor verification divides by: 1% of the rms of the finite expected values (1e-6 when
+ * that is zero), so elements near zero are judged against the tensor's scale. */
+double kf__verify_floor(const float *expected, uint64_t n);
 /* splitmix64 step (the stream every kfuse random fill uses). */
 uint64_t kf__splitmix64(uint64_t *state);
 /* A uniform double in [0, 1) from the stream. */

@@ -280,29 +280,25 @@ void kf_tensor_fill_random(kf_tensor *t, uint64_t seed, float lo, float hi) {
     }
 }
 
+double kf__rel_error(float a, float b, double floor) {
+    double x = a, y = b;
+    if (isnan(x) || isnan(y)) {
+        return isnan(x) == isnan(y) ? 0.0 : INFINITY;
+    }
+    if (isinf(x) || isinf(y)) {
+        return x == y ? 0.0 : INFINITY;
+    }
+    return fabs(x - y) / fmax(fabs(y), floor);
+}
+
 double kf_max_rel_error(const float *a, const float *b, uint64_t n, double floor) {
     if (floor <= 0) {
         floor = 1e-6;
     }
     double worst = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        double x = a[i], y = b[i];
-        if (isnan(x) || isnan(y)) {
-            if (isnan(x) != isnan(y)) {
-                return INFINITY;
-            }
-            continue;
-        }
-        if (isinf(x) || isinf(y)) {
-            if (x != y) {
-                return INFINITY;
-            }
-            continue;
-        }
-        double d = fabs(x - y) / fmax(fabs(y), floor);
-        if (d > worst) {
-            worst = d;
-        }
+    for (uint64_t i = 0; i < n && !isinf(worst); i++) {
+        double d = kf__rel_error(a[i], b[i], floor);
+        worst = d > worst ? d : worst;
     }
     return worst;
 }

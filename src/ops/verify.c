@@ -1,0 +1,682 @@
+/* Running operators and checking them: the seeds' verify_consistency, for real.
+ *
+ * kf_op_verify runs an op's GPU kernel on fresh random inputs and compares every element with the
+ * CPU spec. The kernel writes into buffers poisoned with NaN and followed by a guard band of the
+ * same poison, so an element the kernel forgot shows as NaN against a number, and a write past
+ * the end shows as a changed guard. For f16 the inputs are rounded to f16 before the spec sees
+ * them, so both sides compute from identical values and the tolerance only has to cover the
+ * output's rounding.
+ *
+ * kf_op_check_gradient checks the spec's backward against central finite differences of its
+ * forward, in float64, so a wrong derivative in a spec cannot hide behind a kernel that copies it.
+ *
+ * Errors are relative: |got - expected| / max(|expected|, floor), floor = 1% of the rms of the
+ * expected tensor (docs/operators.md says why). */
+#include "ops/ops_internal.h"
+#include "util/half.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GUARD_ELEMENTS 64u
+#define POISON_F32 0x7fc00000u
+#define POISON_F16 0x7e007e00u /* two f16 quiet NaNs */
+#define FLOOR_FRACTION 1e-2
+
+/* The gradient check: relative error allowed between spec_backward and central differences
+ * once the differences' own rounding noise is taken off (see check_one_input). */
+#define GRADIENT_TOLERANCE 1e-2
+
+static void result_fail(kf_verify_result *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void result_fail(kf_verify_result *r, const char *fmt, ...) {
+    r->passed = false;
+    if (r->message[0]) {
+        return; /* keep the first failure: later ones are usually its echoes */
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->message, sizeof r->message, fmt, ap);
+    va_end(ap);
+}
+
+static bool is_index_input(const kf_operator *op, uint32_t i) {
+    return (op->index_inputs >> i) & 1u;
+}
+
+static float round_to(kf_dtype dtype, float v) {
+    return dtype == KF_DTYPE_F16 ? kf__half_to_float(kf__half_from_float(v)) : v;
+}
+
+static void round_tensor(kf_tensor *t, kf_dtype dtype) {
+    uint64_t n = kf_tensor_size(t);
+    for (uint64_t i = 0; dtype == KF_DTYPE_F16 && i < n; i++) {
+        t->data[i] = round_to(dtype, t->data[i]);
+    }
+}
+
+static uint64_t input_seed(uint64_t seed, uint32_t i) {
+    uint64_t s = seed ^ (0x51afd7ed558ccd0dULL * (i + 1));
+    return kf__splitmix64(&s);
+}
+
+static void destroy_all(kf_tensor **t, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++) {
+        kf_tensor_destroy(t[i]);
+        t[i] = NULL;
+    }
+}
+
+/* Fresh inputs for a case: uniform in the op's range, away from zero where the op asks, class
+ * indices for index inputs; rounded to the dtype so the spec sees what the kernel sees. */
+static kf_status make_inputs(const kf_verify_case *c, uint32_t arity, kf_dtype dtype,
+                             kf_tensor **in) {
+    const kf_operator *op = c->op;
+    for (uint32_t i = 0; i < arity; i++) {
+        kf_status st = kf_tensor_create(&c->shapes[i], &in[i]);
+        if (st != KF_OK) {
+            destroy_all(in, i);
+            return st;
+        }
+        uint64_t n = kf_tensor_size(in[i]);
+        uint64_t state = input_seed(c->seed, i);
+        if (is_index_input(op, i)) {
+            uint32_t classes = c->shapes[0].rank ? c->shapes[0].dims[c->shapes[0].rank - 1] : 1;
+            for (uint64_t e = 0; e < n; e++) {
+                in[i]->data[e] = (float)(uint32_t)(kf__rand_unit(&state) * classes);
+            }
+            continue;
+        }
+        if ((op->nonzero_inputs >> i) & 1u) {
+            double m = fmax(fabs((double)op->input_lo), fabs((double)op->input_hi));
+            for (uint64_t e = 0; e < n; e++) {
+                double mag = m * (0.25 + 0.75 * kf__rand_unit(&state));
+                in[i]->data[e] = (float)(kf__splitmix64(&state) & 1u ? -mag : mag);
+            }
+        } else {
+            kf_tensor_fill_random(in[i], kf__splitmix64(&state), op->input_lo, op->input_hi);
+        }
+        round_tensor(in[i], dtype);
+    }
+    return KF_OK;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Comparison                                                                               */
+/* ---------------------------------------------------------------------------------------- */
+
+double kf__verify_floor(const float *expected, uint64_t n) {
+    double sum = 0;
+    uint64_t count = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        if (isfinite(expected[i])) {
+            sum += (double)expected[i] * expected[i];
+            count++;
+        }
+    }
+    double rms = count ? sqrt(sum / (double)count) : 0;
+    return rms > 0 ? FLOOR_FRACTION * rms : 1e-6;
+}
+
+/* Compares got with expected element by element and folds the worst error into r; `what` names
+ * the comparison in the message ("forward", "grad of input 1"). */
+static void compare(const float *got, const float *expected, uint64_t n, double tolerance,
+                    const char *what, kf_verify_result *r) {
+    double floor = kf__verify_floor(expected, n);
+    double worst = 0;
+    uint64_t worst_at = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        double e = kf__rel_error(got[i], expected[i], floor);
+        if (e > worst || isnan(e)) {
+            worst = e;
+            worst_at = i;
+            if (isinf(e)) {
+                break;
+            }
+        }
+    }
+    if (worst > r->max_rel_error) {
+        r->max_rel_error = worst;
+    }
+    if (worst > tolerance) {
+        float g = got[worst_at];
+        if (isnan(g) && !isnan(expected[worst_at])) {
+            result_fail(r, "%s: element %llu is NaN where the spec has %.9g (not written?)", what,
+                        (unsigned long long)worst_at, (double)expected[worst_at]);
+        } else {
+            result_fail(r, "%s: element %llu is %.9g, the spec says %.9g (rel error %.3g > %.3g)",
+                        what, (unsigned long long)worst_at, (double)g, (double)expected[worst_at],
+                        worst, tolerance);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* GPU side                                                                                 */
+/* ---------------------------------------------------------------------------------------- */
+
+typedef struct gpu_output {
+    kf_buffer *buffer;
+    uint64_t n;
+    kf_dtype dtype;
+} gpu_output;
+
+/* An output buffer of n elements plus a guard band, all poisoned with NaN. */
+static kf_status output_create(kf_context *ctx, uint64_t n, kf_dtype dtype, gpu_output *o) {
+    o->n = n;
+    o->dtype = dtype;
+    o->buffer = NULL;
+    uint64_t bytes = (n + GUARD_ELEMENTS) * kf_dtype_size(dtype);
+    kf_status st = kf_buffer_create(ctx, bytes, &o->buffer);
+    if (st == KF_OK) {
+        st = kf_buffer_fill_u32(o->buffer, dtype == KF_DTYPE_F16 ? POISON_F16 : POISON_F32);
+    }
+    return st;
+}
+
+/* Downloads the n elements as f32 into out, and checks the guard band kept its poison. */
+static kf_status output_read(const gpu_output *o, float *out, bool *guard_ok) {
+    uint32_t size = kf_dtype_size(o->dtype);
+    uint64_t total = o->n + GUARD_ELEMENTS;
+    unsigned char *bytes = malloc((size_t)(total * size));
+    if (!bytes) {
+        return KF_ERROR_OUT_OF_MEMORY;
+    }
+    kf_status st = kf_buffer_download(o->buffer, 0, bytes, total * size);
+    if (st == KF_OK) {
+        *guard_ok = true;
+        if (o->dtype == KF_DTYPE_F16) {
+            const uint16_t *h = (const uint16_t *)bytes;
+            for (uint64_t i = 0; i < o->n; i++) {
+                out[i] = kf__half_to_float(h[i]);
+            }
+            for (uint64_t i = o->n; i < total; i++) {
+                *guard_ok = *guard_ok && h[i] == (uint16_t)(POISON_F16 & 0xffffu);
+            }
+        } else {
+            const uint32_t *w = (const uint32_t *)bytes;
+            memcpy(out, bytes, (size_t)(o->n * sizeof(float)));
+            for (uint64_t i = o->n; i < total; i++) {
+                *guard_ok = *guard_ok && w[i] == POISON_F32;
+            }
+        }
+    }
+    free(bytes);
+    return st;
+}
+
+/* Uploads CPU tensors as GPU tensors of the dtype (index inputs as i32). */
+static kf_status upload_inputs(kf_context *ctx, const kf_operator *op, kf_tensor *const *in,
+                               uint32_t arity, kf_dtype dtype, kf_gpu_tensor **g) {
+    for (uint32_t i = 0; i < arity; i++) {
+        kf_status st =
+            kf_gpu_tensor_from(ctx, in[i], is_index_input(op, i) ? KF_DTYPE_I32 : dtype, &g[i]);
+        if (st != KF_OK) {
+            for (uint32_t j = 0; j < i; j++) {
+                kf_gpu_tensor_destroy(g[j]);
+                g[j] = NULL;
+            }
+            return st;
+        }
+    }
+    return KF_OK;
+}
+
+/* Runs a kernel an op's builder made, with its recorded grid (or the op's grid function). */
+static kf_status run_kernel(kf_context *ctx, const kf_operator *op, const kf_shape *shapes,
+                            const kf_op_params *p, int32_t which, kf_kernel *k,
+                            kf_buffer *const *buffers, uint32_t count, char *msg, size_t msg_size) {
+    if (!k) {
+        snprintf(msg, msg_size, "%s: the kernel builder returned nothing for these shapes",
+                 op->name);
+        return KF_ERROR_INTERNAL;
+    }
+    if (kf_kernel_status(k) != KF_OK) {
+        snprintf(msg, msg_size, "%s: kernel build failed: %s", op->name, kf_kernel_error(k));
+        return kf_kernel_status(k);
+    }
+    kf_kernel_launch launch = {0};
+    launch.buffers = buffers;
+    launch.buffer_count = count;
+    kf_kernel_grid(k, launch.groups);
+    if (!launch.groups[0] && !launch.groups[1] && !launch.groups[2] && op->grid) {
+        op->grid(shapes, p, which, launch.groups);
+    }
+    kf_status st = kf_kernel_run(ctx, k, &launch);
+    if (st != KF_OK) {
+        snprintf(msg, msg_size, "%s: %s", op->name, kf_context_last_error(ctx));
+    }
+    return st;
+}
+
+kf_status kf_op_run_forward(kf_context *ctx, const kf_operator *op, const kf_op_params *p,
+                            const kf_gpu_tensor *const *in, kf_gpu_tensor *out) {
+    if (!ctx || !op || !in || !out) {
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    kf_op_params zero = {0};
+    p = p ? p : &zero;
+    uint32_t arity = kf_op_arity(op, p);
+    if (arity > 4) {
+        return KF_ERROR_INTERNAL;
+    }
+    kf_shape shapes[4] = {0};
+    kf_buffer *buffers[5];
+    for (uint32_t i = 0; i < arity; i++) {
+        if (!in[i]) {
+            return KF_ERROR_INVALID_ARGUMENT;
+        }
+        kf_dtype want = is_index_input(op, i) ? KF_DTYPE_I32 : out->dtype;
+        if (in[i]->dtype != want) {
+            return KF_ERROR_TYPE;
+        }
+        shapes[i] = in[i]->shape;
+        buffers[i] = in[i]->buffer;
+    }
+    if (out->dtype == KF_DTYPE_I32) {
+        return KF_ERROR_TYPE;
+    }
+    buffers[arity] = out->buffer;
+    kf_shape expect;
+    char msg[256];
+    kf_status st = op->shape(shapes, p, &expect, msg, sizeof msg);
+    if (st != KF_OK) {
+        return st;
+    }
+    if (!kf_shape_eq(&expect, &out->shape)) {
+        return KF_ERROR_SHAPE;
+    }
+    kf_kernel *k = op->kernel_forward(shapes, p, out->dtype);
+    st = run_kernel(ctx, op, shapes, p, -1, k, buffers, arity + 1, msg, sizeof msg);
+    kf_kernel_destroy(k);
+    return st;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* kf_op_verify                                                                             */
+/* ---------------------------------------------------------------------------------------- */
+
+typedef struct verify_state {
+    const kf_verify_case *c;
+    const kf_operator *op;
+    uint32_t arity;
+    kf_shape out_shape;
+    kf_tensor *in[4];
+    kf_tensor *out; /* the spec's output (rounded to the dtype) */
+    kf_gpu_tensor *g_in[4];
+    char label[128]; /* "relu forward 7x13 f32" */
+} verify_state;
+
+static void state_destroy(verify_state *s) {
+    destroy_all(s->in, 4);
+    kf_tensor_destroy(s->out);
+    for (uint32_t i = 0; i < 4; i++) {
+        kf_gpu_tensor_destroy(s->g_in[i]);
+    }
+}
+
+static kf_status verify_forward(kf_context *ctx, verify_state *s, kf_verify_result *r) {
+    const kf_verify_case *c = s->c;
+    uint64_t n = kf_tensor_size(s->out);
+    float *got = malloc((size_t)n * sizeof *got);
+    gpu_output o = {0};
+    kf_status st = got ? output_create(ctx, n, c->dtype, &o) : KF_ERROR_OUT_OF_MEMORY;
+    if (st == KF_OK) {
+        kf_buffer *buffers[5];
+        for (uint32_t i = 0; i < s->arity; i++) {
+            buffers[i] = s->g_in[i]->buffer;
+        }
+        buffers[s->arity] = o.buffer;
+        kf_kernel *k = s->op->kernel_forward(c->shapes, &c->params, c->dtype);
+        st = run_kernel(ctx, s->op, c->shapes, &c->params, -1, k, buffers, s->arity + 1, r->message,
+                        sizeof r->message);
+        kf_kernel_destroy(k);
+    }
+    bool guard_ok = false;
+    if (st == KF_OK) {
+        st = output_read(&o, got, &guard_ok);
+    }
+    if (st == KF_OK) {
+        r->passed = true;
+        compare(got, s->out->data, n, r->tolerance, "forward", r);
+        if (!guard_ok) {
+            result_fail(r, "forward: the kernel wrote past the end of out");
+        }
+    }
+    kf_buffer_destroy(o.buffer);
+    free(got);
+    return st;
+}
+
+static kf_status verify_backward(kf_context *ctx, verify_state *s, kf_verify_result *r) {
+    const kf_verify_case *c = s->c;
+    const kf_operator *op = s->op;
+    if (!op->kernel_backward || !op->spec_backward) {
+        snprintf(r->message, sizeof r->message, "%s has no backward", op->name);
+        return KF_ERROR_UNSUPPORTED;
+    }
+    /* grad_out from its own stream; grad_in for every input from the spec */
+    kf_tensor *grad_out = NULL, *grad_in[4] = {0};
+    kf_gpu_tensor *g_out = NULL, *g_grad_out = NULL;
+    kf_status st = kf_tensor_create(&s->out_shape, &grad_out);
+    if (st == KF_OK) {
+        kf_tensor_fill_random(grad_out, input_seed(c->seed, 7), -1.0f, 1.0f);
+        round_tensor(grad_out, c->dtype);
+    }
+    for (uint32_t i = 0; i < s->arity && st == KF_OK; i++) {
+        st = kf_tensor_create(&c->shapes[i], &grad_in[i]);
+    }
+    if (st == KF_OK) {
+        st = op->spec_backward((const kf_tensor *const *)s->in, s->out, grad_out, &c->params,
+                               grad_in);
+        if (st != KF_OK) {
+            snprintf(r->message, sizeof r->message, "%s: spec_backward failed: %s", op->name,
+                     kf_status_str(st));
+        }
+    }
+    if (st == KF_OK) {
+        st = kf_gpu_tensor_from(ctx, s->out, c->dtype, &g_out);
+    }
+    if (st == KF_OK) {
+        st = kf_gpu_tensor_from(ctx, grad_out, c->dtype, &g_grad_out);
+    }
+    r->passed = st == KF_OK;
+    for (uint32_t i = 0; i < s->arity && st == KF_OK; i++) {
+        if (is_index_input(op, i)) {
+            continue; /* class indices have no gradient */
+        }
+        uint64_t n = kf_tensor_size(grad_in[i]);
+        float *got = malloc((size_t)n * sizeof *got);
+        gpu_output o = {0};
+        st = got ? output_create(ctx, n, c->dtype, &o) : KF_ERROR_OUT_OF_MEMORY;
+        if (st == KF_OK) {
+            kf_buffer *buffers[7];
+            for (uint32_t j = 0; j < s->arity; j++) {
+                buffers[j] = s->g_in[j]->buffer;
+            }
+            buffers[s->arity] = g_out->buffer;
+            buffers[s->arity + 1] = g_grad_out->buffer;
+            buffers[s->arity + 2] = o.buffer;
+            kf_kernel *k = op->kernel_backward(c->shapes, &c->params, c->dtype, i);
+            st = run_kernel(ctx, op, c->shapes, &c->params, (int32_t)i, k, buffers, s->arity + 3,
+                            r->message, sizeof r->message);
+            kf_kernel_destroy(k);
+        }
+        bool guard_ok = false;
+        if (st == KF_OK) {
+            st = output_read(&o, got, &guard_ok);
+        }
+        if (st == KF_OK) {
+            char what[64];
+            snprintf(what, sizeof what, "grad of input %u", i);
+            compare(got, grad_in[i]->data, n, r->tolerance, what, r);
+            if (!guard_ok) {
+                result_fail(r, "%s: the kernel wrote past the end of grad_in", what);
+            }
+        }
+        kf_buffer_destroy(o.buffer);
+        free(got);
+    }
+    kf_gpu_tensor_destroy(g_out);
+    kf_gpu_tensor_destroy(g_grad_out);
+    kf_tensor_destroy(grad_out);
+    destroy_all(grad_in, 4);
+    return st;
+}
+
+kf_status kf_op_verify(kf_context *ctx, const kf_verify_case *c, kf_verify_result *out) {
+    if (!out) {
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    memset(out, 0, sizeof *out);
+    if (!ctx || !c || !c->op) {
+        snprintf(out->message, sizeof out->message, "no context, case or operator");
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    verify_state s = {0};
+    s.c = c;
+    s.op = c->op;
+    s.arity = kf_op_arity(c->op, &c->params);
+    out->tolerance = c->dtype == KF_DTYPE_F16 ? c->op->tolerance_f16 : c->op->tolerance_f32;
+    if (c->dtype != KF_DTYPE_F32 && c->dtype != KF_DTYPE_F16) {
+        snprintf(out->message, sizeof out->message, "verification runs f32 or f16, not %s",
+                 kf_dtype_str(c->dtype));
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    if (s.arity > 4) {
+        return KF_ERROR_INTERNAL;
+    }
+    kf_status st =
+        c->op->shape(c->shapes, &c->params, &s.out_shape, out->message, sizeof out->message);
+    if (st == KF_OK) {
+        st = make_inputs(c, s.arity, c->dtype, s.in);
+    }
+    if (st == KF_OK) {
+        st = kf_tensor_create(&s.out_shape, &s.out);
+    }
+    if (st == KF_OK) {
+        st = c->op->spec_forward((const kf_tensor *const *)s.in, &c->params, s.out);
+        if (st != KF_OK) {
+            snprintf(out->message, sizeof out->message, "%s: spec_forward failed: %s", c->op->name,
+                     kf_status_str(st));
+        }
+    }
+    if (st == KF_OK) {
+        /* the backward kernel reads out as stored in the dtype; so does the spec */
+        round_tensor(s.out, c->dtype);
+        st = upload_inputs(ctx, c->op, s.in, s.arity, c->dtype, s.g_in);
+        if (st == KF_ERROR_UNSUPPORTED) {
+            snprintf(out->message, sizeof out->message, "the device has no shader-f16");
+        }
+    }
+    if (st == KF_OK) {
+        st = c->backward ? verify_backward(ctx, &s, out) : verify_forward(ctx, &s, out);
+    }
+    state_destroy(&s);
+    if (st != KF_OK) {
+        out->passed = false;
+        if (!out->message[0]) {
+            snprintf(out->message, sizeof out->message, "%s: %s", c->op->name, kf_status_str(st));
+        }
+        return st;
+    }
+    return out->passed ? KF_OK : KF_ERROR_MISMATCH;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* kf_op_check_gradient                                                                      */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Enough sampled elements to catch a wrong formula, few enough that the large cases stay quick:
+ * each sample costs three forward passes over the whole case. */
+static uint32_t gradient_samples(uint64_t input_elements, uint64_t work_per_pass) {
+    uint64_t budget = 40000000u / (3 * (work_per_pass ? work_per_pass : 1));
+    uint64_t n = budget < 4 ? 4 : budget > 256 ? 256 : budget;
+    return (uint32_t)(n < input_elements ? n : input_elements);
+}
+
+typedef struct gradient_state {
+    const kf_verify_case *c;
+    uint32_t arity;
+    kf_tensor *in[4];
+    kf_tensor *base;   /* spec_forward at the inputs */
+    kf_tensor *probe;  /* spec_forward at a perturbed input */
+    kf_tensor *weight; /* the loss is sum(weight * out) */
+} gradient_state;
+
+/* sum(weight * (probe - base)) in float64 and its rounding noise: the f32 outputs carry half an
+ * ulp each, which the difference quotient divides by the step. */
+static kf_status loss_delta(gradient_state *g, double *delta, double *noise) {
+    kf_status st = g->c->op->spec_forward((const kf_tensor *const *)g->in, &g->c->params, g->probe);
+    if (st != KF_OK) {
+        return st;
+    }
+    uint64_t n = kf_tensor_size(g->base);
+    double d = 0, e = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        float a = g->probe->data[i], b = g->base->data[i];
+        if (a != b) {
+            d += (double)g->weight->data[i] * ((double)a - (double)b);
+            e += fabs((double)g->weight->data[i]) * (fabs((double)a) + fabs((double)b));
+        }
+    }
+    *delta = d;
+    *noise = e * 0x1p-24;
+    return KF_OK;
+}
+
+static kf_status check_one_input(gradient_state *g, uint32_t which, const kf_tensor *analytic,
+                                 uint64_t work_per_pass, kf_verify_result *r) {
+    kf_tensor *x = g->in[which];
+    uint64_t n = kf_tensor_size(x);
+    uint32_t samples = gradient_samples(n, work_per_pass);
+    uint64_t state = input_seed(g->c->seed, 100 + which);
+    double *numeric = malloc(samples * sizeof *numeric);
+    double *slack = malloc(samples * sizeof *slack);
+    uint64_t *at = malloc(samples * sizeof *at);
+    bool *skip = calloc(samples, sizeof *skip);
+    kf_status st = numeric && slack && at && skip ? KF_OK : KF_ERROR_OUT_OF_MEMORY;
+    double sum_sq = 0;
+    for (uint32_t s = 0; s < samples && st == KF_OK; s++) {
+        at[s] = samples == n ? s : kf__splitmix64(&state) % n;
+        float x0 = x->data[at[s]];
+        double h = 1e-3 * fmax(1.0, fabs((double)x0));
+        float xp = (float)(x0 + h), xm = (float)(x0 - h);
+        double up, down, noise_up, noise_down;
+        x->data[at[s]] = xp;
+        st = loss_delta(g, &up, &noise_up);
+        x->data[at[s]] = xm;
+        if (st == KF_OK) {
+            st = loss_delta(g, &down, &noise_down);
+        }
+        x->data[at[s]] = x0;
+        if (st != KF_OK) {
+            break;
+        }
+        double step = (double)xp - (double)xm;
+        numeric[s] = (up - down) / step;
+        slack[s] = 4.0 * (noise_up + noise_down) / step;
+        /* a kink inside the step (relu at 0, a max changing hands) makes the one-sided slopes
+         * disagree; the derivative is not defined there, so the sample is skipped */
+        double right = up / ((double)xp - x0), left = -down / (x0 - (double)xm);
+        double side_noise = 4.0 * fmax(noise_up, noise_down) / fmin((double)xp - x0, x0 - xm);
+        skip[s] = fabs(right - left) > 0.25 * fmax(fabs(right), fabs(left)) + side_noise &&
+                  fabs(right - left) > 1e-6;
+        if (!skip[s]) {
+            sum_sq += numeric[s] * numeric[s];
+        }
+    }
+    uint32_t used = 0;
+    for (uint32_t s = 0; s < samples; s++) {
+        used += !skip[s];
+    }
+    if (st == KF_OK && 2 * used < samples) {
+        result_fail(r, "grad of input %u: %u of %u samples sit on kinks; the check saw too few",
+                    which, samples - used, samples);
+    }
+    if (st == KF_OK) {
+        double floor = used ? sqrt(sum_sq / used) * FLOOR_FRACTION : 0;
+        floor = floor > 0 ? floor : 1e-6;
+        for (uint32_t s = 0; s < samples; s++) {
+            if (skip[s]) {
+                continue;
+            }
+            double a = analytic->data[at[s]];
+            double err = fmax(0.0, fabs(a - numeric[s]) - slack[s]) / fmax(fabs(numeric[s]), floor);
+            if (isnan(a) != isnan(numeric[s])) {
+                err = INFINITY;
+            }
+            if (err > r->max_rel_error) {
+                r->max_rel_error = err;
+            }
+            if (err > r->tolerance) {
+                result_fail(r,
+                            "grad of input %u, element %llu: spec_backward says %.9g, central "
+                            "differences %.9g (rel error %.3g)",
+                            which, (unsigned long long)at[s], a, numeric[s], err);
+            }
+        }
+    }
+    free(numeric);
+    free(slack);
+    free(at);
+    free(skip);
+    return st;
+}
+
+kf_status kf_op_check_gradient(const kf_verify_case *c, kf_verify_result *out) {
+    if (!out) {
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    memset(out, 0, sizeof *out);
+    out->tolerance = GRADIENT_TOLERANCE;
+    if (!c || !c->op) {
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    const kf_operator *op = c->op;
+    if (!op->spec_backward) {
+        snprintf(out->message, sizeof out->message, "%s has no spec_backward", op->name);
+        return KF_ERROR_UNSUPPORTED;
+    }
+    gradient_state g = {0};
+    g.c = c;
+    g.arity = kf_op_arity(op, &c->params);
+    if (g.arity > 4) {
+        return KF_ERROR_INTERNAL;
+    }
+    kf_shape out_shape;
+    kf_tensor *grad_in[4] = {0};
+    kf_status st = op->shape(c->shapes, &c->params, &out_shape, out->message, sizeof out->message);
+    if (st == KF_OK) {
+        st = make_inputs(c, g.arity, KF_DTYPE_F32, g.in);
+    }
+    if (st == KF_OK) {
+        st = kf_tensor_create(&out_shape, &g.base);
+    }
+    if (st == KF_OK) {
+        st = kf_tensor_create(&out_shape, &g.probe);
+    }
+    if (st == KF_OK) {
+        st = kf_tensor_create(&out_shape, &g.weight);
+    }
+    if (st == KF_OK) {
+        kf_tensor_fill_random(g.weight, input_seed(c->seed, 7), -1.0f, 1.0f);
+        st = op->spec_forward((const kf_tensor *const *)g.in, &c->params, g.base);
+    }
+    for (uint32_t i = 0; i < g.arity && st == KF_OK; i++) {
+        st = kf_tensor_create(&c->shapes[i], &grad_in[i]);
+    }
+    if (st == KF_OK) {
+        st = op->spec_backward((const kf_tensor *const *)g.in, g.base, g.weight, &c->params,
+                               grad_in);
+    }
+    if (st == KF_OK) {
+        out->passed = true;
+        uint64_t work = kf_shape_elements(&out_shape);
+        for (uint32_t i = 0; i < g.arity; i++) {
+            work += kf_tensor_size(g.in[i]);
+        }
+        for (uint32_t i = 0; i < g.arity && st == KF_OK; i++) {
+            if (!is_index_input(op, i)) {
+                st = check_one_input(&g, i, grad_in[i], work, out);
+            }
+        }
+    }
+    destroy_all(g.in, 4);
+    destroy_all(grad_in, 4);
+    kf_tensor_destroy(g.base);
+    kf_tensor_destroy(g.probe);
+    kf_tensor_destroy(g.weight);
+    if (st != KF_OK) {
+        out->passed = false;
+        if (!out->message[0]) {
+            snprintf(out->message, sizeof out->message, "%s: %s", op->name, kf_status_str(st));
+        }
+        return st;
+    }
+    return out->passed ? KF_OK : KF_ERROR_MISMATCH;
+}
