@@ -28,5 +28,6 @@ int kf_cmd_info(int argc, char **argv);
 int kf_cmd_explain(int argc, char **argv);
 int kf_cmd_run(int argc, char **argv);
 int kf_cmd_demo(int argc, char **argv);
+int kf_cmd_verify(int argc, char **argv);
 
 #endif
