@@ -1,0 +1,292 @@
+/* matmul: the spec against products worked out by hand and across transposes, shape errors,
+ * spec_backward against finite differences, the tiled kernels against the spec on the GPU over
+ * the verification table (f32 and f16, forward and both backward kernels), the open store phase
+ * (an element-wise tail composed into the kernel's yield), and NaN propagation on the device. */
+#include "harness.h"
+#include "ops/ops_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static kf_status spec_forward(const kf_operator *op, const kf_op_params *p, kf_tensor *a,
+                              kf_tensor *b, kf_tensor **out) {
+    kf_shape shapes[2] = {a->shape, b->shape}, s;
+    char msg[256];
+    kf_status st = kf_op_shape(op, shapes, p, &s, msg, sizeof msg);
+    if (st != KF_OK) {
+        return st;
+    }
+    if ((st = kf_tensor_create(&s, out)) != KF_OK) {
+        return st;
+    }
+    const kf_tensor *in[2] = {a, b};
+    return op->spec_forward(in, p, *out);
+}
+
+/* x^T as a new tensor. */
+static kf_tensor *transposed(const kf_tensor *x) {
+    kf_shape s = kf_shape_2d(x->shape.dims[1], x->shape.dims[0]);
+    kf_tensor *t;
+    if (kf_tensor_create(&s, &t) != KF_OK) {
+        return NULL;
+    }
+    for (uint32_t i = 0; i < x->shape.dims[0]; i++) {
+        for (uint32_t j = 0; j < x->shape.dims[1]; j++) {
+            t->data[(uint64_t)j * x->shape.dims[0] + i] =
+                x->data[(uint64_t)i * x->shape.dims[1] + j];
+        }
+    }
+    return t;
+}
+
+KT_TEST(ops, matmul_spec_by_hand) {
+    const kf_operator *mm = kf_op_find("matmul");
+    KT_CHECK(mm && mm->op_class == KF_OP_CLASS_MATMUL, "matmul is registered");
+    kf_shape sa = kf_shape_2d(2, 3), sb = kf_shape_2d(3, 2);
+    kf_tensor *a, *b, *c = NULL;
+    KT_CHECK_OK(kf_tensor_create(&sa, &a));
+    KT_CHECK_OK(kf_tensor_create(&sb, &b));
+    const float av[] = {1, 2, 3, 4, 5, 6}, bv[] = {7, 8, 9, 10, 11, 12};
+    memcpy(a->data, av, sizeof av);
+    memcpy(b->data, bv, sizeof bv);
+    kf_op_params p = {0};
+    KT_CHECK_OK(spec_forward(mm, &p, a, b, &c));
+    const float want[] = {58, 64, 139, 154};
+    for (int i = 0; i < 4; i++) {
+        KT_CHECK(c->data[i] == want[i], "c[%d] = %g, want %g", i, c->data[i], want[i]);
+    }
+    /* dc = ones: da = dc b^T (row sums of b), db = a^T dc (column sums of a) */
+    kf_tensor *dc, *da, *db;
+    KT_CHECK_OK(kf_tensor_constant(&c->shape, 1.0f, &dc));
+    KT_CHECK_OK(kf_tensor_create(&sa, &da));
+    KT_CHECK_OK(kf_tensor_create(&sb, &db));
+    const kf_tensor *in[2] = {a, b};
+    kf_tensor *grads[2] = {da, db};
+    KT_CHECK_OK(mm->spec_backward(in, c, dc, &p, grads));
+    const float want_da[] = {15, 19, 23, 15, 19, 23}, want_db[] = {5, 5, 7, 7, 9, 9};
+    for (int i = 0; i < 6; i++) {
+        KT_CHECK(da->data[i] == want_da[i], "da[%d] = %g, want %g", i, da->data[i], want_da[i]);
+        KT_CHECK(db->data[i] == want_db[i], "db[%d] = %g, want %g", i, db->data[i], want_db[i]);
+    }
+    kf_tensor_destroy(a);
+    kf_tensor_destroy(b);
+    kf_tensor_destroy(c);
+    kf_tensor_destroy(dc);
+    kf_tensor_destroy(da);
+    kf_tensor_destroy(db);
+}
+
+/* Every transpose combination of stored a^T / b^T gives the plain product, and so do the
+ * gradients, transposed back into the stored layouts. */
+KT_TEST(ops, matmul_spec_transposes_agree) {
+    const kf_operator *mm = kf_op_find("matmul");
+    kf_shape sa = kf_shape_2d(5, 7), sb = kf_shape_2d(7, 3);
+    kf_tensor *a, *b, *ref = NULL;
+    KT_CHECK_OK(kf_tensor_create(&sa, &a));
+    KT_CHECK_OK(kf_tensor_create(&sb, &b));
+    kf_tensor_fill_random(a, kt_rand_u64(), -1, 1);
+    kf_tensor_fill_random(b, kt_rand_u64(), -1, 1);
+    kf_op_params plain = {0};
+    KT_CHECK_OK(spec_forward(mm, &plain, a, b, &ref));
+    kf_tensor *at = transposed(a), *bt = transposed(b);
+    KT_CHECK(at && bt, "transposes");
+    for (int ta = 0; ta < 2; ta++) {
+        for (int tb = 0; tb < 2; tb++) {
+            kf_op_params p = {.transpose_a = ta != 0, .transpose_b = tb != 0};
+            kf_tensor *c = NULL;
+            KT_CHECK_OK(spec_forward(mm, &p, ta ? at : a, tb ? bt : b, &c));
+            KT_CHECK(kf_tensor_approx_eq(c, ref, 1e-6),
+                     "ta=%d tb=%d differs from the plain "
+                     "product",
+                     ta, tb);
+            kf_tensor_destroy(c);
+        }
+    }
+    kf_tensor_destroy(a);
+    kf_tensor_destroy(b);
+    kf_tensor_destroy(at);
+    kf_tensor_destroy(bt);
+    kf_tensor_destroy(ref);
+}
+
+KT_TEST(ops, matmul_shape_errors) {
+    const kf_operator *mm = kf_op_find("matmul");
+    char msg[256];
+    kf_shape out;
+    kf_shape bad[2] = {kf_shape_2d(64, 128), kf_shape_2d(96, 32)};
+    KT_CHECK(kf_op_shape(mm, bad, &(kf_op_params){0}, &out, msg, sizeof msg) == KF_ERROR_SHAPE,
+             "inner dims that differ are a shape error");
+    KT_CHECK(strstr(msg, "inner dims") && strstr(msg, "64x128") && strstr(msg, "96x32"),
+             "the message names both shapes: %s", msg);
+    kf_shape ok_t[2] = {kf_shape_2d(128, 64), kf_shape_2d(32, 128)};
+    KT_CHECK_OK(kf_op_shape(mm, ok_t, &(kf_op_params){.transpose_a = true, .transpose_b = true},
+                            &out, msg, sizeof msg));
+    KT_CHECK(out.rank == 2 && out.dims[0] == 64 && out.dims[1] == 32, "a^T b^T is 64x32");
+    kf_shape vec[2] = {kf_shape_1d(4), kf_shape_2d(4, 4)};
+    KT_CHECK(kf_op_shape(mm, vec, &(kf_op_params){0}, &out, msg, sizeof msg) == KF_ERROR_SHAPE,
+             "a vector is not a matrix");
+}
+
+KT_TEST(ops, matmul_gradient_matches_finite_differences) {
+    const kf_operator *mm = kf_op_find("matmul");
+    for (uint32_t i = 0; i < mm->case_count; i++) {
+        const kf_op_case *tc = &mm->cases[i];
+        /* two spec products per input element: the small cases cover every transpose */
+        if (kf_shape_elements(&tc->shapes[0]) + kf_shape_elements(&tc->shapes[1]) > 2000) {
+            continue;
+        }
+        kf_verify_case vc = {.op = mm, .params = tc->params, .seed = kt_rand_u64()};
+        memcpy(vc.shapes, tc->shapes, sizeof vc.shapes);
+        kf_verify_result res;
+        kf_status st = kf_op_check_gradient(&vc, &res);
+        KT_CHECK(st == KF_OK && res.passed, "matmul %s: %s (error %.3g, tolerance %.3g)",
+                 tc->note ? tc->note : "", res.message, res.max_rel_error, res.tolerance);
+    }
+}
+
+static void verify_matmul(kf_dtype dtype) {
+    KT_NEED_GPU(ctx);
+    const kf_operator *mm = kf_op_find("matmul");
+    if (dtype == KF_DTYPE_F16) {
+        kf_adapter_info info;
+        KT_CHECK_OK(kf_context_adapter_info(ctx, &info));
+        if (!info.has_f16) {
+            printf("    (matmul f16: the adapter has no shader-f16; skipped)\n");
+            return;
+        }
+    }
+    for (uint32_t i = 0; i < mm->case_count; i++) {
+        const kf_op_case *tc = &mm->cases[i];
+        for (int backward = 0; backward < 2; backward++) {
+            kf_verify_case vc = {.op = mm,
+                                 .params = tc->params,
+                                 .dtype = dtype,
+                                 .backward = backward != 0,
+                                 .seed = kt_rand_u64()};
+            memcpy(vc.shapes, tc->shapes, sizeof vc.shapes);
+            kf_verify_result res;
+            kf_status st = kf_op_verify(ctx, &vc, &res);
+            KT_CHECK(st == KF_OK && res.passed,
+                     "matmul %s %s (%s): %s -> %s (error %.3g, tolerance %.3g, seed %llu)",
+                     backward ? "backward" : "forward", kf_dtype_str(dtype),
+                     tc->note ? tc->note : "", res.message, kf_status_str(st), res.max_rel_error,
+                     res.tolerance, (unsigned long long)vc.seed);
+        }
+    }
+}
+
+KT_TEST(ops, matmul_verify_f32) {
+    verify_matmul(KF_DTYPE_F32);
+}
+
+KT_TEST(ops, matmul_verify_f16) {
+    verify_matmul(KF_DTYPE_F16);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* The open store phase and NaN on the device                                               */
+/* ---------------------------------------------------------------------------------------- */
+
+static kf_val tail_fn(kf_kernel *k, kf_val x, void *user) {
+    (void)user;
+    /* 2x + 1, then relu: an affine epilogue and an activation */
+    kf_val y = kf_add(k, kf_mul(k, x, kf_lit_f32(k, 2)), kf_lit_f32(k, 1));
+    return kf_call2(k, KF_FN_MAX, y, kf_lit_f32(k, 0));
+}
+
+/* Runs `k` (bindings a, b, then the store's out) on a and b; the output is poisoned first. */
+static kf_status run_ab(kf_context *ctx, kf_kernel *k, const kf_tensor *a, const kf_tensor *b,
+                        kf_tensor *out) {
+    kf_gpu_tensor *ga = NULL, *gb = NULL, *gc = NULL;
+    kf_status st = kf_gpu_tensor_from(ctx, a, KF_DTYPE_F32, &ga);
+    if (st == KF_OK) {
+        st = kf_gpu_tensor_from(ctx, b, KF_DTYPE_F32, &gb);
+    }
+    if (st == KF_OK) {
+        st = kf_gpu_tensor_create(ctx, &out->shape, KF_DTYPE_F32, &gc);
+    }
+    if (st == KF_OK) {
+        st = kf_buffer_fill_u32(gc->buffer, 0x7fc00000u);
+    }
+    if (st == KF_OK) {
+        kf_buffer *bufs[3] = {ga->buffer, gb->buffer, gc->buffer};
+        kf_kernel_launch launch = {.buffers = bufs, .buffer_count = 3};
+        st = kf_kernel_run(ctx, k, &launch);
+    }
+    if (st == KF_OK) {
+        st = kf_gpu_tensor_to(gc, out);
+    }
+    kf_gpu_tensor_destroy(ga);
+    kf_gpu_tensor_destroy(gb);
+    kf_gpu_tensor_destroy(gc);
+    return st;
+}
+
+KT_TEST(ops, matmul_store_phase_takes_a_tail) {
+    KT_NEED_GPU(ctx);
+    const kf_operator *mm = kf_op_find("matmul");
+    kf_shape shapes[2] = {kf_shape_2d(37, 19), kf_shape_2d(23, 19)};
+    kf_op_params p = {.transpose_b = true};
+    kf_tensor *a, *b, *ref = NULL, *got;
+    KT_CHECK_OK(kf_tensor_create(&shapes[0], &a));
+    KT_CHECK_OK(kf_tensor_create(&shapes[1], &b));
+    kf_tensor_fill_random(a, kt_rand_u64(), -1, 1);
+    kf_tensor_fill_random(b, kt_rand_u64(), -1, 1);
+    KT_CHECK_OK(spec_forward(mm, &p, a, b, &ref));
+    for (uint64_t i = 0; i < kf_tensor_size(ref); i++) {
+        ref->data[i] = fmaxf(2 * ref->data[i] + 1, 0);
+    }
+    KT_CHECK_OK(kf_tensor_create(&ref->shape, &got));
+
+    kf_kernel *base = mm->kernel_forward(shapes, &p, KF_DTYPE_F32);
+    KT_CHECK(base && kf_kernel_status(base) == KF_OK, "matmul kernel: %s",
+             base ? kf_kernel_error(base) : "NULL");
+    uint32_t wg[3];
+    kf_kernel_workgroup_size(base, wg);
+    kf_type f32 = kf_type_scalar(KF_SCALAR_F32);
+    kf_kernel *tail = kf_kernel_map("affine_relu", f32, f32, wg, tail_fn, NULL);
+    kf_kernel *fused = kf_kernel_then(base, tail);
+    KT_CHECK(fused && kf_kernel_status(fused) == KF_OK, "matmul |> tail: %s",
+             fused ? kf_kernel_error(fused) : "NULL");
+    kf_status st = run_ab(ctx, fused, a, b, got);
+    double err = kf_max_rel_error(got->data, ref->data, kf_tensor_size(ref), 1e-3);
+    kf_kernel_destroy(base);
+    kf_kernel_destroy(tail);
+    kf_kernel_destroy(fused);
+    KT_CHECK_OK(st);
+    KT_CHECK(err <= mm->tolerance_f32, "fused matmul + tail: error %.3g", err);
+    kf_tensor_destroy(a);
+    kf_tensor_destroy(b);
+    kf_tensor_destroy(ref);
+    kf_tensor_destroy(got);
+}
+
+KT_TEST(ops, matmul_nan_propagates_on_device) {
+    KT_NEED_GPU(ctx);
+    const kf_operator *mm = kf_op_find("matmul");
+    kf_shape shapes[2] = {kf_shape_2d(20, 18), kf_shape_2d(18, 21)};
+    kf_op_params p = {0};
+    kf_tensor *a, *b, *ref = NULL, *got;
+    KT_CHECK_OK(kf_tensor_create(&shapes[0], &a));
+    KT_CHECK_OK(kf_tensor_create(&shapes[1], &b));
+    kf_tensor_fill_random(a, kt_rand_u64(), -1, 1);
+    kf_tensor_fill_random(b, kt_rand_u64(), -1, 1);
+    a->data[3 * 18 + 17] = NAN;      /* row 3 of c is NaN */
+    b->data[5 * 21 + 20] = INFINITY; /* column 20 of c is +-inf or NaN */
+    KT_CHECK_OK(spec_forward(mm, &p, a, b, &ref));
+    KT_CHECK_OK(kf_tensor_create(&ref->shape, &got));
+    kf_kernel *k = mm->kernel_forward(shapes, &p, KF_DTYPE_F32);
+    kf_status st = run_ab(ctx, k, a, b, got);
+    kf_kernel_destroy(k);
+    KT_CHECK_OK(st);
+    /* kf_max_rel_error treats NaN against NaN and equal infinities as equal, a mismatch as
+     * infinite error */
+    double err = kf_max_rel_error(got->data, ref->data, kf_tensor_size(ref), 1e-3);
+    KT_CHECK(err <= mm->tolerance_f32, "NaN and inf follow the spec: error %.3g", err);
+    KT_CHECK(isnan(got->data[3 * 21 + 0]), "a NaN in a's row 3 makes c's row 3 NaN");
+    kf_tensor_destroy(a);
+    kf_tensor_destroy(b);
+    kf_tensor_destroy(ref);
+    kf_tensor_destroy(got);
+}

@@ -1,0 +1,381 @@
+/* Row reductions, norms and cross_entropy: the specs against values worked out by hand (and the
+ * NaN rules the kernels must share), shape errors, spec_backward against finite differences, and
+ * every kernel against its spec on the GPU over each op's verification table, f32 and f16, forward
+ * and backward, plus NaN / infinity behaviour on the device. */
+#include "harness.h"
+#include "ops/ops_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------------------------------- */
+/* Helpers                                                                                  */
+/* ---------------------------------------------------------------------------------------- */
+
+typedef struct spec_run {
+    kf_tensor *in[4];
+    kf_tensor *out;
+    kf_tensor *grad_out;
+    kf_tensor *grad_in[4];
+    uint32_t arity;
+} spec_run;
+
+static void spec_run_free(spec_run *r) {
+    for (int i = 0; i < 4; i++) {
+        kf_tensor_destroy(r->in[i]);
+        kf_tensor_destroy(r->grad_in[i]);
+    }
+    kf_tensor_destroy(r->out);
+    kf_tensor_destroy(r->grad_out);
+    memset(r, 0, sizeof *r);
+}
+
+/* Makes inputs of the given shapes and values (values[i] NULL: leave zeros), runs spec_forward
+ * into a tensor of the op's output shape; with grad (non-NULL), also spec_backward. */
+static kf_status spec_run_make(spec_run *r, const kf_operator *op, const kf_op_params *p,
+                               const kf_shape *shapes, const float *const *values,
+                               const float *grad) {
+    memset(r, 0, sizeof *r);
+    r->arity = kf_op_arity(op, p);
+    for (uint32_t i = 0; i < r->arity; i++) {
+        kf_status st = kf_tensor_create(&shapes[i], &r->in[i]);
+        if (st != KF_OK) {
+            return st;
+        }
+        if (values && values[i]) {
+            memcpy(r->in[i]->data, values[i], sizeof(float) * kf_tensor_size(r->in[i]));
+        }
+    }
+    kf_shape out_shape;
+    char msg[256];
+    kf_status st = kf_op_shape(op, shapes, p, &out_shape, msg, sizeof msg);
+    if (st != KF_OK) {
+        return st;
+    }
+    if ((st = kf_tensor_create(&out_shape, &r->out)) != KF_OK) {
+        return st;
+    }
+    if ((st = op->spec_forward((const kf_tensor *const *)r->in, p, r->out)) != KF_OK) {
+        return st;
+    }
+    if (!grad) {
+        return KF_OK;
+    }
+    if ((st = kf_tensor_create(&out_shape, &r->grad_out)) != KF_OK) {
+        return st;
+    }
+    memcpy(r->grad_out->data, grad, sizeof(float) * kf_tensor_size(r->grad_out));
+    for (uint32_t i = 0; i < r->arity; i++) {
+        if ((st = kf_tensor_create(&shapes[i], &r->grad_in[i])) != KF_OK) {
+            return st;
+        }
+    }
+    return op->spec_backward((const kf_tensor *const *)r->in, r->out, r->grad_out, p, r->grad_in);
+}
+
+static bool near(double got, double want, double tol) {
+    if (isnan(want)) {
+        return isnan(got);
+    }
+    return fabs(got - want) <= tol * fmax(1.0, fabs(want));
+}
+
+#define CHECK_NEAR(got, want, tol)                                                                 \
+    KT_CHECK(near((got), (want), (tol)), "%s = %.9g, want %.9g", #got, (double)(got),              \
+             (double)(want))
+
+/* ---------------------------------------------------------------------------------------- */
+/* Specs by hand                                                                            */
+/* ---------------------------------------------------------------------------------------- */
+
+KT_TEST(ops, reduce_spec_sum_mean_max) {
+    const kf_operator *sum = kf_op_find("sum"), *mean = kf_op_find("mean"),
+                      *max = kf_op_find("max");
+    KT_CHECK(sum && mean && max, "sum, mean and max are registered");
+    kf_op_params p = {0};
+    kf_shape s = kf_shape_2d(2, 3);
+    const float x[] = {1, 2, 3, 4, -5, 6};
+    const float *v[] = {x};
+    const float g[] = {10, 20};
+    spec_run r;
+
+    KT_CHECK_OK(spec_run_make(&r, sum, &p, &s, v, g));
+    KT_CHECK(r.out->shape.rank == 1 && r.out->shape.dims[0] == 2, "sum drops the last axis");
+    CHECK_NEAR(r.out->data[0], 6, 0);
+    CHECK_NEAR(r.out->data[1], 5, 0);
+    for (int i = 0; i < 6; i++) {
+        CHECK_NEAR(r.grad_in[0]->data[i], g[i / 3], 0);
+    }
+    spec_run_free(&r);
+
+    KT_CHECK_OK(spec_run_make(&r, mean, &p, &s, v, g));
+    CHECK_NEAR(r.out->data[0], 2, 1e-7);
+    CHECK_NEAR(r.out->data[1], 5.0 / 3, 1e-7);
+    for (int i = 0; i < 6; i++) {
+        CHECK_NEAR(r.grad_in[0]->data[i], g[i / 3] / 3.0, 1e-7);
+    }
+    spec_run_free(&r);
+
+    KT_CHECK_OK(spec_run_make(&r, max, &p, &s, v, g));
+    CHECK_NEAR(r.out->data[0], 3, 0);
+    CHECK_NEAR(r.out->data[1], 6, 0);
+    const float want_grad[] = {0, 0, 10, 0, 0, 20};
+    for (int i = 0; i < 6; i++) {
+        CHECK_NEAR(r.grad_in[0]->data[i], want_grad[i], 0);
+    }
+    spec_run_free(&r);
+
+    /* a vector reduces to a rank-0 scalar */
+    kf_shape vec = kf_shape_1d(4);
+    const float xv[] = {1, 2, 3, 4};
+    const float *vv[] = {xv};
+    KT_CHECK_OK(spec_run_make(&r, sum, &p, &vec, vv, NULL));
+    KT_CHECK(r.out->shape.rank == 0, "sum of a vector is rank 0, got rank %u", r.out->shape.rank);
+    CHECK_NEAR(r.out->data[0], 10, 0);
+    spec_run_free(&r);
+}
+
+KT_TEST(ops, reduce_spec_max_nan_and_ties) {
+    const kf_operator *max = kf_op_find("max");
+    kf_op_params p = {0};
+    kf_shape s = kf_shape_2d(3, 4);
+    /* row 0: ties -> first argmax; row 1: NaN -> NaN, gradient to the first NaN; row 2: -inf */
+    const float x[] = {1, 7, 7, 2, 3, NAN, 9, NAN, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    const float *v[] = {x};
+    const float g[] = {1, 2, 3};
+    spec_run r;
+    KT_CHECK_OK(spec_run_make(&r, max, &p, &s, v, g));
+    CHECK_NEAR(r.out->data[0], 7, 0);
+    KT_CHECK(isnan(r.out->data[1]), "NaN propagates through max, got %g", r.out->data[1]);
+    KT_CHECK(r.out->data[2] == -INFINITY, "max of -inf is -inf, got %g", r.out->data[2]);
+    const float want[] = {0, 1, 0, 0, 0, 2, 0, 0, 3, 0, 0, 0};
+    for (int i = 0; i < 12; i++) {
+        KT_CHECK(r.grad_in[0]->data[i] == want[i], "max grad[%d] = %g, want %g", i,
+                 r.grad_in[0]->data[i], want[i]);
+    }
+    spec_run_free(&r);
+}
+
+KT_TEST(ops, reduce_spec_softmax) {
+    const kf_operator *sm = kf_op_find("softmax"), *lsm = kf_op_find("log_softmax");
+    KT_CHECK(sm && lsm, "softmax and log_softmax are registered");
+    kf_op_params p = {0};
+    kf_shape s = kf_shape_2d(3, 2);
+    /* [0, ln 2] -> [1/3, 2/3]; [1000, 1000] must not overflow; a NaN poisons its row */
+    const float x[] = {0, (float)log(2.0), 1000, 1000, 1, NAN};
+    const float *v[] = {x};
+    const float g[] = {1, 0, 0.5f, -0.5f, 1, 1};
+    spec_run r;
+    KT_CHECK_OK(spec_run_make(&r, sm, &p, &s, v, g));
+    CHECK_NEAR(r.out->data[0], 1.0 / 3, 1e-7);
+    CHECK_NEAR(r.out->data[1], 2.0 / 3, 1e-7);
+    CHECK_NEAR(r.out->data[2], 0.5, 0);
+    CHECK_NEAR(r.out->data[3], 0.5, 0);
+    KT_CHECK(isnan(r.out->data[4]) && isnan(r.out->data[5]), "a NaN makes the softmax row NaN");
+    /* dx = y * (dy - sum(dy * y)): row 0, dy = [1, 0]: sum = 1/3 -> [1/3 * 2/3, 2/3 * -1/3] */
+    CHECK_NEAR(r.grad_in[0]->data[0], 2.0 / 9, 1e-7);
+    CHECK_NEAR(r.grad_in[0]->data[1], -2.0 / 9, 1e-7);
+    /* row 1: y = [.5, .5], dy = [.5, -.5]: sum = 0 -> [.25, -.25] */
+    CHECK_NEAR(r.grad_in[0]->data[2], 0.25, 1e-7);
+    CHECK_NEAR(r.grad_in[0]->data[3], -0.25, 1e-7);
+    spec_run_free(&r);
+
+    KT_CHECK_OK(spec_run_make(&r, lsm, &p, &s, v, g));
+    CHECK_NEAR(r.out->data[0], log(1.0 / 3), 1e-7);
+    CHECK_NEAR(r.out->data[1], log(2.0 / 3), 1e-7);
+    CHECK_NEAR(r.out->data[2], log(0.5), 1e-7);
+    /* dx = dy - softmax * sum(dy): row 0: [1 - 1/3, 0 - 2/3] */
+    CHECK_NEAR(r.grad_in[0]->data[0], 2.0 / 3, 1e-7);
+    CHECK_NEAR(r.grad_in[0]->data[1], -2.0 / 3, 1e-7);
+    spec_run_free(&r);
+}
+
+KT_TEST(ops, reduce_spec_norms) {
+    const kf_operator *rms = kf_op_find("rmsnorm"), *ln = kf_op_find("layernorm");
+    KT_CHECK(rms && ln, "rmsnorm and layernorm are registered");
+    kf_op_params p = {.has_weight = true, .has_bias = true};
+    KT_CHECK(kf_op_arity(rms, &p) == 3 && kf_op_arity(ln, &(kf_op_params){0}) == 1 &&
+                 kf_op_arity(ln, &(kf_op_params){.has_bias = true}) == 2,
+             "norm arity follows has_weight / has_bias");
+    kf_shape shapes[3] = {kf_shape_2d(1, 3), kf_shape_1d(3), kf_shape_1d(3)};
+    const float x[] = {1, 2, 3}, w[] = {2, 1, -1}, b[] = {0.5f, 0, 1};
+    const float *v[] = {x, w, b};
+    const float g[] = {1, 1, 1};
+    spec_run r;
+
+    /* layernorm: mu = 2, var = 2/3 -> xhat = [-1, 0, 1] * sqrt(1.5) (eps 1e-5 aside) */
+    KT_CHECK_OK(spec_run_make(&r, ln, &p, shapes, v, g));
+    double rstd = 1.0 / sqrt(2.0 / 3 + 1e-5);
+    CHECK_NEAR(r.out->data[0], -rstd * 2 + 0.5, 1e-6);
+    CHECK_NEAR(r.out->data[1], 0, 1e-6);
+    CHECK_NEAR(r.out->data[2], -rstd + 1, 1e-6);
+    /* dbias = sum over rows of dy = 1; dweight = dy * xhat */
+    CHECK_NEAR(r.grad_in[2]->data[0], 1, 0);
+    CHECK_NEAR(r.grad_in[1]->data[0], -rstd, 1e-6);
+    CHECK_NEAR(r.grad_in[1]->data[1], 0, 1e-6);
+    /* dx sums to zero over the row: layernorm is invariant to adding a constant to x */
+    double dsum = 0;
+    for (int i = 0; i < 3; i++) {
+        dsum += r.grad_in[0]->data[i];
+    }
+    CHECK_NEAR(dsum, 0, 1e-6);
+    spec_run_free(&r);
+
+    /* rmsnorm [3, 4] without weight or bias: r = 1 / sqrt(12.5 + eps) */
+    kf_op_params none = {0};
+    kf_shape s2 = kf_shape_2d(1, 2);
+    const float x2[] = {3, 4};
+    const float *v2[] = {x2};
+    KT_CHECK_OK(spec_run_make(&r, rms, &none, &s2, v2, g));
+    double r2 = 1.0 / sqrt(12.5 + 1e-5);
+    CHECK_NEAR(r.out->data[0], 3 * r2, 1e-7);
+    CHECK_NEAR(r.out->data[1], 4 * r2, 1e-7);
+    /* rmsnorm is invariant to scaling x: dx is orthogonal to x */
+    CHECK_NEAR(3 * r.grad_in[0]->data[0] + 4 * r.grad_in[0]->data[1], 0, 1e-5);
+    spec_run_free(&r);
+
+    /* eps from params */
+    kf_op_params big_eps = {.eps = 1.0f};
+    KT_CHECK_OK(spec_run_make(&r, rms, &big_eps, &s2, v2, NULL));
+    CHECK_NEAR(r.out->data[0], 3 / sqrt(13.5), 1e-7);
+    spec_run_free(&r);
+}
+
+KT_TEST(ops, reduce_spec_cross_entropy) {
+    const kf_operator *ce = kf_op_find("cross_entropy");
+    KT_CHECK(ce, "cross_entropy is registered");
+    KT_CHECK(ce->index_inputs == 2u, "labels (input 1) are an index input");
+    kf_op_params p = {0};
+    kf_shape shapes[2] = {kf_shape_2d(2, 2), kf_shape_1d(2)};
+    /* row 0: [0, ln 3], label 1: ln 4 - ln 3; row 1: [0, 0], label 0: ln 2 */
+    const float x[] = {0, (float)log(3.0), 0, 0}, labels[] = {1, 0};
+    const float *v[] = {x, labels};
+    const float g[] = {2};
+    spec_run r;
+    KT_CHECK_OK(spec_run_make(&r, ce, &p, shapes, v, g));
+    KT_CHECK(r.out->shape.rank == 0, "the loss is a scalar");
+    CHECK_NEAR(r.out->data[0], (log(4.0 / 3) + log(2.0)) / 2, 1e-7);
+    /* (softmax - onehot) * g / N: row 0 softmax [1/4, 3/4], label 1 */
+    CHECK_NEAR(r.grad_in[0]->data[0], 0.25, 1e-7);
+    CHECK_NEAR(r.grad_in[0]->data[1], -0.25, 1e-7);
+    CHECK_NEAR(r.grad_in[0]->data[2], -0.5, 1e-7);
+    CHECK_NEAR(r.grad_in[0]->data[3], 0.5, 1e-7);
+    KT_CHECK(r.grad_in[1]->data[0] == 0 && r.grad_in[1]->data[1] == 0, "labels get no gradient");
+    spec_run_free(&r);
+
+    /* labels outside [0, C) or not integers make the loss NaN */
+    const float bad[][2] = {{2, 0}, {-1, 0}, {0.5f, 0}, {NAN, 0}};
+    for (int i = 0; i < 4; i++) {
+        const float *vb[] = {x, bad[i]};
+        KT_CHECK_OK(spec_run_make(&r, ce, &p, shapes, vb, g));
+        KT_CHECK(isnan(r.out->data[0]), "label %g gives NaN loss, got %g", bad[i][0],
+                 r.out->data[0]);
+        KT_CHECK(isnan(r.grad_in[0]->data[0]) && !isnan(r.grad_in[0]->data[2]),
+                 "label %g: its row's gradient is NaN, the other row's is not", bad[i][0]);
+        spec_run_free(&r);
+    }
+}
+
+KT_TEST(ops, reduce_shape_errors) {
+    char msg[256];
+    kf_shape out;
+    const kf_operator *ln = kf_op_find("layernorm"), *ce = kf_op_find("cross_entropy");
+    kf_op_params p = {.has_weight = true};
+    kf_shape bad_w[2] = {kf_shape_2d(4, 8), kf_shape_1d(7)};
+    KT_CHECK(kf_op_shape(ln, bad_w, &p, &out, msg, sizeof msg) == KF_ERROR_SHAPE,
+             "a weight of the wrong length is a shape error");
+    KT_CHECK(strstr(msg, "weight") && strstr(msg, "4x8") && strstr(msg, "7"),
+             "the message names the weight and both shapes: %s", msg);
+    kf_shape bad_labels[2] = {kf_shape_2d(4, 8), kf_shape_1d(8)};
+    KT_CHECK(kf_op_shape(ce, bad_labels, &(kf_op_params){0}, &out, msg, sizeof msg) ==
+                 KF_ERROR_SHAPE,
+             "labels must have one entry per row");
+    KT_CHECK(strstr(msg, "labels"), "the message names the labels: %s", msg);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* spec_backward against finite differences                                                 */
+/* ---------------------------------------------------------------------------------------- */
+
+static const char *const row_ops[] = {"sum",         "mean",    "max",       "softmax",
+                                      "log_softmax", "rmsnorm", "layernorm", "cross_entropy"};
+#define ROW_OP_COUNT (sizeof row_ops / sizeof row_ops[0])
+
+/* Central differences cost two spec_forward runs per input element: the table's small cases
+ * cover every code path of the specs, the large ones add nothing but time. */
+static bool small_case(const kf_op_case *c) {
+    return kf_shape_elements(&c->shapes[0]) <= 4096;
+}
+
+KT_TEST(ops, reduce_gradients_match_finite_differences) {
+    for (size_t o = 0; o < ROW_OP_COUNT; o++) {
+        const kf_operator *op = kf_op_find(row_ops[o]);
+        KT_CHECK(op && op->case_count > 0, "%s has a verification table", row_ops[o]);
+        for (uint32_t i = 0; i < op->case_count; i++) {
+            const kf_op_case *tc = &op->cases[i];
+            if (!small_case(tc)) {
+                continue;
+            }
+            kf_verify_case vc = {.op = op, .params = tc->params, .seed = kt_rand_u64()};
+            memcpy(vc.shapes, tc->shapes, sizeof vc.shapes);
+            kf_verify_result res;
+            kf_status st = kf_op_check_gradient(&vc, &res);
+            KT_CHECK(st == KF_OK && res.passed, "%s %s: %s (error %.3g, tolerance %.3g)", op->name,
+                     tc->note ? tc->note : "", res.message, res.max_rel_error, res.tolerance);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Kernels against specs on the GPU                                                         */
+/* ---------------------------------------------------------------------------------------- */
+
+static void verify_table(const char *name, kf_dtype dtype) {
+    KT_NEED_GPU(ctx);
+    const kf_operator *op = kf_op_find(name);
+    KT_CHECK(op && op->case_count > 0, "%s has a verification table", name);
+    if (dtype == KF_DTYPE_F16) {
+        kf_adapter_info info;
+        KT_CHECK_OK(kf_context_adapter_info(ctx, &info));
+        if (!info.has_f16) {
+            printf("    (%s f16: the adapter has no shader-f16; skipped)\n", name);
+            return;
+        }
+    }
+    for (uint32_t i = 0; i < op->case_count; i++) {
+        const kf_op_case *tc = &op->cases[i];
+        for (int backward = 0; backward < 2; backward++) {
+            kf_verify_case vc = {.op = op,
+                                 .params = tc->params,
+                                 .dtype = dtype,
+                                 .backward = backward != 0,
+                                 .seed = kt_rand_u64()};
+            memcpy(vc.shapes, tc->shapes, sizeof vc.shapes);
+            kf_verify_result res;
+            kf_status st = kf_op_verify(ctx, &vc, &res);
+            KT_CHECK(st == KF_OK && res.passed,
+                     "%s %s %s (%s): %s -> %s (error %.3g, tolerance %.3g, seed %llu)", name,
+                     backward ? "backward" : "forward", kf_dtype_str(dtype),
+                     tc->note ? tc->note : "", res.message, kf_status_str(st), res.max_rel_error,
+                     res.tolerance, (unsigned long long)vc.seed);
+        }
+    }
+}
+
+#define VERIFY_TESTS(op)                                                                           \
+    KT_TEST(ops, reduce_verify_##op##_f32) {                                                       \
+        verify_table(#op, KF_DTYPE_F32);                                                           \
+    }                                                                                              \
+    KT_TEST(ops, reduce_verify_##op##_f16) {                                                       \
+        verify_table(#op, KF_DTYPE_F16);                                                           \
+    }
+
+VERIFY_TESTS(sum)
+VERIFY_TESTS(mean)
+VERIFY_TESTS(max)
+VERIFY_TESTS(softmax)
+VERIFY_TESTS(log_softmax)
+VERIFY_TESTS(rmsnorm)
+VERIFY_TESTS(layernorm)
+VERIFY_TESTS(cross_entropy)
