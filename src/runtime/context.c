@@ -1,0 +1,662 @@
+/* kf_context: the WebGPU instance, adapter, device and queue, and how WebGPU's asynchronous
+ * results and errors become kf_status values and messages. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <dlfcn.h>
+
+#include "runtime/runtime.h"
+
+/* How long kfuse waits for one GPU operation before it gives up and reports it. */
+#define KF__WAIT_SLICE_NS 1000000000ull
+#define KF__WAIT_LIMIT_S 600
+
+#define KF__NO_ADAPTER_HELP                                                                        \
+    "On Debian 12, Dawn's Vulkan backend needs Mesa >= 23 (lavapipe for CPUs): "                   \
+    "apt-get install -t bookworm-backports mesa-vulkan-drivers libvulkan1 (scripts/setup.sh "      \
+    "does this); with an NVIDIA GPU, install its driver with the Vulkan ICD. With an older Mesa, " \
+    "try KF_BACKEND=gles and EGL_PLATFORM=surfaceless."
+
+/* Dawn refuses experimental features (subgroup matrices, timestamps inside passes) without
+ * allow_unsafe_apis, and by default rounds timestamps to 100 us, which would blur kernel times. */
+static const char *const g_enabled_toggles[] = {"allow_unsafe_apis"};
+static const char *const g_disabled_toggles[] = {"timestamp_quantization"};
+
+kf_status kf__fail(kf_context *ctx, kf_status status, const char *fmt, ...) {
+    if (ctx) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(ctx->error, sizeof ctx->error, fmt, ap);
+        va_end(ap);
+    }
+    return status;
+}
+
+void kf__copy_string(char *dst, size_t dst_size, wg_string src) {
+    if (dst_size == 0) {
+        return;
+    }
+    size_t n = 0;
+    if (src.data) {
+        n = src.length == WG_STRLEN ? strlen(src.data) : src.length;
+    }
+    if (n >= dst_size) {
+        n = dst_size - 1;
+    }
+    if (n) {
+        memcpy(dst, src.data, n);
+    }
+    dst[n] = '\0';
+}
+
+kf_status kf__check_alive(kf_context *ctx) {
+    if (atomic_load(&ctx->lost)) {
+        return kf__fail(
+            ctx, KF_ERROR_DEVICE_LOST,
+            "the WebGPU device was lost: %s. Destroy this context and create a new one.",
+            ctx->lost_message);
+    }
+    if (atomic_exchange(&ctx->uncaptured, false)) {
+        return kf__fail(ctx, KF_ERROR_VALIDATION, "an earlier WebGPU operation failed: %s",
+                        ctx->uncaptured_message);
+    }
+    return KF_OK;
+}
+
+kf_status kf__wait(kf_context *ctx, wg_future future, const char *what) {
+    wg_future_wait wait = {future, 0};
+    for (int waited_s = 0; waited_s < KF__WAIT_LIMIT_S; waited_s++) {
+        uint32_t status = ctx->api.instance_wait_any(ctx->instance, 1, &wait, KF__WAIT_SLICE_NS);
+        if (status == WG_WAIT_SUCCESS && wait.completed) {
+            return KF_OK;
+        }
+        if (status != WG_WAIT_TIMED_OUT && status != WG_WAIT_SUCCESS) {
+            return kf__fail(ctx, KF_ERROR_INTERNAL, "%s: waiting for WebGPU failed (status %u)",
+                            what, status);
+        }
+        if (atomic_load(&ctx->lost)) {
+            return kf__check_alive(ctx);
+        }
+    }
+    return kf__fail(ctx, KF_ERROR_INTERNAL, "%s: the GPU did not finish within %d s", what,
+                    KF__WAIT_LIMIT_S);
+}
+
+/* --- error scopes --- */
+
+typedef struct scope_result {
+    bool done;
+    uint32_t status;
+    uint32_t type;
+    char message[KF__ERROR_SIZE];
+} scope_result;
+
+static void on_scope_popped(uint32_t status, uint32_t type, wg_string message, void *user1,
+                            void *user2) {
+    (void)user2;
+    scope_result *r = user1;
+    r->done = true;
+    r->status = status;
+    r->type = type;
+    kf__copy_string(r->message, sizeof r->message, message);
+}
+
+void kf__scope_push(kf_context *ctx) {
+    ctx->api.device_push_error_scope(ctx->device, WG_FILTER_INTERNAL);
+    ctx->api.device_push_error_scope(ctx->device, WG_FILTER_OUT_OF_MEMORY);
+    ctx->api.device_push_error_scope(ctx->device, WG_FILTER_VALIDATION);
+}
+
+kf_status kf__scope_pop(kf_context *ctx, kf_status validation_status, const char *what) {
+    /* Popped in reverse order of kf__scope_push: validation, out of memory, internal. */
+    static const kf_status statuses[3] = {0, KF_ERROR_OUT_OF_MEMORY, KF_ERROR_INTERNAL};
+    scope_result *results = calloc(3, sizeof *results);
+    if (!results) {
+        return kf__fail(ctx, KF_ERROR_OUT_OF_MEMORY, "%s: out of host memory", what);
+    }
+    kf_status wait_status = KF_OK;
+    for (int i = 0; i < 3; i++) {
+        wg_pop_error_scope_callback_info info = {NULL, WG_CALLBACK_WAIT_ANY_ONLY, on_scope_popped,
+                                                 &results[i], NULL};
+        wg_future future = ctx->api.device_pop_error_scope(ctx->device, info);
+        kf_status st = kf__wait(ctx, future, what);
+        if (st != KF_OK && wait_status == KF_OK) {
+            wait_status = st;
+        }
+    }
+    kf_status result = wait_status;
+    for (int i = 0; i < 3 && result == KF_OK; i++) {
+        if (!results[i].done || results[i].status != WG_REQUEST_SUCCESS) {
+            /* Popping fails only when the device is gone. */
+            result = kf__check_alive(ctx);
+            if (result == KF_OK) {
+                result = kf__fail(ctx, KF_ERROR_INTERNAL, "%s: reading WebGPU's error scope failed",
+                                  what);
+            }
+        } else if (results[i].type != WG_ERROR_NONE) {
+            kf_status st = i == 0 ? validation_status : statuses[i];
+            if (results[i].type == WG_ERROR_OUT_OF_MEMORY) {
+                st = KF_ERROR_OUT_OF_MEMORY;
+            }
+            result = kf__fail(ctx, st, "%s: %s", what, results[i].message);
+        }
+    }
+    free(results);
+    if (result == KF_OK) {
+        result = kf__check_alive(ctx);
+    }
+    return result;
+}
+
+/* --- submission --- */
+
+typedef struct work_done {
+    bool done;
+    uint32_t status;
+} work_done;
+
+static void on_work_done(uint32_t status, wg_string message, void *user1, void *user2) {
+    (void)message;
+    (void)user2;
+    work_done *w = user1;
+    w->done = true;
+    w->status = status;
+}
+
+kf_status kf__submit(kf_context *ctx, wg_command_buffer commands, const char *what) {
+    kf__scope_push(ctx);
+    ctx->api.queue_submit(ctx->queue, 1, &commands);
+    ctx->stats.submissions++;
+    return kf__scope_pop(ctx, KF_ERROR_VALIDATION, what);
+}
+
+kf_status kf__submit_and_wait(kf_context *ctx, wg_command_buffer commands, const char *what) {
+    kf_status st = kf__submit(ctx, commands, what);
+    if (st != KF_OK) {
+        return st;
+    }
+    work_done done = {false, 0};
+    wg_work_done_callback_info info = {NULL, WG_CALLBACK_WAIT_ANY_ONLY, on_work_done, &done, NULL};
+    st = kf__wait(ctx, ctx->api.queue_on_submitted_work_done(ctx->queue, info), what);
+    if (st != KF_OK) {
+        return st;
+    }
+    if (done.status != WG_REQUEST_SUCCESS) {
+        st = kf__check_alive(ctx);
+        return st != KF_OK ? st
+                           : kf__fail(ctx, KF_ERROR_INTERNAL, "%s: the queue reported failure (%u)",
+                                      what, done.status);
+    }
+    return kf__check_alive(ctx);
+}
+
+/* --- device callbacks --- */
+
+static void on_device_lost(const wg_device *device, uint32_t reason, wg_string message, void *user1,
+                           void *user2) {
+    (void)device;
+    (void)user2;
+    kf_context *ctx = user1;
+    if (atomic_load(&ctx->destroying) || reason == WG_LOST_DESTROYED ||
+        reason == WG_LOST_CALLBACK_CANCELLED) {
+        return;
+    }
+    char text[KF__ERROR_SIZE];
+    kf__copy_string(text, sizeof text, message);
+    snprintf(ctx->lost_message, sizeof ctx->lost_message, "%s",
+             text[0] ? text : "no reason given by the driver");
+    atomic_store(&ctx->lost, true);
+}
+
+static void on_uncaptured_error(const wg_device *device, uint32_t type, wg_string message,
+                                void *user1, void *user2) {
+    (void)device;
+    (void)type;
+    (void)user2;
+    kf_context *ctx = user1;
+    if (atomic_load(&ctx->uncaptured)) {
+        return; /* keep the first until it is reported */
+    }
+    kf__copy_string(ctx->uncaptured_message, sizeof ctx->uncaptured_message, message);
+    atomic_store(&ctx->uncaptured, true);
+}
+
+/* --- creation --- */
+
+typedef struct adapter_request {
+    bool done;
+    uint32_t status;
+    wg_adapter adapter;
+    char message[1024];
+} adapter_request;
+
+static void on_adapter(uint32_t status, wg_adapter adapter, wg_string message, void *user1,
+                       void *user2) {
+    (void)user2;
+    adapter_request *r = user1;
+    r->done = true;
+    r->status = status;
+    r->adapter = adapter;
+    kf__copy_string(r->message, sizeof r->message, message);
+}
+
+typedef struct device_request {
+    bool done;
+    uint32_t status;
+    wg_device device;
+    char message[KF__ERROR_SIZE];
+} device_request;
+
+static void on_device(uint32_t status, wg_device device, wg_string message, void *user1,
+                      void *user2) {
+    (void)user2;
+    device_request *r = user1;
+    r->done = true;
+    r->status = status;
+    r->device = device;
+    kf__copy_string(r->message, sizeof r->message, message);
+}
+
+static const char *backend_name(uint32_t backend) {
+    switch (backend) {
+    case WG_BACKEND_NULL:
+        return "null";
+    case WG_BACKEND_WEBGPU:
+        return "webgpu";
+    case WG_BACKEND_D3D11:
+        return "d3d11";
+    case WG_BACKEND_D3D12:
+        return "d3d12";
+    case WG_BACKEND_METAL:
+        return "metal";
+    case WG_BACKEND_VULKAN:
+        return "vulkan";
+    case WG_BACKEND_OPENGL:
+        return "opengl";
+    case WG_BACKEND_OPENGLES:
+        return "opengles";
+    default:
+        return "unknown";
+    }
+}
+
+static const char *adapter_type_name(uint32_t type) {
+    switch (type) {
+    case WG_ADAPTER_DISCRETE_GPU:
+        return "discrete GPU";
+    case WG_ADAPTER_INTEGRATED_GPU:
+        return "integrated GPU";
+    case WG_ADAPTER_CPU:
+        return "CPU";
+    default:
+        return "unknown";
+    }
+}
+
+static uint32_t wg_backend_of(kf_backend backend) {
+    switch (backend) {
+    case KF_BACKEND_VULKAN:
+        return WG_BACKEND_VULKAN;
+    case KF_BACKEND_GLES:
+        return WG_BACKEND_OPENGLES;
+    case KF_BACKEND_OPENGL:
+        return WG_BACKEND_OPENGL;
+    case KF_BACKEND_METAL:
+        return WG_BACKEND_METAL;
+    case KF_BACKEND_D3D12:
+        return WG_BACKEND_D3D12;
+    case KF_BACKEND_NULL:
+        return WG_BACKEND_NULL;
+    default:
+        return WG_BACKEND_UNDEFINED;
+    }
+}
+
+/* desc->backend, else $KF_BACKEND, else default. An unknown name is the user's to fix. */
+static kf_status pick_backend(kf_context *ctx, kf_backend asked, kf_backend *out) {
+    static const struct {
+        const char *name;
+        kf_backend backend;
+    } names[] = {
+        {"vulkan", KF_BACKEND_VULKAN},   {"vk", KF_BACKEND_VULKAN},   {"gles", KF_BACKEND_GLES},
+        {"opengles", KF_BACKEND_GLES},   {"gl", KF_BACKEND_OPENGL},   {"opengl", KF_BACKEND_OPENGL},
+        {"metal", KF_BACKEND_METAL},     {"d3d12", KF_BACKEND_D3D12}, {"null", KF_BACKEND_NULL},
+        {"default", KF_BACKEND_DEFAULT}, {"", KF_BACKEND_DEFAULT},
+    };
+    if ((int)asked < (int)KF_BACKEND_DEFAULT || (int)asked > (int)KF_BACKEND_NULL) {
+        return kf__fail(ctx, KF_ERROR_INVALID_ARGUMENT,
+                        "kf_context_desc.backend %d is not a kf_backend", (int)asked);
+    }
+    *out = asked;
+    const char *env = getenv("KF_BACKEND");
+    if (asked != KF_BACKEND_DEFAULT || !env) {
+        return KF_OK;
+    }
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (!strcasecmp(env, names[i].name)) {
+            *out = names[i].backend;
+            return KF_OK;
+        }
+    }
+    return kf__fail(ctx, KF_ERROR_INVALID_ARGUMENT,
+                    "KF_BACKEND=%s is not a backend kfuse knows; use one of vulkan, gles, opengl, "
+                    "metal, d3d12, null (or leave it unset for the best adapter)",
+                    env);
+}
+
+static kf_status request_adapter(kf_context *ctx, kf_backend backend, wg_dawn_toggles *toggles) {
+    uint32_t wg_backend = wg_backend_of(backend);
+    /* Dawn offers OpenGL adapters only at the compatibility feature level. */
+    bool gl = backend == KF_BACKEND_GLES || backend == KF_BACKEND_OPENGL;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        bool compat = gl || attempt == 1;
+        wg_request_adapter_options options = {0};
+        options.next = toggles ? &toggles->chain : NULL;
+        options.feature_level = compat ? WG_FEATURE_LEVEL_COMPATIBILITY : WG_FEATURE_LEVEL_CORE;
+        options.power_preference = WG_POWER_HIGH_PERFORMANCE;
+        options.backend_type = wg_backend;
+        adapter_request r = {0};
+        wg_request_adapter_callback_info info = {NULL, WG_CALLBACK_WAIT_ANY_ONLY, on_adapter, &r,
+                                                 NULL};
+        kf_status st =
+            kf__wait(ctx, ctx->api.instance_request_adapter(ctx->instance, &options, info),
+                     "requestAdapter");
+        if (st != KF_OK) {
+            return st;
+        }
+        if (r.status == WG_REQUEST_SUCCESS && r.adapter) {
+            ctx->adapter = r.adapter;
+            return KF_OK;
+        }
+        if (attempt == 1 || gl || backend != KF_BACKEND_DEFAULT) {
+            return kf__fail(ctx, KF_ERROR_NO_ADAPTER, "%s found no %s%sadapter%s%s. %s",
+                            ctx->library_path,
+                            backend != KF_BACKEND_DEFAULT ? backend_name(wg_backend) : "",
+                            backend != KF_BACKEND_DEFAULT ? " " : "", r.message[0] ? ": " : "",
+                            r.message, KF__NO_ADAPTER_HELP);
+        }
+        /* No core adapter: an older driver may still offer a compatibility-level one. */
+    }
+    return KF_ERROR_NO_ADAPTER;
+}
+
+static bool adapter_has(const wg_supported_features *features, uint32_t feature) {
+    for (size_t i = 0; i < features->count; i++) {
+        if (features->features[i] == feature) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static kf_status request_device(kf_context *ctx, const kf_context_desc *desc,
+                                wg_dawn_toggles *toggles) {
+    wg_supported_features features = {0, NULL};
+    ctx->api.adapter_get_features(ctx->adapter, &features);
+    uint32_t wanted[4];
+    size_t wanted_count = 0;
+    /* Feature numbers are those of the pinned Dawn; other libraries number them differently,
+     * so kfuse asks them for none rather than for the wrong ones. */
+    if (ctx->is_dawn) {
+        if (!desc->disable_f16 && adapter_has(&features, WG_FEATURE_SHADER_F16)) {
+            wanted[wanted_count++] = WG_FEATURE_SHADER_F16;
+        }
+        if (!desc->disable_subgroups && adapter_has(&features, WG_FEATURE_SUBGROUPS)) {
+            wanted[wanted_count++] = WG_FEATURE_SUBGROUPS;
+        }
+        if (!desc->disable_timestamps && adapter_has(&features, WG_FEATURE_TIMESTAMP_QUERY)) {
+            wanted[wanted_count++] = WG_FEATURE_TIMESTAMP_QUERY;
+        }
+        if (!desc->disable_subgroups && adapter_has(&features, WG_FEATURE_SUBGROUP_MATRIX)) {
+            wanted[wanted_count++] = WG_FEATURE_SUBGROUP_MATRIX;
+        }
+    }
+    ctx->api.supported_features_free_members(features);
+
+    /* The adapter's full limits, not WebGPU's conservative defaults. */
+    wg_limits limits;
+    memset(&limits, 0, sizeof limits);
+    bool have_limits =
+        ctx->is_dawn && ctx->api.adapter_get_limits(ctx->adapter, &limits) == WG_STATUS_SUCCESS;
+    limits.next = NULL;
+
+    wg_device_desc dd;
+    memset(&dd, 0, sizeof dd);
+    dd.next = toggles ? &toggles->chain : NULL;
+    dd.label = (wg_string){"kfuse", WG_STRLEN};
+    dd.required_feature_count = wanted_count;
+    dd.required_features = wanted;
+    dd.required_limits = have_limits ? &limits : NULL;
+    dd.default_queue.label = (wg_string){"kfuse queue", WG_STRLEN};
+    dd.device_lost = (wg_device_lost_callback_info){NULL, WG_CALLBACK_ALLOW_SPONTANEOUS,
+                                                    on_device_lost, ctx, NULL};
+    dd.uncaptured_error = (wg_uncaptured_error_callback_info){NULL, on_uncaptured_error, ctx, NULL};
+
+    device_request *r = calloc(1, sizeof *r);
+    if (!r) {
+        return kf__fail(ctx, KF_ERROR_OUT_OF_MEMORY, "out of host memory");
+    }
+    wg_request_device_callback_info info = {NULL, WG_CALLBACK_WAIT_ANY_ONLY, on_device, r, NULL};
+    kf_status st =
+        kf__wait(ctx, ctx->api.adapter_request_device(ctx->adapter, &dd, info), "requestDevice");
+    if (st == KF_OK && (r->status != WG_REQUEST_SUCCESS || !r->device)) {
+        st = kf__fail(ctx, KF_ERROR_NO_DEVICE, "the adapter refused to create a device: %s",
+                      r->message[0] ? r->message : "no reason given");
+    }
+    if (st == KF_OK) {
+        ctx->device = r->device;
+    }
+    free(r);
+    return st;
+}
+
+/* Compiles a tiny shader: whether the device really accepts an `enable` directive. */
+static bool accepts_wgsl(kf_context *ctx, const char *code) {
+    wg_shader_source_wgsl source = {{NULL, WG_STYPE_SHADER_SOURCE_WGSL}, {code, WG_STRLEN}};
+    wg_shader_module_desc md = {&source.chain, {"kfuse feature probe", WG_STRLEN}};
+    kf__scope_push(ctx);
+    wg_shader_module module = ctx->api.device_create_shader_module(ctx->device, &md);
+    kf_status st = kf__scope_pop(ctx, KF_ERROR_COMPILE, "feature probe");
+    if (module) {
+        ctx->api.shader_module_release(module);
+    }
+    ctx->error[0] = '\0';
+    return st == KF_OK;
+}
+
+static void fill_info(kf_context *ctx) {
+    kf_adapter_info *info = &ctx->info;
+    wg_adapter_info ai;
+    memset(&ai, 0, sizeof ai);
+    if (ctx->api.adapter_get_info(ctx->adapter, &ai) == WG_STATUS_SUCCESS) {
+        kf__copy_string(info->vendor, sizeof info->vendor, ai.vendor);
+        kf__copy_string(info->architecture, sizeof info->architecture, ai.architecture);
+        kf__copy_string(info->device, sizeof info->device, ai.device);
+        kf__copy_string(info->description, sizeof info->description, ai.description);
+        snprintf(info->backend, sizeof info->backend, "%s", backend_name(ai.backend_type));
+        snprintf(info->adapter_type, sizeof info->adapter_type, "%s",
+                 adapter_type_name(ai.adapter_type));
+        info->vendor_id = ai.vendor_id;
+        info->device_id = ai.device_id;
+        info->subgroup_min_size = ai.subgroup_min_size;
+        info->subgroup_max_size = ai.subgroup_max_size;
+        ctx->api.adapter_info_free_members(ai);
+    }
+    snprintf(info->library, sizeof info->library, "%s", ctx->library_path);
+
+    wg_device dev = ctx->device;
+    info->has_f16 = ctx->api.device_has_feature(dev, WG_FEATURE_SHADER_F16) &&
+                    accepts_wgsl(ctx, "enable f16;\n"
+                                      "@compute @workgroup_size(1) fn main() {\n"
+                                      "    var h: f16 = 1.5h;\n    h = h * 2.0h;\n}\n");
+    info->has_subgroups = ctx->api.device_has_feature(dev, WG_FEATURE_SUBGROUPS) &&
+                          accepts_wgsl(ctx, "enable subgroups;\n"
+                                            "@compute @workgroup_size(64)\n"
+                                            "fn main(@builtin(subgroup_size) n: u32) {\n"
+                                            "    _ = subgroupAdd(n);\n}\n");
+    info->has_timestamps = ctx->api.device_has_feature(dev, WG_FEATURE_TIMESTAMP_QUERY);
+    info->has_subgroup_matrix = ctx->api.device_has_feature(dev, WG_FEATURE_SUBGROUP_MATRIX) &&
+                                accepts_wgsl(ctx, "enable chromium_experimental_subgroup_matrix;\n"
+                                                  "@compute @workgroup_size(64) fn main() {}\n");
+    if (!info->has_subgroups) {
+        info->subgroup_min_size = info->subgroup_max_size = 0;
+    }
+
+    const wg_limits *l = &ctx->limits;
+    info->max_buffer_size = l->max_buffer_size;
+    info->max_storage_buffer_binding_size = l->max_storage_buffer_binding_size;
+    info->max_storage_buffers_per_stage = l->max_storage_buffers_per_shader_stage;
+    info->max_compute_workgroup_storage_size = l->max_compute_workgroup_storage_size;
+    info->max_compute_invocations_per_workgroup = l->max_compute_invocations_per_workgroup;
+    info->max_compute_workgroup_size[0] = l->max_compute_workgroup_size_x;
+    info->max_compute_workgroup_size[1] = l->max_compute_workgroup_size_y;
+    info->max_compute_workgroup_size[2] = l->max_compute_workgroup_size_z;
+    info->max_compute_workgroups_per_dimension = l->max_compute_workgroups_per_dimension;
+}
+
+static kf_status create(kf_context *ctx, const kf_context_desc *desc) {
+    kf_status st = kf__wgpu_load(desc->library_path, &ctx->api, &ctx->library, ctx->library_path,
+                                 sizeof ctx->library_path, ctx->error, sizeof ctx->error);
+    if (st != KF_OK) {
+        return st;
+    }
+    ctx->is_dawn = ctx->api.device_tick != NULL;
+    kf_backend backend;
+    st = pick_backend(ctx, desc->backend, &backend);
+    if (st != KF_OK) {
+        return st;
+    }
+
+    wg_dawn_toggles toggles = {
+        {NULL, WG_STYPE_DAWN_TOGGLES}, 1, g_enabled_toggles, 1, g_disabled_toggles};
+    wg_dawn_toggles *chain = ctx->is_dawn ? &toggles : NULL;
+    wg_instance_desc id;
+    memset(&id, 0, sizeof id);
+    id.next = chain ? &chain->chain : NULL;
+    id.capabilities.timed_wait_any_enable = 1;
+    id.capabilities.timed_wait_any_max_count = 1;
+    ctx->instance = ctx->api.create_instance(&id);
+    if (!ctx->instance) {
+        return kf__fail(ctx, KF_ERROR_NO_ADAPTER,
+                        "%s could not create a WebGPU instance (is it a webgpu.h library of the "
+                        "version scripts/setup.sh pins?)",
+                        ctx->library_path);
+    }
+    st = request_adapter(ctx, backend, chain);
+    if (st != KF_OK) {
+        return st;
+    }
+    st = request_device(ctx, desc, chain);
+    if (st != KF_OK) {
+        return st;
+    }
+    ctx->queue = ctx->api.device_get_queue(ctx->device);
+    if (ctx->api.device_get_limits(ctx->device, &ctx->limits) != WG_STATUS_SUCCESS) {
+        return kf__fail(ctx, KF_ERROR_NO_DEVICE, "the device did not report its limits");
+    }
+    fill_info(ctx);
+    return kf__check_alive(ctx);
+}
+
+kf_status kf_context_create(const kf_context_desc *desc, kf_context **out) {
+    kf_context_desc defaults = {0};
+    if (!desc) {
+        desc = &defaults;
+    }
+    if (desc->error_out && desc->error_out_size) {
+        desc->error_out[0] = '\0';
+    }
+    if (!out) {
+        if (desc->error_out && desc->error_out_size) {
+            snprintf(desc->error_out, desc->error_out_size, "kf_context_create: out is NULL");
+        }
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    *out = NULL;
+    kf_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) {
+        if (desc->error_out && desc->error_out_size) {
+            snprintf(desc->error_out, desc->error_out_size, "out of host memory");
+        }
+        return KF_ERROR_OUT_OF_MEMORY;
+    }
+    atomic_init(&ctx->lost, false);
+    atomic_init(&ctx->destroying, false);
+    atomic_init(&ctx->uncaptured, false);
+    kf_status st = create(ctx, desc);
+    if (st != KF_OK) {
+        if (desc->error_out && desc->error_out_size) {
+            snprintf(desc->error_out, desc->error_out_size, "%s", ctx->error);
+        }
+        kf_context_destroy(ctx);
+        return st;
+    }
+    ctx->error[0] = '\0';
+    *out = ctx;
+    return KF_OK;
+}
+
+void kf_context_destroy(kf_context *ctx) {
+    if (!ctx) {
+        return;
+    }
+    atomic_store(&ctx->destroying, true);
+    if (ctx->device) {
+        kf__pipeline_cache_destroy(ctx);
+        kf__timing_destroy(ctx);
+        kf__staging_destroy(ctx);
+    }
+    if (ctx->queue) {
+        ctx->api.queue_release(ctx->queue);
+    }
+    if (ctx->device) {
+        /* The lost callback (reason: destroyed) runs here, while ctx is still alive. */
+        ctx->api.device_destroy(ctx->device);
+        ctx->api.device_release(ctx->device);
+    }
+    if (ctx->instance) {
+        ctx->api.instance_process_events(ctx->instance);
+    }
+    if (ctx->adapter) {
+        ctx->api.adapter_release(ctx->adapter);
+    }
+    if (ctx->instance) {
+        ctx->api.instance_release(ctx->instance);
+    }
+    if (ctx->library) {
+        dlclose(ctx->library);
+    }
+    free(ctx);
+}
+
+const char *kf_context_last_error(const kf_context *ctx) {
+    return ctx ? ctx->error : "kf_context_last_error: the context is NULL";
+}
+
+kf_status kf_context_adapter_info(const kf_context *ctx, kf_adapter_info *out) {
+    if (!ctx || !out) {
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    *out = ctx->info;
+    return KF_OK;
+}
+
+kf_status kf_context_stats_get(const kf_context *ctx, kf_context_stats *out) {
+    if (!ctx || !out) {
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    *out = ctx->stats;
+    return KF_OK;
+}
+
+kf_status kf__context_force_loss(kf_context *ctx) {
+    if (!ctx || !ctx->api.device_force_loss) {
+        return KF_ERROR_UNSUPPORTED;
+    }
+    ctx->api.device_force_loss(ctx->device, WG_LOST_UNKNOWN,
+                               (wg_string){"forced by a kfuse test", WG_STRLEN});
+    ctx->api.instance_process_events(ctx->instance);
+    return atomic_load(&ctx->lost) ? KF_OK : KF_ERROR_INTERNAL;
+}

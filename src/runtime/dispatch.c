@@ -1,0 +1,368 @@
+/* Dispatch and timing: a sequence of kf_dispatch recorded into one compute pass and one
+ * submission, optionally bracketed by GPU timestamp queries. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/runtime.h"
+
+/* A dispatch as it will be recorded: the grid after folding. */
+typedef struct planned {
+    const kf_dispatch *d;
+    uint32_t groups[3];
+} planned;
+
+static kf_status plan_one(kf_context *ctx, const kf_dispatch *d, uint32_t index, planned *out) {
+    const kf_pipeline *p = d->pipeline;
+    if (!p) {
+        return kf__fail(ctx, KF_ERROR_INVALID_ARGUMENT, "dispatch %u: pipeline is NULL", index);
+    }
+    if (p->ctx != ctx) {
+        return kf__fail(ctx, KF_ERROR_INVALID_ARGUMENT,
+                        "dispatch %u: the pipeline belongs to another context", index);
+    }
+    if (d->buffer_count != p->binding_count) {
+        return kf__fail(ctx, KF_ERROR_INVALID_ARGUMENT,
+                        "dispatch %u: %u buffers given for a pipeline with %u bindings", index,
+                        d->buffer_count, p->binding_count);
+    }
+    if (d->buffer_count && !d->buffers) {
+        return kf__fail(ctx, KF_ERROR_INVALID_ARGUMENT, "dispatch %u: buffers is NULL", index);
+    }
+    for (uint32_t i = 0; i < d->buffer_count; i++) {
+        const kf_buffer *b = d->buffers[i];
+        if (!b) {
+            return kf__fail(ctx, KF_ERROR_INVALID_ARGUMENT, "dispatch %u: buffer %u is NULL", index,
+                            i);
+        }
+        if (b->ctx != ctx) {
+            return kf__fail(ctx, KF_ERROR_INVALID_ARGUMENT,
+                            "dispatch %u: buffer %u belongs to another context", index, i);
+        }
+        bool uniform = p->bindings[i] == KF_BINDING_UNIFORM;
+        uint64_t limit = uniform ? ctx->limits.max_uniform_buffer_binding_size
+                                 : ctx->limits.max_storage_buffer_binding_size;
+        if (b->alloc_size > limit) {
+            return kf__fail(ctx, KF_ERROR_LIMIT,
+                            "dispatch %u: binding %u is a buffer of %llu bytes, above this "
+                            "device's %s (%llu bytes)",
+                            index, i, (unsigned long long)b->size,
+                            uniform ? "maxUniformBufferBindingSize" : "maxStorageBufferBindingSize",
+                            (unsigned long long)limit);
+        }
+    }
+    uint32_t max = ctx->limits.max_compute_workgroups_per_dimension;
+    uint32_t g[3];
+    for (int k = 0; k < 3; k++) {
+        g[k] = d->groups[k] ? d->groups[k] : 1;
+    }
+    if (g[0] > max && g[1] == 1 && g[2] == 1) {
+        /* Fold a long 1-D grid into x * y >= groups[0]; kernels index workgroups linearly as
+         * workgroup_id.x + workgroup_id.y * num_workgroups.x and skip the extra ones. */
+        uint32_t y = (uint32_t)(((uint64_t)g[0] + max - 1) / max);
+        uint32_t x = (uint32_t)(((uint64_t)g[0] + y - 1) / y);
+        g[0] = x;
+        g[1] = y;
+    }
+    for (int k = 0; k < 3; k++) {
+        if (g[k] > max) {
+            return kf__fail(ctx, KF_ERROR_LIMIT,
+                            "dispatch %u: %u x %u x %u workgroups; dimension %d is above this "
+                            "device's maxComputeWorkgroupsPerDimension (%u), and only a 1-D grid "
+                            "is folded",
+                            index, d->groups[0], d->groups[1], d->groups[2], k, max);
+        }
+    }
+    out->d = d;
+    memcpy(out->groups, g, sizeof g);
+    return KF_OK;
+}
+
+static kf_status plan(kf_context *ctx, const kf_dispatch *dispatches, uint32_t count,
+                      planned **out) {
+    *out = NULL;
+    if (!dispatches && count) {
+        return kf__fail(ctx, KF_ERROR_INVALID_ARGUMENT, "dispatches is NULL");
+    }
+    if (count == 0) {
+        return kf__fail(ctx, KF_ERROR_INVALID_ARGUMENT, "no dispatches to run (count is 0)");
+    }
+    planned *steps = calloc(count, sizeof *steps);
+    if (!steps) {
+        return kf__fail(ctx, KF_ERROR_OUT_OF_MEMORY, "out of host memory");
+    }
+    for (uint32_t i = 0; i < count; i++) {
+        kf_status st = plan_one(ctx, &dispatches[i], i, &steps[i]);
+        if (st != KF_OK) {
+            free(steps);
+            return st;
+        }
+    }
+    *out = steps;
+    return KF_OK;
+}
+
+/* Records the whole sequence as one compute pass (WebGPU orders the dispatches of a pass and
+ * makes each one's writes visible to the next). */
+static kf_status record(kf_context *ctx, const planned *steps, uint32_t count, bool timestamps,
+                        wg_command_buffer *out) {
+    *out = NULL;
+    uint32_t most = 1;
+    for (uint32_t i = 0; i < count; i++) {
+        most = steps[i].d->buffer_count > most ? steps[i].d->buffer_count : most;
+    }
+    wg_bind_group_entry *e = calloc(most, sizeof *e);
+    if (!e) {
+        return kf__fail(ctx, KF_ERROR_OUT_OF_MEMORY, "out of host memory");
+    }
+    kf__scope_push(ctx);
+    wg_command_encoder enc = ctx->api.device_create_command_encoder(ctx->device, NULL);
+    wg_pass_timestamp_writes writes = {NULL, ctx->timestamps, 0, 1};
+    wg_compute_pass_desc pd = {NULL, {"kfuse pass", WG_STRLEN}, timestamps ? &writes : NULL};
+    wg_compute_pass pass = ctx->api.command_encoder_begin_compute_pass(enc, &pd);
+    for (uint32_t i = 0; i < count; i++) {
+        const kf_dispatch *d = steps[i].d;
+        const kf_pipeline *p = d->pipeline;
+        for (uint32_t b = 0; b < d->buffer_count; b++) {
+            memset(&e[b], 0, sizeof e[b]);
+            e[b].binding = b;
+            e[b].buffer = d->buffers[b]->handle;
+            e[b].offset = 0;
+            e[b].size = d->buffers[b]->alloc_size;
+        }
+        wg_bind_group_desc bd = {
+            NULL, {"kfuse bind group", WG_STRLEN}, p->bind_group_layout, d->buffer_count, e};
+        wg_bind_group group = ctx->api.device_create_bind_group(ctx->device, &bd);
+        ctx->api.compute_pass_set_pipeline(pass, p->handle);
+        ctx->api.compute_pass_set_bind_group(pass, 0, group, 0, NULL);
+        ctx->api.compute_pass_dispatch(pass, steps[i].groups[0], steps[i].groups[1],
+                                       steps[i].groups[2]);
+        if (group) {
+            ctx->api.bind_group_release(group); /* the pass keeps what it uses alive */
+        }
+    }
+    ctx->api.compute_pass_end(pass);
+    ctx->api.compute_pass_release(pass);
+    if (timestamps) {
+        ctx->api.command_encoder_resolve_query_set(enc, ctx->timestamps, 0, 2,
+                                                   ctx->timestamp_resolve, 0);
+        ctx->api.command_encoder_copy_buffer_to_buffer(enc, ctx->timestamp_resolve, 0,
+                                                       ctx->timestamp_readback, 0, 16);
+    }
+    wg_command_buffer commands = ctx->api.command_encoder_finish(enc, NULL);
+    ctx->api.command_encoder_release(enc);
+    free(e);
+    kf_status st = kf__scope_pop(ctx, KF_ERROR_VALIDATION, "recording dispatches");
+    if (st != KF_OK) {
+        if (commands) {
+            ctx->api.command_buffer_release(commands);
+        }
+        return st;
+    }
+    ctx->stats.dispatches += count;
+    *out = commands;
+    return KF_OK;
+}
+
+static kf_status run_planned(kf_context *ctx, const planned *steps, uint32_t count,
+                             bool timestamps) {
+    wg_command_buffer commands;
+    kf_status st = record(ctx, steps, count, timestamps, &commands);
+    if (st != KF_OK) {
+        return st;
+    }
+    st = kf__submit_and_wait(ctx, commands, "running dispatches");
+    ctx->api.command_buffer_release(commands);
+    return st;
+}
+
+kf_status kf_context_run(kf_context *ctx, const kf_dispatch *dispatches, uint32_t count) {
+    if (!ctx) {
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    kf_status st = kf__check_alive(ctx);
+    if (st != KF_OK) {
+        return st;
+    }
+    planned *steps;
+    st = plan(ctx, dispatches, count, &steps);
+    if (st != KF_OK) {
+        return st;
+    }
+    st = run_planned(ctx, steps, count, false);
+    free(steps);
+    return st;
+}
+
+/* --- timing --- */
+
+void kf__timing_destroy(kf_context *ctx) {
+    if (ctx->timestamps) {
+        ctx->api.query_set_destroy(ctx->timestamps);
+        ctx->api.query_set_release(ctx->timestamps);
+        ctx->timestamps = NULL;
+    }
+    wg_buffer *buffers[2] = {&ctx->timestamp_resolve, &ctx->timestamp_readback};
+    for (int i = 0; i < 2; i++) {
+        if (*buffers[i]) {
+            ctx->api.buffer_destroy(*buffers[i]);
+            ctx->api.buffer_release(*buffers[i]);
+            *buffers[i] = NULL;
+        }
+    }
+}
+
+static kf_status ensure_timestamps(kf_context *ctx) {
+    if (ctx->timestamps) {
+        return KF_OK;
+    }
+    kf__scope_push(ctx);
+    wg_query_set_desc qd = {NULL, {"kfuse timestamps", WG_STRLEN}, WG_QUERY_TIMESTAMP, 2};
+    ctx->timestamps = ctx->api.device_create_query_set(ctx->device, &qd);
+    wg_buffer_desc rd = {NULL,
+                         {"kfuse timestamp resolve", WG_STRLEN},
+                         WG_USAGE_QUERY_RESOLVE | WG_USAGE_COPY_SRC,
+                         16,
+                         0};
+    ctx->timestamp_resolve = ctx->api.device_create_buffer(ctx->device, &rd);
+    wg_buffer_desc bd = {NULL,
+                         {"kfuse timestamp readback", WG_STRLEN},
+                         WG_USAGE_MAP_READ | WG_USAGE_COPY_DST,
+                         16,
+                         0};
+    ctx->timestamp_readback = ctx->api.device_create_buffer(ctx->device, &bd);
+    kf_status st = kf__scope_pop(ctx, KF_ERROR_VALIDATION, "creating timestamp queries");
+    if (st != KF_OK) {
+        kf__timing_destroy(ctx);
+    }
+    return st;
+}
+
+typedef struct map_done {
+    bool done;
+    uint32_t status;
+} map_done;
+
+static void on_mapped(uint32_t status, wg_string message, void *user1, void *user2) {
+    (void)message;
+    (void)user2;
+    map_done *m = user1;
+    m->done = true;
+    m->status = status;
+}
+
+/* Elapsed GPU time of the last timestamped run, in ms; a negative value when the timestamps
+ * make no sense (some drivers return zeros). */
+static kf_status read_timestamps(kf_context *ctx, double *ms) {
+    map_done m = {false, 0};
+    wg_map_callback_info info = {NULL, WG_CALLBACK_WAIT_ANY_ONLY, on_mapped, &m, NULL};
+    kf_status st =
+        kf__wait(ctx, ctx->api.buffer_map_async(ctx->timestamp_readback, WG_MAP_READ, 0, 16, info),
+                 "reading timestamps");
+    if (st != KF_OK) {
+        return st;
+    }
+    if (m.status != WG_REQUEST_SUCCESS) {
+        st = kf__check_alive(ctx);
+        return st != KF_OK
+                   ? st
+                   : kf__fail(ctx, KF_ERROR_INTERNAL, "mapping the timestamp buffer failed");
+    }
+    const uint64_t *t = ctx->api.buffer_get_const_mapped_range(ctx->timestamp_readback, 0, 16);
+    *ms = -1.0;
+    if (t && t[1] > t[0]) {
+        *ms = (double)(t[1] - t[0]) * 1e-6;
+    }
+    ctx->api.buffer_unmap(ctx->timestamp_readback);
+    return KF_OK;
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static int compare_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static kf_status measure(kf_context *ctx, const planned *steps, uint32_t count, uint32_t repeat,
+                         bool timestamps, double *samples, bool *timestamps_ok) {
+    *timestamps_ok = true;
+    for (uint32_t r = 0; r < repeat; r++) {
+        wg_command_buffer commands;
+        kf_status st = record(ctx, steps, count, timestamps, &commands);
+        if (st != KF_OK) {
+            return st;
+        }
+        double t0 = now_ms();
+        st = kf__submit_and_wait(ctx, commands, "timing dispatches");
+        double t1 = now_ms();
+        ctx->api.command_buffer_release(commands);
+        if (st != KF_OK) {
+            return st;
+        }
+        samples[r] = t1 - t0;
+        if (timestamps) {
+            st = read_timestamps(ctx, &samples[r]);
+            if (st != KF_OK) {
+                return st;
+            }
+            if (samples[r] <= 0.0) {
+                *timestamps_ok = false;
+                return KF_OK;
+            }
+        }
+    }
+    return KF_OK;
+}
+
+kf_status kf_context_time(kf_context *ctx, const kf_dispatch *dispatches, uint32_t count,
+                          uint32_t repeat, kf_timing *out) {
+    if (!ctx || !out) {
+        return kf__fail(ctx, KF_ERROR_INVALID_ARGUMENT, "kf_context_time: %s is NULL",
+                        ctx ? "out" : "ctx");
+    }
+    memset(out, 0, sizeof *out);
+    kf_status st = kf__check_alive(ctx);
+    if (st != KF_OK) {
+        return st;
+    }
+    if (repeat == 0) {
+        repeat = 10;
+    }
+    planned *steps;
+    st = plan(ctx, dispatches, count, &steps);
+    if (st != KF_OK) {
+        return st;
+    }
+    double *samples = calloc(repeat, sizeof *samples);
+    if (!samples) {
+        free(steps);
+        return kf__fail(ctx, KF_ERROR_OUT_OF_MEMORY, "kf_context_time: out of host memory");
+    }
+    bool timestamps = ctx->info.has_timestamps && ensure_timestamps(ctx) == KF_OK;
+    st = run_planned(ctx, steps, count, false); /* warm-up: caches, page faults, clocks */
+    bool timestamps_ok = false;
+    if (st == KF_OK) {
+        st = measure(ctx, steps, count, repeat, timestamps, samples, &timestamps_ok);
+    }
+    if (st == KF_OK && timestamps && !timestamps_ok) {
+        /* The driver gave unusable timestamps: time with the wall clock instead. */
+        timestamps = false;
+        st = measure(ctx, steps, count, repeat, false, samples, &timestamps_ok);
+    }
+    if (st == KF_OK) {
+        qsort(samples, repeat, sizeof *samples, compare_double);
+        out->min_ms = samples[0];
+        out->median_ms = repeat % 2 ? samples[repeat / 2]
+                                    : 0.5 * (samples[repeat / 2 - 1] + samples[repeat / 2]);
+        out->gpu_timestamps = timestamps;
+    }
+    free(samples);
+    free(steps);
+    return st;
+}

@@ -1,0 +1,475 @@
+/* kf_pipeline: WGSL + override constants + binding kinds -> a compute pipeline, compiled once per
+ * context and then found again by a hash of all of them. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/runtime.h"
+
+/* FNV-1a, 64-bit: small and good enough to spread keys; equality is checked on the full key. */
+static uint64_t hash_bytes(uint64_t h, const void *data, size_t size) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < size; i++) {
+        h = (h ^ p[i]) * 1099511628211ull;
+    }
+    return h;
+}
+
+static uint64_t hash_key(const char *wgsl, const char *entry, const kf_pipeline_desc *desc) {
+    uint64_t h = 14695981039346656037ull;
+    h = hash_bytes(h, wgsl, strlen(wgsl) + 1);
+    h = hash_bytes(h, entry, strlen(entry) + 1);
+    for (uint32_t i = 0; i < desc->constant_count; i++) {
+        h = hash_bytes(h, desc->constants[i].name, strlen(desc->constants[i].name) + 1);
+        h = hash_bytes(h, &desc->constants[i].value, sizeof desc->constants[i].value);
+    }
+    for (uint32_t i = 0; i < desc->binding_count; i++) {
+        uint32_t kind = (uint32_t)desc->bindings[i];
+        h = hash_bytes(h, &kind, sizeof kind);
+    }
+    h = hash_bytes(h, &desc->binding_count, sizeof desc->binding_count);
+    return h;
+}
+
+static bool same_key(const kf_pipeline *p, uint64_t hash, const char *wgsl, const char *entry,
+                     const kf_pipeline_desc *desc) {
+    if (p->hash != hash || p->constant_count != desc->constant_count ||
+        p->binding_count != desc->binding_count || strcmp(p->entry_point, entry) != 0 ||
+        strcmp(p->wgsl, wgsl) != 0) {
+        return false;
+    }
+    for (uint32_t i = 0; i < desc->constant_count; i++) {
+        if (strcmp(p->constants[i].name, desc->constants[i].name) != 0 ||
+            memcmp(&p->constants[i].value, &desc->constants[i].value, sizeof(double)) != 0) {
+            return false;
+        }
+    }
+    for (uint32_t i = 0; i < desc->binding_count; i++) {
+        if (p->bindings[i] != desc->bindings[i]) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static void pipeline_free(kf_context *ctx, kf_pipeline *p) {
+    if (!p) {
+        return;
+    }
+    if (p->handle) {
+        ctx->api.compute_pipeline_release(p->handle);
+    }
+    if (p->layout) {
+        ctx->api.pipeline_layout_release(p->layout);
+    }
+    if (p->bind_group_layout) {
+        ctx->api.bind_group_layout_release(p->bind_group_layout);
+    }
+    if (p->module) {
+        ctx->api.shader_module_release(p->module);
+    }
+    if (p->constants) {
+        for (uint32_t i = 0; i < p->constant_count; i++) {
+            free((char *)p->constants[i].name);
+        }
+    }
+    free(p->constants);
+    free(p->bindings);
+    free(p->wgsl);
+    free(p->entry_point);
+    free(p);
+}
+
+void kf__pipeline_cache_destroy(kf_context *ctx) {
+    kf__pipeline_cache *c = &ctx->pipelines;
+    for (size_t i = 0; i < c->capacity; i++) {
+        pipeline_free(ctx, c->slots[i]);
+    }
+    free(c->slots);
+    memset(c, 0, sizeof *c);
+}
+
+static kf_pipeline *cache_find(kf_context *ctx, uint64_t hash, const char *wgsl, const char *entry,
+                               const kf_pipeline_desc *desc) {
+    kf__pipeline_cache *c = &ctx->pipelines;
+    if (c->capacity == 0) {
+        return NULL;
+    }
+    for (size_t i = hash & (c->capacity - 1);; i = (i + 1) & (c->capacity - 1)) {
+        kf_pipeline *p = c->slots[i];
+        if (!p) {
+            return NULL;
+        }
+        if (same_key(p, hash, wgsl, entry, desc)) {
+            return p;
+        }
+    }
+}
+
+static bool cache_insert(kf_context *ctx, kf_pipeline *p) {
+    kf__pipeline_cache *c = &ctx->pipelines;
+    if ((c->count + 1) * 2 > c->capacity) {
+        size_t capacity = c->capacity ? c->capacity * 2 : 64;
+        kf_pipeline **slots = calloc(capacity, sizeof *slots);
+        if (!slots) {
+            return false;
+        }
+        for (size_t i = 0; i < c->capacity; i++) {
+            kf_pipeline *q = c->slots[i];
+            if (q) {
+                size_t j = q->hash & (capacity - 1);
+                while (slots[j]) {
+                    j = (j + 1) & (capacity - 1);
+                }
+                slots[j] = q;
+            }
+        }
+        free(c->slots);
+        c->slots = slots;
+        c->capacity = capacity;
+    }
+    size_t j = p->hash & (c->capacity - 1);
+    while (c->slots[j]) {
+        j = (j + 1) & (c->capacity - 1);
+    }
+    c->slots[j] = p;
+    c->count++;
+    return true;
+}
+
+static char *dup_string(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d) {
+        memcpy(d, s, n);
+    }
+    return d;
+}
+
+static bool copy_key(kf_pipeline *p, const char *wgsl, const char *entry,
+                     const kf_pipeline_desc *desc) {
+    p->wgsl = dup_string(wgsl);
+    p->entry_point = dup_string(entry);
+    p->constant_count = desc->constant_count;
+    p->binding_count = desc->binding_count;
+    if (!p->wgsl || !p->entry_point) {
+        return false;
+    }
+    if (desc->constant_count) {
+        p->constants = calloc(desc->constant_count, sizeof *p->constants);
+        if (!p->constants) {
+            return false;
+        }
+        for (uint32_t i = 0; i < desc->constant_count; i++) {
+            p->constants[i].value = desc->constants[i].value;
+            p->constants[i].name = dup_string(desc->constants[i].name);
+            if (!p->constants[i].name) {
+                return false;
+            }
+        }
+    }
+    if (desc->binding_count) {
+        p->bindings = malloc(desc->binding_count * sizeof *p->bindings);
+        if (!p->bindings) {
+            return false;
+        }
+        memcpy(p->bindings, desc->bindings, desc->binding_count * sizeof *p->bindings);
+    }
+    return true;
+}
+
+/* --- compile errors as a reader wants them: position, message, the line, a caret --- */
+
+typedef struct compile_messages {
+    bool done;
+    char *text; /* formatted; malloc'd */
+    size_t errors;
+} compile_messages;
+
+typedef struct text_builder {
+    char *data;
+    size_t length, capacity;
+} text_builder;
+
+static void text_append(text_builder *t, const char *s, size_t n) {
+    if (t->length + n + 1 > t->capacity) {
+        size_t capacity = t->capacity ? t->capacity : 256;
+        while (t->length + n + 1 > capacity) {
+            capacity *= 2;
+        }
+        char *data = realloc(t->data, capacity);
+        if (!data) {
+            return;
+        }
+        t->data = data;
+        t->capacity = capacity;
+    }
+    memcpy(t->data + t->length, s, n);
+    t->length += n;
+    t->data[t->length] = '\0';
+}
+
+static void text_printf(text_builder *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void text_printf(text_builder *t, const char *fmt, ...) {
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n > 0) {
+        text_append(t, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+    }
+}
+
+/* The 1-based line `line` of src, without its newline. */
+static const char *source_line(const char *src, uint64_t line, size_t *length) {
+    const char *p = src;
+    for (uint64_t l = 1; l < line && *p; p++) {
+        if (*p == '\n') {
+            l++;
+        }
+    }
+    const char *end = strchr(p, '\n');
+    *length = end ? (size_t)(end - p) : strlen(p);
+    return p;
+}
+
+typedef struct compile_request {
+    compile_messages *out;
+    const char *wgsl;
+} compile_request;
+
+static void on_compilation_info(uint32_t status, const wg_compilation_info *info, void *user1,
+                                void *user2) {
+    (void)user2;
+    compile_request *req = user1;
+    compile_messages *out = req->out;
+    out->done = true;
+    if (status != WG_REQUEST_SUCCESS || !info) {
+        return;
+    }
+    text_builder t = {0};
+    for (size_t i = 0; i < info->message_count; i++) {
+        const wg_compilation_message *m = &info->messages[i];
+        if (m->type != WG_MESSAGE_ERROR) {
+            continue;
+        }
+        out->errors++;
+        char message[1024];
+        kf__copy_string(message, sizeof message, m->message);
+        if (m->line_num == 0) {
+            text_printf(&t, "\n  error: %s", message);
+            continue;
+        }
+        text_printf(&t, "\n  %llu:%llu: error: %s", (unsigned long long)m->line_num,
+                    (unsigned long long)m->line_pos, message);
+        size_t n;
+        const char *line = source_line(req->wgsl, m->line_num, &n);
+        if (n > 200) {
+            n = 200;
+        }
+        text_printf(&t, "\n    %.*s\n    ", (int)n, line);
+        for (uint64_t c = 1; c < m->line_pos && c <= n; c++) {
+            text_append(&t, line[c - 1] == '\t' ? "\t" : " ", 1);
+        }
+        text_append(&t, "^", 1);
+    }
+    out->text = t.data;
+}
+
+static kf_status compile_error(kf_context *ctx, wg_shader_module module, const char *wgsl,
+                               const char *entry) {
+    char scope_message[KF__ERROR_SIZE];
+    snprintf(scope_message, sizeof scope_message, "%s", ctx->error);
+    compile_messages messages = {0};
+    compile_request req = {&messages, wgsl};
+    if (module) {
+        wg_compilation_info_callback_info info = {NULL, WG_CALLBACK_WAIT_ANY_ONLY,
+                                                  on_compilation_info, &req, NULL};
+        kf__wait(ctx, ctx->api.shader_module_get_compilation_info(module, info),
+                 "shader compilation info");
+    }
+    kf_status st;
+    if (messages.errors && messages.text) {
+        st = kf__fail(ctx, KF_ERROR_COMPILE, "kf_pipeline_get: WGSL does not compile (entry %s):%s",
+                      entry, messages.text);
+    } else {
+        st =
+            kf__fail(ctx, KF_ERROR_COMPILE, "kf_pipeline_get: WGSL does not compile (entry %s): %s",
+                     entry, scope_message);
+    }
+    free(messages.text);
+    return st;
+}
+
+/* --- building --- */
+
+static uint32_t binding_type(kf_binding_kind kind) {
+    switch (kind) {
+    case KF_BINDING_STORAGE_READ_WRITE:
+        return WG_BINDING_STORAGE;
+    case KF_BINDING_UNIFORM:
+        return WG_BINDING_UNIFORM;
+    case KF_BINDING_STORAGE_READ:
+    default:
+        return WG_BINDING_READ_ONLY_STORAGE;
+    }
+}
+
+static kf_status check_desc(kf_context *ctx, const kf_pipeline_desc *desc) {
+    if (!desc->wgsl) {
+        return kf__fail(ctx, KF_ERROR_INVALID_ARGUMENT, "kf_pipeline_get: desc->wgsl is NULL");
+    }
+    if (desc->constant_count && !desc->constants) {
+        return kf__fail(ctx, KF_ERROR_INVALID_ARGUMENT,
+                        "kf_pipeline_get: %u constants but desc->constants is NULL",
+                        desc->constant_count);
+    }
+    for (uint32_t i = 0; i < desc->constant_count; i++) {
+        if (!desc->constants[i].name || !desc->constants[i].name[0]) {
+            return kf__fail(ctx, KF_ERROR_INVALID_ARGUMENT,
+                            "kf_pipeline_get: constant %u has no name", i);
+        }
+    }
+    if (desc->binding_count && !desc->bindings) {
+        return kf__fail(ctx, KF_ERROR_INVALID_ARGUMENT,
+                        "kf_pipeline_get: %u bindings but desc->bindings is NULL",
+                        desc->binding_count);
+    }
+    uint32_t storage = 0, uniform = 0;
+    for (uint32_t i = 0; i < desc->binding_count; i++) {
+        kf_binding_kind kind = desc->bindings[i];
+        if (kind != KF_BINDING_STORAGE_READ && kind != KF_BINDING_STORAGE_READ_WRITE &&
+            kind != KF_BINDING_UNIFORM) {
+            return kf__fail(ctx, KF_ERROR_INVALID_ARGUMENT,
+                            "kf_pipeline_get: binding %u has kind %d, not a kf_binding_kind", i,
+                            (int)kind);
+        }
+        if (kind == KF_BINDING_UNIFORM) {
+            uniform++;
+        } else {
+            storage++;
+        }
+    }
+    if (storage > ctx->limits.max_storage_buffers_per_shader_stage) {
+        return kf__fail(ctx, KF_ERROR_LIMIT,
+                        "kf_pipeline_get: %u storage bindings; this device allows "
+                        "maxStorageBuffersPerShaderStage = %u",
+                        storage, ctx->limits.max_storage_buffers_per_shader_stage);
+    }
+    if (uniform > ctx->limits.max_uniform_buffers_per_shader_stage) {
+        return kf__fail(ctx, KF_ERROR_LIMIT,
+                        "kf_pipeline_get: %u uniform bindings; this device allows "
+                        "maxUniformBuffersPerShaderStage = %u",
+                        uniform, ctx->limits.max_uniform_buffers_per_shader_stage);
+    }
+    return KF_OK;
+}
+
+static kf_status build(kf_context *ctx, kf_pipeline *p) {
+    wg_shader_source_wgsl source = {{NULL, WG_STYPE_SHADER_SOURCE_WGSL}, {p->wgsl, WG_STRLEN}};
+    wg_shader_module_desc md = {&source.chain, {"kfuse kernel", WG_STRLEN}};
+    kf__scope_push(ctx);
+    p->module = ctx->api.device_create_shader_module(ctx->device, &md);
+    kf_status st = kf__scope_pop(ctx, KF_ERROR_COMPILE, "WGSL");
+    if (st == KF_ERROR_COMPILE) {
+        return compile_error(ctx, p->module, p->wgsl, p->entry_point);
+    }
+    if (st != KF_OK) {
+        return st;
+    }
+
+    wg_bind_group_layout_entry *entries = NULL;
+    if (p->binding_count) {
+        entries = calloc(p->binding_count, sizeof *entries);
+        if (!entries) {
+            return kf__fail(ctx, KF_ERROR_OUT_OF_MEMORY, "kf_pipeline_get: out of host memory");
+        }
+    }
+    for (uint32_t i = 0; i < p->binding_count; i++) {
+        entries[i].binding = i;
+        entries[i].visibility = WG_STAGE_COMPUTE;
+        entries[i].buffer.type = binding_type(p->bindings[i]);
+    }
+    wg_constant_entry *constants = NULL;
+    if (p->constant_count) {
+        constants = calloc(p->constant_count, sizeof *constants);
+        if (!constants) {
+            free(entries);
+            return kf__fail(ctx, KF_ERROR_OUT_OF_MEMORY, "kf_pipeline_get: out of host memory");
+        }
+    }
+    for (uint32_t i = 0; i < p->constant_count; i++) {
+        constants[i].key = (wg_string){p->constants[i].name, WG_STRLEN};
+        constants[i].value = p->constants[i].value;
+    }
+
+    kf__scope_push(ctx);
+    wg_bind_group_layout_desc bgl = {
+        NULL, {"kfuse bindings", WG_STRLEN}, p->binding_count, entries};
+    p->bind_group_layout = ctx->api.device_create_bind_group_layout(ctx->device, &bgl);
+    wg_pipeline_layout_desc pl = {NULL, {"kfuse layout", WG_STRLEN}, 1, &p->bind_group_layout, 0};
+    p->layout = ctx->api.device_create_pipeline_layout(ctx->device, &pl);
+    wg_compute_pipeline_desc cp;
+    memset(&cp, 0, sizeof cp);
+    cp.label = (wg_string){"kfuse pipeline", WG_STRLEN};
+    cp.layout = p->layout;
+    cp.compute.module = p->module;
+    cp.compute.entry_point = (wg_string){p->entry_point, WG_STRLEN};
+    cp.compute.constant_count = p->constant_count;
+    cp.compute.constants = constants;
+    p->handle = ctx->api.device_create_compute_pipeline(ctx->device, &cp);
+    st = kf__scope_pop(ctx, KF_ERROR_COMPILE,
+                       "kf_pipeline_get: the WGSL compiled but no pipeline could be made of it");
+    free(entries);
+    free(constants);
+    if (st == KF_OK) {
+        ctx->stats.pipelines_compiled++;
+    }
+    return st;
+}
+
+kf_status kf_pipeline_get(kf_context *ctx, const kf_pipeline_desc *desc, kf_pipeline **out) {
+    if (!ctx || !desc || !out) {
+        return kf__fail(ctx, KF_ERROR_INVALID_ARGUMENT, "kf_pipeline_get: %s is NULL",
+                        !ctx    ? "ctx"
+                        : !desc ? "desc"
+                                : "out");
+    }
+    *out = NULL;
+    kf_status st = kf__check_alive(ctx);
+    if (st != KF_OK) {
+        return st;
+    }
+    st = check_desc(ctx, desc);
+    if (st != KF_OK) {
+        return st;
+    }
+    const char *entry = desc->entry_point ? desc->entry_point : "main";
+    uint64_t hash = hash_key(desc->wgsl, entry, desc);
+    kf_pipeline *p = cache_find(ctx, hash, desc->wgsl, entry, desc);
+    if (p) {
+        ctx->stats.pipeline_cache_hits++;
+        *out = p;
+        return KF_OK;
+    }
+    p = calloc(1, sizeof *p);
+    if (!p || !copy_key(p, desc->wgsl, entry, desc)) {
+        pipeline_free(ctx, p);
+        return kf__fail(ctx, KF_ERROR_OUT_OF_MEMORY, "kf_pipeline_get: out of host memory");
+    }
+    p->ctx = ctx;
+    p->hash = hash;
+    st = build(ctx, p);
+    if (st == KF_OK && !cache_insert(ctx, p)) {
+        st = kf__fail(ctx, KF_ERROR_OUT_OF_MEMORY, "kf_pipeline_get: out of host memory");
+    }
+    if (st != KF_OK) {
+        pipeline_free(ctx, p);
+        return st;
+    }
+    *out = p;
+    return KF_OK;
+}

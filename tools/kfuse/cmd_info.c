@@ -1,0 +1,78 @@
+/* kfuse info: the adapter kfuse would use, its features and the limits kfuse cares about. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: kfuse info [--help]\n\n"
+               "Show the WebGPU adapter kfuse picks (KF_BACKEND=vulkan|gles|... to choose a "
+               "backend),\nthe features kfuse uses and the device limits that bound its kernels.\n"
+               "Exits 1 when no adapter is found, saying what to install.\n");
+}
+
+static const char *yes_no(bool b) {
+    return b ? "yes" : "no";
+}
+
+static void print_bytes(const char *name, uint64_t bytes) {
+    if (bytes >= (1ull << 30)) {
+        printf("  %-38s %llu (%.1f GiB)\n", name, (unsigned long long)bytes,
+               (double)bytes / (double)(1ull << 30));
+    } else if (bytes >= (1ull << 20)) {
+        printf("  %-38s %llu (%.1f MiB)\n", name, (unsigned long long)bytes,
+               (double)bytes / (double)(1ull << 20));
+    } else {
+        printf("  %-38s %llu\n", name, (unsigned long long)bytes);
+    }
+}
+
+int kf_cmd_info(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        if (kf_cli_is_help(argv[i])) {
+            usage(stdout);
+            return 0;
+        }
+        fprintf(stderr, "kfuse info: unknown argument '%s'\n\n", argv[i]);
+        usage(stderr);
+        return 2;
+    }
+    kf_context *ctx = kf_cli_context();
+    if (!ctx) {
+        return 1;
+    }
+    kf_adapter_info info;
+    kf_context_adapter_info(ctx, &info);
+    printf("adapter:      %s\n", info.device);
+    printf("vendor:       %s (0x%04x)%s%s\n", info.vendor, info.vendor_id,
+           info.architecture[0] ? ", architecture " : "", info.architecture);
+    printf("device id:    0x%04x\n", info.device_id);
+    printf("type:         %s\n", info.adapter_type);
+    printf("backend:      %s\n", info.backend);
+    printf("driver:       %s\n", info.description);
+    printf("library:      %s\n", info.library);
+    printf("features:\n");
+    printf("  %-38s %s\n", "shader-f16", yes_no(info.has_f16));
+    if (info.has_subgroups) {
+        printf("  %-38s yes (size %u..%u)\n", "subgroups", info.subgroup_min_size,
+               info.subgroup_max_size);
+    } else {
+        printf("  %-38s no\n", "subgroups");
+    }
+    printf("  %-38s %s\n", "timestamp-query", yes_no(info.has_timestamps));
+    printf("  %-38s %s\n", "chromium-experimental-subgroup-matrix",
+           yes_no(info.has_subgroup_matrix));
+    printf("limits:\n");
+    print_bytes("maxBufferSize", info.max_buffer_size);
+    print_bytes("maxStorageBufferBindingSize", info.max_storage_buffer_binding_size);
+    printf("  %-38s %u\n", "maxStorageBuffersPerShaderStage", info.max_storage_buffers_per_stage);
+    print_bytes("maxComputeWorkgroupStorageSize", info.max_compute_workgroup_storage_size);
+    printf("  %-38s %u\n", "maxComputeInvocationsPerWorkgroup",
+           info.max_compute_invocations_per_workgroup);
+    printf("  %-38s %u x %u x %u\n", "maxComputeWorkgroupSize", info.max_compute_workgroup_size[0],
+           info.max_compute_workgroup_size[1], info.max_compute_workgroup_size[2]);
+    printf("  %-38s %u\n", "maxComputeWorkgroupsPerDimension",
+           info.max_compute_workgroups_per_dimension);
+    kf_context_destroy(ctx);
+    return 0;
+}
