@@ -28,6 +28,7 @@ int kf_cmd_info(int argc, char **argv);
 int kf_cmd_explain(int argc, char **argv);
 int kf_cmd_run(int argc, char **argv);
 int kf_cmd_demo(int argc, char **argv);
+int kf_cmd_bench(int argc, char **argv);
 int kf_cmd_verify(int argc, char **argv);
 
 #endif

@@ -7,6 +7,7 @@ static const kf_cli_command commands[] = {
     {"demo", "run the main demo: fused vs unfused, checked against the CPU", kf_cmd_demo},
     {"explain", "show how a graph fuses: groups, dispatches, bytes, WGSL", kf_cmd_explain},
     {"run", "run a graph fused (or not), check it against the CPU specs, time it", kf_cmd_run},
+    {"bench", "time fused against unfused on this device (docs/PERFORMANCE.md)", kf_cmd_bench},
     {"verify", "check every operator's GPU kernels against its CPU spec", kf_cmd_verify},
 };
 static const size_t command_count = sizeof commands / sizeof commands[0];

@@ -1,0 +1,329 @@
+/* The graph-based benchmark cases: each graph is built with kf_graph_* as a user would build it,
+ * compiled once fused and once with no_fuse, fed the same random inputs (kf_plan_random_input
+ * from one seed) and timed with kf_plan_time. Plans are made one after the other, so only one
+ * variant's buffers live on the device at a time. */
+#include "bench.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The chain's operators, in order; a case of length L uses the first L. Cheap arithmetic mixed
+ * with transcendentals: eight of them per element stay far below a GPU's flop-per-byte balance,
+ * so the fused chain is bound by memory, and unfused it moves 2 * L buffers instead of 2. The
+ * PyTorch comparison (bench/torch_compare.py, CHAIN_STEPS) mirrors this table. */
+typedef struct chain_step {
+    const char *op;
+    bool has_number;
+    double number;
+} chain_step;
+
+static const chain_step chain_steps[8] = {
+    {"scale", true, 1.5},  {"add", true, 0.25}, {"relu", false, 0}, {"tanh", false, 0},
+    {"sigmoid", false, 0}, {"mul", true, 2.0},  {"gelu", false, 0}, {"silu", false, 0},
+};
+
+static kf_node chain(kf_graph *g, kf_node x, uint32_t ops) {
+    for (uint32_t i = 0; i < ops && i < 8; i++) {
+        kf_graph_arg arg = {NULL, chain_steps[i].number};
+        x = kf_graph_call(g, chain_steps[i].op, &x, 1, &arg, chain_steps[i].has_number ? 1 : 0);
+    }
+    return x;
+}
+
+uint64_t kf_bench_largest_buffer(const kf_bench_case *c) {
+    uint64_t size = kf_dtype_size(c->dtype);
+    switch (c->family) {
+    case KF_BENCH_COPY:
+    case KF_BENCH_CHAIN:
+        return c->elements * size;
+    case KF_BENCH_MATMUL:
+    case KF_BENCH_MATMUL_BIAS_GELU: {
+        uint64_t mk = (uint64_t)c->m * c->k, kn = (uint64_t)c->k * c->n;
+        uint64_t mn = (uint64_t)c->m * c->n;
+        uint64_t big = mk > kn ? mk : kn;
+        return (big > mn ? big : mn) * size;
+    }
+    case KF_BENCH_SOFTMAX:
+    case KF_BENCH_RMSNORM_WEIGHT:
+    case KF_BENCH_LAYERNORM_AFFINE:
+        return (uint64_t)c->rows * c->cols * size;
+    case KF_BENCH_FFN_SAVE:
+        return (uint64_t)c->tokens * (c->ffn_dim > c->dim ? c->ffn_dim : c->dim) * 4u;
+    }
+    return 0;
+}
+
+/* The case's graph with one output, "y". */
+static kf_graph *build_graph(const kf_bench_case *c) {
+    kf_graph *g = kf_graph_create();
+    if (!g) {
+        return NULL;
+    }
+    kf_node y = {0};
+    switch (c->family) {
+    case KF_BENCH_COPY:
+    case KF_BENCH_CHAIN: {
+        kf_shape s = kf_shape_1d((uint32_t)c->elements);
+        kf_node x = kf_graph_input(g, "x", &s, c->dtype);
+        y = c->family == KF_BENCH_COPY ? kf_graph_unary(g, "copy", x) : chain(g, x, c->ops);
+        break;
+    }
+    case KF_BENCH_MATMUL:
+    case KF_BENCH_MATMUL_BIAS_GELU: {
+        kf_shape sa = kf_shape_2d(c->m, c->k), sb = kf_shape_2d(c->k, c->n);
+        kf_shape sbias = kf_shape_1d(c->n);
+        kf_node a = kf_graph_input(g, "a", &sa, c->dtype);
+        kf_node b = kf_graph_input(g, "b", &sb, c->dtype);
+        y = kf_graph_matmul(g, a, b);
+        if (c->family == KF_BENCH_MATMUL_BIAS_GELU) {
+            kf_node bias = kf_graph_input(g, "bias", &sbias, c->dtype);
+            y = kf_graph_unary(g, "gelu", kf_graph_add(g, y, bias));
+        }
+        break;
+    }
+    case KF_BENCH_SOFTMAX:
+    case KF_BENCH_RMSNORM_WEIGHT:
+    case KF_BENCH_LAYERNORM_AFFINE: {
+        kf_shape sx = kf_shape_2d(c->rows, c->cols), sw = kf_shape_1d(c->cols);
+        kf_node x = kf_graph_input(g, "x", &sx, c->dtype);
+        if (c->family == KF_BENCH_SOFTMAX) {
+            y = kf_graph_unary(g, "softmax", x);
+        } else if (c->family == KF_BENCH_RMSNORM_WEIGHT) {
+            kf_node w = kf_graph_input(g, "w", &sw, c->dtype);
+            y = kf_graph_mul(g, kf_graph_unary(g, "rmsnorm", x), w);
+        } else {
+            kf_node w = kf_graph_input(g, "w", &sw, c->dtype);
+            kf_node b = kf_graph_input(g, "b", &sw, c->dtype);
+            y = kf_graph_add(g, kf_graph_mul(g, kf_graph_unary(g, "layernorm", x), w), b);
+        }
+        break;
+    }
+    case KF_BENCH_FFN_SAVE:
+        break; /* not a graph: ffn_save.c */
+    }
+    kf_graph_output(g, "y", y);
+    return g;
+}
+
+/* The operators a case needs, so a build without one skips the case with a reason. */
+static const char *missing_operator(const kf_bench_case *c) {
+    static const char *const needs[][4] = {
+        [KF_BENCH_COPY] = {"copy"},
+        [KF_BENCH_CHAIN] = {"scale", "add", "relu", "tanh"},
+        [KF_BENCH_MATMUL] = {"matmul"},
+        [KF_BENCH_MATMUL_BIAS_GELU] = {"matmul", "add", "gelu"},
+        [KF_BENCH_SOFTMAX] = {"softmax"},
+        [KF_BENCH_RMSNORM_WEIGHT] = {"rmsnorm", "mul"},
+        [KF_BENCH_LAYERNORM_AFFINE] = {"layernorm", "mul", "add"},
+    };
+    if ((size_t)c->family >= sizeof needs / sizeof needs[0]) {
+        return NULL;
+    }
+    for (uint32_t i = 0; i < 4 && needs[c->family][i]; i++) {
+        if (!kf_op_find(needs[c->family][i])) {
+            return needs[c->family][i];
+        }
+    }
+    for (uint32_t i = 0; c->family == KF_BENCH_CHAIN && i < c->ops && i < 8; i++) {
+        if (!kf_op_find(chain_steps[i].op)) {
+            return chain_steps[i].op;
+        }
+    }
+    return NULL;
+}
+
+/* Compulsory bytes: every input read once and every output written once. */
+static double compulsory_bytes(const kf_graph *g) {
+    double bytes = 0.0;
+    for (uint32_t i = 0; i < kf_graph_input_count(g); i++) {
+        kf_shape s;
+        kf_dtype d;
+        if (kf_graph_input_info(g, i, NULL, &s, &d) == KF_OK) {
+            bytes += (double)kf_shape_elements(&s) * kf_dtype_size(d);
+        }
+    }
+    for (uint32_t i = 0; i < kf_graph_output_count(g); i++) {
+        kf_shape s;
+        kf_dtype d;
+        if (kf_graph_output_info(g, i, NULL, &s, &d) == KF_OK) {
+            bytes += (double)kf_shape_elements(&s) * kf_dtype_size(d);
+        }
+    }
+    return bytes;
+}
+
+typedef struct variant {
+    kf_timing timing;
+    kf_plan_summary summary;
+    kf_tensor *output; /* "y", downloaded after timing */
+} variant;
+
+/* Compiles, feeds, times and reads back one variant. On failure, msg says where and why. */
+static kf_status run_variant(kf_context *ctx, const kf_graph *g, bool no_fuse, uint32_t repeat,
+                             uint64_t seed, variant *v, char *msg, size_t msg_size) {
+    const char *what = no_fuse ? "unfused" : "fused";
+    kf_compile_options opts = {.no_fuse = no_fuse};
+    kf_plan *p = NULL;
+    kf_status st = kf_graph_compile(ctx, g, &opts, &p);
+    if (st != KF_OK) {
+        snprintf(msg, msg_size, "%s compile: %s: %s", what, kf_status_str(st),
+                 kf_context_last_error(ctx));
+        return st;
+    }
+    kf_plan_summary_get(p, &v->summary);
+    for (uint32_t i = 0; i < kf_graph_input_count(g) && st == KF_OK; i++) {
+        const char *name = NULL;
+        kf_graph_input_info(g, i, &name, NULL, NULL);
+        kf_tensor *value = NULL;
+        st = kf_plan_random_input(p, name, seed, &value);
+        if (st == KF_OK) {
+            st = kf_plan_set_input(p, name, value);
+        }
+        kf_tensor_destroy(value);
+        if (st != KF_OK) {
+            snprintf(msg, msg_size, "%s input %s: %s: %s", what, name, kf_status_str(st),
+                     kf_context_last_error(ctx));
+        }
+    }
+    /* kf_plan_time runs once untimed first, so pipeline creation is not in the median. */
+    if (st == KF_OK) {
+        st = kf_plan_time(p, repeat, &v->timing);
+        if (st != KF_OK) {
+            snprintf(msg, msg_size, "%s run: %s: %s", what, kf_status_str(st),
+                     kf_context_last_error(ctx));
+        }
+    }
+    if (st == KF_OK) {
+        kf_shape shape = {0};
+        kf_graph_output_info(g, 0, NULL, &shape, NULL);
+        st = kf_tensor_create(&shape, &v->output);
+        if (st == KF_OK) {
+            st = kf_plan_get_output(p, "y", v->output);
+        }
+        if (st != KF_OK) {
+            snprintf(msg, msg_size, "%s output: %s: %s", what, kf_status_str(st),
+                     kf_context_last_error(ctx));
+        }
+    }
+    kf_plan_destroy(p);
+    return st;
+}
+
+/* Limits and missing features are reasons to skip; anything else is a failure. */
+static bool is_skip(kf_status st) {
+    return st == KF_ERROR_LIMIT || st == KF_ERROR_OUT_OF_MEMORY || st == KF_ERROR_UNSUPPORTED;
+}
+
+void kf_bench_run_graph_case(kf_context *ctx, const kf_bench_case *c, uint32_t repeat,
+                             uint64_t seed, kf_bench_result *r) {
+    const char *missing = missing_operator(c);
+    if (missing) {
+        r->skipped = true;
+        snprintf(r->note, sizeof r->note, "this build has no '%s' operator", missing);
+        return;
+    }
+    kf_graph *g = build_graph(c);
+    if (!g || kf_graph_status(g) != KF_OK) {
+        r->failed = true;
+        snprintf(r->note, sizeof r->note, "building the graph: %s",
+                 g ? kf_graph_error(g) : "out of memory");
+        kf_graph_destroy(g);
+        return;
+    }
+    bool matmul = c->family == KF_BENCH_MATMUL || c->family == KF_BENCH_MATMUL_BIAS_GELU;
+    r->flops = matmul;
+    r->work = matmul ? 2.0 * c->m * c->n * c->k : compulsory_bytes(g);
+    variant fused = {0}, unfused = {0};
+    kf_status st = run_variant(ctx, g, false, repeat, seed, &fused, r->note, sizeof r->note);
+    if (st == KF_OK) {
+        st = run_variant(ctx, g, true, repeat, seed, &unfused, r->note, sizeof r->note);
+    }
+    if (st != KF_OK) {
+        r->skipped = is_skip(st);
+        r->failed = !r->skipped;
+    } else {
+        r->fused = fused.timing;
+        r->unfused = unfused.timing;
+        r->dispatches_fused = fused.summary.dispatches;
+        r->dispatches_unfused = unfused.summary.dispatches;
+        r->bytes_fused = fused.summary.bytes;
+        r->bytes_unfused = unfused.summary.bytes;
+        /* Relative to the output's scale, so values near zero (gelu's left tail) do not turn
+         * harmless rounding into a large ratio. */
+        uint64_t n = kf_tensor_size(unfused.output);
+        double scale = 0.0;
+        for (uint64_t i = 0; i < n; i++) {
+            double a = fabs((double)unfused.output->data[i]);
+            scale = a > scale ? a : scale;
+        }
+        double floor = 1e-3 * scale > 1e-6 ? 1e-3 * scale : 1e-6;
+        r->max_rel_diff = kf_max_rel_error(fused.output->data, unfused.output->data, n, floor);
+        /* Unfused f16 plans round every intermediate to f16, fused ones keep f32 in registers:
+         * they differ by a few f16 ulps. Anything beyond that is a broken kernel. */
+        double allowed = c->dtype == KF_DTYPE_F16 ? 5e-2 : 1e-3;
+        if (!(r->max_rel_diff <= allowed)) {
+            r->failed = true;
+            snprintf(r->note, sizeof r->note,
+                     "fused and unfused outputs differ: max rel diff %.3g (allowed %.3g); "
+                     "'kfuse run --check' on this graph shows which is wrong",
+                     r->max_rel_diff, allowed);
+        }
+    }
+    kf_tensor_destroy(fused.output);
+    kf_tensor_destroy(unfused.output);
+    kf_graph_destroy(g);
+}
+
+void kf_bench_spec(const kf_bench_case *c, char *buf, size_t size) {
+    const char *t = kf_dtype_str(c->dtype);
+    size_t used = 0;
+#define SPEC_APPEND(...)                                                                           \
+    do {                                                                                           \
+        int n_ = snprintf(buf + used, used < size ? size - used : 0, __VA_ARGS__);                 \
+        used += n_ > 0 ? (size_t)n_ : 0;                                                           \
+    } while (0)
+    if (size) {
+        buf[0] = '\0';
+    }
+    switch (c->family) {
+    case KF_BENCH_COPY:
+    case KF_BENCH_CHAIN:
+        SPEC_APPEND("x: %s[%llu]; y = x", t, (unsigned long long)c->elements);
+        if (c->family == KF_BENCH_COPY) {
+            SPEC_APPEND(" |> copy");
+        }
+        for (uint32_t i = 0; c->family == KF_BENCH_CHAIN && i < c->ops && i < 8; i++) {
+            if (chain_steps[i].has_number) {
+                SPEC_APPEND(" |> %s(%g)", chain_steps[i].op, chain_steps[i].number);
+            } else {
+                SPEC_APPEND(" |> %s", chain_steps[i].op);
+            }
+        }
+        break;
+    case KF_BENCH_MATMUL:
+    case KF_BENCH_MATMUL_BIAS_GELU:
+        SPEC_APPEND("a: %s[%u,%u]; b: %s[%u,%u]; ", t, c->m, c->k, t, c->k, c->n);
+        if (c->family == KF_BENCH_MATMUL) {
+            SPEC_APPEND("y = matmul(a, b)");
+        } else {
+            SPEC_APPEND("bias: %s[%u]; y = matmul(a, b) |> add(bias) |> gelu", t, c->n);
+        }
+        break;
+    case KF_BENCH_SOFTMAX:
+        SPEC_APPEND("x: %s[%u,%u]; y = softmax(x)", t, c->rows, c->cols);
+        break;
+    case KF_BENCH_RMSNORM_WEIGHT:
+        SPEC_APPEND("x: %s[%u,%u]; w: %s[%u]; y = rmsnorm(x) |> mul(w)", t, c->rows, c->cols, t,
+                    c->cols);
+        break;
+    case KF_BENCH_LAYERNORM_AFFINE:
+        SPEC_APPEND("x: %s[%u,%u]; w: %s[%u]; b: %s[%u]; y = layernorm(x) |> mul(w) |> add(b)", t,
+                    c->rows, c->cols, t, c->cols, t, c->cols);
+        break;
+    case KF_BENCH_FFN_SAVE:
+        return; /* copies between buffers, not a graph */
+    }
+    SPEC_APPEND("; out y");
+#undef SPEC_APPEND
+}
