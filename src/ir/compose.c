@@ -1,0 +1,731 @@
+/* Composition (the seeds' `a |> b`, mapK) and lowering, both built on one copier that replays a
+ * kernel's body into another kernel, mapping handles as it goes:
+ *   - kf_kernel_then copies a, and at each of a's yields copies b with b's In and index bound to
+ *     the yielded value and index;
+ *   - kf__kernel_prepare copies a kernel into its runnable form: a stage wrapped in its
+ *     bounds-checked 1-D loop, yields turned into stores to "out", shared pure values named. */
+#include "ir/ir_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct copier copier;
+typedef void (*yield_fn)(copier *c, uint32_t value, uint32_t index);
+
+struct copier {
+    kf_kernel *dst;
+    const kf_kernel *src;
+    uint32_t *nodes;           /* src node -> dst node */
+    uint32_t *vars;            /* src variable -> dst variable */
+    const uint32_t *bindings;  /* src binding -> dst binding */
+    const uint32_t *shareds;   /* src workgroup array -> dst */
+    const uint32_t *overrides; /* src override -> dst */
+    uint32_t input, index;     /* dst values for src's In and index; 0: dst's placeholders */
+    yield_fn on_yield;         /* NULL: copy the yield */
+    void *user;
+};
+
+static uint32_t copy_node(copier *c, uint32_t id);
+
+static bool copier_init(copier *c, kf_kernel *dst, const kf_kernel *src) {
+    memset(c, 0, sizeof *c);
+    c->dst = dst;
+    c->src = src;
+    c->nodes = calloc(src->node_count, sizeof *c->nodes);
+    c->vars = calloc(src->var_count, sizeof *c->vars);
+    if (!c->nodes || !c->vars) {
+        free(c->nodes);
+        free(c->vars);
+        kf__fail(dst, KF_ERROR_OUT_OF_MEMORY, "out of memory while copying '%s'", src->name);
+        return false;
+    }
+    return true;
+}
+
+static void copier_free(copier *c) {
+    free(c->nodes);
+    free(c->vars);
+}
+
+static uint32_t placeholder(kf_kernel *dst, kf__node_kind kind) {
+    uint32_t *slot = kind == KF__NODE_INPUT ? &dst->input_node : &dst->index_node;
+    if (!*slot) {
+        kf_type t = kind == KF__NODE_INPUT ? dst->input : kf_type_scalar(KF_SCALAR_U32);
+        *slot = kf__pure(dst, kind, 0, t, NULL, 0);
+    }
+    return *slot;
+}
+
+static uint32_t copy_node(copier *c, uint32_t id) {
+    if (id == 0 || !kf__ok(c->dst)) {
+        return 0;
+    }
+    if (c->nodes[id]) {
+        return c->nodes[id];
+    }
+    const kf__node *n = &c->src->nodes[id];
+    uint32_t r = 0;
+    switch ((kf__node_kind)n->kind) {
+    case KF__NODE_INPUT:
+        r = c->input ? c->input : placeholder(c->dst, KF__NODE_INPUT);
+        break;
+    case KF__NODE_INDEX:
+        r = c->index ? c->index : placeholder(c->dst, KF__NODE_INDEX);
+        break;
+    case KF__NODE_LIT:
+    case KF__NODE_UNARY:
+    case KF__NODE_BINARY:
+    case KF__NODE_CALL:
+    case KF__NODE_CAST:
+    case KF__NODE_BITCAST:
+    case KF__NODE_SPLAT:
+    case KF__NODE_VEC:
+    case KF__NODE_EXTRACT:
+    case KF__NODE_BUILTIN:
+    case KF__NODE_OVERRIDE: {
+        uint32_t args[4] = {0};
+        for (uint32_t i = 0; i < n->nargs; i++) {
+            args[i] = copy_node(c, n->args[i]);
+            if (!args[i]) {
+                return 0;
+            }
+        }
+        /* n may move if src == dst never happens; dst's arrays may, so keep the fields */
+        kf__node_kind kind = (kf__node_kind)n->kind;
+        uint32_t ref = kind == KF__NODE_OVERRIDE ? c->overrides[n->ref] : n->ref;
+        uint32_t bits = n->bits;
+        const char *hint = n->name ? kf__str(c->src, n->name) : NULL;
+        r = kf__pure(c->dst, kind, n->op, n->type, args, n->nargs);
+        if (r) {
+            c->dst->nodes[r].ref = ref;
+            c->dst->nodes[r].bits = bits;
+            if (hint) {
+                uint32_t nm = kf__string_add(c->dst, hint);
+                c->dst->nodes[r].name = nm;
+            }
+        }
+        break;
+    }
+    default:
+        /* loop variables and materialized values are mapped where their statement is copied */
+        kf__fail(c->dst, KF_ERROR_INTERNAL,
+                 "copying '%s': value %u (kind %d) used before its definition", c->src->name,
+                 (unsigned)id, (int)n->kind);
+        return 0;
+    }
+    c->nodes[id] = r;
+    return r;
+}
+
+static void copy_block(copier *c, uint32_t block);
+
+static void copy_let(copier *c, const kf__stmt *s) {
+    const kf__node *n = &c->src->nodes[s->ref];
+    if (!n->materialized || n->kind < KF__NODE_NAMED) {
+        copy_node(c, s->ref); /* a hoisted pure value: the copy decides anew */
+        return;
+    }
+    uint32_t args[4] = {0};
+    for (uint32_t i = 0; i < n->nargs; i++) {
+        args[i] = copy_node(c, n->args[i]);
+        if (!args[i]) {
+            return;
+        }
+    }
+    uint32_t ref = 0;
+    switch ((kf__node_kind)n->kind) {
+    case KF__NODE_LOAD:
+    case KF__NODE_LENGTH:
+        ref = c->bindings[n->ref];
+        break;
+    case KF__NODE_SHARED_LOAD:
+        ref = c->shareds[n->ref];
+        break;
+    case KF__NODE_READ:
+        ref = c->vars[n->ref];
+        break;
+    default:
+        break;
+    }
+    uint32_t r = kf__materialize(c->dst, (kf__node_kind)n->kind, n->op, n->type, args, n->nargs,
+                                 ref, n->name ? kf__str(c->src, n->name) : NULL);
+    c->nodes[s->ref] = r;
+}
+
+static void copy_stmt(copier *c, uint32_t sid) {
+    const kf__stmt *s = &c->src->stmts[sid];
+    kf_kernel *d = c->dst;
+    switch ((kf__stmt_kind)s->kind) {
+    case KF__STMT_LET:
+        copy_let(c, s);
+        break;
+    case KF__STMT_VAR: {
+        const kf__var *v = &c->src->vars[s->ref];
+        uint32_t init = s->a ? copy_node(c, s->a) : 0;
+        if (s->a && !init) {
+            return;
+        }
+        uint32_t nv = kf__var_new(d, kf__str(c->src, v->name), v->type);
+        c->vars[s->ref] = nv;
+        kf__emit_stmt(d, KF__STMT_VAR, nv, init, 0, 0);
+        break;
+    }
+    case KF__STMT_ASSIGN: {
+        uint32_t v = copy_node(c, s->a);
+        kf__emit_stmt(d, KF__STMT_ASSIGN, c->vars[s->ref], v, 0, 0);
+        break;
+    }
+    case KF__STMT_STORE:
+    case KF__STMT_SHARED_STORE: {
+        uint32_t i = copy_node(c, s->a);
+        uint32_t v = copy_node(c, s->b);
+        uint32_t ref = s->kind == KF__STMT_STORE ? c->bindings[s->ref] : c->shareds[s->ref];
+        kf__emit_stmt(d, (kf__stmt_kind)s->kind, ref, i, v, 0);
+        break;
+    }
+    case KF__STMT_IF: {
+        uint32_t cond = copy_node(c, s->a);
+        uint32_t body = s->body, else_body = s->else_body;
+        uint32_t is = cond ? kf__open_if(d, cond) : 0;
+        if (!is) {
+            return;
+        }
+        copy_block(c, body);
+        if (else_body) {
+            kf__open_else(d, is);
+            copy_block(c, else_body);
+        }
+        kf__close(d);
+        break;
+    }
+    case KF__STMT_FOR: {
+        uint32_t a = copy_node(c, s->a), b = copy_node(c, s->b), st = copy_node(c, s->c);
+        uint32_t var = s->ref, body = s->body;
+        if (!a || !b || !st) {
+            return;
+        }
+        uint32_t fs = kf__open_for(d, kf__str(c->src, c->src->nodes[var].name), a, b, st);
+        if (!fs) {
+            return;
+        }
+        c->nodes[var] = d->stmts[fs].ref;
+        copy_block(c, body);
+        kf__close(d);
+        break;
+    }
+    case KF__STMT_LOOP: {
+        uint32_t body = s->body;
+        if (!kf__open_loop(d)) {
+            return;
+        }
+        copy_block(c, body);
+        kf__close(d);
+        break;
+    }
+    case KF__STMT_BREAK_UNLESS:
+        kf__emit_stmt(d, KF__STMT_BREAK_UNLESS, 0, copy_node(c, s->a), 0, 0);
+        break;
+    case KF__STMT_BREAK:
+    case KF__STMT_CONTINUE:
+    case KF__STMT_BARRIER:
+        kf__emit_stmt(d, (kf__stmt_kind)s->kind, 0, 0, 0, 0);
+        break;
+    case KF__STMT_YIELD: {
+        uint32_t v = copy_node(c, s->a);
+        uint32_t i = copy_node(c, s->b);
+        if (!v || !i) {
+            return;
+        }
+        if (c->on_yield) {
+            c->on_yield(c, v, i);
+        } else {
+            kf__emit_stmt(d, KF__STMT_YIELD, 0, v, i, 0);
+        }
+        break;
+    }
+    case KF__STMT_NONE:
+        break;
+    }
+}
+
+static void copy_block(copier *c, uint32_t block) {
+    for (uint32_t s = c->src->blocks[block].first; s && kf__ok(c->dst); s = c->src->stmts[s].next) {
+        copy_stmt(c, s);
+    }
+}
+
+static bool is_trivial(const kf_kernel *k, uint32_t id) {
+    const kf__node *n = &k->nodes[id];
+    if (n->materialized) {
+        return true;
+    }
+    switch ((kf__node_kind)n->kind) {
+    case KF__NODE_LIT:
+    case KF__NODE_BUILTIN:
+    case KF__NODE_OVERRIDE:
+    case KF__NODE_LOOP_VAR:
+    case KF__NODE_INPUT:
+    case KF__NODE_INDEX:
+        return true;
+    case KF__NODE_EXTRACT:
+        return is_trivial(k, n->args[0]) && k->nodes[n->args[0]].kind != KF__NODE_LIT;
+    default:
+        return false;
+    }
+}
+
+/* ======================================================================================== */
+/* kf_kernel_then                                                                           */
+/* ======================================================================================== */
+
+typedef struct then_ctx {
+    const kf_kernel *b;
+    const uint32_t *bindings, *overrides, *shareds;
+} then_ctx;
+
+static void inline_b(copier *ca, uint32_t value, uint32_t index) {
+    then_ctx *t = ca->user;
+    kf_kernel *r = ca->dst;
+    /* Name a computed value before b uses it: composed chains stay readable and shallow. */
+    if (!is_trivial(r, value)) {
+        value = kf__materialize(r, KF__NODE_NAMED, 0, r->nodes[value].type, &value, 1, 0, "y");
+        if (!value) {
+            return;
+        }
+    }
+    copier cb;
+    if (!copier_init(&cb, r, t->b)) {
+        return;
+    }
+    cb.bindings = t->bindings;
+    cb.overrides = t->overrides;
+    cb.shareds = t->shareds;
+    cb.input = value;
+    cb.index = index;
+    copy_block(&cb, 1);
+    copier_free(&cb);
+}
+
+static void wg_str(const kf_kernel *k, char *buf, size_t size) {
+    snprintf(buf, size, "%ux%ux%u", (unsigned)k->workgroup[0], (unsigned)k->workgroup[1],
+             (unsigned)k->workgroup[2]);
+}
+
+static bool then_check(kf_kernel *r, const kf_kernel *a, const kf_kernel *b) {
+    char s0[48], s1[48];
+    const char *an = a->name, *bn = b->name;
+    if (a->status != KF_OK || b->status != KF_OK) {
+        const kf_kernel *bad = a->status != KF_OK ? a : b;
+        kf__fail(r, bad->status, "kf_kernel_then: '%s' is invalid: %s", bad->name, bad->error);
+        return false;
+    }
+    if (a->cur_block != 1 || b->cur_block != 1) {
+        kf__fail(r, KF_ERROR_INVALID_ARGUMENT,
+                 "kf_kernel_then: '%s' still has an open if, for or while (close it with kf_end)",
+                 a->cur_block != 1 ? an : bn);
+        return false;
+    }
+    if (a->output.scalar == KF_SCALAR_VOID) {
+        kf__fail(r, KF_ERROR_TYPE,
+                 "kf_kernel_then: '%s' has no output (no store phase) to feed '%s'", an, bn);
+        return false;
+    }
+    if (b->input.scalar == KF_SCALAR_VOID) {
+        kf__fail(r, KF_ERROR_TYPE,
+                 "kf_kernel_then: '%s' is not a stage (its input is void), so it cannot run on "
+                 "the values '%s' yields",
+                 bn, an);
+        return false;
+    }
+    if (!kf_type_eq(a->output, b->input)) {
+        kf__fail(r, KF_ERROR_TYPE, "kf_kernel_then: '%s' yields %s but '%s' takes %s", an,
+                 kf_type_str(a->output, s0, sizeof s0), bn, kf_type_str(b->input, s1, sizeof s1));
+        return false;
+    }
+    if (memcmp(a->workgroup, b->workgroup, sizeof a->workgroup) != 0) {
+        wg_str(a, s0, sizeof s0);
+        wg_str(b, s1, sizeof s1);
+        kf__fail(r, KF_ERROR_TYPE, "kf_kernel_then: workgroup sizes differ: '%s' is %s, '%s' is %s",
+                 an, s0, bn, s1);
+        return false;
+    }
+    const char *what = NULL;
+    if (b->uses & KF__USES_WORKGROUP) {
+        what = "workgroup memory";
+    } else if (b->uses & KF__USES_BARRIER) {
+        what = "barriers";
+    } else if (b->uses & KF__USES_SUBGROUP) {
+        what = "subgroup operations";
+    } else if (b->uses & KF__USES_BUILTIN) {
+        what = "invocation builtins (ids)";
+    }
+    if (what) {
+        kf__fail(r, KF_ERROR_TYPE,
+                 "kf_kernel_then: '%s' uses %s; a stage composed after '%s' runs inside its "
+                 "invocations and may only use its In value, its index and its own bindings",
+                 bn, what, an);
+        return false;
+    }
+    return true;
+}
+
+/* A binding name not yet used in r ("bias", else "bias_1", "bias_2", ...). */
+static void unique_binding_name(const kf_kernel *r, const char *base, char *out, size_t size) {
+    snprintf(out, size, "%s", base);
+    for (unsigned i = 1;
+         kf__binding_find(r, out) || (r->input.scalar != KF_SCALAR_VOID && !strcmp(out, "in")) ||
+         (r->output.scalar != KF_SCALAR_VOID && !strcmp(out, "out"));
+         i++) {
+        snprintf(out, size, "%s_%u", base, i);
+    }
+}
+
+static bool copy_decls(kf_kernel *r, const kf_kernel *src, uint32_t *bmap, uint32_t *omap,
+                       uint32_t *smap, bool merge_overrides) {
+    char name[300];
+    for (uint32_t i = 1; i < src->binding_count && kf__ok(r); i++) {
+        const kf__binding *b = &src->bindings[i];
+        unique_binding_name(r, kf__str(src, b->name), name, sizeof name);
+        bmap[i] = kf__binding_new(r, name, (kf_binding_kind)b->kind, b->type, KF__ROLE_DECLARED);
+    }
+    for (uint32_t i = 1; i < src->override_count && kf__ok(r); i++) {
+        const kf__override *o = &src->overrides[i];
+        const char *nm = kf__str(src, o->name);
+        uint32_t found = merge_overrides ? kf__override_find(r, nm) : 0;
+        if (found) {
+            char s0[48], s1[48];
+            if (!kf_type_eq(r->overrides[found].type, o->type)) {
+                kf__fail(r, KF_ERROR_TYPE,
+                         "kf_kernel_then: override '%s' is %s in one kernel and %s in '%s'", nm,
+                         kf_type_str(r->overrides[found].type, s0, sizeof s0),
+                         kf_type_str(o->type, s1, sizeof s1), src->name);
+                return false;
+            }
+            omap[i] = found; /* same name and type: one constant for both */
+        } else {
+            omap[i] = kf__override_new(r, nm, o->type, o->has_default, o->value);
+        }
+    }
+    for (uint32_t i = 1; i < src->shared_count && kf__ok(r); i++) {
+        const kf__shared *s = &src->shareds[i];
+        smap[i] = kf__shared_new(r, kf__str(src, s->name), s->elem, s->count);
+    }
+    return kf__ok(r);
+}
+
+kf_kernel *kf_kernel_then(const kf_kernel *a, const kf_kernel *b) {
+    char name[256];
+    snprintf(name, sizeof name, "%s |> %s", a ? a->name : "(null)", b ? b->name : "(null)");
+    kf_kernel_desc desc = {0};
+    desc.name = name;
+    if (a) {
+        memcpy(desc.workgroup_size, a->workgroup, sizeof desc.workgroup_size);
+        desc.input = a->input;
+    }
+    if (b) {
+        desc.output = b->output;
+    }
+    kf_kernel *r = kf__kernel_new(&desc);
+    if (!r) {
+        return NULL;
+    }
+    if (!a || !b) {
+        kf__fail(r, KF_ERROR_INVALID_ARGUMENT, "kf_kernel_then: %s is NULL", !a ? "a" : "b");
+        return r;
+    }
+    if (!kf__ok(r) || !then_check(r, a, b)) {
+        return r;
+    }
+    memcpy(r->grid, a->grid, sizeof r->grid);
+    r->uses |= a->uses | b->uses;
+    uint32_t *maps = calloc((size_t)a->binding_count + a->override_count + a->shared_count +
+                                b->binding_count + b->override_count + b->shared_count,
+                            sizeof *maps);
+    if (!maps) {
+        kf_kernel_destroy(r);
+        return NULL;
+    }
+    uint32_t *ab = maps, *ao = ab + a->binding_count, *as = ao + a->override_count;
+    uint32_t *bb = as + a->shared_count, *bo = bb + b->binding_count, *bs = bo + b->override_count;
+    if (copy_decls(r, a, ab, ao, as, false) && copy_decls(r, b, bb, bo, bs, true)) {
+        then_ctx t = {b, bb, bo, bs};
+        copier ca;
+        if (copier_init(&ca, r, a)) {
+            ca.bindings = ab;
+            ca.overrides = ao;
+            ca.shareds = as;
+            ca.on_yield = inline_b;
+            ca.user = &t;
+            copy_block(&ca, 1);
+            copier_free(&ca);
+        }
+    }
+    free(maps);
+    if (r->status == KF_ERROR_OUT_OF_MEMORY) {
+        kf_kernel_destroy(r);
+        return NULL;
+    }
+    return r;
+}
+
+/* ======================================================================================== */
+/* mapK and identity                                                                        */
+/* ======================================================================================== */
+
+kf_kernel *kf_kernel_map(const char *name, kf_type input, kf_type output,
+                         const uint32_t workgroup_size[3], kf_map_fn fn, void *user) {
+    kf_kernel_desc desc = {0};
+    desc.name = name && *name ? name : "map";
+    desc.input = input;
+    desc.output = output;
+    if (workgroup_size) {
+        memcpy(desc.workgroup_size, workgroup_size, sizeof desc.workgroup_size);
+    }
+    kf_kernel *k = kf__kernel_new(&desc);
+    if (!k || !kf__ok(k)) {
+        return k;
+    }
+    if (input.scalar == KF_SCALAR_VOID || output.scalar == KF_SCALAR_VOID) {
+        kf__fail(k, KF_ERROR_TYPE, "kf_kernel_map: the input and output types must not be void");
+        return k;
+    }
+    if (!fn) {
+        kf__fail(k, KF_ERROR_INVALID_ARGUMENT, "kf_kernel_map: the map function is NULL");
+        return k;
+    }
+    kf_val y = fn(k, kf_kernel_input(k), user);
+    if (kf__ok(k) && k->cur_block != 1) {
+        kf__fail(k, KF_ERROR_INVALID_ARGUMENT,
+                 "kf_kernel_map: the map function left an if, for or while open");
+        return k;
+    }
+    kf_kernel_yield(k, y, kf_kernel_index(k));
+    return k;
+}
+
+static kf_val identity_fn(kf_kernel *k, kf_val x, void *user) {
+    (void)k;
+    (void)user;
+    return x;
+}
+
+kf_kernel *kf_kernel_identity(kf_type type, const uint32_t workgroup_size[3]) {
+    return kf_kernel_map("identity", type, type, workgroup_size, identity_fn, NULL);
+}
+
+/* ======================================================================================== */
+/* lowering: the kernel as emitted and interpreted                                          */
+/* ======================================================================================== */
+
+typedef struct prep_ctx {
+    uint32_t out;
+} prep_ctx;
+
+static void store_out(copier *c, uint32_t value, uint32_t index) {
+    prep_ctx *p = c->user;
+    kf__emit_stmt(c->dst, KF__STMT_STORE, p->out, index, value, 0);
+}
+
+static void count_use(const kf_kernel *w, uint32_t id, uint32_t *uses, uint8_t *seen) {
+    if (!id) {
+        return;
+    }
+    uses[id]++;
+    const kf__node *n = &w->nodes[id];
+    if (seen[id] || n->materialized) {
+        return;
+    }
+    seen[id] = 1;
+    for (uint32_t i = 0; i < n->nargs; i++) {
+        count_use(w, n->args[i], uses, seen);
+    }
+}
+
+/* Links a new let of `node` into block `blk` after statement `after` (0: at the start), after the
+ * shared-value lets already placed there, so they stay in creation order. */
+static void insert_let(kf_kernel *w, uint32_t blk, uint32_t after, uint32_t node) {
+    uint32_t saved = w->cur_block;
+    w->cur_block = 0; /* allocate into the unused block 0, then relink */
+    uint32_t s = kf__stmt_new(w, KF__STMT_LET);
+    w->cur_block = saved;
+    if (!s) {
+        return;
+    }
+    w->blocks[0].first = w->blocks[0].last = 0;
+    kf__stmt *st = &w->stmts[s];
+    st->ref = node;
+    st->hoisted = 1;
+    st->block = blk;
+    kf__block *b = &w->blocks[blk];
+    uint32_t prev = after;
+    uint32_t next = prev ? w->stmts[prev].next : b->first;
+    while (next && w->stmts[next].hoisted) {
+        prev = next;
+        next = w->stmts[next].next;
+    }
+    st->next = next;
+    if (prev) {
+        w->stmts[prev].next = s;
+    } else {
+        b->first = s;
+    }
+    if (!next) {
+        b->last = s;
+    }
+}
+
+static void hoist_shared_values(kf_kernel *w) {
+    uint32_t *uses = calloc(w->node_count, sizeof *uses);
+    uint8_t *seen = calloc(w->node_count, 1);
+    if (!uses || !seen) {
+        free(uses);
+        free(seen);
+        kf__fail(w, KF_ERROR_OUT_OF_MEMORY, "out of memory while preparing the kernel");
+        return;
+    }
+    for (uint32_t s = 1; s < w->stmt_count; s++) {
+        const kf__stmt *st = &w->stmts[s];
+        if (st->kind == KF__STMT_LET) {
+            const kf__node *n = &w->nodes[st->ref];
+            for (uint32_t i = 0; i < n->nargs; i++) {
+                count_use(w, n->args[i], uses, seen);
+            }
+            continue;
+        }
+        count_use(w, st->a, uses, seen);
+        if (st->kind == KF__STMT_STORE || st->kind == KF__STMT_SHARED_STORE ||
+            st->kind == KF__STMT_FOR || st->kind == KF__STMT_YIELD) {
+            count_use(w, st->b, uses, seen);
+        }
+        if (st->kind == KF__STMT_FOR) {
+            count_use(w, st->c, uses, seen);
+        }
+    }
+    uint32_t count = w->node_count;
+    for (uint32_t id = 1; id < count && kf__ok(w); id++) {
+        if (uses[id] < 2 || is_trivial(w, id)) {
+            continue;
+        }
+        const kf__node *n = &w->nodes[id];
+        uint32_t scope = n->scope ? n->scope : 1;
+        uint32_t blk = n->at_block, after = n->at_stmt;
+        if (blk != scope) {
+            /* created in a nested block: the let goes before the statement holding that block */
+            while (w->blocks[blk].parent != scope) {
+                blk = w->blocks[blk].parent;
+            }
+            uint32_t holder = w->blocks[blk].owner;
+            after = 0;
+            for (uint32_t s = w->blocks[scope].first; s && s != holder; s = w->stmts[s].next) {
+                after = s;
+            }
+        }
+        w->nodes[id].materialized = 1;
+        insert_let(w, scope, after, id);
+    }
+    free(uses);
+    free(seen);
+}
+
+kf_kernel *kf__kernel_prepare(const kf_kernel *k) {
+    kf_kernel_desc desc = {0};
+    desc.name = k->name;
+    memcpy(desc.workgroup_size, k->workgroup, sizeof desc.workgroup_size);
+    kf_kernel *w = kf__kernel_new(&desc);
+    if (!w) {
+        return NULL;
+    }
+    if (k->status != KF_OK) {
+        w->status = k->status;
+        memcpy(w->error, k->error, sizeof w->error);
+        return w;
+    }
+    if (k->cur_block != 1) {
+        char open[64];
+        snprintf(w->error, sizeof w->error,
+                 "kernel '%s': %u block(s) still open (the innermost: %s): close each with "
+                 "kf_end",
+                 k->name, (unsigned)k->blocks[k->cur_block].depth,
+                 kf__open_block_str(k, open, sizeof open));
+        w->status = KF_ERROR_INVALID_ARGUMENT;
+        return w;
+    }
+    bool stage = k->input.scalar != KF_SCALAR_VOID;
+    bool output = k->output.scalar != KF_SCALAR_VOID;
+    w->uses = k->uses;
+    memcpy(w->grid, k->grid, sizeof w->grid);
+    uint32_t in = 0;
+    if (stage) {
+        in = kf__binding_new(w, "in", KF_BINDING_STORAGE_READ, k->input, KF__ROLE_IN);
+    }
+    uint32_t *maps =
+        calloc((size_t)k->binding_count + k->override_count + k->shared_count, sizeof *maps);
+    if (!maps) {
+        kf_kernel_destroy(w);
+        return NULL;
+    }
+    uint32_t *bm = maps, *om = bm + k->binding_count, *sm = om + k->override_count;
+    for (uint32_t i = 1; i < k->binding_count; i++) {
+        const kf__binding *b = &k->bindings[i];
+        bm[i] = kf__binding_new(w, kf__str(k, b->name), (kf_binding_kind)b->kind, b->type,
+                                KF__ROLE_DECLARED);
+    }
+    prep_ctx p = {0};
+    if (output) {
+        p.out = kf__binding_new(w, "out", KF_BINDING_STORAGE_READ_WRITE, k->output, KF__ROLE_OUT);
+    }
+    for (uint32_t i = 1; i < k->override_count; i++) {
+        const kf__override *o = &k->overrides[i];
+        om[i] = kf__override_new(w, kf__str(k, o->name), o->type, o->has_default, o->value);
+    }
+    for (uint32_t i = 1; i < k->shared_count; i++) {
+        const kf__shared *s = &k->shareds[i];
+        sm[i] = kf__shared_new(w, kf__str(k, s->name), s->elem, s->count);
+    }
+    copier c;
+    if (kf__ok(w) && copier_init(&c, w, k)) {
+        c.bindings = bm;
+        c.overrides = om;
+        c.shareds = sm;
+        c.on_yield = store_out;
+        c.user = &p;
+        if (stage) {
+            /* let idx = <global linear id>; if (idx < kf_elements) { let x = in[idx]; body } */
+            uint32_t elems =
+                kf__override_new(w, "kf_elements", kf_type_scalar(KF_SCALAR_U32), false, 0);
+            uint32_t gl = kf__global_linear_node(w);
+            uint32_t idx = gl ? kf__materialize(w, KF__NODE_NAMED, 0, kf_type_scalar(KF_SCALAR_U32),
+                                                &gl, 1, 0, "idx")
+                              : 0;
+            uint32_t ov = kf__pure(w, KF__NODE_OVERRIDE, 0, kf_type_scalar(KF_SCALAR_U32), NULL, 0);
+            if (ov) {
+                w->nodes[ov].ref = elems;
+            }
+            uint32_t lt_args[2] = {idx, ov};
+            uint32_t cond = idx && ov ? kf__pure(w, KF__NODE_BINARY, KF_OP_LT,
+                                                 kf_type_scalar(KF_SCALAR_BOOL), lt_args, 2)
+                                      : 0;
+            if (cond && kf__open_if(w, cond)) {
+                c.input = kf__materialize(w, KF__NODE_LOAD, 0, k->input, &idx, 1, in, "x");
+                c.index = idx;
+                if (c.input) {
+                    copy_block(&c, 1);
+                }
+                kf__close(w);
+            }
+        } else {
+            copy_block(&c, 1);
+        }
+        copier_free(&c);
+    }
+    free(maps);
+    if (kf__ok(w)) {
+        hoist_shared_values(w);
+    }
+    if (w->status == KF_ERROR_OUT_OF_MEMORY) {
+        kf_kernel_destroy(w);
+        return NULL;
+    }
+    return w;
+}

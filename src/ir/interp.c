@@ -1,0 +1,1167 @@
+/* The CPU interpreter: runs a prepared kernel (the same IR the WGSL emitter writes) one workgroup
+ * at a time, all invocations of a workgroup in lockstep (SIMT) with a per-invocation active mask.
+ * Lockstep makes barriers natural (every invocation has finished the statements before it) and
+ * subgroups plain (consecutive local indices, subgroup_size at a time). Values are kept per
+ * invocation as 32-bit words: f32 as its bits, f16 as the bits of the f32 holding the half value
+ * (every f16 operation rounds to half precision, ties to even), integers wrap as in WGSL. */
+#include "ir/ir_internal.h"
+#include "util/half.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KF__LOOP_LIMIT (1u << 22) /* iterations of one loop before it is called runaway */
+
+enum { LANE_RUN = 0, LANE_BROKE, LANE_CONTINUED };
+
+typedef struct ibuf {
+    uint8_t *data;
+    uint64_t size;
+    uint64_t length; /* elements (storage) */
+    uint32_t stride;
+    const char *name;
+} ibuf;
+
+typedef struct interp {
+    const kf_kernel *w;
+    kf_kernel *user;
+    uint32_t lanes, sg;
+    uint32_t wid[3], nwg[3];
+    size_t *slot;
+    uint32_t *vals;
+    size_t *var_slot;
+    uint32_t *vars;
+    size_t *shared_slot;
+    uint32_t *shared;
+    size_t shared_words;
+    ibuf *bufs;
+    uint32_t *override_bits;
+    uint8_t *state;
+    kf_status st;
+} interp;
+
+static float fw(uint32_t w) {
+    float f;
+    memcpy(&f, &w, sizeof f);
+    return f;
+}
+
+static uint32_t wf32(float f) {
+    uint32_t w;
+    memcpy(&w, &f, sizeof w);
+    return w;
+}
+
+static float r16(float f) {
+    return kf__half_to_float(kf__half_from_float(f));
+}
+
+/* the word of a float result of scalar type s */
+static uint32_t wfloat(kf_scalar s, float f) {
+    return wf32(s == KF_SCALAR_F16 ? r16(f) : f);
+}
+
+static uint32_t *V(interp *ip, uint32_t node, uint32_t lane) {
+    return ip->vals + ip->slot[node] + (size_t)lane * kf__type_words(ip->w->nodes[node].type);
+}
+
+static bool fail(interp *ip, kf_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static bool fail(interp *ip, kf_status st, const char *fmt, ...) {
+    if (ip->st != KF_OK) {
+        return false;
+    }
+    char msg[KF__ERROR_SIZE];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    ip->st = kf__run_fail(ip->user, st, "kf_kernel_interpret: %s (workgroup %u,%u,%u)", msg,
+                          (unsigned)ip->wid[0], (unsigned)ip->wid[1], (unsigned)ip->wid[2]);
+    return false;
+}
+
+/* ======================================================================================== */
+/* scalar semantics                                                                         */
+/* ======================================================================================== */
+
+static uint32_t shr_i32(uint32_t a, uint32_t n) {
+    int32_t v = (int32_t)a;
+    return v < 0 ? ~(~a >> n) : a >> n;
+}
+
+static uint32_t bin1(kf_scalar s, kf_op op, uint32_t a, uint32_t b) {
+    if (kf__is_float(s)) {
+        float x = fw(a), y = fw(b);
+        switch (op) {
+        case KF_OP_ADD:
+            return wfloat(s, x + y);
+        case KF_OP_SUB:
+            return wfloat(s, x - y);
+        case KF_OP_MUL:
+            return wfloat(s, x * y);
+        case KF_OP_DIV:
+            return wfloat(s, x / y);
+        case KF_OP_MOD: /* WGSL: e1 - e2 * trunc(e1 / e2) */
+            return wfloat(s, x - y * truncf(x / y));
+        case KF_OP_EQ:
+            return x == y;
+        case KF_OP_NE:
+            return x != y;
+        case KF_OP_LT:
+            return x < y;
+        case KF_OP_LE:
+            return x <= y;
+        case KF_OP_GT:
+            return x > y;
+        case KF_OP_GE:
+            return x >= y;
+        default:
+            return 0;
+        }
+    }
+    if (s == KF_SCALAR_I32) {
+        int32_t x = (int32_t)a, y = (int32_t)b;
+        switch (op) {
+        case KF_OP_ADD:
+            return a + b;
+        case KF_OP_SUB:
+            return a - b;
+        case KF_OP_MUL:
+            return a * b;
+        case KF_OP_DIV: /* WGSL: x / 0 and INT_MIN / -1 are x */
+            return (y == 0 || (a == 0x80000000u && y == -1)) ? a : (uint32_t)(x / y);
+        case KF_OP_MOD: /* WGSL: x % 0 and INT_MIN % -1 are 0 */
+            return (y == 0 || (a == 0x80000000u && y == -1)) ? 0u : (uint32_t)(x % y);
+        case KF_OP_EQ:
+            return x == y;
+        case KF_OP_NE:
+            return x != y;
+        case KF_OP_LT:
+            return x < y;
+        case KF_OP_LE:
+            return x <= y;
+        case KF_OP_GT:
+            return x > y;
+        case KF_OP_GE:
+            return x >= y;
+        case KF_OP_BIT_AND:
+            return a & b;
+        case KF_OP_BIT_OR:
+            return a | b;
+        case KF_OP_BIT_XOR:
+            return a ^ b;
+        case KF_OP_SHL:
+            return a << (b & 31u);
+        case KF_OP_SHR:
+            return shr_i32(a, b & 31u);
+        default:
+            return 0;
+        }
+    }
+    if (s == KF_SCALAR_U32) {
+        switch (op) {
+        case KF_OP_ADD:
+            return a + b;
+        case KF_OP_SUB:
+            return a - b;
+        case KF_OP_MUL:
+            return a * b;
+        case KF_OP_DIV:
+            return b == 0 ? a : a / b;
+        case KF_OP_MOD:
+            return b == 0 ? 0u : a % b;
+        case KF_OP_EQ:
+            return a == b;
+        case KF_OP_NE:
+            return a != b;
+        case KF_OP_LT:
+            return a < b;
+        case KF_OP_LE:
+            return a <= b;
+        case KF_OP_GT:
+            return a > b;
+        case KF_OP_GE:
+            return a >= b;
+        case KF_OP_BIT_AND:
+            return a & b;
+        case KF_OP_BIT_OR:
+            return a | b;
+        case KF_OP_BIT_XOR:
+            return a ^ b;
+        case KF_OP_SHL:
+            return a << (b & 31u);
+        case KF_OP_SHR:
+            return a >> (b & 31u);
+        default:
+            return 0;
+        }
+    }
+    /* bool */
+    switch (op) {
+    case KF_OP_AND:
+        return a && b;
+    case KF_OP_OR:
+        return a || b;
+    case KF_OP_EQ:
+        return a == b;
+    case KF_OP_NE:
+        return a != b;
+    default:
+        return 0;
+    }
+}
+
+static uint32_t un1(kf_scalar s, kf_op op, uint32_t a) {
+    switch (op) {
+    case KF_OP_NEG:
+        return kf__is_float(s) ? wf32(-fw(a)) : 0u - a;
+    case KF_OP_NOT:
+        return !a;
+    case KF_OP_BIT_NOT:
+        return ~a;
+    default:
+        return 0;
+    }
+}
+
+static bool lt_s(kf_scalar s, uint32_t a, uint32_t b) {
+    if (kf__is_float(s)) {
+        return fw(a) < fw(b);
+    }
+    return s == KF_SCALAR_I32 ? (int32_t)a < (int32_t)b : a < b;
+}
+
+static uint32_t min1(kf_scalar s, uint32_t a, uint32_t b) {
+    return lt_s(s, b, a) ? b : a;
+}
+
+static uint32_t max1(kf_scalar s, uint32_t a, uint32_t b) {
+    return lt_s(s, a, b) ? b : a;
+}
+
+static uint32_t call1(kf_scalar s, kf_fn fn, const uint32_t *a) {
+    if (kf__is_float(s)) {
+        float x = fw(a[0]);
+        float y = fw(a[1]);
+        switch (fn) {
+        case KF_FN_EXP:
+            return wfloat(s, expf(x));
+        case KF_FN_LOG:
+            return wfloat(s, logf(x));
+        case KF_FN_TANH:
+            return wfloat(s, tanhf(x));
+        case KF_FN_SQRT:
+            return wfloat(s, sqrtf(x));
+        case KF_FN_INVERSE_SQRT:
+            return wfloat(s, 1.0f / sqrtf(x));
+        case KF_FN_ABS:
+            return wfloat(s, fabsf(x));
+        case KF_FN_FLOOR:
+            return wfloat(s, floorf(x));
+        case KF_FN_SIN:
+            return wfloat(s, sinf(x));
+        case KF_FN_COS:
+            return wfloat(s, cosf(x));
+        case KF_FN_ERF: /* f16: the f32 approximation rounded once, as the WGSL helper does */
+            return wfloat(s, kf__erf_f32(x));
+        case KF_FN_POW:
+            return wfloat(s, powf(x, y));
+        case KF_FN_FMA:
+            return wfloat(s, (float)((double)x * (double)y + (double)fw(a[2])));
+        default:
+            break;
+        }
+    }
+    switch (fn) {
+    case KF_FN_ABS:
+        return s == KF_SCALAR_I32 && (int32_t)a[0] < 0 ? 0u - a[0] : a[0];
+    case KF_FN_MIN:
+        return min1(s, a[0], a[1]);
+    case KF_FN_MAX:
+        return max1(s, a[0], a[1]);
+    case KF_FN_CLAMP:
+        return min1(s, max1(s, a[0], a[1]), a[2]);
+    default:
+        return 0;
+    }
+}
+
+static uint32_t convert1(kf_scalar to, kf_scalar from, uint32_t a) {
+    float f = 0;
+    switch (from) {
+    case KF_SCALAR_F32:
+    case KF_SCALAR_F16:
+        f = fw(a);
+        break;
+    case KF_SCALAR_I32:
+        f = (float)(int32_t)a;
+        break;
+    case KF_SCALAR_U32:
+        f = (float)a;
+        break;
+    case KF_SCALAR_BOOL:
+        f = a ? 1.0f : 0.0f;
+        break;
+    default:
+        break;
+    }
+    switch (to) {
+    case KF_SCALAR_F32:
+    case KF_SCALAR_F16:
+        return wfloat(to, f);
+    case KF_SCALAR_I32:
+        if (!kf__is_float(from)) {
+            return from == KF_SCALAR_BOOL ? (a ? 1u : 0u) : a; /* u32 -> i32 keeps the bits */
+        }
+        /* WGSL saturates: the nearest i32 (values above the largest f32 below 2^31 give the
+         * maximum, as Tint does) */
+        if (!(f <= 2147483520.0f)) {
+            return 0x7fffffffu;
+        }
+        return f < -2147483648.0f ? 0x80000000u : (uint32_t)(int32_t)truncf(f);
+    case KF_SCALAR_U32:
+        if (!kf__is_float(from)) {
+            return from == KF_SCALAR_BOOL ? (a ? 1u : 0u) : a;
+        }
+        if (!(f <= 4294967040.0f)) {
+            return 0xffffffffu;
+        }
+        return f < 0.0f ? 0u : (uint32_t)truncf(f);
+    case KF_SCALAR_BOOL:
+        return kf__is_float(from) ? f != 0.0f : a != 0;
+    default:
+        return 0;
+    }
+}
+
+/* ======================================================================================== */
+/* expressions                                                                              */
+/* ======================================================================================== */
+
+static bool eval(interp *ip, uint32_t id, const uint8_t *m);
+static bool compute(interp *ip, uint32_t id, const uint8_t *m);
+
+#define FOR_LANES(ip, m, l)                                                                        \
+    for (uint32_t l = 0; l < (ip)->lanes; l++)                                                     \
+        if ((m)[l])
+
+static void builtin_value(interp *ip, kf_builtin b, uint32_t lane, uint32_t *out) {
+    const uint32_t *wg = ip->w->workgroup;
+    uint32_t local[3] = {lane % wg[0], (lane / wg[0]) % wg[1], lane / (wg[0] * wg[1])};
+    switch (b) {
+    case KF_BUILTIN_GLOBAL_ID:
+        for (int i = 0; i < 3; i++) {
+            out[i] = ip->wid[i] * wg[i] + local[i];
+        }
+        break;
+    case KF_BUILTIN_LOCAL_ID:
+        memcpy(out, local, sizeof local);
+        break;
+    case KF_BUILTIN_LOCAL_INDEX:
+        out[0] = lane;
+        break;
+    case KF_BUILTIN_WORKGROUP_ID:
+        memcpy(out, ip->wid, sizeof ip->wid);
+        break;
+    case KF_BUILTIN_NUM_WORKGROUPS:
+        memcpy(out, ip->nwg, sizeof ip->nwg);
+        break;
+    case KF_BUILTIN_SUBGROUP_INVOCATION_ID:
+        out[0] = lane % ip->sg;
+        break;
+    case KF_BUILTIN_SUBGROUP_SIZE:
+        out[0] = ip->sg;
+        break;
+    default:
+        break;
+    }
+}
+
+/* Packs a value's lanes into 32-bit words (two halves per word for f16). */
+static uint32_t pack_bits(kf_type t, const uint32_t *v, uint32_t *words) {
+    uint32_t lanes = kf__type_lanes(t);
+    if (t.scalar != KF_SCALAR_F16) {
+        memcpy(words, v, lanes * sizeof *v);
+        return lanes;
+    }
+    uint32_t n = lanes / 2;
+    for (uint32_t i = 0; i < n; i++) {
+        words[i] = (uint32_t)kf__half_from_float(fw(v[2 * i])) |
+                   ((uint32_t)kf__half_from_float(fw(v[2 * i + 1])) << 16);
+    }
+    return n;
+}
+
+static void unpack_bits(kf_type t, const uint32_t *words, uint32_t *v) {
+    uint32_t lanes = kf__type_lanes(t);
+    for (uint32_t i = 0; i < lanes; i++) {
+        if (t.scalar == KF_SCALAR_F16) {
+            v[i] = wf32(kf__half_to_float((uint16_t)(words[i / 2] >> (16 * (i % 2)))));
+        } else {
+            v[i] = words[i];
+        }
+    }
+}
+
+static bool index_of(interp *ip, uint32_t idx_node, uint32_t lane, int64_t *out) {
+    kf_type t = ip->w->nodes[idx_node].type;
+    uint32_t w = V(ip, idx_node, lane)[0];
+    *out = t.scalar == KF_SCALAR_I32 ? (int64_t)(int32_t)w : (int64_t)w;
+    return true;
+}
+
+static void read_elem(const uint8_t *p, kf_type t, uint32_t *out) {
+    uint32_t lanes = kf__type_lanes(t);
+    for (uint32_t c = 0; c < lanes; c++) {
+        if (t.scalar == KF_SCALAR_F16) {
+            uint16_t h;
+            memcpy(&h, p + 2 * c, 2);
+            out[c] = wf32(kf__half_to_float(h));
+        } else {
+            memcpy(&out[c], p + 4 * c, 4);
+        }
+    }
+}
+
+static void write_elem(uint8_t *p, kf_type t, const uint32_t *in) {
+    uint32_t lanes = kf__type_lanes(t);
+    for (uint32_t c = 0; c < lanes; c++) {
+        if (t.scalar == KF_SCALAR_F16) {
+            uint16_t h = kf__half_from_float(fw(in[c]));
+            memcpy(p + 2 * c, &h, 2);
+        } else {
+            memcpy(p + 4 * c, &in[c], 4);
+        }
+    }
+}
+
+static bool do_load(interp *ip, uint32_t id, uint32_t lane) {
+    const kf__node *n = &ip->w->nodes[id];
+    const kf__binding *b = &ip->w->bindings[n->ref];
+    const ibuf *buf = &ip->bufs[n->ref];
+    uint32_t *out = V(ip, id, lane);
+    char ts[48];
+    if (b->kind == KF_BINDING_UNIFORM) {
+        if (!n->nargs) { /* the whole uniform */
+            kf_type elem = kf__type_elem(b->type);
+            uint32_t count = b->type.count ? b->type.count : 1;
+            uint32_t stride = b->type.count ? kf__type_stride(b->type) : 0;
+            uint32_t ew = kf__type_lanes(elem);
+            for (uint32_t e = 0; e < count; e++) {
+                read_elem(buf->data + (size_t)e * stride, b->type.count ? elem : b->type,
+                          out + e * ew);
+            }
+            return true;
+        }
+        int64_t i;
+        index_of(ip, n->args[0], lane, &i);
+        if (i < 0 || i >= (int64_t)b->type.count) {
+            return fail(ip, KF_ERROR_INVALID_ARGUMENT,
+                        "load from uniform '%s' at index %lld is out of bounds (%s)", buf->name,
+                        (long long)i, kf_type_str(b->type, ts, sizeof ts));
+        }
+        read_elem(buf->data + (size_t)i * kf__type_stride(b->type), kf__type_elem(b->type), out);
+        return true;
+    }
+    int64_t i;
+    index_of(ip, n->args[0], lane, &i);
+    if (i < 0 || (uint64_t)i >= buf->length) {
+        return fail(ip, KF_ERROR_INVALID_ARGUMENT,
+                    "load from '%s' at index %lld is out of bounds (it holds %llu elements of %s)",
+                    buf->name, (long long)i, (unsigned long long)buf->length,
+                    kf_type_str(b->type, ts, sizeof ts));
+    }
+    read_elem(buf->data + (size_t)i * buf->stride, b->type, out);
+    return true;
+}
+
+static bool do_subgroup(interp *ip, uint32_t id, const uint8_t *m) {
+    const kf__node *n = &ip->w->nodes[id];
+    kf_type t = n->type;
+    kf_scalar s = t.scalar;
+    uint32_t comps = kf__type_lanes(t);
+    for (uint32_t g = 0; g < ip->lanes; g += ip->sg) {
+        uint32_t end = g + ip->sg < ip->lanes ? g + ip->sg : ip->lanes;
+        bool any = false;
+        uint32_t acc[4] = {0};
+        for (uint32_t l = g; l < end; l++) {
+            if (!m[l]) {
+                continue;
+            }
+            const uint32_t *v = V(ip, n->args[0], l);
+            for (uint32_t c = 0; c < comps; c++) {
+                if (!any) {
+                    acc[c] = v[c];
+                } else if (n->op == KF_SUBGROUP_ADD) {
+                    acc[c] = bin1(s, KF_OP_ADD, acc[c], v[c]);
+                } else if (n->op == KF_SUBGROUP_MAX) {
+                    acc[c] = max1(s, acc[c], v[c]);
+                }
+            }
+            any = true;
+        }
+        for (uint32_t l = g; l < end; l++) {
+            if (!m[l]) {
+                continue;
+            }
+            uint32_t *out = V(ip, id, l);
+            if (n->op == KF_SUBGROUP_ADD || n->op == KF_SUBGROUP_MAX) {
+                memcpy(out, acc, comps * sizeof *out);
+                continue;
+            }
+            int64_t src;
+            index_of(ip, n->args[1], l, &src);
+            if (src < 0 || src >= (int64_t)ip->sg || g + (uint64_t)src >= end ||
+                !m[g + (uint32_t)src]) {
+                return fail(ip, KF_ERROR_INVALID_ARGUMENT,
+                            "%s in invocation %u reads subgroup lane %lld, which is %s (subgroup "
+                            "size %u)",
+                            kf__subgroup_str((kf_subgroup_op)n->op), (unsigned)l, (long long)src,
+                            src < 0 || src >= (int64_t)ip->sg ? "out of range" : "not active",
+                            (unsigned)ip->sg);
+            }
+            memcpy(out, V(ip, n->args[0], g + (uint32_t)src), comps * sizeof *out);
+        }
+    }
+    return true;
+}
+
+/* Computes node id for the active invocations, evaluating its operands first. */
+static bool compute(interp *ip, uint32_t id, const uint8_t *m) {
+    const kf_kernel *w = ip->w;
+    const kf__node *n = &w->nodes[id];
+    for (uint32_t i = 0; i < n->nargs; i++) {
+        if (!eval(ip, n->args[i], m)) {
+            return false;
+        }
+    }
+    kf_type t = n->type;
+    kf_scalar s = t.scalar;
+    uint32_t comps = kf__type_lanes(t);
+    uint32_t words = kf__type_words(t);
+    switch ((kf__node_kind)n->kind) {
+    case KF__NODE_LIT:
+        FOR_LANES(ip, m, l) {
+            V(ip, id, l)[0] = n->bits;
+        }
+        return true;
+    case KF__NODE_UNARY:
+        FOR_LANES(ip, m, l) {
+            const uint32_t *a = V(ip, n->args[0], l);
+            uint32_t *out = V(ip, id, l);
+            for (uint32_t c = 0; c < comps; c++) {
+                out[c] = un1(s, (kf_op)n->op, a[c]);
+            }
+        }
+        return true;
+    case KF__NODE_BINARY: {
+        kf_type ta = w->nodes[n->args[0]].type;
+        kf_type tb = w->nodes[n->args[1]].type;
+        bool sa = kf__type_lanes(ta) == 1, sbb = kf__type_lanes(tb) == 1;
+        FOR_LANES(ip, m, l) {
+            const uint32_t *a = V(ip, n->args[0], l);
+            const uint32_t *b = V(ip, n->args[1], l);
+            uint32_t *out = V(ip, id, l);
+            for (uint32_t c = 0; c < comps; c++) {
+                out[c] = bin1(ta.scalar, (kf_op)n->op, a[sa ? 0 : c], b[sbb ? 0 : c]);
+            }
+        }
+        return true;
+    }
+    case KF__NODE_CALL: {
+        kf_fn fn = (kf_fn)n->op;
+        kf_type ta = w->nodes[n->args[0]].type;
+        FOR_LANES(ip, m, l) {
+            uint32_t *out = V(ip, id, l);
+            if (fn == KF_FN_DOT) {
+                const uint32_t *a = V(ip, n->args[0], l);
+                const uint32_t *b = V(ip, n->args[1], l);
+                uint32_t acc = 0;
+                for (uint32_t c = 0; c < kf__type_lanes(ta); c++) {
+                    uint32_t p = bin1(s, KF_OP_MUL, a[c], b[c]);
+                    acc = c == 0 ? p : bin1(s, KF_OP_ADD, acc, p);
+                }
+                out[0] = acc;
+            } else if (fn == KF_FN_SELECT) {
+                const uint32_t *f = V(ip, n->args[0], l);
+                const uint32_t *tv = V(ip, n->args[1], l);
+                const uint32_t *cond = V(ip, n->args[2], l);
+                bool scalar_cond = kf__type_lanes(w->nodes[n->args[2]].type) == 1;
+                for (uint32_t c = 0; c < comps; c++) {
+                    out[c] = cond[scalar_cond ? 0 : c] ? tv[c] : f[c];
+                }
+            } else {
+                for (uint32_t c = 0; c < comps; c++) {
+                    uint32_t a[3] = {0, 0, 0};
+                    for (uint32_t i = 0; i < n->nargs; i++) {
+                        a[i] = V(ip, n->args[i], l)[c];
+                    }
+                    out[c] = call1(s, fn, a);
+                }
+            }
+        }
+        return true;
+    }
+    case KF__NODE_CAST: {
+        kf_scalar from = w->nodes[n->args[0]].type.scalar;
+        FOR_LANES(ip, m, l) {
+            const uint32_t *a = V(ip, n->args[0], l);
+            uint32_t *out = V(ip, id, l);
+            for (uint32_t c = 0; c < comps; c++) {
+                out[c] = convert1(s, from, a[c]);
+            }
+        }
+        return true;
+    }
+    case KF__NODE_BITCAST: {
+        kf_type from = w->nodes[n->args[0]].type;
+        FOR_LANES(ip, m, l) {
+            uint32_t packed[4];
+            pack_bits(from, V(ip, n->args[0], l), packed);
+            unpack_bits(t, packed, V(ip, id, l));
+        }
+        return true;
+    }
+    case KF__NODE_SPLAT:
+        FOR_LANES(ip, m, l) {
+            uint32_t v = V(ip, n->args[0], l)[0];
+            uint32_t *out = V(ip, id, l);
+            for (uint32_t c = 0; c < comps; c++) {
+                out[c] = v;
+            }
+        }
+        return true;
+    case KF__NODE_VEC:
+        FOR_LANES(ip, m, l) {
+            uint32_t *out = V(ip, id, l);
+            for (uint32_t c = 0; c < comps; c++) {
+                out[c] = V(ip, n->args[c], l)[0];
+            }
+        }
+        return true;
+    case KF__NODE_EXTRACT:
+        FOR_LANES(ip, m, l) {
+            memcpy(V(ip, id, l), V(ip, n->args[0], l) + (size_t)n->ref * words,
+                   words * sizeof(uint32_t));
+        }
+        return true;
+    case KF__NODE_BUILTIN:
+        FOR_LANES(ip, m, l) {
+            builtin_value(ip, (kf_builtin)n->op, l, V(ip, id, l));
+        }
+        return true;
+    case KF__NODE_OVERRIDE:
+        FOR_LANES(ip, m, l) {
+            V(ip, id, l)[0] = ip->override_bits[n->ref];
+        }
+        return true;
+    case KF__NODE_NAMED:
+        FOR_LANES(ip, m, l) {
+            memcpy(V(ip, id, l), V(ip, n->args[0], l), words * sizeof(uint32_t));
+        }
+        return true;
+    case KF__NODE_LOAD:
+        FOR_LANES(ip, m, l) {
+            if (!do_load(ip, id, l)) {
+                return false;
+            }
+        }
+        return true;
+    case KF__NODE_SHARED_LOAD: {
+        const kf__shared *sh = &w->shareds[n->ref];
+        uint32_t ew = kf__type_words(sh->elem);
+        FOR_LANES(ip, m, l) {
+            int64_t i;
+            index_of(ip, n->args[0], l, &i);
+            if (i < 0 || i >= (int64_t)sh->count) {
+                return fail(ip, KF_ERROR_INVALID_ARGUMENT,
+                            "load from workgroup array '%s' at index %lld is out of bounds (%u "
+                            "elements)",
+                            kf__str(w, sh->name), (long long)i, (unsigned)sh->count);
+            }
+            memcpy(V(ip, id, l), ip->shared + ip->shared_slot[n->ref] + (size_t)i * ew,
+                   ew * sizeof(uint32_t));
+        }
+        return true;
+    }
+    case KF__NODE_READ:
+        FOR_LANES(ip, m, l) {
+            memcpy(V(ip, id, l), ip->vars + ip->var_slot[n->ref] + (size_t)l * words,
+                   words * sizeof(uint32_t));
+        }
+        return true;
+    case KF__NODE_SUBGROUP:
+        return do_subgroup(ip, id, m);
+    case KF__NODE_LENGTH:
+        FOR_LANES(ip, m, l) {
+            V(ip, id, l)[0] = (uint32_t)ip->bufs[n->ref].length;
+        }
+        return true;
+    default:
+        return fail(ip, KF_ERROR_INTERNAL, "cannot evaluate a value of kind %d", (int)n->kind);
+    }
+}
+
+static bool eval(interp *ip, uint32_t id, const uint8_t *m) {
+    const kf__node *n = &ip->w->nodes[id];
+    if (n->materialized || n->kind == KF__NODE_LOOP_VAR) {
+        return true; /* its let (or loop) already set it */
+    }
+    return compute(ip, id, m);
+}
+
+/* ======================================================================================== */
+/* statements                                                                               */
+/* ======================================================================================== */
+
+static bool exec_block(interp *ip, uint32_t block, const uint8_t *mask);
+
+static bool store(interp *ip, const kf__stmt *s, const uint8_t *m) {
+    const kf_kernel *w = ip->w;
+    if (!eval(ip, s->a, m) || !eval(ip, s->b, m)) {
+        return false;
+    }
+    char ts[48];
+    FOR_LANES(ip, m, l) {
+        int64_t i;
+        index_of(ip, s->a, l, &i);
+        const uint32_t *v = V(ip, s->b, l);
+        if (s->kind == KF__STMT_STORE) {
+            const kf__binding *b = &w->bindings[s->ref];
+            ibuf *buf = &ip->bufs[s->ref];
+            if (i < 0 || (uint64_t)i >= buf->length) {
+                return fail(ip, KF_ERROR_INVALID_ARGUMENT,
+                            "store to '%s' at index %lld is out of bounds (it holds %llu elements "
+                            "of %s)",
+                            buf->name, (long long)i, (unsigned long long)buf->length,
+                            kf_type_str(b->type, ts, sizeof ts));
+            }
+            write_elem(buf->data + (size_t)i * buf->stride, b->type, v);
+        } else {
+            const kf__shared *sh = &w->shareds[s->ref];
+            uint32_t ew = kf__type_words(sh->elem);
+            if (i < 0 || i >= (int64_t)sh->count) {
+                return fail(ip, KF_ERROR_INVALID_ARGUMENT,
+                            "store to workgroup array '%s' at index %lld is out of bounds (%u "
+                            "elements)",
+                            kf__str(w, sh->name), (long long)i, (unsigned)sh->count);
+            }
+            memcpy(ip->shared + ip->shared_slot[s->ref] + (size_t)i * ew, v, ew * sizeof(uint32_t));
+        }
+    }
+    return true;
+}
+
+static bool any_lane(const interp *ip, const uint8_t *m) {
+    for (uint32_t l = 0; l < ip->lanes; l++) {
+        if (m[l]) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* After a loop body: invocations that broke leave the loop, those that continued rejoin. */
+static void settle_loop(interp *ip, uint8_t *loop_mask) {
+    FOR_LANES(ip, loop_mask, l) {
+        if (ip->state[l] == LANE_BROKE) {
+            ip->state[l] = LANE_RUN;
+            loop_mask[l] = 0;
+        } else if (ip->state[l] == LANE_CONTINUED) {
+            ip->state[l] = LANE_RUN;
+        }
+    }
+}
+
+static bool exec_loop(interp *ip, const kf__stmt *s, const uint8_t *m) {
+    const kf_kernel *w = ip->w;
+    uint8_t *lm = malloc(ip->lanes);
+    if (!lm) {
+        return fail(ip, KF_ERROR_OUT_OF_MEMORY, "out of memory");
+    }
+    memcpy(lm, m, ip->lanes);
+    bool ok = true;
+    uint32_t var = s->kind == KF__STMT_FOR ? s->ref : 0;
+    kf_scalar vs = var ? w->nodes[var].type.scalar : KF_SCALAR_VOID;
+    if (var) {
+        ok = eval(ip, s->a, lm);
+        FOR_LANES(ip, lm, l) {
+            V(ip, var, l)[0] = V(ip, s->a, l)[0];
+        }
+    }
+    for (uint32_t iter = 0; ok; iter++) {
+        if (var) {
+            ok = eval(ip, s->b, lm);
+            FOR_LANES(ip, lm, l) {
+                if (!lt_s(vs, V(ip, var, l)[0], V(ip, s->b, l)[0])) {
+                    lm[l] = 0;
+                }
+            }
+        }
+        if (!ok || !any_lane(ip, lm)) {
+            break;
+        }
+        if (iter >= KF__LOOP_LIMIT) {
+            ok = fail(ip, KF_ERROR_INVALID_ARGUMENT,
+                      "a loop ran more than %u iterations: is it missing its exit condition?",
+                      (unsigned)KF__LOOP_LIMIT);
+            break;
+        }
+        ok = exec_block(ip, s->body, lm);
+        settle_loop(ip, lm);
+        if (ok && var) {
+            ok = eval(ip, s->c, lm);
+            FOR_LANES(ip, lm, l) {
+                uint32_t *iv = V(ip, var, l);
+                iv[0] = bin1(vs, KF_OP_ADD, iv[0], V(ip, s->c, l)[0]);
+            }
+        }
+    }
+    free(lm);
+    return ok;
+}
+
+static bool exec_stmt(interp *ip, uint32_t sid, const uint8_t *m) {
+    const kf_kernel *w = ip->w;
+    const kf__stmt *s = &w->stmts[sid];
+    switch ((kf__stmt_kind)s->kind) {
+    case KF__STMT_LET:
+        return compute(ip, s->ref, m);
+    case KF__STMT_VAR:
+    case KF__STMT_ASSIGN: {
+        uint32_t words = kf__type_words(w->vars[s->ref].type);
+        if (s->a && !eval(ip, s->a, m)) {
+            return false;
+        }
+        FOR_LANES(ip, m, l) {
+            uint32_t *dst = ip->vars + ip->var_slot[s->ref] + (size_t)l * words;
+            if (s->a) {
+                memcpy(dst, V(ip, s->a, l), words * sizeof *dst);
+            } else {
+                memset(dst, 0, words * sizeof *dst);
+            }
+        }
+        return true;
+    }
+    case KF__STMT_STORE:
+    case KF__STMT_SHARED_STORE:
+        return store(ip, s, m);
+    case KF__STMT_IF: {
+        if (!eval(ip, s->a, m)) {
+            return false;
+        }
+        uint8_t *branch = malloc(ip->lanes);
+        if (!branch) {
+            return fail(ip, KF_ERROR_OUT_OF_MEMORY, "out of memory");
+        }
+        for (uint32_t l = 0; l < ip->lanes; l++) {
+            branch[l] = m[l] && V(ip, s->a, l)[0];
+        }
+        bool ok = exec_block(ip, s->body, branch);
+        if (ok && s->else_body) {
+            for (uint32_t l = 0; l < ip->lanes; l++) {
+                branch[l] = m[l] && !V(ip, s->a, l)[0];
+            }
+            ok = exec_block(ip, s->else_body, branch);
+        }
+        free(branch);
+        return ok;
+    }
+    case KF__STMT_FOR:
+    case KF__STMT_LOOP:
+        return exec_loop(ip, s, m);
+    case KF__STMT_BREAK_UNLESS:
+        if (!eval(ip, s->a, m)) {
+            return false;
+        }
+        FOR_LANES(ip, m, l) {
+            if (!V(ip, s->a, l)[0]) {
+                ip->state[l] = LANE_BROKE;
+            }
+        }
+        return true;
+    case KF__STMT_BREAK:
+    case KF__STMT_CONTINUE:
+        FOR_LANES(ip, m, l) {
+            ip->state[l] = s->kind == KF__STMT_BREAK ? LANE_BROKE : LANE_CONTINUED;
+        }
+        return true;
+    case KF__STMT_BARRIER:
+        for (uint32_t l = 0; l < ip->lanes; l++) {
+            if (!m[l]) {
+                return fail(ip, KF_ERROR_INVALID_ARGUMENT,
+                            "workgroupBarrier reached by only some invocations (invocation %u is "
+                            "not there): a barrier needs uniform control flow",
+                            (unsigned)l);
+            }
+        }
+        return true;
+    default:
+        return fail(ip, KF_ERROR_INTERNAL, "cannot run a statement of kind %d", (int)s->kind);
+    }
+}
+
+static bool exec_block(interp *ip, uint32_t block, const uint8_t *mask) {
+    uint8_t *eff = malloc(ip->lanes);
+    if (!eff) {
+        return fail(ip, KF_ERROR_OUT_OF_MEMORY, "out of memory");
+    }
+    bool ok = true;
+    for (uint32_t s = ip->w->blocks[block].first; s && ok; s = ip->w->stmts[s].next) {
+        bool any = false;
+        for (uint32_t l = 0; l < ip->lanes; l++) {
+            eff[l] = mask[l] && ip->state[l] == LANE_RUN;
+            any = any || eff[l];
+        }
+        if (!any) {
+            break;
+        }
+        ok = exec_stmt(ip, s, eff);
+    }
+    free(eff);
+    return ok;
+}
+
+/* ======================================================================================== */
+/* setup                                                                                    */
+/* ======================================================================================== */
+
+static uint32_t override_bits(kf_type t, double v) {
+    switch (t.scalar) {
+    case KF_SCALAR_F32:
+        return wf32((float)v);
+    case KF_SCALAR_F16:
+        return wf32(r16((float)v));
+    case KF_SCALAR_I32:
+        return (uint32_t)(int32_t)v;
+    case KF_SCALAR_U32:
+        return (uint32_t)v;
+    case KF_SCALAR_BOOL:
+        return v != 0;
+    default:
+        return 0;
+    }
+}
+
+static kf_status setup(interp *ip, const kf_interp_desc *desc) {
+    const kf_kernel *w = ip->w;
+    kf_kernel *k = ip->user;
+    uint32_t nb = w->binding_count - 1;
+    if (desc->buffer_count != nb || (nb && !desc->buffers)) {
+        return kf__run_fail(k, KF_ERROR_INVALID_ARGUMENT,
+                            "kf_kernel_interpret: the kernel has %u bindings, %u buffers given",
+                            (unsigned)nb, (unsigned)desc->buffer_count);
+    }
+    ip->bufs = calloc(w->binding_count, sizeof *ip->bufs);
+    if (!ip->bufs) {
+        return KF_ERROR_OUT_OF_MEMORY;
+    }
+    char ts[48];
+    for (uint32_t i = 1; i < w->binding_count; i++) {
+        const kf__binding *b = &w->bindings[i];
+        const kf_host_buffer *hb = &desc->buffers[i - 1];
+        ibuf *buf = &ip->bufs[i];
+        buf->data = hb->data;
+        buf->size = hb->size;
+        buf->name = kf__str(w, b->name);
+        if (hb->size && !hb->data) {
+            return kf__run_fail(k, KF_ERROR_INVALID_ARGUMENT,
+                                "kf_kernel_interpret: buffer %u ('%s') has a size but no data",
+                                (unsigned)(i - 1), buf->name);
+        }
+        if (b->kind == KF_BINDING_UNIFORM) {
+            if (hb->size < kf__type_size(b->type)) {
+                return kf__run_fail(k, KF_ERROR_INVALID_ARGUMENT,
+                                    "kf_kernel_interpret: uniform '%s' is %s (%u bytes), its "
+                                    "buffer has %llu",
+                                    buf->name, kf_type_str(b->type, ts, sizeof ts),
+                                    (unsigned)kf__type_size(b->type), (unsigned long long)hb->size);
+            }
+        } else {
+            buf->stride = kf__type_stride(b->type);
+            buf->length = hb->size / buf->stride;
+        }
+    }
+    ip->sg = desc->subgroup_size ? desc->subgroup_size : 32;
+    if (ip->sg > 128 || (ip->sg & (ip->sg - 1))) {
+        return kf__run_fail(k, KF_ERROR_INVALID_ARGUMENT,
+                            "kf_kernel_interpret: subgroup size %u is not a power of two up to 128",
+                            (unsigned)ip->sg);
+    }
+    /* constants: the desc's, then kf_elements from the elements, then defaults */
+    ip->override_bits = calloc(w->override_count, sizeof *ip->override_bits);
+    if (!ip->override_bits) {
+        return KF_ERROR_OUT_OF_MEMORY;
+    }
+    bool *set = calloc(w->override_count, sizeof *set);
+    if (!set) {
+        return KF_ERROR_OUT_OF_MEMORY;
+    }
+    for (uint32_t c = 0; c < desc->constant_count; c++) {
+        const char *nm = desc->constants[c].name ? desc->constants[c].name : "";
+        uint32_t o = kf__override_find(w, nm);
+        if (!o) {
+            free(set);
+            return kf__run_fail(k, KF_ERROR_INVALID_ARGUMENT,
+                                "kf_kernel_interpret: constant '%s' is not an override of the "
+                                "kernel",
+                                nm);
+        }
+        ip->override_bits[o] = override_bits(w->overrides[o].type, desc->constants[c].value);
+        set[o] = true;
+    }
+    uint64_t elements = desc->elements;
+    uint32_t in = kf__binding_find(w, "in");
+    bool stage = in && w->bindings[in].role == KF__ROLE_IN;
+    if (!elements && stage) {
+        elements = ip->bufs[in].length;
+    }
+    uint32_t eo = kf__override_find(w, "kf_elements");
+    if (eo && !set[eo]) {
+        if (elements > UINT32_MAX) {
+            free(set);
+            return kf__run_fail(k, KF_ERROR_LIMIT,
+                                "kf_kernel_interpret: %llu elements (kernels index in u32)",
+                                (unsigned long long)elements);
+        }
+        ip->override_bits[eo] = (uint32_t)elements;
+        set[eo] = true;
+    }
+    for (uint32_t o = 1; o < w->override_count; o++) {
+        if (!set[o]) {
+            if (!w->overrides[o].has_default) {
+                free(set);
+                return kf__run_fail(k, KF_ERROR_INVALID_ARGUMENT,
+                                    "kf_kernel_interpret: override '%s' has no default and no "
+                                    "constant was given",
+                                    kf__str(w, w->overrides[o].name));
+            }
+            ip->override_bits[o] = override_bits(w->overrides[o].type, w->overrides[o].value);
+        }
+    }
+    free(set);
+    /* the grid */
+    uint64_t wg_total = (uint64_t)w->workgroup[0] * w->workgroup[1] * w->workgroup[2];
+    bool zero = !desc->groups[0] && !desc->groups[1] && !desc->groups[2];
+    if (zero && (w->grid[0] || w->grid[1] || w->grid[2])) {
+        for (int i = 0; i < 3; i++) {
+            ip->nwg[i] = w->grid[i] ? w->grid[i] : 1;
+        }
+    } else if (zero) {
+        if (eo) {
+            elements = ip->override_bits[eo];
+        } else if (!elements) {
+            uint32_t out = kf__binding_find(w, "out");
+            elements = out && w->bindings[out].role == KF__ROLE_OUT ? ip->bufs[out].length : 1;
+        }
+        uint64_t groups = (elements + wg_total - 1) / wg_total;
+        if (groups > UINT32_MAX) {
+            return kf__run_fail(k, KF_ERROR_LIMIT, "kf_kernel_interpret: too many workgroups");
+        }
+        ip->nwg[0] = groups ? (uint32_t)groups : 1;
+        ip->nwg[1] = ip->nwg[2] = 1;
+    } else {
+        for (int i = 0; i < 3; i++) {
+            ip->nwg[i] = desc->groups[i] ? desc->groups[i] : 1;
+        }
+    }
+    /* storage for values */
+    ip->lanes = (uint32_t)wg_total;
+    ip->slot = calloc(w->node_count, sizeof *ip->slot);
+    ip->var_slot = calloc(w->var_count, sizeof *ip->var_slot);
+    ip->shared_slot = calloc(w->shared_count, sizeof *ip->shared_slot);
+    ip->state = calloc(ip->lanes, 1);
+    if (!ip->slot || !ip->var_slot || !ip->shared_slot || !ip->state) {
+        return KF_ERROR_OUT_OF_MEMORY;
+    }
+    size_t total = 0;
+    for (uint32_t i = 1; i < w->node_count; i++) {
+        ip->slot[i] = total;
+        total += (size_t)kf__type_words(w->nodes[i].type) * ip->lanes;
+    }
+    ip->vals = calloc(total ? total : 1, sizeof *ip->vals);
+    total = 0;
+    for (uint32_t i = 1; i < w->var_count; i++) {
+        ip->var_slot[i] = total;
+        total += (size_t)kf__type_words(w->vars[i].type) * ip->lanes;
+    }
+    ip->vars = calloc(total ? total : 1, sizeof *ip->vars);
+    total = 0;
+    for (uint32_t i = 1; i < w->shared_count; i++) {
+        ip->shared_slot[i] = total;
+        total += (size_t)kf__type_words(w->shareds[i].elem) * w->shareds[i].count;
+    }
+    ip->shared_words = total;
+    ip->shared = calloc(total ? total : 1, sizeof *ip->shared);
+    if (!ip->vals || !ip->vars || !ip->shared) {
+        return KF_ERROR_OUT_OF_MEMORY;
+    }
+    return KF_OK;
+}
+
+kf_status kf_kernel_interpret(kf_kernel *k, const kf_interp_desc *desc) {
+    if (!k) {
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    k->run_error[0] = '\0';
+    if (!desc) {
+        return kf__run_fail(k, KF_ERROR_INVALID_ARGUMENT, "kf_kernel_interpret: desc is NULL");
+    }
+    if (k->status != KF_OK) {
+        return k->status;
+    }
+    kf_kernel *w = kf__kernel_prepare(k);
+    if (!w) {
+        return kf__run_fail(k, KF_ERROR_OUT_OF_MEMORY, "kf_kernel_interpret: out of memory");
+    }
+    if (w->status != KF_OK) {
+        k->status = w->status;
+        memcpy(k->error, w->error, sizeof k->error);
+        kf_status st = w->status;
+        kf_kernel_destroy(w);
+        return st;
+    }
+    interp ip;
+    memset(&ip, 0, sizeof ip);
+    ip.w = w;
+    ip.user = k;
+    kf_status st = setup(&ip, desc);
+    if (st == KF_ERROR_OUT_OF_MEMORY && !k->run_error[0]) {
+        kf__run_fail(k, st, "kf_kernel_interpret: out of memory");
+    }
+    uint8_t *all = st == KF_OK ? malloc(ip.lanes) : NULL;
+    if (st == KF_OK && !all) {
+        st = kf__run_fail(k, KF_ERROR_OUT_OF_MEMORY, "kf_kernel_interpret: out of memory");
+    }
+    if (st == KF_OK) {
+        memset(all, 1, ip.lanes);
+        for (uint32_t z = 0; z < ip.nwg[2] && ip.st == KF_OK; z++) {
+            for (uint32_t y = 0; y < ip.nwg[1] && ip.st == KF_OK; y++) {
+                for (uint32_t x = 0; x < ip.nwg[0] && ip.st == KF_OK; x++) {
+                    ip.wid[0] = x;
+                    ip.wid[1] = y;
+                    ip.wid[2] = z;
+                    memset(ip.state, LANE_RUN, ip.lanes);
+                    memset(ip.shared, 0, ip.shared_words * sizeof *ip.shared);
+                    exec_block(&ip, 1, all);
+                }
+            }
+        }
+        st = ip.st;
+    }
+    free(all);
+    free(ip.bufs);
+    free(ip.override_bits);
+    free(ip.slot);
+    free(ip.vals);
+    free(ip.var_slot);
+    free(ip.vars);
+    free(ip.shared_slot);
+    free(ip.shared);
+    free(ip.state);
+    kf_kernel_destroy(w);
+    return st;
+}

@@ -1,0 +1,167 @@
+/* Running a kernel on the GPU through the runtime's public API: emit (cached on the kernel),
+ * compile (cached by the context), work out the grid and constants, dispatch. */
+#include "ir/ir_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The kernel's WGSL, emitted once per version of the kernel. */
+static const char *cached_wgsl(kf_kernel *k) {
+    if (k->wgsl && k->wgsl_version == k->version) {
+        return k->wgsl;
+    }
+    char *text = kf_kernel_emit_wgsl(k); /* also refreshes k->wgsl */
+    kf_free(text);
+    return k->status == KF_OK && k->wgsl && k->wgsl_version == k->version ? k->wgsl : NULL;
+}
+
+static bool is_stage(const kf_kernel *k) {
+    return k->input.scalar != KF_SCALAR_VOID;
+}
+
+/* elements of binding i for a buffer of `bytes` */
+static uint64_t binding_length(const kf_kernel *k, uint32_t i, uint64_t bytes) {
+    kf_binding_info info;
+    if (kf_kernel_binding_info(k, i, &info) != KF_OK || info.kind == KF_BINDING_UNIFORM) {
+        return 0;
+    }
+    return bytes / kf__type_stride(info.elem);
+}
+
+kf_status kf_kernel_dispatch(kf_context *ctx, kf_kernel *k, const kf_kernel_launch *launch,
+                             kf_dispatch *out) {
+    if (!k) {
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    k->run_error[0] = '\0';
+    if (!ctx || !launch || !out) {
+        return kf__run_fail(k, KF_ERROR_INVALID_ARGUMENT,
+                            "kf_kernel_dispatch: ctx, launch and out are required");
+    }
+    memset(out, 0, sizeof *out);
+    if (k->status != KF_OK) {
+        return k->status;
+    }
+    const char *wgsl = cached_wgsl(k);
+    if (!wgsl) {
+        return k->status != KF_OK ? k->status : KF_ERROR_OUT_OF_MEMORY;
+    }
+    uint32_t nb = kf_kernel_binding_count(k);
+    if (launch->buffer_count != nb || (nb && !launch->buffers)) {
+        return kf__run_fail(k, KF_ERROR_INVALID_ARGUMENT,
+                            "kf_kernel_dispatch: the kernel has %u bindings, %u buffers given",
+                            (unsigned)nb, (unsigned)launch->buffer_count);
+    }
+    for (uint32_t i = 0; i < nb; i++) {
+        if (!launch->buffers[i]) {
+            kf_binding_info info;
+            kf_kernel_binding_info(k, i, &info);
+            return kf__run_fail(k, KF_ERROR_INVALID_ARGUMENT,
+                                "kf_kernel_dispatch: buffer %u ('%s') is NULL", (unsigned)i,
+                                info.name);
+        }
+    }
+    /* the element count: given, else the length of "in" (stages) or "out" (producers) */
+    uint64_t elements = launch->elements;
+    bool stage = is_stage(k);
+    bool has_out = k->output.scalar != KF_SCALAR_VOID;
+    if (!elements && stage) {
+        elements = binding_length(k, 0, kf_buffer_size(launch->buffers[0]));
+    } else if (!elements && has_out) {
+        elements = binding_length(k, nb - 1, kf_buffer_size(launch->buffers[nb - 1]));
+    }
+    if (elements > UINT32_MAX) {
+        return kf__run_fail(k, KF_ERROR_LIMIT,
+                            "kf_kernel_dispatch: %llu elements (kernels index in u32)",
+                            (unsigned long long)elements);
+    }
+    if (stage) {
+        /* the GPU would drop out-of-range accesses silently; say so instead */
+        uint64_t in_len = binding_length(k, 0, kf_buffer_size(launch->buffers[0]));
+        uint64_t out_len =
+            has_out ? binding_length(k, nb - 1, kf_buffer_size(launch->buffers[nb - 1])) : elements;
+        if (in_len < elements || out_len < elements) {
+            return kf__run_fail(k, KF_ERROR_INVALID_ARGUMENT,
+                                "kf_kernel_dispatch: %llu elements, but 'in' holds %llu and "
+                                "'out' %llu",
+                                (unsigned long long)elements, (unsigned long long)in_len,
+                                (unsigned long long)out_len);
+        }
+    }
+    /* constants: the launch's, plus kf_elements for a stage */
+    uint32_t nc = launch->constant_count;
+    kf_constant *constants = calloc((size_t)nc + 1, sizeof *constants);
+    if (!constants) {
+        return kf__run_fail(k, KF_ERROR_OUT_OF_MEMORY, "kf_kernel_dispatch: out of memory");
+    }
+    bool elements_given = false;
+    for (uint32_t i = 0; i < nc; i++) {
+        const char *nm = launch->constants[i].name;
+        if (!nm || (!kf__override_find(k, nm) && !(stage && !strcmp(nm, "kf_elements")))) {
+            free(constants);
+            return kf__run_fail(k, KF_ERROR_INVALID_ARGUMENT,
+                                "kf_kernel_dispatch: constant '%s' is not an override of the "
+                                "kernel",
+                                nm ? nm : "(null)");
+        }
+        elements_given = elements_given || !strcmp(nm, "kf_elements");
+        constants[i] = launch->constants[i];
+    }
+    if (stage && !elements_given) {
+        constants[nc].name = "kf_elements";
+        constants[nc].value = (double)elements;
+        nc++;
+    }
+    kf_binding_kind kinds[64];
+    kf_binding_kind *kp = nb <= 64 ? kinds : calloc(nb, sizeof *kp);
+    if (!kp) {
+        free(constants);
+        return kf__run_fail(k, KF_ERROR_OUT_OF_MEMORY, "kf_kernel_dispatch: out of memory");
+    }
+    kf_kernel_binding_kinds(k, kp, nb);
+    kf_pipeline_desc pd = {0};
+    pd.wgsl = wgsl;
+    pd.entry_point = "main";
+    pd.constants = constants;
+    pd.constant_count = nc;
+    pd.bindings = kp;
+    pd.binding_count = nb;
+    kf_pipeline *pipe = NULL;
+    kf_status st = kf_pipeline_get(ctx, &pd, &pipe);
+    if (kp != kinds) {
+        free(kp);
+    }
+    free(constants);
+    if (st != KF_OK) {
+        return kf__run_fail(k, st, "%s", kf_context_last_error(ctx));
+    }
+    out->pipeline = pipe;
+    out->buffers = launch->buffers;
+    out->buffer_count = nb;
+    bool zero = !launch->groups[0] && !launch->groups[1] && !launch->groups[2];
+    if (!zero) {
+        memcpy(out->groups, launch->groups, sizeof out->groups);
+    } else if (k->grid[0] || k->grid[1] || k->grid[2]) {
+        memcpy(out->groups, k->grid, sizeof out->groups);
+    } else {
+        uint64_t wg = (uint64_t)k->workgroup[0] * k->workgroup[1] * k->workgroup[2];
+        uint64_t groups = (elements + wg - 1) / wg;
+        out->groups[0] = groups ? (uint32_t)groups : 1;
+        out->groups[1] = out->groups[2] = 1;
+    }
+    return KF_OK;
+}
+
+kf_status kf_kernel_run(kf_context *ctx, kf_kernel *k, const kf_kernel_launch *launch) {
+    kf_dispatch d;
+    kf_status st = kf_kernel_dispatch(ctx, k, launch, &d);
+    if (st != KF_OK) {
+        return st;
+    }
+    st = kf_context_run(ctx, &d, 1);
+    if (st != KF_OK) {
+        return kf__run_fail(k, st, "%s", kf_context_last_error(ctx));
+    }
+    return KF_OK;
+}

@@ -1,0 +1,880 @@
+/* IR -> WGSL text. Deterministic (the same kernel always gives the same bytes) and readable:
+ * names come from the user (bindings, kf_let, kf_declare, loops) or from what a value is
+ * (`a_v` for a load from a, `sg_sum`, `idx`), made valid and unique; pure values are written
+ * inline with only the parentheses WGSL needs; `enable` lines appear only for what is used. */
+#include "ir/ir_internal.h"
+#include "util/half.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The extension Dawn wants for subgroup operations and builtins. */
+#define KF_WGSL_SUBGROUPS "subgroups"
+
+/* ---- a growing string ---- */
+
+typedef struct sb {
+    char *buf;
+    size_t len, cap;
+    bool oom;
+} sb;
+
+static void sb_vprintf(sb *s, const char *fmt, va_list ap) {
+    if (s->oom) {
+        return;
+    }
+    va_list ap2;
+    va_copy(ap2, ap);
+    int n = vsnprintf(s->buf ? s->buf + s->len : NULL, s->buf ? s->cap - s->len : 0, fmt, ap2);
+    va_end(ap2);
+    if (n < 0) {
+        s->oom = true;
+        return;
+    }
+    if (!s->buf || s->len + (size_t)n + 1 > s->cap) {
+        size_t ncap = s->cap ? s->cap : 1024;
+        while (ncap < s->len + (size_t)n + 1) {
+            ncap *= 2;
+        }
+        char *p = realloc(s->buf, ncap);
+        if (!p) {
+            s->oom = true;
+            return;
+        }
+        s->buf = p;
+        s->cap = ncap;
+        vsnprintf(s->buf + s->len, s->cap - s->len, fmt, ap);
+    }
+    s->len += (size_t)n;
+}
+
+static void sb_printf(sb *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sb *s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    sb_vprintf(s, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- names ---- */
+
+typedef struct name_set {
+    char **slots;
+    size_t cap, count;
+    bool oom;
+} name_set;
+
+static uint64_t hash_str(const char *s) {
+    uint64_t h = 1469598103934665603ULL;
+    for (; *s; s++) {
+        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    }
+    return h;
+}
+
+static bool set_has(const name_set *ns, const char *name) {
+    if (!ns->cap) {
+        return false;
+    }
+    for (size_t i = hash_str(name) & (ns->cap - 1);; i = (i + 1) & (ns->cap - 1)) {
+        if (!ns->slots[i]) {
+            return false;
+        }
+        if (!strcmp(ns->slots[i], name)) {
+            return true;
+        }
+    }
+}
+
+static bool set_put(name_set *ns, char *owned) {
+    if ((ns->count + 1) * 2 > ns->cap) {
+        size_t ncap = ns->cap ? ns->cap * 2 : 256;
+        char **slots = calloc(ncap, sizeof *slots);
+        if (!slots) {
+            ns->oom = true;
+            return false;
+        }
+        for (size_t i = 0; i < ns->cap; i++) {
+            if (ns->slots[i]) {
+                size_t j = hash_str(ns->slots[i]) & (ncap - 1);
+                while (slots[j]) {
+                    j = (j + 1) & (ncap - 1);
+                }
+                slots[j] = ns->slots[i];
+            }
+        }
+        free(ns->slots);
+        ns->slots = slots;
+        ns->cap = ncap;
+    }
+    size_t i = hash_str(owned) & (ns->cap - 1);
+    while (ns->slots[i]) {
+        i = (i + 1) & (ns->cap - 1);
+    }
+    ns->slots[i] = owned;
+    ns->count++;
+    return true;
+}
+
+static void set_free(name_set *ns) {
+    for (size_t i = 0; i < ns->cap; i++) {
+        free(ns->slots[i]);
+    }
+    free(ns->slots);
+}
+
+typedef struct emitter {
+    const kf_kernel *w;
+    sb out;
+    name_set names;
+    char **node_names; /* materialized values and loop variables */
+    char **binding_names;
+    char **var_names;
+    char **shared_names;
+    char **override_names;
+    const char *builtin_names[KF_BUILTIN_SUBGROUP_SIZE + 1];
+    uint32_t erf_used; /* bit (f16 ? 4 : 0) + lanes - 1 */
+    int indent;
+} emitter;
+
+/* A valid, unreserved, unused identifier from `want` (or `fallback`), recorded as used. The
+ * returned string is owned by the name set. */
+static char *claim(emitter *e, const char *want, const char *fallback) {
+    char base[128];
+    size_t n = 0;
+    const char *src = want && *want ? want : fallback;
+    for (const char *p = src; *p && n < 100; p++) {
+        char c = *p;
+        bool ok =
+            (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+        base[n++] = ok ? c : '_';
+    }
+    base[n] = '\0';
+    /* no leading digit, no leading "__", not "_" alone */
+    char fixed[140];
+    const char *b = base;
+    while (b[0] == '_' && b[1] == '_') {
+        b++;
+    }
+    if (!*b || !strcmp(b, "_")) {
+        snprintf(fixed, sizeof fixed, "%s", fallback);
+    } else if (b[0] >= '0' && b[0] <= '9') {
+        snprintf(fixed, sizeof fixed, "v%s", b);
+    } else {
+        snprintf(fixed, sizeof fixed, "%s", b);
+    }
+    if (kf__wgsl_reserved(fixed)) {
+        size_t l = strlen(fixed);
+        fixed[l] = '_';
+        fixed[l + 1] = '\0';
+    }
+    char cand[160];
+    snprintf(cand, sizeof cand, "%s", fixed);
+    for (unsigned i = 1; set_has(&e->names, cand); i++) {
+        snprintf(cand, sizeof cand, "%s_%u", fixed, i);
+    }
+    char *owned = malloc(strlen(cand) + 1);
+    if (!owned) {
+        e->names.oom = true;
+        return NULL;
+    }
+    strcpy(owned, cand);
+    if (!set_put(&e->names, owned)) {
+        free(owned);
+        return NULL;
+    }
+    return owned;
+}
+
+/* ---- types and literals ---- */
+
+static const char *type_name(kf_type t, char *buf, size_t size) {
+    return kf_type_str(t, buf, size);
+}
+
+static void emit_literal(emitter *e, const kf__node *n) {
+    switch (n->type.scalar) {
+    case KF_SCALAR_F32:
+    case KF_SCALAR_F16: {
+        float v;
+        memcpy(&v, &n->bits, sizeof v);
+        bool half = n->type.scalar == KF_SCALAR_F16;
+        if (!isfinite(v)) {
+            uint32_t bits = n->bits;
+            if (half) {
+                sb_printf(&e->out, "bitcast<vec2<f16>>(0x%04xu).x",
+                          (unsigned)kf__half_from_float(v));
+            } else {
+                sb_printf(&e->out, "bitcast<f32>(0x%08xu)", (unsigned)bits);
+            }
+            return;
+        }
+        char buf[64];
+        for (int prec = 1; prec <= 9; prec++) {
+            snprintf(buf, sizeof buf, "%.*g", prec, (double)v);
+            float back = strtof(buf, NULL);
+            if (half ? kf__half_from_float(back) == kf__half_from_float(v) : back == v) {
+                break;
+            }
+        }
+        if (!strchr(buf, '.') && !strchr(buf, 'e')) {
+            strcat(buf, ".0");
+        }
+        sb_printf(&e->out, "%s%s", buf, half ? "h" : "f");
+        return;
+    }
+    case KF_SCALAR_I32:
+        if (n->bits == 0x80000000u) {
+            sb_printf(&e->out, "bitcast<i32>(0x80000000u)");
+        } else {
+            sb_printf(&e->out, "%di", (int)(int32_t)n->bits);
+        }
+        return;
+    case KF_SCALAR_U32:
+        sb_printf(&e->out, "%uu", (unsigned)n->bits);
+        return;
+    case KF_SCALAR_BOOL:
+        sb_printf(&e->out, "%s", n->bits ? "true" : "false");
+        return;
+    default:
+        sb_printf(&e->out, "<?>");
+        return;
+    }
+}
+
+static bool negative_literal(const kf__node *n) {
+    if (n->kind != KF__NODE_LIT) {
+        return false;
+    }
+    if (n->type.scalar == KF_SCALAR_F32 || n->type.scalar == KF_SCALAR_F16) {
+        float v;
+        memcpy(&v, &n->bits, sizeof v);
+        return isfinite(v) && signbit(v);
+    }
+    return n->type.scalar == KF_SCALAR_I32 && (int32_t)n->bits < 0 && n->bits != 0x80000000u;
+}
+
+/* ---- expressions ---- */
+
+static bool shown_by_name(const kf__node *n) {
+    return n->materialized || n->kind == KF__NODE_LOOP_VAR;
+}
+
+enum { PREC_OTHER = 0, PREC_REL = 1, PREC_ADD = 2, PREC_MUL = 3 };
+
+static int prec_of(kf_op op) {
+    switch (op) {
+    case KF_OP_ADD:
+    case KF_OP_SUB:
+        return PREC_ADD;
+    case KF_OP_MUL:
+    case KF_OP_DIV:
+    case KF_OP_MOD:
+        return PREC_MUL;
+    case KF_OP_EQ:
+    case KF_OP_NE:
+    case KF_OP_LT:
+    case KF_OP_LE:
+    case KF_OP_GT:
+    case KF_OP_GE:
+        return PREC_REL;
+    default:
+        return PREC_OTHER;
+    }
+}
+
+/* Does child need parentheses as an operand of binary `parent` (left side or right)? Only what
+ * WGSL's grammar requires, plus whatever keeps the tree's shape. */
+static bool binary_child_parens(const kf_kernel *w, const kf__node *parent, uint32_t child,
+                                bool left) {
+    const kf__node *c = &w->nodes[child];
+    if (shown_by_name(c)) {
+        return false;
+    }
+    bool child_unary = c->kind == KF__NODE_UNARY || negative_literal(c);
+    if (c->kind != KF__NODE_BINARY) {
+        /* calls, names, literals, constructors: primary expressions; unary ones bind tighter
+         * than every binary operator except that shifts and bit operators take unary operands,
+         * which they are */
+        (void)child_unary;
+        return false;
+    }
+    kf_op pop = (kf_op)parent->op, cop = (kf_op)c->op;
+    int pp = prec_of(pop), cp = prec_of(cop);
+    if (pp == PREC_ADD || pp == PREC_MUL) {
+        return !(cp > pp || (cp == pp && left && cp != PREC_OTHER));
+    }
+    if (pp == PREC_REL) {
+        return !(cp == PREC_ADD || cp == PREC_MUL);
+    }
+    if (pop == KF_OP_AND || pop == KF_OP_OR) {
+        bool vec = kf__type_lanes(parent->type) > 1;
+        if (vec) {
+            return !(cop == pop && left);
+        }
+        return !(cp == PREC_REL || (cop == pop && left));
+    }
+    if (pop == KF_OP_BIT_AND || pop == KF_OP_BIT_OR || pop == KF_OP_BIT_XOR) {
+        return !(cop == pop && left);
+    }
+    return true; /* shifts take unary operands only */
+}
+
+static void emit_expr(emitter *e, uint32_t id, bool operand);
+
+static void emit_args(emitter *e, const kf__node *n) {
+    for (uint32_t i = 0; i < n->nargs; i++) {
+        if (i) {
+            sb_printf(&e->out, ", ");
+        }
+        emit_expr(e, n->args[i], false);
+    }
+}
+
+static const char *erf_name(kf_type t, char *buf, size_t size) {
+    uint32_t lanes = kf__type_lanes(t);
+    const char *s = t.scalar == KF_SCALAR_F16 ? "f16" : "f32";
+    if (lanes == 1) {
+        snprintf(buf, size, "kf_erf_%s", s);
+    } else {
+        snprintf(buf, size, "kf_erf_vec%u_%s", (unsigned)lanes, s);
+    }
+    return buf;
+}
+
+/* The expression that defines node id (ignoring a name it may have). */
+static void emit_def(emitter *e, uint32_t id) {
+    const kf_kernel *w = e->w;
+    const kf__node *n = &w->nodes[id];
+    char tb[48];
+    switch ((kf__node_kind)n->kind) {
+    case KF__NODE_LIT:
+        emit_literal(e, n);
+        return;
+    case KF__NODE_UNARY: {
+        const kf__node *a = &w->nodes[n->args[0]];
+        bool paren = !shown_by_name(a) && (a->kind == KF__NODE_BINARY ||
+                                           a->kind == KF__NODE_UNARY || negative_literal(a));
+        sb_printf(&e->out, "%s%s", kf__op_str((kf_op)n->op), paren ? "(" : "");
+        emit_expr(e, n->args[0], false);
+        sb_printf(&e->out, "%s", paren ? ")" : "");
+        return;
+    }
+    case KF__NODE_BINARY: {
+        const char *sym = kf__op_str((kf_op)n->op);
+        if ((n->op == KF_OP_AND || n->op == KF_OP_OR) && kf__type_lanes(n->type) > 1) {
+            sym = n->op == KF_OP_AND ? "&" : "|"; /* && and || are for scalars only */
+        }
+        bool pl = binary_child_parens(w, n, n->args[0], true);
+        bool pr = binary_child_parens(w, n, n->args[1], false);
+        sb_printf(&e->out, "%s", pl ? "(" : "");
+        emit_expr(e, n->args[0], false);
+        sb_printf(&e->out, "%s %s %s", pl ? ")" : "", sym, pr ? "(" : "");
+        emit_expr(e, n->args[1], false);
+        sb_printf(&e->out, "%s", pr ? ")" : "");
+        return;
+    }
+    case KF__NODE_CALL:
+        if (n->op == KF_FN_ERF) {
+            sb_printf(&e->out, "%s(", erf_name(n->type, tb, sizeof tb));
+        } else {
+            sb_printf(&e->out, "%s(", kf__fn_str((kf_fn)n->op));
+        }
+        emit_args(e, n);
+        sb_printf(&e->out, ")");
+        return;
+    case KF__NODE_CAST:
+    case KF__NODE_SPLAT:
+    case KF__NODE_VEC:
+        sb_printf(&e->out, "%s(", type_name(n->type, tb, sizeof tb));
+        emit_args(e, n);
+        sb_printf(&e->out, ")");
+        return;
+    case KF__NODE_BITCAST:
+        sb_printf(&e->out, "bitcast<%s>(", type_name(n->type, tb, sizeof tb));
+        emit_args(e, n);
+        sb_printf(&e->out, ")");
+        return;
+    case KF__NODE_EXTRACT: {
+        const kf__node *a = &w->nodes[n->args[0]];
+        bool paren = !shown_by_name(a) && (a->kind == KF__NODE_BINARY ||
+                                           a->kind == KF__NODE_UNARY || negative_literal(a));
+        sb_printf(&e->out, "%s", paren ? "(" : "");
+        emit_expr(e, n->args[0], false);
+        if (a->type.count) {
+            sb_printf(&e->out, "%s[%u]", paren ? ")" : "", (unsigned)n->ref);
+        } else {
+            sb_printf(&e->out, "%s.%c", paren ? ")" : "", "xyzw"[n->ref & 3]);
+        }
+        return;
+    }
+    case KF__NODE_BUILTIN:
+        sb_printf(&e->out, "%s", e->builtin_names[n->op]);
+        return;
+    case KF__NODE_OVERRIDE:
+        sb_printf(&e->out, "%s", e->override_names[n->ref]);
+        return;
+    case KF__NODE_NAMED:
+        emit_expr(e, n->args[0], false);
+        return;
+    case KF__NODE_LOAD:
+        if (n->nargs) {
+            sb_printf(&e->out, "%s[", e->binding_names[n->ref]);
+            emit_expr(e, n->args[0], false);
+            sb_printf(&e->out, "]");
+        } else {
+            sb_printf(&e->out, "%s", e->binding_names[n->ref]);
+        }
+        return;
+    case KF__NODE_SHARED_LOAD:
+        sb_printf(&e->out, "%s[", e->shared_names[n->ref]);
+        emit_expr(e, n->args[0], false);
+        sb_printf(&e->out, "]");
+        return;
+    case KF__NODE_READ:
+        sb_printf(&e->out, "%s", e->var_names[n->ref]);
+        return;
+    case KF__NODE_SUBGROUP:
+        sb_printf(&e->out, "%s(", kf__subgroup_str((kf_subgroup_op)n->op));
+        emit_args(e, n);
+        sb_printf(&e->out, ")");
+        return;
+    case KF__NODE_LENGTH:
+        sb_printf(&e->out, "arrayLength(&%s)", e->binding_names[n->ref]);
+        return;
+    case KF__NODE_LOOP_VAR:
+        sb_printf(&e->out, "%s", e->node_names[id]);
+        return;
+    default:
+        sb_printf(&e->out, "<?>");
+        return;
+    }
+}
+
+static void emit_expr(emitter *e, uint32_t id, bool operand) {
+    const kf__node *n = &e->w->nodes[id];
+    if (shown_by_name(n)) {
+        sb_printf(&e->out, "%s", e->node_names[id] ? e->node_names[id] : "<?>");
+        return;
+    }
+    (void)operand;
+    emit_def(e, id);
+}
+
+/* ---- statements ---- */
+
+static void indent(emitter *e) {
+    sb_printf(&e->out, "%*s", e->indent * 4, "");
+}
+
+static void emit_block(emitter *e, uint32_t block);
+
+static void emit_stmt(emitter *e, uint32_t sid) {
+    const kf_kernel *w = e->w;
+    const kf__stmt *s = &w->stmts[sid];
+    char tb[48];
+    indent(e);
+    switch ((kf__stmt_kind)s->kind) {
+    case KF__STMT_LET:
+        sb_printf(&e->out, "let %s = ", e->node_names[s->ref]);
+        emit_def(e, s->ref);
+        sb_printf(&e->out, ";\n");
+        break;
+    case KF__STMT_VAR:
+        sb_printf(&e->out, "var %s: %s", e->var_names[s->ref],
+                  type_name(w->vars[s->ref].type, tb, sizeof tb));
+        if (s->a) {
+            sb_printf(&e->out, " = ");
+            emit_expr(e, s->a, false);
+        }
+        sb_printf(&e->out, ";\n");
+        break;
+    case KF__STMT_ASSIGN:
+        sb_printf(&e->out, "%s = ", e->var_names[s->ref]);
+        emit_expr(e, s->a, false);
+        sb_printf(&e->out, ";\n");
+        break;
+    case KF__STMT_STORE:
+    case KF__STMT_SHARED_STORE:
+        sb_printf(&e->out, "%s[",
+                  s->kind == KF__STMT_STORE ? e->binding_names[s->ref] : e->shared_names[s->ref]);
+        emit_expr(e, s->a, false);
+        sb_printf(&e->out, "] = ");
+        emit_expr(e, s->b, false);
+        sb_printf(&e->out, ";\n");
+        break;
+    case KF__STMT_IF:
+        sb_printf(&e->out, "if (");
+        emit_expr(e, s->a, false);
+        sb_printf(&e->out, ") {\n");
+        emit_block(e, s->body);
+        if (s->else_body) {
+            indent(e);
+            sb_printf(&e->out, "} else {\n");
+            emit_block(e, s->else_body);
+        }
+        indent(e);
+        sb_printf(&e->out, "}\n");
+        break;
+    case KF__STMT_FOR: {
+        const char *v = e->node_names[s->ref];
+        sb_printf(&e->out, "for (var %s: %s = ", v,
+                  type_name(w->nodes[s->ref].type, tb, sizeof tb));
+        emit_expr(e, s->a, false);
+        sb_printf(&e->out, "; %s < ", v);
+        emit_expr(e, s->b, false);
+        sb_printf(&e->out, "; %s += ", v);
+        emit_expr(e, s->c, false);
+        sb_printf(&e->out, ") {\n");
+        emit_block(e, s->body);
+        indent(e);
+        sb_printf(&e->out, "}\n");
+        break;
+    }
+    case KF__STMT_LOOP:
+        sb_printf(&e->out, "loop {\n");
+        emit_block(e, s->body);
+        indent(e);
+        sb_printf(&e->out, "}\n");
+        break;
+    case KF__STMT_BREAK_UNLESS:
+        sb_printf(&e->out, "if (!(");
+        emit_expr(e, s->a, false);
+        sb_printf(&e->out, ")) { break; }\n");
+        break;
+    case KF__STMT_BREAK:
+        sb_printf(&e->out, "break;\n");
+        break;
+    case KF__STMT_CONTINUE:
+        sb_printf(&e->out, "continue;\n");
+        break;
+    case KF__STMT_BARRIER:
+        sb_printf(&e->out, "workgroupBarrier();\n");
+        break;
+    case KF__STMT_YIELD:
+    case KF__STMT_NONE:
+        sb_printf(&e->out, "// (unlowered statement)\n");
+        break;
+    }
+}
+
+static void emit_block(emitter *e, uint32_t block) {
+    e->indent++;
+    for (uint32_t s = e->w->blocks[block].first; s; s = e->w->stmts[s].next) {
+        emit_stmt(e, s);
+    }
+    e->indent--;
+}
+
+/* Names values in statement order, so names read top to bottom: x, x_1, ... */
+static void name_block(emitter *e, uint32_t block) {
+    const kf_kernel *w = e->w;
+    for (uint32_t sid = w->blocks[block].first; sid; sid = w->stmts[sid].next) {
+        const kf__stmt *s = &w->stmts[sid];
+        switch ((kf__stmt_kind)s->kind) {
+        case KF__STMT_LET: {
+            const kf__node *n = &w->nodes[s->ref];
+            e->node_names[s->ref] = claim(e, kf__str(w, n->name), "t");
+            break;
+        }
+        case KF__STMT_VAR:
+            e->var_names[s->ref] = claim(e, kf__str(w, w->vars[s->ref].name), "v");
+            break;
+        case KF__STMT_FOR:
+            e->node_names[s->ref] = claim(e, kf__str(w, w->nodes[s->ref].name), "i");
+            name_block(e, s->body);
+            break;
+        case KF__STMT_IF:
+            name_block(e, s->body);
+            if (s->else_body) {
+                name_block(e, s->else_body);
+            }
+            break;
+        case KF__STMT_LOOP:
+            name_block(e, s->body);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+static void emit_erf_helpers(emitter *e) {
+    char name[48], f32name[48], tb[48];
+    for (uint32_t half = 0; half < 2; half++) {
+        for (uint32_t lanes = 1; lanes <= 4; lanes++) {
+            if (!(e->erf_used & (1u << (half * 4 + lanes - 1)))) {
+                continue;
+            }
+            kf_type t = kf_type_vec(half ? KF_SCALAR_F16 : KF_SCALAR_F32, lanes);
+            kf_type t32 = kf_type_vec(KF_SCALAR_F32, lanes);
+            erf_name(t, name, sizeof name);
+            type_name(t, tb, sizeof tb);
+            if (half) {
+                char t32b[48];
+                erf_name(t32, f32name, sizeof f32name);
+                sb_printf(&e->out,
+                          "// erf in f16: the f32 approximation, rounded once.\n"
+                          "fn %s(x: %s) -> %s {\n    return %s(%s(%s(x)));\n}\n\n",
+                          name, tb, tb, tb, f32name, type_name(t32, t32b, sizeof t32b));
+            } else {
+                sb_printf(&e->out,
+                          "// erf (Abramowitz & Stegun 7.1.26); max abs error in f32: see "
+                          "docs/builder.md.\n"
+                          "fn %s(x: %s) -> %s {\n"
+                          "    let t = 1.0 / (1.0 + 0.3275911 * abs(x));\n"
+                          "    let p = ((((1.061405429 * t - 1.453152027) * t + 1.421413741) * t "
+                          "- 0.284496736) * t + 0.254829592) * t;\n"
+                          "    return sign(x) * (1.0 - p * exp(-x * x));\n"
+                          "}\n\n",
+                          name, tb, tb);
+            }
+        }
+    }
+}
+
+static bool any_f16(const kf_kernel *w) {
+    for (uint32_t i = 1; i < w->node_count; i++) {
+        if (kf__type_uses_f16(w->nodes[i].type)) {
+            return true;
+        }
+    }
+    for (uint32_t i = 1; i < w->binding_count; i++) {
+        if (kf__type_uses_f16(w->bindings[i].type)) {
+            return true;
+        }
+    }
+    for (uint32_t i = 1; i < w->var_count; i++) {
+        if (kf__type_uses_f16(w->vars[i].type)) {
+            return true;
+        }
+    }
+    for (uint32_t i = 1; i < w->shared_count; i++) {
+        if (kf__type_uses_f16(w->shareds[i].elem)) {
+            return true;
+        }
+    }
+    for (uint32_t i = 1; i < w->override_count; i++) {
+        if (kf__type_uses_f16(w->overrides[i].type)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static void emit_override_default(emitter *e, const kf__override *o) {
+    switch (o->type.scalar) {
+    case KF_SCALAR_F32:
+    case KF_SCALAR_F16: {
+        kf__node lit = {0};
+        lit.kind = KF__NODE_LIT;
+        lit.type = o->type;
+        float f = (float)o->value;
+        if (o->type.scalar == KF_SCALAR_F16) {
+            f = kf__half_to_float(kf__half_from_float(f));
+        }
+        memcpy(&lit.bits, &f, sizeof f);
+        emit_literal(e, &lit);
+        break;
+    }
+    case KF_SCALAR_I32:
+        sb_printf(&e->out, "%.0fi", o->value);
+        break;
+    case KF_SCALAR_U32:
+        sb_printf(&e->out, "%.0fu", o->value);
+        break;
+    case KF_SCALAR_BOOL:
+        sb_printf(&e->out, "%s", o->value != 0 ? "true" : "false");
+        break;
+    default:
+        break;
+    }
+}
+
+char *kf__wgsl_emit(const kf_kernel *w, const char *title) {
+    emitter e;
+    memset(&e, 0, sizeof e);
+    e.w = w;
+    e.node_names = calloc(w->node_count, sizeof *e.node_names);
+    e.binding_names = calloc(w->binding_count, sizeof *e.binding_names);
+    e.var_names = calloc(w->var_count, sizeof *e.var_names);
+    e.shared_names = calloc(w->shared_count, sizeof *e.shared_names);
+    e.override_names = calloc(w->override_count, sizeof *e.override_names);
+    char *result = NULL;
+    if (!e.node_names || !e.binding_names || !e.var_names || !e.shared_names || !e.override_names) {
+        goto done;
+    }
+    /* what is used */
+    bool subgroups = false;
+    bool builtins[KF_BUILTIN_SUBGROUP_SIZE + 1] = {false};
+    for (uint32_t i = 1; i < w->node_count; i++) {
+        const kf__node *n = &w->nodes[i];
+        if (n->kind == KF__NODE_BUILTIN) {
+            builtins[n->op] = true;
+            subgroups = subgroups || n->op == KF_BUILTIN_SUBGROUP_INVOCATION_ID ||
+                        n->op == KF_BUILTIN_SUBGROUP_SIZE;
+        } else if (n->kind == KF__NODE_SUBGROUP) {
+            subgroups = true;
+        } else if (n->kind == KF__NODE_CALL && n->op == KF_FN_ERF) {
+            uint32_t lanes = kf__type_lanes(n->type);
+            if (n->type.scalar == KF_SCALAR_F16) {
+                e.erf_used |= 1u << (4 + lanes - 1);
+            }
+            e.erf_used |= 1u << (lanes - 1); /* the f16 helpers call the f32 ones */
+        }
+    }
+    /* names: fixed ones first (overrides are matched by name at pipeline creation) */
+    for (uint32_t i = 1; i < w->override_count; i++) {
+        e.override_names[i] = claim(&e, kf__str(w, w->overrides[i].name), "c");
+    }
+    static const char *const builtin_ids[] = {
+        "",      "global_id", "local_id", "local_index", "workgroup_id", "num_workgroups",
+        "sg_id", "sg_size"};
+    for (int b = 1; b <= KF_BUILTIN_SUBGROUP_SIZE; b++) {
+        if (builtins[b]) {
+            e.builtin_names[b] = claim(&e, builtin_ids[b], "b");
+        }
+    }
+    for (uint32_t half = 0; half < 2; half++) {
+        for (uint32_t lanes = 1; lanes <= 4; lanes++) {
+            char nm[48];
+            erf_name(kf_type_vec(half ? KF_SCALAR_F16 : KF_SCALAR_F32, lanes), nm, sizeof nm);
+            if (e.erf_used & (1u << (half * 4 + lanes - 1))) {
+                claim(&e, nm, "f");
+            }
+        }
+    }
+    for (uint32_t i = 1; i < w->binding_count; i++) {
+        e.binding_names[i] = claim(&e, kf__str(w, w->bindings[i].name), "buf");
+    }
+    for (uint32_t i = 1; i < w->shared_count; i++) {
+        e.shared_names[i] = claim(&e, kf__str(w, w->shareds[i].name), "wg_mem");
+    }
+    name_block(&e, 1);
+    if (e.names.oom) {
+        goto done;
+    }
+
+    /* header */
+    sb_printf(&e.out, "// %s: generated by kfuse (workgroup %ux%ux%u)\n", title,
+              (unsigned)w->workgroup[0], (unsigned)w->workgroup[1], (unsigned)w->workgroup[2]);
+    bool f16 = any_f16(w);
+    if (f16 || subgroups) {
+        sb_printf(&e.out, "\n");
+    }
+    if (f16) {
+        sb_printf(&e.out, "enable f16;\n");
+    }
+    if (subgroups) {
+        sb_printf(&e.out, "enable %s;\n", KF_WGSL_SUBGROUPS);
+    }
+    char tb[48];
+    if (w->override_count > 1) {
+        sb_printf(&e.out, "\n");
+    }
+    for (uint32_t i = 1; i < w->override_count; i++) {
+        const kf__override *o = &w->overrides[i];
+        sb_printf(&e.out, "override %s: %s", e.override_names[i],
+                  type_name(o->type, tb, sizeof tb));
+        if (o->has_default) {
+            sb_printf(&e.out, " = ");
+            emit_override_default(&e, o);
+        }
+        sb_printf(&e.out, ";\n");
+    }
+    if (w->binding_count > 1) {
+        sb_printf(&e.out, "\n");
+    }
+    for (uint32_t i = 1; i < w->binding_count; i++) {
+        const kf__binding *b = &w->bindings[i];
+        sb_printf(&e.out, "@group(0) @binding(%u) ", (unsigned)(i - 1));
+        if (b->kind == KF_BINDING_UNIFORM) {
+            sb_printf(&e.out, "var<uniform> %s: %s;\n", e.binding_names[i],
+                      type_name(b->type, tb, sizeof tb));
+        } else {
+            sb_printf(&e.out, "var<storage, %s> %s: array<%s>;\n",
+                      b->kind == KF_BINDING_STORAGE_READ ? "read" : "read_write",
+                      e.binding_names[i], type_name(b->type, tb, sizeof tb));
+        }
+    }
+    if (w->shared_count > 1) {
+        sb_printf(&e.out, "\n");
+    }
+    for (uint32_t i = 1; i < w->shared_count; i++) {
+        const kf__shared *s = &w->shareds[i];
+        sb_printf(&e.out, "var<workgroup> %s: array<%s, %u>;\n", e.shared_names[i],
+                  type_name(s->elem, tb, sizeof tb), (unsigned)s->count);
+    }
+    sb_printf(&e.out, "\n");
+    emit_erf_helpers(&e);
+    sb_printf(&e.out, "@compute @workgroup_size(%u, %u, %u)\nfn main(", (unsigned)w->workgroup[0],
+              (unsigned)w->workgroup[1], (unsigned)w->workgroup[2]);
+    bool first = true;
+    for (int b = 1; b <= KF_BUILTIN_SUBGROUP_SIZE; b++) {
+        if (!builtins[b]) {
+            continue;
+        }
+        bool scalar = b == KF_BUILTIN_LOCAL_INDEX || b == KF_BUILTIN_SUBGROUP_INVOCATION_ID ||
+                      b == KF_BUILTIN_SUBGROUP_SIZE;
+        sb_printf(&e.out, "%s@builtin(%s) %s: %s", first ? "" : ",\n        ",
+                  kf__builtin_str((kf_builtin)b), e.builtin_names[b], scalar ? "u32" : "vec3<u32>");
+        first = false;
+    }
+    sb_printf(&e.out, ") {\n");
+    emit_block(&e, 1);
+    sb_printf(&e.out, "}\n");
+    if (!e.out.oom) {
+        result = e.out.buf;
+        e.out.buf = NULL;
+    }
+done:
+    free(e.out.buf);
+    set_free(&e.names);
+    free(e.node_names);
+    free(e.binding_names);
+    free(e.var_names);
+    free(e.shared_names);
+    free(e.override_names);
+    return result;
+}
+
+char *kf_kernel_emit_wgsl(kf_kernel *k) {
+    if (!k) {
+        return NULL;
+    }
+    if (k->wgsl && k->wgsl_version == k->version && k->status == KF_OK) {
+        char *copy = malloc(strlen(k->wgsl) + 1);
+        if (copy) {
+            strcpy(copy, k->wgsl);
+        }
+        return copy;
+    }
+    kf_kernel *w = kf__kernel_prepare(k);
+    if (!w) {
+        kf__fail(k, KF_ERROR_OUT_OF_MEMORY, "out of memory while emitting WGSL");
+        return NULL;
+    }
+    if (w->status != KF_OK) {
+        if (k->status == KF_OK) {
+            k->status = w->status;
+            memcpy(k->error, w->error, sizeof k->error);
+        }
+        kf_kernel_destroy(w);
+        return NULL;
+    }
+    char *text = kf__wgsl_emit(w, k->name);
+    kf_kernel_destroy(w);
+    if (!text) {
+        kf__fail(k, KF_ERROR_OUT_OF_MEMORY, "out of memory while emitting WGSL");
+        return NULL;
+    }
+    free(k->wgsl);
+    k->wgsl = malloc(strlen(text) + 1);
+    if (k->wgsl) {
+        strcpy(k->wgsl, text);
+        k->wgsl_version = k->version;
+    }
+    return text;
+}
