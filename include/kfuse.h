@@ -819,17 +819,27 @@ typedef struct kf_spec_error {
     char message[256];
 } kf_spec_error;
 
-/* Parses a program into a new graph. On failure *out is NULL and err says where and what was
- * expected. Never crashes on malformed input. */
+/* Parses `length` bytes of text (no NUL needed) into a new graph the caller destroys. On failure
+ * *out is NULL and err (may be NULL) holds the first error: KF_ERROR_PARSE for the language,
+ * or the graph's status (KF_ERROR_SHAPE, KF_ERROR_TYPE, ...) placed at the call that caused it.
+ * Never crashes on malformed input. */
 kf_status kf_spec_parse(const char *text, size_t length, kf_graph **out, kf_spec_error *err);
-/* Reads and parses a file (KF_ERROR_IO with the path when unreadable). */
+/* Reads and parses a file (KF_ERROR_IO with the path and the reason when unreadable, line 0). */
 kf_status kf_spec_parse_file(const char *path, kf_graph **out, kf_spec_error *err);
 
 /* ======================================================================================== */
-/* .npy files (numpy's format; f32 and f16, C order)                                         */
+/* .npy files (numpy's format; f32, f16 and i32, C order; src/util/npy.c)                   */
 /* ======================================================================================== */
 
+/* Reads a .npy file (format versions 1.0 to 3.0) into a new tensor the caller destroys: dtypes
+ * '<f4', '<f2' (converted to f32 exactly) and '<i4' (integers within +-2^24, held as floats);
+ * C order; rank 0 to 4; no empty dimension. A missing, damaged or unsupported file is
+ * KF_ERROR_IO with msg (may be NULL) naming the path and what is wrong; *out is then NULL. */
 kf_status kf_npy_read(const char *path, kf_tensor **out, char *msg, size_t msg_size);
+/* Writes t as a .npy file byte-identical to numpy's np.save: dtype F32 '<f4', F16 '<f2' (round
+ * to nearest even; overflow gives infinity), I32 '<i4' (values must be whole numbers in range,
+ * else KF_ERROR_INVALID_ARGUMENT). KF_ERROR_IO when the file cannot be written (errno says why;
+ * no partial file is left). */
 kf_status kf_npy_write(const char *path, const kf_tensor *t, kf_dtype dtype);
 
 #ifdef __cplusplus
