@@ -22,41 +22,42 @@ static uint64_t round_up4(uint64_t n) {
 
 kf_status kf_buffer_create(kf_context *ctx, uint64_t size, kf_buffer **out) {
     if (!ctx || !out) {
-        return kf__fail(ctx, KF_ERROR_INVALID_ARGUMENT, "kf_buffer_create: %s is NULL",
-                        ctx ? "out" : "ctx");
+        return kf__context_fail(ctx, KF_ERROR_INVALID_ARGUMENT, "kf_buffer_create: %s is NULL",
+                                ctx ? "out" : "ctx");
     }
     *out = NULL;
-    kf_status st = kf__check_alive(ctx);
+    kf_status st = kf__context_check(ctx);
     if (st != KF_OK) {
         return st;
     }
     if (size == 0) {
-        return kf__fail(ctx, KF_ERROR_INVALID_ARGUMENT,
-                        "kf_buffer_create: size is 0; a buffer holds at least 1 byte");
+        return kf__context_fail(ctx, KF_ERROR_INVALID_ARGUMENT,
+                                "kf_buffer_create: size is 0; a buffer holds at least 1 byte");
     }
     if (size > UINT64_MAX - 3 || round_up4(size) > ctx->limits.max_buffer_size) {
-        return kf__fail(ctx, KF_ERROR_LIMIT,
-                        "kf_buffer_create: %llu bytes is above this device's maxBufferSize "
-                        "(%llu bytes on %s)",
-                        (unsigned long long)size, (unsigned long long)ctx->limits.max_buffer_size,
-                        ctx->info.device);
+        return kf__context_fail(ctx, KF_ERROR_LIMIT,
+                                "kf_buffer_create: %llu bytes is above this device's maxBufferSize "
+                                "(%llu bytes on %s)",
+                                (unsigned long long)size,
+                                (unsigned long long)ctx->limits.max_buffer_size, ctx->info.device);
     }
     kf_buffer *buf = calloc(1, sizeof *buf);
     if (!buf) {
-        return kf__fail(ctx, KF_ERROR_OUT_OF_MEMORY, "kf_buffer_create: out of host memory");
+        return kf__context_fail(ctx, KF_ERROR_OUT_OF_MEMORY,
+                                "kf_buffer_create: out of host memory");
     }
     buf->ctx = ctx;
     buf->size = size;
     buf->alloc_size = round_up4(size);
     wg_buffer_desc bd = {NULL, {"kfuse buffer", WG_STRLEN}, KF__ALL_USAGES, buf->alloc_size, 0};
-    kf__scope_push(ctx);
+    kf__context_scope_push(ctx);
     buf->handle = ctx->api.device_create_buffer(ctx->device, &bd);
-    st = kf__scope_pop(ctx, KF_ERROR_VALIDATION, "kf_buffer_create");
+    st = kf__context_scope_pop(ctx, KF_ERROR_VALIDATION, "kf_buffer_create");
     if (st != KF_OK || !buf->handle) {
         if (st == KF_OK) {
-            st = kf__fail(ctx, KF_ERROR_OUT_OF_MEMORY,
-                          "kf_buffer_create: the device could not allocate %llu bytes",
-                          (unsigned long long)size);
+            st = kf__context_fail(ctx, KF_ERROR_OUT_OF_MEMORY,
+                                  "kf_buffer_create: the device could not allocate %llu bytes",
+                                  (unsigned long long)size);
         }
         kf_buffer_destroy(buf);
         return st;
@@ -80,7 +81,7 @@ uint64_t kf_buffer_size(const kf_buffer *buf) {
     return buf ? buf->size : 0;
 }
 
-void kf__staging_destroy(kf_context *ctx) {
+void kf__context_staging_destroy(kf_context *ctx) {
     if (ctx->staging) {
         ctx->api.buffer_destroy(ctx->staging);
         ctx->api.buffer_release(ctx->staging);
@@ -97,12 +98,12 @@ static kf_status ensure_staging(kf_context *ctx, uint64_t size) {
     while (want < size) {
         want *= 2;
     }
-    kf__staging_destroy(ctx);
+    kf__context_staging_destroy(ctx);
     wg_buffer_desc bd = {
         NULL, {"kfuse staging", WG_STRLEN}, WG_USAGE_MAP_READ | WG_USAGE_COPY_DST, want, 0};
-    kf__scope_push(ctx);
+    kf__context_scope_push(ctx);
     wg_buffer staging = ctx->api.device_create_buffer(ctx->device, &bd);
-    kf_status st = kf__scope_pop(ctx, KF_ERROR_VALIDATION, "staging buffer");
+    kf_status st = kf__context_scope_pop(ctx, KF_ERROR_VALIDATION, "staging buffer");
     if (st != KF_OK) {
         if (staging) {
             ctx->api.buffer_release(staging);
@@ -122,26 +123,26 @@ static kf_status check_range(const kf_buffer *buf, uint64_t offset, const void *
     }
     kf_context *ctx = buf->ctx;
     if (size && !data) {
-        return kf__fail(ctx, KF_ERROR_INVALID_ARGUMENT, "%s: data is NULL", what);
+        return kf__context_fail(ctx, KF_ERROR_INVALID_ARGUMENT, "%s: data is NULL", what);
     }
     if (offset > buf->size || size > buf->size - offset) {
-        return kf__fail(ctx, KF_ERROR_INVALID_ARGUMENT,
-                        "%s: %llu bytes at offset %llu do not fit in a buffer of %llu bytes", what,
-                        (unsigned long long)size, (unsigned long long)offset,
-                        (unsigned long long)buf->size);
+        return kf__context_fail(
+            ctx, KF_ERROR_INVALID_ARGUMENT,
+            "%s: %llu bytes at offset %llu do not fit in a buffer of %llu bytes", what,
+            (unsigned long long)size, (unsigned long long)offset, (unsigned long long)buf->size);
     }
-    return kf__check_alive(ctx);
+    return kf__context_check(ctx);
 }
 
 /* Writes whole words: offset and size are multiples of 4. */
 static kf_status write_words(kf_buffer *buf, uint64_t offset, const uint8_t *data, uint64_t size) {
     kf_context *ctx = buf->ctx;
-    kf__scope_push(ctx);
+    kf__context_scope_push(ctx);
     for (uint64_t done = 0; done < size; done += KF__CHUNK_BYTES) {
         uint64_t n = size - done < KF__CHUNK_BYTES ? size - done : KF__CHUNK_BYTES;
         ctx->api.queue_write_buffer(ctx->queue, buf->handle, offset + done, data + done, (size_t)n);
     }
-    return kf__scope_pop(ctx, KF_ERROR_VALIDATION, "kf_buffer_upload");
+    return kf__context_scope_pop(ctx, KF_ERROR_VALIDATION, "kf_buffer_upload");
 }
 
 typedef struct map_result {
@@ -155,7 +156,7 @@ static void on_mapped(uint32_t status, wg_string message, void *user1, void *use
     map_result *r = user1;
     r->done = true;
     r->status = status;
-    kf__copy_string(r->message, sizeof r->message, message);
+    kf__wg_string_copy(r->message, sizeof r->message, message);
 }
 
 /* Reads the words [begin, end) (multiples of 4) into host memory, keeping the bytes in
@@ -174,30 +175,31 @@ static kf_status read_words(kf_buffer *buf, uint64_t begin, uint64_t end, uint64
         ctx->api.command_encoder_copy_buffer_to_buffer(enc, buf->handle, c0, ctx->staging, 0, n);
         wg_command_buffer cmd = ctx->api.command_encoder_finish(enc, NULL);
         ctx->api.command_encoder_release(enc);
-        st = kf__submit(ctx, cmd, "kf_buffer_download");
+        st = kf__context_submit(ctx, cmd, "kf_buffer_download");
         ctx->api.command_buffer_release(cmd);
         if (st != KF_OK) {
             return st;
         }
         map_result r = {0};
         wg_map_callback_info info = {NULL, WG_CALLBACK_WAIT_ANY_ONLY, on_mapped, &r, NULL};
-        st = kf__wait(ctx, ctx->api.buffer_map_async(ctx->staging, WG_MAP_READ, 0, (size_t)n, info),
-                      "kf_buffer_download");
+        st = kf__context_wait(
+            ctx, ctx->api.buffer_map_async(ctx->staging, WG_MAP_READ, 0, (size_t)n, info),
+            "kf_buffer_download");
         if (st != KF_OK) {
             return st;
         }
         if (r.status != WG_REQUEST_SUCCESS) {
-            st = kf__check_alive(ctx);
-            return st != KF_OK
-                       ? st
-                       : kf__fail(ctx, KF_ERROR_INTERNAL,
-                                  "kf_buffer_download: mapping the staging buffer failed: %s",
-                                  r.message);
+            st = kf__context_check(ctx);
+            return st != KF_OK ? st
+                               : kf__context_fail(
+                                     ctx, KF_ERROR_INTERNAL,
+                                     "kf_buffer_download: mapping the staging buffer failed: %s",
+                                     r.message);
         }
         const uint8_t *mapped = ctx->api.buffer_get_const_mapped_range(ctx->staging, 0, (size_t)n);
         if (!mapped) {
             ctx->api.buffer_unmap(ctx->staging);
-            return kf__fail(ctx, KF_ERROR_INTERNAL, "kf_buffer_download: no mapped range");
+            return kf__context_fail(ctx, KF_ERROR_INTERNAL, "kf_buffer_download: no mapped range");
         }
         uint64_t lo = want_lo > c0 ? want_lo : c0;
         uint64_t hi = want_hi < c1 ? want_hi : c1;
@@ -264,14 +266,15 @@ kf_status kf_buffer_fill_u32(kf_buffer *buf, uint32_t pattern) {
     if (!buf) {
         return KF_ERROR_INVALID_ARGUMENT;
     }
-    kf_status st = kf__check_alive(buf->ctx);
+    kf_status st = kf__context_check(buf->ctx);
     if (st != KF_OK) {
         return st;
     }
     uint64_t chunk = buf->alloc_size < (4ull << 20) ? buf->alloc_size : (4ull << 20);
     uint32_t *words = malloc((size_t)chunk);
     if (!words) {
-        return kf__fail(buf->ctx, KF_ERROR_OUT_OF_MEMORY, "kf_buffer_fill_u32: out of host memory");
+        return kf__context_fail(buf->ctx, KF_ERROR_OUT_OF_MEMORY,
+                                "kf_buffer_fill_u32: out of host memory");
     }
     for (uint64_t i = 0; i < chunk / 4; i++) {
         words[i] = pattern;

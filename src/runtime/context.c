@@ -24,7 +24,7 @@
 static const char *const g_enabled_toggles[] = {"allow_unsafe_apis"};
 static const char *const g_disabled_toggles[] = {"timestamp_quantization"};
 
-kf_status kf__fail(kf_context *ctx, kf_status status, const char *fmt, ...) {
+kf_status kf__context_fail(kf_context *ctx, kf_status status, const char *fmt, ...) {
     if (ctx) {
         va_list ap;
         va_start(ap, fmt);
@@ -34,7 +34,17 @@ kf_status kf__fail(kf_context *ctx, kf_status status, const char *fmt, ...) {
     return status;
 }
 
-void kf__copy_string(char *dst, size_t dst_size, wg_string src) {
+void kf__context_set_error(kf_context *ctx, kf_status status, const char *fmt, ...) {
+    (void)status;
+    if (ctx) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(ctx->error, sizeof ctx->error, fmt, ap);
+        va_end(ap);
+    }
+}
+
+void kf__wg_string_copy(char *dst, size_t dst_size, wg_string src) {
     if (dst_size == 0) {
         return;
     }
@@ -51,21 +61,21 @@ void kf__copy_string(char *dst, size_t dst_size, wg_string src) {
     dst[n] = '\0';
 }
 
-kf_status kf__check_alive(kf_context *ctx) {
+kf_status kf__context_check(kf_context *ctx) {
     if (atomic_load(&ctx->lost)) {
-        return kf__fail(
+        return kf__context_fail(
             ctx, KF_ERROR_DEVICE_LOST,
             "the WebGPU device was lost: %s. Destroy this context and create a new one.",
             ctx->lost_message);
     }
     if (atomic_exchange(&ctx->uncaptured, false)) {
-        return kf__fail(ctx, KF_ERROR_VALIDATION, "an earlier WebGPU operation failed: %s",
-                        ctx->uncaptured_message);
+        return kf__context_fail(ctx, KF_ERROR_VALIDATION, "an earlier WebGPU operation failed: %s",
+                                ctx->uncaptured_message);
     }
     return KF_OK;
 }
 
-kf_status kf__wait(kf_context *ctx, wg_future future, const char *what) {
+kf_status kf__context_wait(kf_context *ctx, wg_future future, const char *what) {
     wg_future_wait wait = {future, 0};
     for (int waited_s = 0; waited_s < KF__WAIT_LIMIT_S; waited_s++) {
         uint32_t status = ctx->api.instance_wait_any(ctx->instance, 1, &wait, KF__WAIT_SLICE_NS);
@@ -73,15 +83,15 @@ kf_status kf__wait(kf_context *ctx, wg_future future, const char *what) {
             return KF_OK;
         }
         if (status != WG_WAIT_TIMED_OUT && status != WG_WAIT_SUCCESS) {
-            return kf__fail(ctx, KF_ERROR_INTERNAL, "%s: waiting for WebGPU failed (status %u)",
-                            what, status);
+            return kf__context_fail(ctx, KF_ERROR_INTERNAL,
+                                    "%s: waiting for WebGPU failed (status %u)", what, status);
         }
         if (atomic_load(&ctx->lost)) {
-            return kf__check_alive(ctx);
+            return kf__context_check(ctx);
         }
     }
-    return kf__fail(ctx, KF_ERROR_INTERNAL, "%s: the GPU did not finish within %d s", what,
-                    KF__WAIT_LIMIT_S);
+    return kf__context_fail(ctx, KF_ERROR_INTERNAL, "%s: the GPU did not finish within %d s", what,
+                            KF__WAIT_LIMIT_S);
 }
 
 /* --- error scopes --- */
@@ -100,28 +110,28 @@ static void on_scope_popped(uint32_t status, uint32_t type, wg_string message, v
     r->done = true;
     r->status = status;
     r->type = type;
-    kf__copy_string(r->message, sizeof r->message, message);
+    kf__wg_string_copy(r->message, sizeof r->message, message);
 }
 
-void kf__scope_push(kf_context *ctx) {
+void kf__context_scope_push(kf_context *ctx) {
     ctx->api.device_push_error_scope(ctx->device, WG_FILTER_INTERNAL);
     ctx->api.device_push_error_scope(ctx->device, WG_FILTER_OUT_OF_MEMORY);
     ctx->api.device_push_error_scope(ctx->device, WG_FILTER_VALIDATION);
 }
 
-kf_status kf__scope_pop(kf_context *ctx, kf_status validation_status, const char *what) {
-    /* Popped in reverse order of kf__scope_push: validation, out of memory, internal. */
+kf_status kf__context_scope_pop(kf_context *ctx, kf_status validation_status, const char *what) {
+    /* Popped in reverse order of kf__context_scope_push: validation, out of memory, internal. */
     static const kf_status statuses[3] = {0, KF_ERROR_OUT_OF_MEMORY, KF_ERROR_INTERNAL};
     scope_result *results = calloc(3, sizeof *results);
     if (!results) {
-        return kf__fail(ctx, KF_ERROR_OUT_OF_MEMORY, "%s: out of host memory", what);
+        return kf__context_fail(ctx, KF_ERROR_OUT_OF_MEMORY, "%s: out of host memory", what);
     }
     kf_status wait_status = KF_OK;
     for (int i = 0; i < 3; i++) {
         wg_pop_error_scope_callback_info info = {NULL, WG_CALLBACK_WAIT_ANY_ONLY, on_scope_popped,
                                                  &results[i], NULL};
         wg_future future = ctx->api.device_pop_error_scope(ctx->device, info);
-        kf_status st = kf__wait(ctx, future, what);
+        kf_status st = kf__context_wait(ctx, future, what);
         if (st != KF_OK && wait_status == KF_OK) {
             wait_status = st;
         }
@@ -130,22 +140,22 @@ kf_status kf__scope_pop(kf_context *ctx, kf_status validation_status, const char
     for (int i = 0; i < 3 && result == KF_OK; i++) {
         if (!results[i].done || results[i].status != WG_REQUEST_SUCCESS) {
             /* Popping fails only when the device is gone. */
-            result = kf__check_alive(ctx);
+            result = kf__context_check(ctx);
             if (result == KF_OK) {
-                result = kf__fail(ctx, KF_ERROR_INTERNAL, "%s: reading WebGPU's error scope failed",
-                                  what);
+                result = kf__context_fail(ctx, KF_ERROR_INTERNAL,
+                                          "%s: reading WebGPU's error scope failed", what);
             }
         } else if (results[i].type != WG_ERROR_NONE) {
             kf_status st = i == 0 ? validation_status : statuses[i];
             if (results[i].type == WG_ERROR_OUT_OF_MEMORY) {
                 st = KF_ERROR_OUT_OF_MEMORY;
             }
-            result = kf__fail(ctx, st, "%s: %s", what, results[i].message);
+            result = kf__context_fail(ctx, st, "%s: %s", what, results[i].message);
         }
     }
     free(results);
     if (result == KF_OK) {
-        result = kf__check_alive(ctx);
+        result = kf__context_check(ctx);
     }
     return result;
 }
@@ -165,31 +175,32 @@ static void on_work_done(uint32_t status, wg_string message, void *user1, void *
     w->status = status;
 }
 
-kf_status kf__submit(kf_context *ctx, wg_command_buffer commands, const char *what) {
-    kf__scope_push(ctx);
+kf_status kf__context_submit(kf_context *ctx, wg_command_buffer commands, const char *what) {
+    kf__context_scope_push(ctx);
     ctx->api.queue_submit(ctx->queue, 1, &commands);
     ctx->stats.submissions++;
-    return kf__scope_pop(ctx, KF_ERROR_VALIDATION, what);
+    return kf__context_scope_pop(ctx, KF_ERROR_VALIDATION, what);
 }
 
-kf_status kf__submit_and_wait(kf_context *ctx, wg_command_buffer commands, const char *what) {
-    kf_status st = kf__submit(ctx, commands, what);
+kf_status kf__context_submit_wait(kf_context *ctx, wg_command_buffer commands, const char *what) {
+    kf_status st = kf__context_submit(ctx, commands, what);
     if (st != KF_OK) {
         return st;
     }
     work_done done = {false, 0};
     wg_work_done_callback_info info = {NULL, WG_CALLBACK_WAIT_ANY_ONLY, on_work_done, &done, NULL};
-    st = kf__wait(ctx, ctx->api.queue_on_submitted_work_done(ctx->queue, info), what);
+    st = kf__context_wait(ctx, ctx->api.queue_on_submitted_work_done(ctx->queue, info), what);
     if (st != KF_OK) {
         return st;
     }
     if (done.status != WG_REQUEST_SUCCESS) {
-        st = kf__check_alive(ctx);
-        return st != KF_OK ? st
-                           : kf__fail(ctx, KF_ERROR_INTERNAL, "%s: the queue reported failure (%u)",
+        st = kf__context_check(ctx);
+        return st != KF_OK
+                   ? st
+                   : kf__context_fail(ctx, KF_ERROR_INTERNAL, "%s: the queue reported failure (%u)",
                                       what, done.status);
     }
-    return kf__check_alive(ctx);
+    return kf__context_check(ctx);
 }
 
 /* --- device callbacks --- */
@@ -204,7 +215,7 @@ static void on_device_lost(const wg_device *device, uint32_t reason, wg_string m
         return;
     }
     char text[KF__ERROR_SIZE];
-    kf__copy_string(text, sizeof text, message);
+    kf__wg_string_copy(text, sizeof text, message);
     snprintf(ctx->lost_message, sizeof ctx->lost_message, "%s",
              text[0] ? text : "no reason given by the driver");
     atomic_store(&ctx->lost, true);
@@ -219,7 +230,7 @@ static void on_uncaptured_error(const wg_device *device, uint32_t type, wg_strin
     if (atomic_load(&ctx->uncaptured)) {
         return; /* keep the first until it is reported */
     }
-    kf__copy_string(ctx->uncaptured_message, sizeof ctx->uncaptured_message, message);
+    kf__wg_string_copy(ctx->uncaptured_message, sizeof ctx->uncaptured_message, message);
     atomic_store(&ctx->uncaptured, true);
 }
 
@@ -239,7 +250,7 @@ static void on_adapter(uint32_t status, wg_adapter adapter, wg_string message, v
     r->done = true;
     r->status = status;
     r->adapter = adapter;
-    kf__copy_string(r->message, sizeof r->message, message);
+    kf__wg_string_copy(r->message, sizeof r->message, message);
 }
 
 typedef struct device_request {
@@ -256,7 +267,7 @@ static void on_device(uint32_t status, wg_device device, wg_string message, void
     r->done = true;
     r->status = status;
     r->device = device;
-    kf__copy_string(r->message, sizeof r->message, message);
+    kf__wg_string_copy(r->message, sizeof r->message, message);
 }
 
 static const char *backend_name(uint32_t backend) {
@@ -326,8 +337,8 @@ static kf_status pick_backend(kf_context *ctx, kf_backend asked, kf_backend *out
         {"default", KF_BACKEND_DEFAULT}, {"", KF_BACKEND_DEFAULT},
     };
     if ((int)asked < (int)KF_BACKEND_DEFAULT || (int)asked > (int)KF_BACKEND_NULL) {
-        return kf__fail(ctx, KF_ERROR_INVALID_ARGUMENT,
-                        "kf_context_desc.backend %d is not a kf_backend", (int)asked);
+        return kf__context_fail(ctx, KF_ERROR_INVALID_ARGUMENT,
+                                "kf_context_desc.backend %d is not a kf_backend", (int)asked);
     }
     *out = asked;
     const char *env = getenv("KF_BACKEND");
@@ -340,10 +351,11 @@ static kf_status pick_backend(kf_context *ctx, kf_backend asked, kf_backend *out
             return KF_OK;
         }
     }
-    return kf__fail(ctx, KF_ERROR_INVALID_ARGUMENT,
-                    "KF_BACKEND=%s is not a backend kfuse knows; use one of vulkan, gles, opengl, "
-                    "metal, d3d12, null (or leave it unset for the best adapter)",
-                    env);
+    return kf__context_fail(
+        ctx, KF_ERROR_INVALID_ARGUMENT,
+        "KF_BACKEND=%s is not a backend kfuse knows; use one of vulkan, gles, opengl, "
+        "metal, d3d12, null (or leave it unset for the best adapter)",
+        env);
 }
 
 static kf_status request_adapter(kf_context *ctx, kf_backend backend, wg_dawn_toggles *toggles) {
@@ -361,8 +373,8 @@ static kf_status request_adapter(kf_context *ctx, kf_backend backend, wg_dawn_to
         wg_request_adapter_callback_info info = {NULL, WG_CALLBACK_WAIT_ANY_ONLY, on_adapter, &r,
                                                  NULL};
         kf_status st =
-            kf__wait(ctx, ctx->api.instance_request_adapter(ctx->instance, &options, info),
-                     "requestAdapter");
+            kf__context_wait(ctx, ctx->api.instance_request_adapter(ctx->instance, &options, info),
+                             "requestAdapter");
         if (st != KF_OK) {
             return st;
         }
@@ -371,11 +383,11 @@ static kf_status request_adapter(kf_context *ctx, kf_backend backend, wg_dawn_to
             return KF_OK;
         }
         if (attempt == 1 || gl || backend != KF_BACKEND_DEFAULT) {
-            return kf__fail(ctx, KF_ERROR_NO_ADAPTER, "%s found no %s%sadapter%s%s. %s",
-                            ctx->library_path,
-                            backend != KF_BACKEND_DEFAULT ? backend_name(wg_backend) : "",
-                            backend != KF_BACKEND_DEFAULT ? " " : "", r.message[0] ? ": " : "",
-                            r.message, KF__NO_ADAPTER_HELP);
+            return kf__context_fail(ctx, KF_ERROR_NO_ADAPTER, "%s found no %s%sadapter%s%s. %s",
+                                    ctx->library_path,
+                                    backend != KF_BACKEND_DEFAULT ? backend_name(wg_backend) : "",
+                                    backend != KF_BACKEND_DEFAULT ? " " : "",
+                                    r.message[0] ? ": " : "", r.message, KF__NO_ADAPTER_HELP);
         }
         /* No core adapter: an older driver may still offer a compatibility-level one. */
     }
@@ -436,14 +448,14 @@ static kf_status request_device(kf_context *ctx, const kf_context_desc *desc,
 
     device_request *r = calloc(1, sizeof *r);
     if (!r) {
-        return kf__fail(ctx, KF_ERROR_OUT_OF_MEMORY, "out of host memory");
+        return kf__context_fail(ctx, KF_ERROR_OUT_OF_MEMORY, "out of host memory");
     }
     wg_request_device_callback_info info = {NULL, WG_CALLBACK_WAIT_ANY_ONLY, on_device, r, NULL};
-    kf_status st =
-        kf__wait(ctx, ctx->api.adapter_request_device(ctx->adapter, &dd, info), "requestDevice");
+    kf_status st = kf__context_wait(ctx, ctx->api.adapter_request_device(ctx->adapter, &dd, info),
+                                    "requestDevice");
     if (st == KF_OK && (r->status != WG_REQUEST_SUCCESS || !r->device)) {
-        st = kf__fail(ctx, KF_ERROR_NO_DEVICE, "the adapter refused to create a device: %s",
-                      r->message[0] ? r->message : "no reason given");
+        st = kf__context_fail(ctx, KF_ERROR_NO_DEVICE, "the adapter refused to create a device: %s",
+                              r->message[0] ? r->message : "no reason given");
     }
     if (st == KF_OK) {
         ctx->device = r->device;
@@ -456,9 +468,9 @@ static kf_status request_device(kf_context *ctx, const kf_context_desc *desc,
 static bool accepts_wgsl(kf_context *ctx, const char *code) {
     wg_shader_source_wgsl source = {{NULL, WG_STYPE_SHADER_SOURCE_WGSL}, {code, WG_STRLEN}};
     wg_shader_module_desc md = {&source.chain, {"kfuse feature probe", WG_STRLEN}};
-    kf__scope_push(ctx);
+    kf__context_scope_push(ctx);
     wg_shader_module module = ctx->api.device_create_shader_module(ctx->device, &md);
-    kf_status st = kf__scope_pop(ctx, KF_ERROR_COMPILE, "feature probe");
+    kf_status st = kf__context_scope_pop(ctx, KF_ERROR_COMPILE, "feature probe");
     if (module) {
         ctx->api.shader_module_release(module);
     }
@@ -471,10 +483,10 @@ static void fill_info(kf_context *ctx) {
     wg_adapter_info ai;
     memset(&ai, 0, sizeof ai);
     if (ctx->api.adapter_get_info(ctx->adapter, &ai) == WG_STATUS_SUCCESS) {
-        kf__copy_string(info->vendor, sizeof info->vendor, ai.vendor);
-        kf__copy_string(info->architecture, sizeof info->architecture, ai.architecture);
-        kf__copy_string(info->device, sizeof info->device, ai.device);
-        kf__copy_string(info->description, sizeof info->description, ai.description);
+        kf__wg_string_copy(info->vendor, sizeof info->vendor, ai.vendor);
+        kf__wg_string_copy(info->architecture, sizeof info->architecture, ai.architecture);
+        kf__wg_string_copy(info->device, sizeof info->device, ai.device);
+        kf__wg_string_copy(info->description, sizeof info->description, ai.description);
         snprintf(info->backend, sizeof info->backend, "%s", backend_name(ai.backend_type));
         snprintf(info->adapter_type, sizeof info->adapter_type, "%s",
                  adapter_type_name(ai.adapter_type));
@@ -539,10 +551,11 @@ static kf_status create(kf_context *ctx, const kf_context_desc *desc) {
     id.capabilities.timed_wait_any_max_count = 1;
     ctx->instance = ctx->api.create_instance(&id);
     if (!ctx->instance) {
-        return kf__fail(ctx, KF_ERROR_NO_ADAPTER,
-                        "%s could not create a WebGPU instance (is it a webgpu.h library of the "
-                        "version scripts/setup.sh pins?)",
-                        ctx->library_path);
+        return kf__context_fail(
+            ctx, KF_ERROR_NO_ADAPTER,
+            "%s could not create a WebGPU instance (is it a webgpu.h library of the "
+            "version scripts/setup.sh pins?)",
+            ctx->library_path);
     }
     st = request_adapter(ctx, backend, chain);
     if (st != KF_OK) {
@@ -554,10 +567,10 @@ static kf_status create(kf_context *ctx, const kf_context_desc *desc) {
     }
     ctx->queue = ctx->api.device_get_queue(ctx->device);
     if (ctx->api.device_get_limits(ctx->device, &ctx->limits) != WG_STATUS_SUCCESS) {
-        return kf__fail(ctx, KF_ERROR_NO_DEVICE, "the device did not report its limits");
+        return kf__context_fail(ctx, KF_ERROR_NO_DEVICE, "the device did not report its limits");
     }
     fill_info(ctx);
-    return kf__check_alive(ctx);
+    return kf__context_check(ctx);
 }
 
 kf_status kf_context_create(const kf_context_desc *desc, kf_context **out) {
@@ -605,8 +618,8 @@ void kf_context_destroy(kf_context *ctx) {
     atomic_store(&ctx->destroying, true);
     if (ctx->device) {
         kf__pipeline_cache_destroy(ctx);
-        kf__timing_destroy(ctx);
-        kf__staging_destroy(ctx);
+        kf__context_timing_destroy(ctx);
+        kf__context_staging_destroy(ctx);
     }
     if (ctx->queue) {
         ctx->api.queue_release(ctx->queue);

@@ -16,40 +16,43 @@ typedef struct planned {
 static kf_status plan_one(kf_context *ctx, const kf_dispatch *d, uint32_t index, planned *out) {
     const kf_pipeline *p = d->pipeline;
     if (!p) {
-        return kf__fail(ctx, KF_ERROR_INVALID_ARGUMENT, "dispatch %u: pipeline is NULL", index);
+        return kf__context_fail(ctx, KF_ERROR_INVALID_ARGUMENT, "dispatch %u: pipeline is NULL",
+                                index);
     }
     if (p->ctx != ctx) {
-        return kf__fail(ctx, KF_ERROR_INVALID_ARGUMENT,
-                        "dispatch %u: the pipeline belongs to another context", index);
+        return kf__context_fail(ctx, KF_ERROR_INVALID_ARGUMENT,
+                                "dispatch %u: the pipeline belongs to another context", index);
     }
     if (d->buffer_count != p->binding_count) {
-        return kf__fail(ctx, KF_ERROR_INVALID_ARGUMENT,
-                        "dispatch %u: %u buffers given for a pipeline with %u bindings", index,
-                        d->buffer_count, p->binding_count);
+        return kf__context_fail(ctx, KF_ERROR_INVALID_ARGUMENT,
+                                "dispatch %u: %u buffers given for a pipeline with %u bindings",
+                                index, d->buffer_count, p->binding_count);
     }
     if (d->buffer_count && !d->buffers) {
-        return kf__fail(ctx, KF_ERROR_INVALID_ARGUMENT, "dispatch %u: buffers is NULL", index);
+        return kf__context_fail(ctx, KF_ERROR_INVALID_ARGUMENT, "dispatch %u: buffers is NULL",
+                                index);
     }
     for (uint32_t i = 0; i < d->buffer_count; i++) {
         const kf_buffer *b = d->buffers[i];
         if (!b) {
-            return kf__fail(ctx, KF_ERROR_INVALID_ARGUMENT, "dispatch %u: buffer %u is NULL", index,
-                            i);
+            return kf__context_fail(ctx, KF_ERROR_INVALID_ARGUMENT,
+                                    "dispatch %u: buffer %u is NULL", index, i);
         }
         if (b->ctx != ctx) {
-            return kf__fail(ctx, KF_ERROR_INVALID_ARGUMENT,
-                            "dispatch %u: buffer %u belongs to another context", index, i);
+            return kf__context_fail(ctx, KF_ERROR_INVALID_ARGUMENT,
+                                    "dispatch %u: buffer %u belongs to another context", index, i);
         }
         bool uniform = p->bindings[i] == KF_BINDING_UNIFORM;
         uint64_t limit = uniform ? ctx->limits.max_uniform_buffer_binding_size
                                  : ctx->limits.max_storage_buffer_binding_size;
         if (b->alloc_size > limit) {
-            return kf__fail(ctx, KF_ERROR_LIMIT,
-                            "dispatch %u: binding %u is a buffer of %llu bytes, above this "
-                            "device's %s (%llu bytes)",
-                            index, i, (unsigned long long)b->size,
-                            uniform ? "maxUniformBufferBindingSize" : "maxStorageBufferBindingSize",
-                            (unsigned long long)limit);
+            return kf__context_fail(ctx, KF_ERROR_LIMIT,
+                                    "dispatch %u: binding %u is a buffer of %llu bytes, above this "
+                                    "device's %s (%llu bytes)",
+                                    index, i, (unsigned long long)b->size,
+                                    uniform ? "maxUniformBufferBindingSize"
+                                            : "maxStorageBufferBindingSize",
+                                    (unsigned long long)limit);
         }
     }
     uint32_t max = ctx->limits.max_compute_workgroups_per_dimension;
@@ -67,11 +70,12 @@ static kf_status plan_one(kf_context *ctx, const kf_dispatch *d, uint32_t index,
     }
     for (int k = 0; k < 3; k++) {
         if (g[k] > max) {
-            return kf__fail(ctx, KF_ERROR_LIMIT,
-                            "dispatch %u: %u x %u x %u workgroups; dimension %d is above this "
-                            "device's maxComputeWorkgroupsPerDimension (%u), and only a 1-D grid "
-                            "is folded",
-                            index, d->groups[0], d->groups[1], d->groups[2], k, max);
+            return kf__context_fail(
+                ctx, KF_ERROR_LIMIT,
+                "dispatch %u: %u x %u x %u workgroups; dimension %d is above this "
+                "device's maxComputeWorkgroupsPerDimension (%u), and only a 1-D grid "
+                "is folded",
+                index, d->groups[0], d->groups[1], d->groups[2], k, max);
         }
     }
     out->d = d;
@@ -83,14 +87,15 @@ static kf_status plan(kf_context *ctx, const kf_dispatch *dispatches, uint32_t c
                       planned **out) {
     *out = NULL;
     if (!dispatches && count) {
-        return kf__fail(ctx, KF_ERROR_INVALID_ARGUMENT, "dispatches is NULL");
+        return kf__context_fail(ctx, KF_ERROR_INVALID_ARGUMENT, "dispatches is NULL");
     }
     if (count == 0) {
-        return kf__fail(ctx, KF_ERROR_INVALID_ARGUMENT, "no dispatches to run (count is 0)");
+        return kf__context_fail(ctx, KF_ERROR_INVALID_ARGUMENT,
+                                "no dispatches to run (count is 0)");
     }
     planned *steps = calloc(count, sizeof *steps);
     if (!steps) {
-        return kf__fail(ctx, KF_ERROR_OUT_OF_MEMORY, "out of host memory");
+        return kf__context_fail(ctx, KF_ERROR_OUT_OF_MEMORY, "out of host memory");
     }
     for (uint32_t i = 0; i < count; i++) {
         kf_status st = plan_one(ctx, &dispatches[i], i, &steps[i]);
@@ -114,9 +119,9 @@ static kf_status record(kf_context *ctx, const planned *steps, uint32_t count, b
     }
     wg_bind_group_entry *e = calloc(most, sizeof *e);
     if (!e) {
-        return kf__fail(ctx, KF_ERROR_OUT_OF_MEMORY, "out of host memory");
+        return kf__context_fail(ctx, KF_ERROR_OUT_OF_MEMORY, "out of host memory");
     }
-    kf__scope_push(ctx);
+    kf__context_scope_push(ctx);
     wg_command_encoder enc = ctx->api.device_create_command_encoder(ctx->device, NULL);
     wg_pass_timestamp_writes writes = {NULL, ctx->timestamps, 0, 1};
     wg_compute_pass_desc pd = {NULL, {"kfuse pass", WG_STRLEN}, timestamps ? &writes : NULL};
@@ -153,7 +158,7 @@ static kf_status record(kf_context *ctx, const planned *steps, uint32_t count, b
     wg_command_buffer commands = ctx->api.command_encoder_finish(enc, NULL);
     ctx->api.command_encoder_release(enc);
     free(e);
-    kf_status st = kf__scope_pop(ctx, KF_ERROR_VALIDATION, "recording dispatches");
+    kf_status st = kf__context_scope_pop(ctx, KF_ERROR_VALIDATION, "recording dispatches");
     if (st != KF_OK) {
         if (commands) {
             ctx->api.command_buffer_release(commands);
@@ -172,7 +177,7 @@ static kf_status run_planned(kf_context *ctx, const planned *steps, uint32_t cou
     if (st != KF_OK) {
         return st;
     }
-    st = kf__submit_and_wait(ctx, commands, "running dispatches");
+    st = kf__context_submit_wait(ctx, commands, "running dispatches");
     ctx->api.command_buffer_release(commands);
     return st;
 }
@@ -181,7 +186,7 @@ kf_status kf_context_run(kf_context *ctx, const kf_dispatch *dispatches, uint32_
     if (!ctx) {
         return KF_ERROR_INVALID_ARGUMENT;
     }
-    kf_status st = kf__check_alive(ctx);
+    kf_status st = kf__context_check(ctx);
     if (st != KF_OK) {
         return st;
     }
@@ -197,7 +202,7 @@ kf_status kf_context_run(kf_context *ctx, const kf_dispatch *dispatches, uint32_
 
 /* --- timing --- */
 
-void kf__timing_destroy(kf_context *ctx) {
+void kf__context_timing_destroy(kf_context *ctx) {
     if (ctx->timestamps) {
         ctx->api.query_set_destroy(ctx->timestamps);
         ctx->api.query_set_release(ctx->timestamps);
@@ -217,7 +222,7 @@ static kf_status ensure_timestamps(kf_context *ctx) {
     if (ctx->timestamps) {
         return KF_OK;
     }
-    kf__scope_push(ctx);
+    kf__context_scope_push(ctx);
     wg_query_set_desc qd = {NULL, {"kfuse timestamps", WG_STRLEN}, WG_QUERY_TIMESTAMP, 2};
     ctx->timestamps = ctx->api.device_create_query_set(ctx->device, &qd);
     wg_buffer_desc rd = {NULL,
@@ -232,9 +237,9 @@ static kf_status ensure_timestamps(kf_context *ctx) {
                          16,
                          0};
     ctx->timestamp_readback = ctx->api.device_create_buffer(ctx->device, &bd);
-    kf_status st = kf__scope_pop(ctx, KF_ERROR_VALIDATION, "creating timestamp queries");
+    kf_status st = kf__context_scope_pop(ctx, KF_ERROR_VALIDATION, "creating timestamp queries");
     if (st != KF_OK) {
-        kf__timing_destroy(ctx);
+        kf__context_timing_destroy(ctx);
     }
     return st;
 }
@@ -257,17 +262,17 @@ static void on_mapped(uint32_t status, wg_string message, void *user1, void *use
 static kf_status read_timestamps(kf_context *ctx, double *ms) {
     map_done m = {false, 0};
     wg_map_callback_info info = {NULL, WG_CALLBACK_WAIT_ANY_ONLY, on_mapped, &m, NULL};
-    kf_status st =
-        kf__wait(ctx, ctx->api.buffer_map_async(ctx->timestamp_readback, WG_MAP_READ, 0, 16, info),
-                 "reading timestamps");
+    kf_status st = kf__context_wait(
+        ctx, ctx->api.buffer_map_async(ctx->timestamp_readback, WG_MAP_READ, 0, 16, info),
+        "reading timestamps");
     if (st != KF_OK) {
         return st;
     }
     if (m.status != WG_REQUEST_SUCCESS) {
-        st = kf__check_alive(ctx);
-        return st != KF_OK
-                   ? st
-                   : kf__fail(ctx, KF_ERROR_INTERNAL, "mapping the timestamp buffer failed");
+        st = kf__context_check(ctx);
+        return st != KF_OK ? st
+                           : kf__context_fail(ctx, KF_ERROR_INTERNAL,
+                                              "mapping the timestamp buffer failed");
     }
     const uint64_t *t = ctx->api.buffer_get_const_mapped_range(ctx->timestamp_readback, 0, 16);
     *ms = -1.0;
@@ -299,7 +304,7 @@ static kf_status measure(kf_context *ctx, const planned *steps, uint32_t count, 
             return st;
         }
         double t0 = now_ms();
-        st = kf__submit_and_wait(ctx, commands, "timing dispatches");
+        st = kf__context_submit_wait(ctx, commands, "timing dispatches");
         double t1 = now_ms();
         ctx->api.command_buffer_release(commands);
         if (st != KF_OK) {
@@ -323,11 +328,11 @@ static kf_status measure(kf_context *ctx, const planned *steps, uint32_t count, 
 kf_status kf_context_time(kf_context *ctx, const kf_dispatch *dispatches, uint32_t count,
                           uint32_t repeat, kf_timing *out) {
     if (!ctx || !out) {
-        return kf__fail(ctx, KF_ERROR_INVALID_ARGUMENT, "kf_context_time: %s is NULL",
-                        ctx ? "out" : "ctx");
+        return kf__context_fail(ctx, KF_ERROR_INVALID_ARGUMENT, "kf_context_time: %s is NULL",
+                                ctx ? "out" : "ctx");
     }
     memset(out, 0, sizeof *out);
-    kf_status st = kf__check_alive(ctx);
+    kf_status st = kf__context_check(ctx);
     if (st != KF_OK) {
         return st;
     }
@@ -342,7 +347,7 @@ kf_status kf_context_time(kf_context *ctx, const kf_dispatch *dispatches, uint32
     double *samples = calloc(repeat, sizeof *samples);
     if (!samples) {
         free(steps);
-        return kf__fail(ctx, KF_ERROR_OUT_OF_MEMORY, "kf_context_time: out of host memory");
+        return kf__context_fail(ctx, KF_ERROR_OUT_OF_MEMORY, "kf_context_time: out of host memory");
     }
     bool timestamps = ctx->info.has_timestamps && ensure_timestamps(ctx) == KF_OK;
     st = run_planned(ctx, steps, count, false); /* warm-up: caches, page faults, clocks */

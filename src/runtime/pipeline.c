@@ -258,7 +258,7 @@ static void on_compilation_info(uint32_t status, const wg_compilation_info *info
         }
         out->errors++;
         char message[1024];
-        kf__copy_string(message, sizeof message, m->message);
+        kf__wg_string_copy(message, sizeof message, m->message);
         if (m->line_num == 0) {
             text_printf(&t, "\n  error: %s", message);
             continue;
@@ -288,17 +288,18 @@ static kf_status compile_error(kf_context *ctx, wg_shader_module module, const c
     if (module) {
         wg_compilation_info_callback_info info = {NULL, WG_CALLBACK_WAIT_ANY_ONLY,
                                                   on_compilation_info, &req, NULL};
-        kf__wait(ctx, ctx->api.shader_module_get_compilation_info(module, info),
-                 "shader compilation info");
+        kf__context_wait(ctx, ctx->api.shader_module_get_compilation_info(module, info),
+                         "shader compilation info");
     }
     kf_status st;
     if (messages.errors && messages.text) {
-        st = kf__fail(ctx, KF_ERROR_COMPILE, "kf_pipeline_get: WGSL does not compile (entry %s):%s",
-                      entry, messages.text);
+        st = kf__context_fail(ctx, KF_ERROR_COMPILE,
+                              "kf_pipeline_get: WGSL does not compile (entry %s):%s", entry,
+                              messages.text);
     } else {
-        st =
-            kf__fail(ctx, KF_ERROR_COMPILE, "kf_pipeline_get: WGSL does not compile (entry %s): %s",
-                     entry, scope_message);
+        st = kf__context_fail(ctx, KF_ERROR_COMPILE,
+                              "kf_pipeline_get: WGSL does not compile (entry %s): %s", entry,
+                              scope_message);
     }
     free(messages.text);
     return st;
@@ -320,32 +321,33 @@ static uint32_t binding_type(kf_binding_kind kind) {
 
 static kf_status check_desc(kf_context *ctx, const kf_pipeline_desc *desc) {
     if (!desc->wgsl) {
-        return kf__fail(ctx, KF_ERROR_INVALID_ARGUMENT, "kf_pipeline_get: desc->wgsl is NULL");
+        return kf__context_fail(ctx, KF_ERROR_INVALID_ARGUMENT,
+                                "kf_pipeline_get: desc->wgsl is NULL");
     }
     if (desc->constant_count && !desc->constants) {
-        return kf__fail(ctx, KF_ERROR_INVALID_ARGUMENT,
-                        "kf_pipeline_get: %u constants but desc->constants is NULL",
-                        desc->constant_count);
+        return kf__context_fail(ctx, KF_ERROR_INVALID_ARGUMENT,
+                                "kf_pipeline_get: %u constants but desc->constants is NULL",
+                                desc->constant_count);
     }
     for (uint32_t i = 0; i < desc->constant_count; i++) {
         if (!desc->constants[i].name || !desc->constants[i].name[0]) {
-            return kf__fail(ctx, KF_ERROR_INVALID_ARGUMENT,
-                            "kf_pipeline_get: constant %u has no name", i);
+            return kf__context_fail(ctx, KF_ERROR_INVALID_ARGUMENT,
+                                    "kf_pipeline_get: constant %u has no name", i);
         }
     }
     if (desc->binding_count && !desc->bindings) {
-        return kf__fail(ctx, KF_ERROR_INVALID_ARGUMENT,
-                        "kf_pipeline_get: %u bindings but desc->bindings is NULL",
-                        desc->binding_count);
+        return kf__context_fail(ctx, KF_ERROR_INVALID_ARGUMENT,
+                                "kf_pipeline_get: %u bindings but desc->bindings is NULL",
+                                desc->binding_count);
     }
     uint32_t storage = 0, uniform = 0;
     for (uint32_t i = 0; i < desc->binding_count; i++) {
         kf_binding_kind kind = desc->bindings[i];
         if (kind != KF_BINDING_STORAGE_READ && kind != KF_BINDING_STORAGE_READ_WRITE &&
             kind != KF_BINDING_UNIFORM) {
-            return kf__fail(ctx, KF_ERROR_INVALID_ARGUMENT,
-                            "kf_pipeline_get: binding %u has kind %d, not a kf_binding_kind", i,
-                            (int)kind);
+            return kf__context_fail(
+                ctx, KF_ERROR_INVALID_ARGUMENT,
+                "kf_pipeline_get: binding %u has kind %d, not a kf_binding_kind", i, (int)kind);
         }
         if (kind == KF_BINDING_UNIFORM) {
             uniform++;
@@ -354,16 +356,16 @@ static kf_status check_desc(kf_context *ctx, const kf_pipeline_desc *desc) {
         }
     }
     if (storage > ctx->limits.max_storage_buffers_per_shader_stage) {
-        return kf__fail(ctx, KF_ERROR_LIMIT,
-                        "kf_pipeline_get: %u storage bindings; this device allows "
-                        "maxStorageBuffersPerShaderStage = %u",
-                        storage, ctx->limits.max_storage_buffers_per_shader_stage);
+        return kf__context_fail(ctx, KF_ERROR_LIMIT,
+                                "kf_pipeline_get: %u storage bindings; this device allows "
+                                "maxStorageBuffersPerShaderStage = %u",
+                                storage, ctx->limits.max_storage_buffers_per_shader_stage);
     }
     if (uniform > ctx->limits.max_uniform_buffers_per_shader_stage) {
-        return kf__fail(ctx, KF_ERROR_LIMIT,
-                        "kf_pipeline_get: %u uniform bindings; this device allows "
-                        "maxUniformBuffersPerShaderStage = %u",
-                        uniform, ctx->limits.max_uniform_buffers_per_shader_stage);
+        return kf__context_fail(ctx, KF_ERROR_LIMIT,
+                                "kf_pipeline_get: %u uniform bindings; this device allows "
+                                "maxUniformBuffersPerShaderStage = %u",
+                                uniform, ctx->limits.max_uniform_buffers_per_shader_stage);
     }
     return KF_OK;
 }
@@ -371,9 +373,9 @@ static kf_status check_desc(kf_context *ctx, const kf_pipeline_desc *desc) {
 static kf_status build(kf_context *ctx, kf_pipeline *p) {
     wg_shader_source_wgsl source = {{NULL, WG_STYPE_SHADER_SOURCE_WGSL}, {p->wgsl, WG_STRLEN}};
     wg_shader_module_desc md = {&source.chain, {"kfuse kernel", WG_STRLEN}};
-    kf__scope_push(ctx);
+    kf__context_scope_push(ctx);
     p->module = ctx->api.device_create_shader_module(ctx->device, &md);
-    kf_status st = kf__scope_pop(ctx, KF_ERROR_COMPILE, "WGSL");
+    kf_status st = kf__context_scope_pop(ctx, KF_ERROR_COMPILE, "WGSL");
     if (st == KF_ERROR_COMPILE) {
         return compile_error(ctx, p->module, p->wgsl, p->entry_point);
     }
@@ -385,7 +387,8 @@ static kf_status build(kf_context *ctx, kf_pipeline *p) {
     if (p->binding_count) {
         entries = calloc(p->binding_count, sizeof *entries);
         if (!entries) {
-            return kf__fail(ctx, KF_ERROR_OUT_OF_MEMORY, "kf_pipeline_get: out of host memory");
+            return kf__context_fail(ctx, KF_ERROR_OUT_OF_MEMORY,
+                                    "kf_pipeline_get: out of host memory");
         }
     }
     for (uint32_t i = 0; i < p->binding_count; i++) {
@@ -398,7 +401,8 @@ static kf_status build(kf_context *ctx, kf_pipeline *p) {
         constants = calloc(p->constant_count, sizeof *constants);
         if (!constants) {
             free(entries);
-            return kf__fail(ctx, KF_ERROR_OUT_OF_MEMORY, "kf_pipeline_get: out of host memory");
+            return kf__context_fail(ctx, KF_ERROR_OUT_OF_MEMORY,
+                                    "kf_pipeline_get: out of host memory");
         }
     }
     for (uint32_t i = 0; i < p->constant_count; i++) {
@@ -406,7 +410,7 @@ static kf_status build(kf_context *ctx, kf_pipeline *p) {
         constants[i].value = p->constants[i].value;
     }
 
-    kf__scope_push(ctx);
+    kf__context_scope_push(ctx);
     wg_bind_group_layout_desc bgl = {
         NULL, {"kfuse bindings", WG_STRLEN}, p->binding_count, entries};
     p->bind_group_layout = ctx->api.device_create_bind_group_layout(ctx->device, &bgl);
@@ -421,8 +425,9 @@ static kf_status build(kf_context *ctx, kf_pipeline *p) {
     cp.compute.constant_count = p->constant_count;
     cp.compute.constants = constants;
     p->handle = ctx->api.device_create_compute_pipeline(ctx->device, &cp);
-    st = kf__scope_pop(ctx, KF_ERROR_COMPILE,
-                       "kf_pipeline_get: the WGSL compiled but no pipeline could be made of it");
+    st = kf__context_scope_pop(
+        ctx, KF_ERROR_COMPILE,
+        "kf_pipeline_get: the WGSL compiled but no pipeline could be made of it");
     free(entries);
     free(constants);
     if (st == KF_OK) {
@@ -433,13 +438,13 @@ static kf_status build(kf_context *ctx, kf_pipeline *p) {
 
 kf_status kf_pipeline_get(kf_context *ctx, const kf_pipeline_desc *desc, kf_pipeline **out) {
     if (!ctx || !desc || !out) {
-        return kf__fail(ctx, KF_ERROR_INVALID_ARGUMENT, "kf_pipeline_get: %s is NULL",
-                        !ctx    ? "ctx"
-                        : !desc ? "desc"
-                                : "out");
+        return kf__context_fail(ctx, KF_ERROR_INVALID_ARGUMENT, "kf_pipeline_get: %s is NULL",
+                                !ctx    ? "ctx"
+                                : !desc ? "desc"
+                                        : "out");
     }
     *out = NULL;
-    kf_status st = kf__check_alive(ctx);
+    kf_status st = kf__context_check(ctx);
     if (st != KF_OK) {
         return st;
     }
@@ -458,13 +463,13 @@ kf_status kf_pipeline_get(kf_context *ctx, const kf_pipeline_desc *desc, kf_pipe
     p = calloc(1, sizeof *p);
     if (!p || !copy_key(p, desc->wgsl, entry, desc)) {
         pipeline_free(ctx, p);
-        return kf__fail(ctx, KF_ERROR_OUT_OF_MEMORY, "kf_pipeline_get: out of host memory");
+        return kf__context_fail(ctx, KF_ERROR_OUT_OF_MEMORY, "kf_pipeline_get: out of host memory");
     }
     p->ctx = ctx;
     p->hash = hash;
     st = build(ctx, p);
     if (st == KF_OK && !cache_insert(ctx, p)) {
-        st = kf__fail(ctx, KF_ERROR_OUT_OF_MEMORY, "kf_pipeline_get: out of host memory");
+        st = kf__context_fail(ctx, KF_ERROR_OUT_OF_MEMORY, "kf_pipeline_get: out of host memory");
     }
     if (st != KF_OK) {
         pipeline_free(ctx, p);

@@ -86,32 +86,35 @@ kf_status kf__wgpu_load(const char *path, kf__wgpu_api *api, void **library, cha
 
 /* context.c */
 /* Records a formatted message as the context's last error and returns status. */
-kf_status kf__fail(kf_context *ctx, kf_status status, const char *fmt, ...)
+kf_status kf__context_fail(kf_context *ctx, kf_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The same for callers that keep their own status (the fusion layer; see plan_internal.h). */
+void kf__context_set_error(kf_context *ctx, kf_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* KF_ERROR_DEVICE_LOST (with the message set) once the device is gone; KF_OK otherwise. */
-kf_status kf__check_alive(kf_context *ctx);
+kf_status kf__context_check(kf_context *ctx);
 /* Waits for one future. what names the operation for the timeout message. */
-kf_status kf__wait(kf_context *ctx, wg_future future, const char *what);
-/* Error scopes around a group of WebGPU calls: push before, pop after. kf__scope_pop returns
- * KF_OK, or the first error as status (validation -> `validation_status`, out of memory ->
+kf_status kf__context_wait(kf_context *ctx, wg_future future, const char *what);
+/* Error scopes around a group of WebGPU calls: push before, pop after. kf__context_scope_pop
+ * returns KF_OK, or the first error as status (validation -> `validation_status`, out of memory ->
  * KF_ERROR_OUT_OF_MEMORY, internal -> KF_ERROR_INTERNAL) with the message prefixed by what. */
-void kf__scope_push(kf_context *ctx);
-kf_status kf__scope_pop(kf_context *ctx, kf_status validation_status, const char *what);
+void kf__context_scope_push(kf_context *ctx);
+kf_status kf__context_scope_pop(kf_context *ctx, kf_status validation_status, const char *what);
 /* Submits the commands (checking them for errors) without waiting for the GPU. */
-kf_status kf__submit(kf_context *ctx, wg_command_buffer commands, const char *what);
+kf_status kf__context_submit(kf_context *ctx, wg_command_buffer commands, const char *what);
 /* Submits the commands and waits until the GPU has finished them. */
-kf_status kf__submit_and_wait(kf_context *ctx, wg_command_buffer commands, const char *what);
+kf_status kf__context_submit_wait(kf_context *ctx, wg_command_buffer commands, const char *what);
 /* Copies a string view into a NUL-terminated buffer. */
-void kf__copy_string(char *dst, size_t dst_size, wg_string src);
+void kf__wg_string_copy(char *dst, size_t dst_size, wg_string src);
 
 /* pipeline.c */
 void kf__pipeline_cache_destroy(kf_context *ctx);
 
 /* dispatch.c */
-void kf__timing_destroy(kf_context *ctx);
+void kf__context_timing_destroy(kf_context *ctx);
 
 /* buffer.c */
-void kf__staging_destroy(kf_context *ctx);
+void kf__context_staging_destroy(kf_context *ctx);
 
 /* For tests: makes the device lost as a driver reset would (Dawn only). */
 kf_status kf__context_force_loss(kf_context *ctx);
