@@ -183,11 +183,15 @@ uint64_t kf__splitmix64(uint64_t *state);
 /* A uniform double in [0, 1) from the stream. */
 double kf__rand_unit(uint64_t *state);
 
-/* NOTE from the matmul/reduction engineer to verify.c's owner (delete once handled):
- * kf_op_check_gradient fails rmsnorm's "1x1" case: y = x / sqrt(x^2 + eps) has dy/dx ~ 4e-6,
- * below what f32 outputs resolve with h = 1e-3 (ulp(y) / h ~ 6e-5), so the perturbed outputs
- * round to the unperturbed ones, central differences read 0 and loss_delta reports zero noise
- * (it only counts outputs with a != b). Each output's rounding can hide up to half an ulp of
- * change whether or not it changed; counting every output in `e` fixes it. */
+/* NOTE from the matmul/reduction engineer to verify.c's owner (delete once handled). Two things
+ * make kf_op_check_gradient fail correct specs (found over 20 seeds of every row op's table):
+ * 1. Outputs that do not change: rmsnorm "1x1" (dy/dx ~ 4e-6) and cross_entropy (a scalar loss
+ *    ~2.5 whose change grad * h ~ 7e-8 is under half an ulp) read central differences of 0 with
+ *    zero noise, since loss_delta only counts outputs with a != b. Each output's rounding hides up
+ *    to half an ulp of change whether or not it changed: count every output in `e`.
+ * 2. Kinks between the skip threshold and the tolerance: max with its top two elements closer
+ *    than h has one-sided slopes 1 and gap / h; a 2%..25% disagreement is neither skipped (25%)
+ *    nor passed (1%). A smooth op's one-sided slopes differ by ~h * |f''| (~1e-3 relative), so
+ *    skipping above ~2 * GRADIENT_TOLERANCE (plus noise) keeps the check strict and stable. */
 
 #endif
