@@ -4,6 +4,7 @@
 #include "harness.h"
 #include "util/half.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,17 +12,35 @@
 
 #define NPY_DATA KF_SOURCE_DIR "/tests/data/npy/"
 
-/* A scratch folder per test run, removed file by file by the tests that use it. */
-static const char *scratch_dir(void) {
-    static char dir[64];
-    if (!dir[0]) {
-        snprintf(dir, sizeof dir, "/tmp/kfuse-npy-XXXXXX");
-        if (!mkdtemp(dir)) {
-            dir[0] = '\0';
-            return NULL;
+/* A scratch folder per test run, removed at exit with whatever a failed test left in it. */
+static char scratch[64];
+
+static void scratch_remove(void) {
+    DIR *d = opendir(scratch);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        char path[512];
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
+            snprintf(path, sizeof path, "%s/%s", scratch, e->d_name);
+            remove(path);
         }
     }
-    return dir;
+    if (d) {
+        closedir(d);
+    }
+    rmdir(scratch);
+}
+
+static const char *scratch_dir(void) {
+    if (!scratch[0]) {
+        snprintf(scratch, sizeof scratch, "/tmp/kfuse-npy-XXXXXX");
+        if (!mkdtemp(scratch)) {
+            scratch[0] = '\0';
+            return NULL;
+        }
+        atexit(scratch_remove);
+    }
+    return scratch;
 }
 
 static bool scratch_path(char *buf, size_t size, const char *name) {
