@@ -520,7 +520,7 @@ static bool parse_term(parser *p, kf_node *out) {
         return parse_call(p, NULL, out);
     }
     if (number_ahead(p, &span)) {
-        double v;
+        double v = 0.0;
         if (!parse_number(p, &v)) {
             return false;
         }
@@ -645,7 +645,7 @@ static bool parse_input(parser *p) {
                 return fail_at(p, t, KF_ERROR_PARSE, "a shape has at most %d dimensions",
                                KF_MAX_DIMS);
             }
-            uint32_t d;
+            uint32_t d = 0;
             if (!parse_dim(p, &d)) {
                 return false;
             }
@@ -678,7 +678,7 @@ static bool parse_assignment(parser *p) {
     }
     advance(p); /* name */
     advance(p); /* '=' */
-    kf_node node;
+    kf_node node = {0};
     if (!parse_expr(p, &node)) {
         return false;
     }
