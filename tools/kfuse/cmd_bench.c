@@ -20,7 +20,7 @@ static void bench_usage(FILE *f) {
                "  --size S        small (default on a CPU adapter) or full (issue 6's sizes)\n"
                "  --repeat N      timed runs per variant, median reported (default 10, small 5)\n"
                "  --seed S        seed of the random inputs (default: fresh, printed in --json)\n"
-               "  --list          print the selected cases and their sizes; run nothing\n");
+               "  --list          print the selected cases, their sizes and graphs; run nothing\n");
 }
 
 int kf_cmd_bench(int argc, char **argv) {

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The GPU run behind docs/PERFORMANCE.md: kfuse bench at full size, then the same cases in PyTorch
+# (eager and torch.compile), then the plot. Everything lands in $OUT (default bench-out/).
+#
+#   bench/h200.sh [all|kfuse|torch|torch-chains|torch-rest|plot]
+#
+# Needs on the GPU machine: the kfuse binary ($KFUSE, default build/release/kfuse), Dawn's library
+# (deps/dawn, or $KF_WEBGPU_LIB), libvulkan1 and the NVIDIA Vulkan driver; python3 with torch for
+# the comparison; gnuplot for the plot (else run bench/plot.sh on the files later, anywhere). No
+# network. Each part stops itself before 9.5 minutes, so one part fits one 10-minute command;
+# `torch` is split in two parts for that reason (compiling each case takes a while).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-bench-out}
+KFUSE=${KFUSE:-build/release/kfuse}
+export KF_WEBGPU_LIB=${KF_WEBGPU_LIB:-$PWD/deps/dawn/libwebgpu_wrapper.so}
+export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/kfuse-inductor-cache}
+PART_LIMIT=${PART_LIMIT:-570}
+mkdir -p "$OUT"
+part=${1:-all}
+
+run_kfuse() {
+    { nvidia-smi || true; } >"$OUT/nvidia-smi.txt" 2>&1
+    "$KFUSE" info >"$OUT/kfuse-info.txt" 2>&1
+    echo "kfuse bench --json --size full (log: $OUT/kfuse.err)"
+    # Full sizes explicitly: the CPU-adapter default would pick small ones if Dawn fell back to
+    # a software adapter, and the numbers would silently mean something else.
+    timeout "$PART_LIMIT" "$KFUSE" bench --json --size full >"$OUT/kfuse.jsonl" 2>"$OUT/kfuse.err"
+    echo "kfuse bench exit $?"
+    grep -h '"kind": "device"' "$OUT/kfuse.jsonl" || true
+}
+
+run_torch() { # name, extra torch_compare.py arguments...
+    local name=$1
+    shift
+    echo "torch_compare.py $* (table: $OUT/compare-$name.md, log: $OUT/torch-$name.err)"
+    local kfuse_json=()
+    [ -s "$OUT/kfuse.jsonl" ] && kfuse_json=("$OUT/kfuse.jsonl")
+    timeout "$PART_LIMIT" python3 bench/torch_compare.py "${kfuse_json[@]}" --size full \
+        --json "$OUT/torch-$name.jsonl" "$@" >"$OUT/compare-$name.md" 2>"$OUT/torch-$name.err"
+    echo "torch_compare.py exit $?"
+}
+
+run_plot() {
+    cat "$OUT"/torch-*.jsonl >"$OUT/torch.jsonl" 2>/dev/null || true
+    if command -v gnuplot >/dev/null; then
+        bench/plot.sh "$OUT/kfuse.jsonl" "$OUT/torch.jsonl" "$OUT/perf.png"
+    else
+        echo "no gnuplot here: run bench/plot.sh $OUT/kfuse.jsonl $OUT/torch.jsonl docs/perf.png elsewhere"
+    fi
+}
+
+case "$part" in
+kfuse) run_kfuse ;;
+torch-chains) run_torch chains --filter '^chain_' ;;
+torch-rest) run_torch rest --filter '^(matmul|softmax|rmsnorm|layernorm|ffn)' ;;
+torch)
+    run_torch chains --filter '^chain_'
+    run_torch rest --filter '^(matmul|softmax|rmsnorm|layernorm|ffn)'
+    ;;
+plot) run_plot ;;
+all)
+    run_kfuse
+    run_torch chains --filter '^chain_'
+    run_torch rest --filter '^(matmul|softmax|rmsnorm|layernorm|ffn)'
+    run_plot
+    ;;
+*)
+    echo "usage: bench/h200.sh [all|kfuse|torch|torch-chains|torch-rest|plot]" >&2
+    exit 2
+    ;;
+esac
+ls -la "$OUT"
