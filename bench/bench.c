@@ -419,10 +419,13 @@ int kf_bench_run(kf_context *ctx, const kf_bench_options *opts) {
                 info.has_f16 ? "true" : "false", info.has_timestamps ? "true" : "false",
                 small ? "small" : "full", repeat, (unsigned long long)opts->seed);
     } else {
-        fprintf(out, "kfuse bench on %s (%s, %s, %s); %s sizes; median of %u runs, timed by %s\n",
+        fprintf(out,
+                "kfuse bench on %s (%s, %s, %s); %s sizes; median of %u runs, timed by %s; "
+                "seed %llu\n",
                 info.device[0] ? info.device : info.description, info.vendor, info.backend,
                 info.adapter_type, small ? "small" : "full", repeat,
-                info.has_timestamps ? "GPU timestamps" : "the wall clock");
+                info.has_timestamps ? "GPU timestamps" : "the wall clock",
+                (unsigned long long)opts->seed);
     }
     fflush(out);
 
@@ -463,10 +466,14 @@ int kf_bench_run(kf_context *ctx, const kf_bench_options *opts) {
     if (!opts->json) {
         print_table_header(out);
     }
+    uint32_t ran = 0, skipped = 0, case_failures = 0;
     for (uint32_t i = 0; i < count; i++) {
         kf_bench_result r;
         run_case(ctx, &cases[i], &info, repeat, opts->seed + i + 1, &r);
         failed |= r.failed;
+        case_failures += r.failed;
+        skipped += r.skipped && !r.failed;
+        ran += !r.skipped && !r.failed;
         const reference *ref = reference_for(&cases[i], refs);
         if (opts->json) {
             print_case_json(out, &cases[i], &r, ref, repeat);
@@ -474,6 +481,10 @@ int kf_bench_run(kf_context *ctx, const kf_bench_options *opts) {
             print_case_row(out, &cases[i], &r, ref);
         }
         fflush(out);
+    }
+    if (!opts->json) {
+        fprintf(out, "%u case%s: %u ran, %u skipped, %u failed\n", count, count == 1 ? "" : "s",
+                ran, skipped, case_failures);
     }
     return failed ? 1 : 0;
 }
