@@ -245,12 +245,15 @@ def run_torch(torch, c, args, dev):
     result = {}
     gen = torch.Generator(device=dev)
     gen.manual_seed(args.seed)
-    fn = make_case(torch, c, dev, gen)
     try:
+        fn = make_case(torch, c, dev, gen)
         result["eager"] = time_fn(torch, dev, fn, args.repeat, args.warmup)
     except Exception as e:  # out of memory on a smaller GPU: report, go on
         result["eager"] = "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")
-    if not args.no_compile and not hasattr(torch, "compile"):
+        fn = None
+    if fn is None:
+        pass  # no tensors: nothing to compile either
+    elif not args.no_compile and not hasattr(torch, "compile"):
         result["compile"] = "torch %s has no torch.compile (2.0 or later has)" % torch.__version__
     elif not args.no_compile:
         try:
