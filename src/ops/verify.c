@@ -27,7 +27,7 @@
 #define FLOOR_FRACTION 1e-2
 
 /* The gradient check: relative error allowed between spec_backward and central differences
- * once the differences' own rounding noise is taken off (see check_one_input). */
+ * beyond the error bound of the differences themselves (see central_difference). */
 #define GRADIENT_TOLERANCE 1e-2
 
 static void result_fail(kf_verify_result *r, const char *fmt, ...)
@@ -492,9 +492,9 @@ kf_status kf_op_verify(kf_context *ctx, const kf_verify_case *c, kf_verify_resul
 /* ---------------------------------------------------------------------------------------- */
 
 /* Enough sampled elements to catch a wrong formula, few enough that the large cases stay quick:
- * each sample costs three forward passes over the whole case. */
+ * each sample costs two forward passes over the whole case. */
 static uint32_t gradient_samples(uint64_t input_elements, uint64_t work_per_pass) {
-    uint64_t budget = 40000000u / (3 * (work_per_pass ? work_per_pass : 1));
+    uint64_t budget = 16000000u / (2 * (work_per_pass ? work_per_pass : 1));
     uint64_t n = budget < 4 ? 4 : budget > 256 ? 256 : budget;
     return (uint32_t)(n < input_elements ? n : input_elements);
 }
@@ -504,89 +504,84 @@ typedef struct gradient_state {
     uint32_t arity;
     kf_tensor *in[4];
     kf_tensor *base;   /* spec_forward at the inputs */
-    kf_tensor *probe;  /* spec_forward at a perturbed input */
+    kf_tensor *up;     /* spec_forward with one input element stepped up */
+    kf_tensor *down;   /* ... and down */
     kf_tensor *weight; /* the loss is sum(weight * out) */
+    double resolution; /* max |weight * base| * 2^-23: the loss change an f32 output can hide */
 } gradient_state;
 
-/* sum(weight * (probe - base)) in float64 and its rounding noise: the f32 outputs carry half an
- * ulp each, which the difference quotient divides by the step. */
-static kf_status loss_delta(gradient_state *g, double *delta, double *noise) {
-    kf_status st = g->c->op->spec_forward((const kf_tensor *const *)g->in, &g->c->params, g->probe);
+/* One central difference d(loss)/dx at element `at` of input `which`, and how far it can be from
+ * the true derivative without the spec being wrong:
+ *   - rounding: every output is f32, half an ulp each side, divided by the step;
+ *   - resolution: a change smaller than an output's ulp does not show at all;
+ *   - curvature and kinks: the central difference of f is off from f' by at most the second
+ *     difference |f(x+h) - 2 f(x) + f(x-h)| / 2h, exactly so for a kink (relu at 0, a max changing
+ *     hands) inside the step, and by f'' h / 2 for smooth f. Summed per output, never cancelled.
+ * The step is 1e-3 relative (at least 1e-3 absolute): small against the scale of every op's
+ * curvature, large against f32 rounding. */
+static kf_status central_difference(gradient_state *g, uint32_t which, uint64_t at,
+                                    double *derivative, double *slack, double *curvature) {
+    kf_tensor *x = g->in[which];
+    const kf_operator *op = g->c->op;
+    float x0 = x->data[at];
+    double h = 1e-3 * fmax(1.0, fabs((double)x0));
+    float xp = (float)(x0 + h), xm = (float)(x0 - h);
+    x->data[at] = xp;
+    kf_status st = op->spec_forward((const kf_tensor *const *)g->in, &g->c->params, g->up);
+    x->data[at] = xm;
+    if (st == KF_OK) {
+        st = op->spec_forward((const kf_tensor *const *)g->in, &g->c->params, g->down);
+    }
+    x->data[at] = x0;
     if (st != KF_OK) {
         return st;
     }
     uint64_t n = kf_tensor_size(g->base);
-    double d = 0, e = 0;
+    double delta = 0, rounding = 0, second = 0;
     for (uint64_t i = 0; i < n; i++) {
-        float a = g->probe->data[i], b = g->base->data[i];
-        if (a != b) {
-            d += (double)g->weight->data[i] * ((double)a - (double)b);
-            e += fabs((double)g->weight->data[i]) * (fabs((double)a) + fabs((double)b));
+        double u = g->up->data[i], d = g->down->data[i], b = g->base->data[i];
+        if (u == b && d == b) {
+            continue;
         }
+        double w = g->weight->data[i];
+        delta += w * (u - d);
+        rounding += fabs(w) * (fabs(u) + fabs(d)) * 0x1p-24;
+        second += fabs(w * (u - 2.0 * b + d));
     }
-    *delta = d;
-    *noise = e * 0x1p-24;
+    double step = (double)xp - (double)xm;
+    *derivative = delta / step;
+    *slack = (rounding + g->resolution + second) / step;
+    *curvature = second / step;
     return KF_OK;
 }
 
 static kf_status check_one_input(gradient_state *g, uint32_t which, const kf_tensor *analytic,
                                  uint64_t work_per_pass, kf_verify_result *r) {
-    kf_tensor *x = g->in[which];
-    uint64_t n = kf_tensor_size(x);
+    uint64_t n = kf_tensor_size(g->in[which]);
     uint32_t samples = gradient_samples(n, work_per_pass);
     uint64_t state = input_seed(g->c->seed, 100 + which);
     double *numeric = malloc(samples * sizeof *numeric);
     double *slack = malloc(samples * sizeof *slack);
+    double *curvature = malloc(samples * sizeof *curvature);
     uint64_t *at = malloc(samples * sizeof *at);
-    bool *skip = calloc(samples, sizeof *skip);
-    kf_status st = numeric && slack && at && skip ? KF_OK : KF_ERROR_OUT_OF_MEMORY;
+    kf_status st = numeric && slack && curvature && at ? KF_OK : KF_ERROR_OUT_OF_MEMORY;
     double sum_sq = 0;
     for (uint32_t s = 0; s < samples && st == KF_OK; s++) {
         at[s] = samples == n ? s : kf__splitmix64(&state) % n;
-        float x0 = x->data[at[s]];
-        double h = 1e-3 * fmax(1.0, fabs((double)x0));
-        float xp = (float)(x0 + h), xm = (float)(x0 - h);
-        double up, down, noise_up, noise_down;
-        x->data[at[s]] = xp;
-        st = loss_delta(g, &up, &noise_up);
-        x->data[at[s]] = xm;
-        if (st == KF_OK) {
-            st = loss_delta(g, &down, &noise_down);
-        }
-        x->data[at[s]] = x0;
-        if (st != KF_OK) {
-            break;
-        }
-        double step = (double)xp - (double)xm;
-        numeric[s] = (up - down) / step;
-        slack[s] = 4.0 * (noise_up + noise_down) / step;
-        /* a kink inside the step (relu at 0, a max changing hands) makes the one-sided slopes
-         * disagree; the derivative is not defined there, so the sample is skipped */
-        double right = up / ((double)xp - x0), left = -down / (x0 - (double)xm);
-        double side_noise = 4.0 * fmax(noise_up, noise_down) / fmin((double)xp - x0, x0 - xm);
-        skip[s] = fabs(right - left) > 0.25 * fmax(fabs(right), fabs(left)) + side_noise &&
-                  fabs(right - left) > 1e-6;
-        if (!skip[s]) {
-            sum_sq += numeric[s] * numeric[s];
-        }
-    }
-    uint32_t used = 0;
-    for (uint32_t s = 0; s < samples; s++) {
-        used += !skip[s];
-    }
-    if (st == KF_OK && 2 * used < samples) {
-        result_fail(r, "grad of input %u: %u of %u samples sit on kinks; the check saw too few",
-                    which, samples - used, samples);
+        st = central_difference(g, which, at[s], &numeric[s], &slack[s], &curvature[s]);
+        sum_sq += numeric[s] * numeric[s];
     }
     if (st == KF_OK) {
-        double floor = used ? sqrt(sum_sq / used) * FLOOR_FRACTION : 0;
+        double floor = sqrt(sum_sq / samples) * FLOOR_FRACTION;
         floor = floor > 0 ? floor : 1e-6;
+        /* a sample whose step straddles a kink (or strong curvature) checks little: most must not
+         */
+        uint32_t informative = 0;
         for (uint32_t s = 0; s < samples; s++) {
-            if (skip[s]) {
-                continue;
-            }
+            double scale = fmax(fabs(numeric[s]), floor);
+            informative += curvature[s] < 0.5 * scale;
             double a = analytic->data[at[s]];
-            double err = fmax(0.0, fabs(a - numeric[s]) - slack[s]) / fmax(fabs(numeric[s]), floor);
+            double err = fmax(0.0, fabs(a - numeric[s]) - slack[s]) / scale;
             if (isnan(a) != isnan(numeric[s])) {
                 err = INFINITY;
             }
@@ -596,15 +591,21 @@ static kf_status check_one_input(gradient_state *g, uint32_t which, const kf_ten
             if (err > r->tolerance) {
                 result_fail(r,
                             "grad of input %u, element %llu: spec_backward says %.9g, central "
-                            "differences %.9g (rel error %.3g)",
-                            which, (unsigned long long)at[s], a, numeric[s], err);
+                            "differences %.9g +- %.3g (rel error %.3g)",
+                            which, (unsigned long long)at[s], a, numeric[s], slack[s], err);
             }
+        }
+        if (2 * informative < samples) {
+            result_fail(r,
+                        "grad of input %u: %u of %u samples straddle kinks or strong curvature; "
+                        "the check saw too little",
+                        which, samples - informative, samples);
         }
     }
     free(numeric);
     free(slack);
+    free(curvature);
     free(at);
-    free(skip);
     return st;
 }
 
@@ -638,7 +639,10 @@ kf_status kf_op_check_gradient(const kf_verify_case *c, kf_verify_result *out) {
         st = kf_tensor_create(&out_shape, &g.base);
     }
     if (st == KF_OK) {
-        st = kf_tensor_create(&out_shape, &g.probe);
+        st = kf_tensor_create(&out_shape, &g.up);
+    }
+    if (st == KF_OK) {
+        st = kf_tensor_create(&out_shape, &g.down);
     }
     if (st == KF_OK) {
         st = kf_tensor_create(&out_shape, &g.weight);
@@ -646,6 +650,14 @@ kf_status kf_op_check_gradient(const kf_verify_case *c, kf_verify_result *out) {
     if (st == KF_OK) {
         kf_tensor_fill_random(g.weight, input_seed(c->seed, 7), -1.0f, 1.0f);
         st = op->spec_forward((const kf_tensor *const *)g.in, &c->params, g.base);
+    }
+    if (st == KF_OK) {
+        uint64_t n = kf_tensor_size(g.base);
+        for (uint64_t i = 0; i < n; i++) {
+            double v = fabs((double)g.weight->data[i] * g.base->data[i]);
+            g.resolution = v > g.resolution ? v : g.resolution;
+        }
+        g.resolution *= 0x1p-23;
     }
     for (uint32_t i = 0; i < g.arity && st == KF_OK; i++) {
         st = kf_tensor_create(&c->shapes[i], &grad_in[i]);
@@ -669,7 +681,8 @@ kf_status kf_op_check_gradient(const kf_verify_case *c, kf_verify_result *out) {
     destroy_all(g.in, 4);
     destroy_all(grad_in, 4);
     kf_tensor_destroy(g.base);
-    kf_tensor_destroy(g.probe);
+    kf_tensor_destroy(g.up);
+    kf_tensor_destroy(g.down);
     kf_tensor_destroy(g.weight);
     if (st != KF_OK) {
         out->passed = false;
