@@ -339,11 +339,38 @@ static kf_kernel *norm_kernel_backward_x(const norm_kind *kind, const kf_shape *
     if (b.weight.id) {
         g2 = kf_mul(k, g2, kf__load_f32(k, b.weight, j, dtype));
     }
-    kf_val inner = kf_sub(k, kf_sub(k, g2, mean_g), kf_mul(k, xhat, mean_g_xhat));
-    kf__store_f32(k, b.grad_in, at2, kf_mul(k, rstd, inner), dtype);
+    kf_val dx;
+    if (!kind->center && r.cols == 1) {
+        /* One column: xhat^2 = x^2 / (x^2 + eps), so g - xhat * g * xhat = g * eps * r^2 exactly;
+         * the general form would subtract two nearly equal numbers and keep only rounding. */
+        kf_val r3 = kf_mul(k, kf_mul(k, rstd, rstd), rstd);
+        dx = kf_mul(k, kf_mul(k, g2, kf_lit_f32(k, norm_eps(p))), r3);
+    } else {
+        kf_val inner = kf_sub(k, kf_sub(k, g2, mean_g), kf_mul(k, xhat, mean_g_xhat));
+        dx = kf_mul(k, rstd, inner);
+    }
+    kf__store_f32(k, b.grad_in, at2, dx, dtype);
     kf_end(k);
     kf_end(k);
     return k;
+}
+
+/* A serial sum over 0..n in blocks of 64: `for (b = 0; b < n; b += 64) { part = 0; for (c = b;
+ * c < min(b + 64, n); c++) { ... } total += part; }`. Rounding then grows with 64 + n / 64
+ * additions instead of n, which keeps a 4096-wide row's statistics at f32's accuracy. Opens both
+ * loops and declares *part; returns c. The caller accumulates into *part, then closes. */
+#define BLOCK 64u
+static kf_val blocked_sum_open(kf_kernel *k, uint32_t n, kf_var *part) {
+    kf_val block = kf_for(k, "block", kf__u32(k, 0), kf__u32(k, n), kf__u32(k, BLOCK));
+    *part = kf_declare(k, "part", kf_type_scalar(KF_SCALAR_F32), kf_lit_f32(k, 0));
+    kf_val end = kf_call2(k, KF_FN_MIN, kf_add(k, block, kf__u32(k, BLOCK)), kf__u32(k, n));
+    return kf_for(k, "c", block, end, kf__u32(k, 1));
+}
+
+static void blocked_sum_close(kf_kernel *k, kf_var total, kf_var part) {
+    kf_end(k);
+    kf_assign(k, total, kf_add(k, kf_read(k, total), kf_read(k, part)));
+    kf_end(k);
 }
 
 /* dweight (sum over rows of dy * xhat) or dbias (sum over rows of dy): a column reduction. A
@@ -379,15 +406,13 @@ static kf_kernel *norm_kernel_backward_param(const norm_kind *kind, const kf_sha
     kf_val valid = kf_let(k, "valid", kf_binary(k, KF_OP_LT, column, kf__u32(k, cols)));
     kf_val col = kf_let(k, "col", kf_call2(k, KF_FN_MIN, column, kf__u32(k, cols - 1)));
     kf_var acc = kf_declare(k, "acc", f32, kf_lit_f32(k, 0));
-    if (is_bias) {
-        kf_val row = kf_for(k, "row", kf__u32(k, 0), kf__u32(k, rows), kf__u32(k, 1));
-        kf_val at = kf_add(k, kf_mul(k, row, kf__u32(k, cols)), col);
-        kf_assign(k, acc, kf_add(k, kf_read(k, acc), kf__load_f32(k, b.grad_out, at, dtype)));
-        kf_end(k);
-    } else {
-        kf_shared mu_s = kf_kernel_workgroup(k, "chunk_mu", f32, chunk);
-        kf_shared rstd_s = kf_kernel_workgroup(k, "chunk_rstd", f32, chunk);
-        kf_val start = kf_for(k, "start", kf__u32(k, 0), kf__u32(k, rows), kf__u32(k, chunk));
+    kf_shared mu_s = {0}, rstd_s = {0};
+    if (!is_bias) {
+        mu_s = kf_kernel_workgroup(k, "chunk_mu", f32, chunk);
+        rstd_s = kf_kernel_workgroup(k, "chunk_rstd", f32, chunk);
+    }
+    kf_val start = kf_for(k, "start", kf__u32(k, 0), kf__u32(k, rows), kf__u32(k, chunk));
+    if (!is_bias) {
         /* this invocation's row of the chunk, clamped: spare invocations compute a real row's
          * statistics that nobody reads */
         kf_val my_row = kf_call2(k, KF_FN_MIN, kf_add(k, start, lane), kf__u32(k, rows - 1));
@@ -395,40 +420,49 @@ static kf_kernel *norm_kernel_backward_param(const norm_kind *kind, const kf_sha
         kf_val mu = kf_lit_f32(k, 0);
         if (kind->center) {
             kf_var s = kf_declare(k, "s", f32, kf_lit_f32(k, 0));
-            kf_val c = kf_for(k, "c", kf__u32(k, 0), kf__u32(k, cols), kf__u32(k, 1));
-            kf_assign(k, s,
-                      kf_add(k, kf_read(k, s), kf__load_f32(k, b.x, kf_add(k, my_base, c), dtype)));
-            kf_end(k);
+            kf_var s_part;
+            kf_val c = blocked_sum_open(k, cols, &s_part);
+            kf_val v = kf__load_f32(k, b.x, kf_add(k, my_base, c), dtype);
+            kf_assign(k, s_part, kf_add(k, kf_read(k, s_part), v));
+            blocked_sum_close(k, s, s_part);
             mu = kf_let(k, "mu", kf_div(k, kf_read(k, s), kf_lit_f32(k, (float)cols)));
         }
         kf_var ss = kf_declare(k, "ss", f32, kf_lit_f32(k, 0));
-        kf_val c2 = kf_for(k, "c", kf__u32(k, 0), kf__u32(k, cols), kf__u32(k, 1));
+        kf_var ss_part;
+        kf_val c2 = blocked_sum_open(k, cols, &ss_part);
         kf_val d =
             kf_let(k, "d", kf_sub(k, kf__load_f32(k, b.x, kf_add(k, my_base, c2), dtype), mu));
-        kf_assign(k, ss, kf_add(k, kf_read(k, ss), kf_mul(k, d, d)));
-        kf_end(k);
+        kf_assign(k, ss_part, kf_add(k, kf_read(k, ss_part), kf_mul(k, d, d)));
+        blocked_sum_close(k, ss, ss_part);
         kf_val var = kf_div(k, kf_read(k, ss), kf_lit_f32(k, (float)cols));
         kf_val rstd = kf_call1(k, KF_FN_INVERSE_SQRT, kf_add(k, var, kf_lit_f32(k, norm_eps(p))));
         kf_shared_store(k, mu_s, lane, mu);
         kf_shared_store(k, rstd_s, lane, rstd);
         kf_barrier(k);
-        /* rows of this chunk: min(chunk, rows - start), the same for the whole workgroup */
-        kf_val count =
-            kf_let(k, "count",
-                   kf_call2(k, KF_FN_MIN, kf__u32(k, chunk), kf_sub(k, kf__u32(k, rows), start)));
-        kf_val q = kf_for(k, "q", kf__u32(k, 0), count, kf__u32(k, 1));
-        kf_val at =
-            kf_let(k, "at", kf_add(k, kf_mul(k, kf_add(k, start, q), kf__u32(k, cols)), col));
+    }
+    /* rows of this chunk: min(chunk, rows - start), the same for the whole workgroup. The chunk
+     * is summed on its own and then added to the total (blocked summation: rounding grows with
+     * chunk + rows / chunk additions, not rows). */
+    kf_val count = kf_let(
+        k, "count", kf_call2(k, KF_FN_MIN, kf__u32(k, chunk), kf_sub(k, kf__u32(k, rows), start)));
+    kf_var part = kf_declare(k, "part", f32, kf_lit_f32(k, 0));
+    kf_val q = kf_for(k, "q", kf__u32(k, 0), count, kf__u32(k, 1));
+    kf_val at = kf_let(k, "at", kf_add(k, kf_mul(k, kf_add(k, start, q), kf__u32(k, cols)), col));
+    kf_val term = kf__load_f32(k, b.grad_out, at, dtype);
+    if (!is_bias) {
         kf_val xhat =
             kf_mul(k, kf_sub(k, kf__load_f32(k, b.x, at, dtype), kf_shared_load(k, mu_s, q)),
                    kf_shared_load(k, rstd_s, q));
-        kf_val dy = kf__load_f32(k, b.grad_out, at, dtype);
-        kf_assign(k, acc, kf_add(k, kf_read(k, acc), kf_mul(k, dy, xhat)));
-        kf_end(k);
+        term = kf_mul(k, term, xhat);
+    }
+    kf_assign(k, part, kf_add(k, kf_read(k, part), term));
+    kf_end(k);
+    kf_assign(k, acc, kf_add(k, kf_read(k, acc), kf_read(k, part)));
+    if (!is_bias) {
         /* the next chunk overwrites the statistics */
         kf_barrier(k);
-        kf_end(k);
     }
+    kf_end(k);
     kf_if(k, valid);
     kf__store_f32(k, b.grad_in, col, kf_read(k, acc), dtype);
     kf_end(k);
