@@ -3,14 +3,18 @@
  * Search order (the first that opens wins):
  *   1. kf_context_desc.library_path, when given (no fallback: a wrong path is an error);
  *   2. $KF_WEBGPU_LIB, when set (likewise no fallback);
- *   3. the folder scripts/setup.sh fills, KF_DEFAULT_DAWN_DIR (libwebgpu_wrapper.so or
- *      libwebgpu_dawn.so in it);
+ *   3. the folder scripts/setup.sh fills, deps/dawn (libwebgpu_wrapper.so or libwebgpu_dawn.so
+ *      in it): first in the source tree kfuse was built from (KF_DEFAULT_DAWN_DIR), then beside
+ *      the running program's build folder (<exe>/../../deps/dawn, for a tree copied elsewhere),
+ *      then under the working directory;
  *   4. the system's libwebgpu_dawn.so, then libwgpu_native.so, through the dynamic loader's path.
  */
 #include <dlfcn.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime/runtime.h"
 
@@ -56,6 +60,10 @@ static void *open_one(const char *path, char *tried, size_t tried_size) {
     void *library = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (!library) {
         const char *why = dlerror();
+        size_t n = strlen(path);
+        if (why && !strncmp(why, path, n) && !strncmp(why + n, ": ", 2)) {
+            why += n + 2; /* dlerror repeats the path */
+        }
         append(tried, tried_size, "\n  %s: %s", path, why ? why : "cannot be opened");
     }
     return library;
@@ -72,7 +80,8 @@ static kf_status finish(void *library, const char *path, kf__wgpu_api *api, void
         return KF_ERROR_NO_LIBRARY;
     }
     *out = library;
-    snprintf(opened, opened_size, "%s", path);
+    char resolved[PATH_MAX];
+    snprintf(opened, opened_size, "%s", realpath(path, resolved) ? resolved : path);
     return KF_OK;
 }
 
@@ -92,18 +101,35 @@ kf_status kf__wgpu_load(const char *path, kf__wgpu_api *api, void **library, cha
         return finish(lib, explicit_path, api, library, opened, opened_size, err, err_size);
     }
 
+    /* build/<preset>/kfuse -> deps/dawn two folders up. */
+    char beside_exe[1100] = "";
+    char exe[1024];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            snprintf(beside_exe, sizeof beside_exe, "%s/../../deps/dawn/libwebgpu_wrapper.so", exe);
+        }
+    }
     const char *candidates[] = {
         KF_DEFAULT_DAWN_DIR "/libwebgpu_wrapper.so",
         KF_DEFAULT_DAWN_DIR "/libwebgpu_dawn.so",
+        beside_exe,
+        "./deps/dawn/libwebgpu_wrapper.so",
         "libwebgpu_dawn.so",
         "libwgpu_native.so",
     };
     for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++) {
+        if (!candidates[i][0]) {
+            continue;
+        }
         void *lib = open_one(candidates[i], tried, sizeof tried);
         if (lib) {
             return finish(lib, candidates[i], api, library, opened, opened_size, err, err_size);
         }
     }
-    snprintf(err, err_size, "no WebGPU library found; tried:%s\n" KF__HOW_TO_GET, tried);
+    snprintf(err, err_size, "none of these could be loaded:%s\n" KF__HOW_TO_GET, tried);
     return KF_ERROR_NO_LIBRARY;
 }

@@ -44,8 +44,8 @@ int kf_cmd_info(int argc, char **argv) {
     kf_adapter_info info;
     kf_context_adapter_info(ctx, &info);
     printf("adapter:      %s\n", info.device);
-    printf("vendor:       %s (0x%04x)%s%s\n", info.vendor, info.vendor_id,
-           info.architecture[0] ? ", architecture " : "", info.architecture);
+    printf("vendor:       %s (0x%04x)%s%s\n", info.vendor[0] ? info.vendor : "unknown",
+           info.vendor_id, info.architecture[0] ? ", architecture " : "", info.architecture);
     printf("device id:    0x%04x\n", info.device_id);
     printf("type:         %s\n", info.adapter_type);
     printf("backend:      %s\n", info.backend);
