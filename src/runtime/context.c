@@ -210,8 +210,9 @@ static void on_device_lost(const wg_device *device, uint32_t reason, wg_string m
     (void)device;
     (void)user2;
     kf_context *ctx = user1;
+    /* A device that failed to be created is reported by the request itself. */
     if (atomic_load(&ctx->destroying) || reason == WG_LOST_DESTROYED ||
-        reason == WG_LOST_CALLBACK_CANCELLED) {
+        reason == WG_LOST_CALLBACK_CANCELLED || reason == WG_LOST_FAILED_CREATION) {
         return;
     }
     char text[KF__ERROR_SIZE];
@@ -438,29 +439,58 @@ static kf_status request_device(kf_context *ctx, const kf_context_desc *desc,
     memset(&dd, 0, sizeof dd);
     dd.next = toggles ? &toggles->chain : NULL;
     dd.label = (wg_string){"kfuse", WG_STRLEN};
-    dd.required_feature_count = wanted_count;
     dd.required_features = wanted;
-    dd.required_limits = have_limits ? &limits : NULL;
     dd.default_queue.label = (wg_string){"kfuse queue", WG_STRLEN};
     dd.device_lost = (wg_device_lost_callback_info){NULL, WG_CALLBACK_ALLOW_SPONTANEOUS,
                                                     on_device_lost, ctx, NULL};
     dd.uncaptured_error = (wg_uncaptured_error_callback_info){NULL, on_uncaptured_error, ctx, NULL};
 
+    /* A driver may list a feature and still refuse it (experimental ones first): then ask for
+     * less rather than fail, and let kf_adapter_info say what was granted. */
+    bool matrix = wanted_count && wanted[wanted_count - 1] == WG_FEATURE_SUBGROUP_MATRIX;
+    const struct {
+        size_t features;
+        bool limits;
+    } attempts[4] = {{wanted_count, have_limits},
+                     {wanted_count - (matrix ? 1 : 0), have_limits},
+                     {0, have_limits},
+                     {0, false}};
     device_request *r = calloc(1, sizeof *r);
-    if (!r) {
+    char *first_message = calloc(1, KF__ERROR_SIZE);
+    if (!r || !first_message) {
+        free(r);
+        free(first_message);
         return kf__context_fail(ctx, KF_ERROR_OUT_OF_MEMORY, "out of host memory");
     }
-    wg_request_device_callback_info info = {NULL, WG_CALLBACK_WAIT_ANY_ONLY, on_device, r, NULL};
-    kf_status st = kf__context_wait(ctx, ctx->api.adapter_request_device(ctx->adapter, &dd, info),
-                                    "requestDevice");
-    if (st == KF_OK && (r->status != WG_REQUEST_SUCCESS || !r->device)) {
-        st = kf__context_fail(ctx, KF_ERROR_NO_DEVICE, "the adapter refused to create a device: %s",
-                              r->message[0] ? r->message : "no reason given");
+    kf_status st = KF_ERROR_NO_DEVICE;
+    for (int i = 0; i < 4 && !ctx->device; i++) {
+        if (i > 0 && attempts[i].features == attempts[i - 1].features &&
+            attempts[i].limits == attempts[i - 1].limits) {
+            continue;
+        }
+        dd.required_feature_count = attempts[i].features;
+        dd.required_limits = attempts[i].limits ? &limits : NULL;
+        memset(r, 0, sizeof *r);
+        wg_request_device_callback_info info = {NULL, WG_CALLBACK_WAIT_ANY_ONLY, on_device, r,
+                                                NULL};
+        st = kf__context_wait(ctx, ctx->api.adapter_request_device(ctx->adapter, &dd, info),
+                              "requestDevice");
+        if (st != KF_OK) {
+            break;
+        }
+        if (r->status == WG_REQUEST_SUCCESS && r->device) {
+            ctx->device = r->device;
+        } else if (!first_message[0]) {
+            snprintf(first_message, KF__ERROR_SIZE, "%s",
+                     r->message[0] ? r->message : "no reason given");
+        }
     }
-    if (st == KF_OK) {
-        ctx->device = r->device;
+    if (st == KF_OK && !ctx->device) {
+        st = kf__context_fail(ctx, KF_ERROR_NO_DEVICE, "the adapter refused to create a device: %s",
+                              first_message);
     }
     free(r);
+    free(first_message);
     return st;
 }
 
