@@ -287,10 +287,17 @@ typedef struct then_ctx {
 static void inline_b(copier *ca, uint32_t value, uint32_t index) {
     then_ctx *t = ca->user;
     kf_kernel *r = ca->dst;
-    /* Name a computed value before b uses it: composed chains stay readable and shallow. */
+    /* Name a computed value and index before b uses them: composed chains stay readable and
+     * shallow. */
     if (!is_trivial(r, value)) {
         value = kf__materialize(r, KF__NODE_NAMED, 0, r->nodes[value].type, &value, 1, 0, "y");
         if (!value) {
+            return;
+        }
+    }
+    if (!is_trivial(r, index)) {
+        index = kf__materialize(r, KF__NODE_NAMED, 0, r->nodes[index].type, &index, 1, 0, "index");
+        if (!index) {
             return;
         }
     }

@@ -30,5 +30,6 @@ int kf_cmd_run(int argc, char **argv);
 int kf_cmd_demo(int argc, char **argv);
 int kf_cmd_bench(int argc, char **argv);
 int kf_cmd_verify(int argc, char **argv);
+int kf_cmd_wgsl(int argc, char **argv);
 
 #endif

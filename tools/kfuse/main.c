@@ -9,6 +9,7 @@ static const kf_cli_command commands[] = {
     {"run", "run a graph fused (or not), check it against the CPU specs, time it", kf_cmd_run},
     {"bench", "time fused against unfused on this device (docs/PERFORMANCE.md)", kf_cmd_bench},
     {"verify", "check every operator's GPU kernels against its CPU spec", kf_cmd_verify},
+    {"wgsl", "print the WGSL of a named kernel (an example or an operator)", kf_cmd_wgsl},
 };
 static const size_t command_count = sizeof commands / sizeof commands[0];
 

@@ -1,0 +1,137 @@
+/* kfuse wgsl NAME: prints the WGSL of a named kernel, so a user can read what runs. Names are the
+ * built-in example kernels (src/ir/examples.c), then the operators' forward kernels at a default
+ * shape. */
+#include "cli.h"
+#include "ir/examples.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: kfuse wgsl NAME [--shape RxC]\n"
+               "       kfuse wgsl list\n\n"
+               "Prints the WGSL kfuse emits for a named kernel: a built-in example (below) or an\n"
+               "operator's forward kernel (kfuse verify --list names them), built for inputs of\n"
+               "--shape (default 64x64; every input gets it).\n\n"
+               "Examples:\n");
+    for (uint32_t i = 0; i < kf__example_count(); i++) {
+        const kf__example *e = kf__example_at(i);
+        fprintf(f, "  %-18s %s\n", e->name, e->about);
+    }
+}
+
+static void list(void) {
+    for (uint32_t i = 0; i < kf__example_count(); i++) {
+        printf("%s\n", kf__example_at(i)->name);
+    }
+    for (uint32_t i = 0; i < kf_op_count(); i++) {
+        printf("%s\n", kf_op_at(i)->name);
+    }
+}
+
+static bool parse_shape(const char *s, kf_shape *out) {
+    char *end;
+    unsigned long r = strtoul(s, &end, 10);
+    if (end == s || r == 0 || r > 65536) {
+        return false;
+    }
+    if (*end == '\0') {
+        *out = kf_shape_1d((uint32_t)r);
+        return true;
+    }
+    if (*end != 'x') {
+        return false;
+    }
+    const char *cs = end + 1;
+    unsigned long c = strtoul(cs, &end, 10);
+    if (end == cs || *end || c == 0 || c > 65536) {
+        return false;
+    }
+    *out = kf_shape_2d((uint32_t)r, (uint32_t)c);
+    return true;
+}
+
+/* An operator's forward kernel with every input of `shape` (NULL with a message when the op
+ * cannot be built that way). */
+static kf_kernel *op_kernel(const kf_operator *op, const kf_shape *shape) {
+    kf_op_params params;
+    memset(&params, 0, sizeof params);
+    uint32_t arity = kf_op_arity(op, &params);
+    kf_shape in[4];
+    for (uint32_t i = 0; i < 4; i++) {
+        in[i] = *shape;
+    }
+    if (arity > 4 || !op->kernel_forward) {
+        fprintf(stderr, "kfuse wgsl: operator '%s' has no forward kernel to show\n", op->name);
+        return NULL;
+    }
+    kf_shape out;
+    char msg[256] = {0};
+    if (kf_op_shape(op, in, &params, &out, msg, sizeof msg) != KF_OK) {
+        fprintf(stderr, "kfuse wgsl: %s: %s (try another --shape)\n", op->name, msg);
+        return NULL;
+    }
+    return op->kernel_forward(in, &params, KF_DTYPE_F32);
+}
+
+int kf_cmd_wgsl(int argc, char **argv) {
+    const char *name = NULL;
+    kf_shape shape = kf_shape_2d(64, 64);
+    for (int i = 1; i < argc; i++) {
+        if (kf_cli_is_help(argv[i])) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
+            if (!parse_shape(argv[++i], &shape)) {
+                fprintf(stderr, "kfuse wgsl: --shape wants N or RxC (e.g. 64x64), got '%s'\n",
+                        argv[i]);
+                return 2;
+            }
+        } else if (argv[i][0] == '-' || name) {
+            fprintf(stderr, "kfuse wgsl: unexpected argument '%s'\n\n", argv[i]);
+            usage(stderr);
+            return 2;
+        } else {
+            name = argv[i];
+        }
+    }
+    if (!name) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(name, "list")) {
+        list();
+        return 0;
+    }
+    kf_kernel *k = kf__example_build(name);
+    if (!k) {
+        const kf_operator *op = kf_op_find(name);
+        if (!op) {
+            fprintf(stderr, "kfuse wgsl: no kernel named '%s'; the names are:\n", name);
+            for (uint32_t i = 0; i < kf__example_count(); i++) {
+                fprintf(stderr, "  %s\n", kf__example_at(i)->name);
+            }
+            fprintf(stderr, "and the operators:");
+            for (uint32_t i = 0; i < kf_op_count(); i++) {
+                fprintf(stderr, " %s", kf_op_at(i)->name);
+            }
+            fprintf(stderr, "\n");
+            return 2;
+        }
+        k = op_kernel(op, &shape);
+        if (!k) {
+            return 1;
+        }
+    }
+    char *wgsl = kf_kernel_emit_wgsl(k);
+    if (!wgsl) {
+        fprintf(stderr, "kfuse wgsl: %s: %s\n", kf_status_str(kf_kernel_status(k)),
+                kf_kernel_error(k));
+        kf_kernel_destroy(k);
+        return 1;
+    }
+    fputs(wgsl, stdout);
+    kf_free(wgsl);
+    kf_kernel_destroy(k);
+    return 0;
+}
