@@ -99,11 +99,18 @@ typedef struct kf_context_desc {
     size_t error_out_size;
 } kf_context_desc;
 
-/* Loads the WebGPU library, picks an adapter, creates a device and queue. On failure *out is NULL
- * and desc->error_out (if given) says what to install or set. */
+/* Loads the WebGPU library, picks an adapter (desc->backend, else $KF_BACKEND=vulkan|gles|opengl|
+ * metal|d3d12|null, else the best one), creates a device with the adapter's full limits and the
+ * optional features it has (shader-f16, subgroups, timestamp-query, subgroup matrices), and its
+ * queue. desc NULL means all defaults. On failure *out is NULL and desc->error_out (if given)
+ * says what to install or set: KF_ERROR_NO_LIBRARY, KF_ERROR_NO_ADAPTER, KF_ERROR_NO_DEVICE, or
+ * KF_ERROR_INVALID_ARGUMENT for an unknown KF_BACKEND. docs/runtime.md has the details. */
 kf_status kf_context_create(const kf_context_desc *desc, kf_context **out);
+/* Destroys the context and its pipelines. Destroy its buffers first. NULL is a no-op. */
 void kf_context_destroy(kf_context *ctx);
-/* The last error message on this context ("" when none). Valid until the next call on ctx. */
+/* The message of the most recent failed call on this context ("" before any failure). Valid
+ * until the next call on ctx. Once the device is lost, every call fails with
+ * KF_ERROR_DEVICE_LOST and this says why (docs/errors.md). */
 const char *kf_context_last_error(const kf_context *ctx);
 
 typedef struct kf_adapter_info {
@@ -143,7 +150,8 @@ typedef struct kf_context_stats {
 kf_status kf_context_stats_get(const kf_context *ctx, kf_context_stats *out);
 
 /* A device buffer usable as storage, uniform, copy source and destination. Any byte size >= 1
- * (rounded up to 4 internally); above the device limit -> KF_ERROR_LIMIT with the limit named. */
+ * (rounded up to 4 internally); above the device limit -> KF_ERROR_LIMIT with the limit named.
+ * Its contents start as zeros. Destroy buffers before their context; destroying NULL is a no-op. */
 kf_status kf_buffer_create(kf_context *ctx, uint64_t size, kf_buffer **out);
 void kf_buffer_destroy(kf_buffer *buf);
 uint64_t kf_buffer_size(const kf_buffer *buf); /* the size asked for */
@@ -177,7 +185,8 @@ typedef struct kf_pipeline_desc {
 
 /* Compiles (or finds in the context's cache, keyed by a hash of WGSL, entry, constants and
  * bindings) a compute pipeline. The pipeline belongs to the context. A compile error is
- * KF_ERROR_COMPILE with the compiler's message, line and column, on the context. */
+ * KF_ERROR_COMPILE with the compiler's message, line and column, on the context; so is WGSL that
+ * compiles but makes no pipeline (no such entry point, bindings unlike `bindings`). */
 kf_status kf_pipeline_get(kf_context *ctx, const kf_pipeline_desc *desc, kf_pipeline **out);
 
 typedef struct kf_dispatch {
@@ -190,7 +199,11 @@ typedef struct kf_dispatch {
     uint32_t groups[3];
 } kf_dispatch;
 
-/* Records the dispatches in order into one submission and waits for it to finish. */
+/* Records the dispatches in order into one compute pass and one submission and waits for it to
+ * finish (each dispatch sees the writes of those before it). Every dispatch is checked first:
+ * one buffer of this context per binding (else KF_ERROR_INVALID_ARGUMENT), each within the
+ * binding size limit and the grid within the workgroup limits (else KF_ERROR_LIMIT). WebGPU
+ * validation errors come back as KF_ERROR_VALIDATION with its message. */
 kf_status kf_context_run(kf_context *ctx, const kf_dispatch *dispatches, uint32_t count);
 
 typedef struct kf_timing {
@@ -199,7 +212,9 @@ typedef struct kf_timing {
     bool gpu_timestamps; /* true: GPU timestamp queries; false: wall clock around a queue sync */
 } kf_timing;
 
-/* Runs the sequence once to warm up, then `repeat` times (0 means 10), timing each. */
+/* Runs the sequence once to warm up, then `repeat` times (0 means 10), each its own
+ * submission, and times each: GPU timestamps around the pass where the device has them, else
+ * the wall clock from submission to completion. Never a substitute for checking results. */
 kf_status kf_context_time(kf_context *ctx, const kf_dispatch *dispatches, uint32_t count,
                           uint32_t repeat, kf_timing *out);
 
