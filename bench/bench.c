@@ -131,6 +131,46 @@ static const char *size_str(const kf_bench_case *c, char *buf, size_t size) {
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* Timing                                                                                   */
+/* ---------------------------------------------------------------------------------------- */
+
+static int compare_ms(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+kf_status kf_bench_interleave(uint32_t variants, uint32_t repeat, kf_bench_time_fn time_one,
+                              void *user, kf_timing *out) {
+    if (variants == 0 || variants > 4 || repeat == 0 || !time_one || !out) {
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    double *samples = calloc((size_t)variants * repeat, sizeof *samples);
+    if (!samples) {
+        return KF_ERROR_OUT_OF_MEMORY;
+    }
+    bool gpu[4] = {true, true, true, true};
+    kf_status st = KF_OK;
+    for (uint32_t r = 0; r < repeat && st == KF_OK; r++) {
+        for (uint32_t i = 0; i < variants && st == KF_OK; i++) {
+            uint32_t v = r % 2 ? variants - 1 - i : i;
+            kf_timing one = {0};
+            st = time_one(user, v, &one);
+            samples[v * repeat + r] = one.median_ms;
+            gpu[v] &= one.gpu_timestamps;
+        }
+    }
+    for (uint32_t v = 0; v < variants && st == KF_OK; v++) {
+        double *s = samples + (size_t)v * repeat;
+        qsort(s, repeat, sizeof *s, compare_ms);
+        out[v].min_ms = s[0];
+        out[v].median_ms = repeat % 2 ? s[repeat / 2] : 0.5 * (s[repeat / 2 - 1] + s[repeat / 2]);
+        out[v].gpu_timestamps = gpu[v];
+    }
+    free(samples);
+    return st;
+}
+
+/* ---------------------------------------------------------------------------------------- */
 /* Output                                                                                   */
 /* ---------------------------------------------------------------------------------------- */
 

@@ -1,8 +1,9 @@
 /* kfuse's benchmark (`kfuse bench`, docs/PERFORMANCE.md).
  *
  * Every case is built through the public API exactly as a user would build it: a lazy graph,
- * compiled once fused and once with kf_compile_options.no_fuse, fed random inputs, timed with
- * kf_plan_time. The activation-save case times copy dispatches with kf_context_time. Each case
+ * compiled once fused and once with kf_compile_options.no_fuse, fed the same random inputs,
+ * timed with kf_plan_time in interleaved rounds. The activation-save case times its copy
+ * dispatches with kf_context_time the same way. Each case
  * reports both times, the dispatch counts, a throughput (GB/s of compulsory traffic, or TFLOP/s)
  * and that throughput as a fraction of a reference the program measures on the same device at
  * the start: a plain copy's bandwidth, and a plain matmul's rate.
@@ -84,6 +85,15 @@ typedef struct kf_bench_result {
     bool flops;          /* work is flops: the metric is TFLOP/s, else GB/s */
     double max_rel_diff; /* fused output against unfused output */
 } kf_bench_result;
+
+/* Times `variants` (at most 4) alternatives in `repeat` interleaved rounds: each round times
+ * every variant once, in an order that alternates from round to round, through time_one (one
+ * timed run after one untimed). out[v] gets variant v's median and minimum. Interleaving keeps a
+ * comparison fair on a machine whose speed drifts (other work on a shared CPU adapter, clocks):
+ * a slow spell hits both variants instead of one. */
+typedef kf_status (*kf_bench_time_fn)(void *user, uint32_t variant, kf_timing *one);
+kf_status kf_bench_interleave(uint32_t variants, uint32_t repeat, kf_bench_time_fn time_one,
+                              void *user, kf_timing *out);
 
 /* The largest single buffer the case needs, in bytes (for the device-limit check). */
 uint64_t kf_bench_largest_buffer(const kf_bench_case *c);

@@ -1,7 +1,6 @@
 /* The graph-based benchmark cases: each graph is built with kf_graph_* as a user would build it,
  * compiled once fused and once with no_fuse, fed the same random inputs (kf_plan_random_input
- * from one seed) and timed with kf_plan_time. Plans are made one after the other, so only one
- * variant's buffers live on the device at a time. */
+ * from one seed) and timed with kf_plan_time, the two plans in interleaved rounds. */
 #include "bench.h"
 
 #include <math.h>
@@ -154,59 +153,64 @@ static double compulsory_bytes(const kf_graph *g) {
 }
 
 typedef struct variant {
-    kf_timing timing;
+    kf_plan *plan;
     kf_plan_summary summary;
     kf_tensor *output; /* "y", downloaded after timing */
 } variant;
 
-/* Compiles, feeds, times and reads back one variant. On failure, msg says where and why. */
-static kf_status run_variant(kf_context *ctx, const kf_graph *g, bool no_fuse, uint32_t repeat,
-                             uint64_t seed, variant *v, char *msg, size_t msg_size) {
-    const char *what = no_fuse ? "unfused" : "fused";
-    kf_compile_options opts = {.no_fuse = no_fuse};
-    kf_plan *p = NULL;
-    kf_status st = kf_graph_compile(ctx, g, &opts, &p);
-    if (st != KF_OK) {
-        snprintf(msg, msg_size, "%s compile: %s: %s", what, kf_status_str(st),
-                 kf_context_last_error(ctx));
-        return st;
+static kf_status time_plan(void *user, uint32_t which, kf_timing *out) {
+    variant *v = user;
+    return kf_plan_time(v[which].plan, 1, out);
+}
+
+/* Compiles both variants, feeds them the same random inputs, times them in interleaved rounds,
+ * and reads both outputs back. On failure, msg says where and why. */
+static kf_status run_variants(kf_context *ctx, const kf_graph *g, uint32_t repeat, uint64_t seed,
+                              variant v[2], kf_timing timing[2], char *msg, size_t msg_size) {
+    static const char *const what[2] = {"fused", "unfused"};
+    kf_status st = KF_OK;
+    for (uint32_t i = 0; i < 2 && st == KF_OK; i++) {
+        kf_compile_options opts = {.no_fuse = i == 1};
+        st = kf_graph_compile(ctx, g, &opts, &v[i].plan);
+        if (st != KF_OK) {
+            snprintf(msg, msg_size, "%s compile: %s: %s", what[i], kf_status_str(st),
+                     kf_context_last_error(ctx));
+        } else {
+            kf_plan_summary_get(v[i].plan, &v[i].summary);
+        }
     }
-    kf_plan_summary_get(p, &v->summary);
     for (uint32_t i = 0; i < kf_graph_input_count(g) && st == KF_OK; i++) {
         const char *name = NULL;
         kf_graph_input_info(g, i, &name, NULL, NULL);
         kf_tensor *value = NULL;
-        st = kf_plan_random_input(p, name, seed, &value);
-        if (st == KF_OK) {
-            st = kf_plan_set_input(p, name, value);
+        st = kf_plan_random_input(v[0].plan, name, seed, &value);
+        for (uint32_t j = 0; j < 2 && st == KF_OK; j++) {
+            st = kf_plan_set_input(v[j].plan, name, value);
         }
         kf_tensor_destroy(value);
         if (st != KF_OK) {
-            snprintf(msg, msg_size, "%s input %s: %s: %s", what, name, kf_status_str(st),
+            snprintf(msg, msg_size, "input %s: %s: %s", name, kf_status_str(st),
                      kf_context_last_error(ctx));
         }
     }
-    /* kf_plan_time runs once untimed first, so pipeline creation is not in the median. */
     if (st == KF_OK) {
-        st = kf_plan_time(p, repeat, &v->timing);
+        st = kf_bench_interleave(2, repeat, time_plan, v, timing);
         if (st != KF_OK) {
-            snprintf(msg, msg_size, "%s run: %s: %s", what, kf_status_str(st),
-                     kf_context_last_error(ctx));
+            snprintf(msg, msg_size, "run: %s: %s", kf_status_str(st), kf_context_last_error(ctx));
         }
     }
-    if (st == KF_OK) {
+    for (uint32_t i = 0; i < 2 && st == KF_OK; i++) {
         kf_shape shape = {0};
         kf_graph_output_info(g, 0, NULL, &shape, NULL);
-        st = kf_tensor_create(&shape, &v->output);
+        st = kf_tensor_create(&shape, &v[i].output);
         if (st == KF_OK) {
-            st = kf_plan_get_output(p, "y", v->output);
+            st = kf_plan_get_output(v[i].plan, "y", v[i].output);
         }
         if (st != KF_OK) {
-            snprintf(msg, msg_size, "%s output: %s: %s", what, kf_status_str(st),
+            snprintf(msg, msg_size, "%s output: %s: %s", what[i], kf_status_str(st),
                      kf_context_last_error(ctx));
         }
     }
-    kf_plan_destroy(p);
     return st;
 }
 
@@ -234,31 +238,32 @@ void kf_bench_run_graph_case(kf_context *ctx, const kf_bench_case *c, uint32_t r
     bool matmul = c->family == KF_BENCH_MATMUL || c->family == KF_BENCH_MATMUL_BIAS_GELU;
     r->flops = matmul;
     r->work = matmul ? 2.0 * c->m * c->n * c->k : compulsory_bytes(g);
-    variant fused = {0}, unfused = {0};
-    kf_status st = run_variant(ctx, g, false, repeat, seed, &fused, r->note, sizeof r->note);
-    if (st == KF_OK) {
-        st = run_variant(ctx, g, true, repeat, seed, &unfused, r->note, sizeof r->note);
-    }
+    variant v[2];
+    memset(v, 0, sizeof v);
+    kf_timing timing[2];
+    memset(timing, 0, sizeof timing);
+    kf_status st = run_variants(ctx, g, repeat, seed, v, timing, r->note, sizeof r->note);
+    const variant *fused = &v[0], *unfused = &v[1];
     if (st != KF_OK) {
         r->skipped = is_skip(st);
         r->failed = !r->skipped;
     } else {
-        r->fused = fused.timing;
-        r->unfused = unfused.timing;
-        r->dispatches_fused = fused.summary.dispatches;
-        r->dispatches_unfused = unfused.summary.dispatches;
-        r->bytes_fused = fused.summary.bytes;
-        r->bytes_unfused = unfused.summary.bytes;
+        r->fused = timing[0];
+        r->unfused = timing[1];
+        r->dispatches_fused = fused->summary.dispatches;
+        r->dispatches_unfused = unfused->summary.dispatches;
+        r->bytes_fused = fused->summary.bytes;
+        r->bytes_unfused = unfused->summary.bytes;
         /* Relative to the output's scale, so values near zero (gelu's left tail) do not turn
          * harmless rounding into a large ratio. */
-        uint64_t n = kf_tensor_size(unfused.output);
+        uint64_t n = kf_tensor_size(unfused->output);
         double scale = 0.0;
         for (uint64_t i = 0; i < n; i++) {
-            double a = fabs((double)unfused.output->data[i]);
+            double a = fabs((double)unfused->output->data[i]);
             scale = a > scale ? a : scale;
         }
         double floor = 1e-3 * scale > 1e-6 ? 1e-3 * scale : 1e-6;
-        r->max_rel_diff = kf_max_rel_error(fused.output->data, unfused.output->data, n, floor);
+        r->max_rel_diff = kf_max_rel_error(fused->output->data, unfused->output->data, n, floor);
         /* Unfused f16 plans round every intermediate to f16, fused ones keep f32 in registers:
          * they differ by a few f16 ulps. Anything beyond that is a broken kernel. */
         double allowed = c->dtype == KF_DTYPE_F16 ? 5e-2 : 1e-3;
@@ -270,8 +275,10 @@ void kf_bench_run_graph_case(kf_context *ctx, const kf_bench_case *c, uint32_t r
                      r->max_rel_diff, allowed);
         }
     }
-    kf_tensor_destroy(fused.output);
-    kf_tensor_destroy(unfused.output);
+    for (uint32_t i = 0; i < 2; i++) {
+        kf_tensor_destroy(v[i].output);
+        kf_plan_destroy(v[i].plan);
+    }
     kf_graph_destroy(g);
 }
 
@@ -280,7 +287,8 @@ void kf_bench_spec(const kf_bench_case *c, char *buf, size_t size) {
     size_t used = 0;
 #define SPEC_APPEND(...)                                                                           \
     do {                                                                                           \
-        int n_ = snprintf(buf + used, used < size ? size - used : 0, __VA_ARGS__);                 \
+        int n_ =                                                                                   \
+            snprintf(used < size ? buf + used : NULL, used < size ? size - used : 0, __VA_ARGS__); \
         used += n_ > 0 ? (size_t)n_ : 0;                                                           \
     } while (0)
     if (size) {

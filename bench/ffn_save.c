@@ -5,7 +5,8 @@
  * kf_context_time. This file builds the copy kernel src/fuse/save.c builds, through the public IR,
  * for all pairs at once (fused: what kf_save_activations dispatches) and for one pair at a time
  * (unfused: what calling kf_save_activations once per pair dispatches), and times both sequences
- * with kf_context_time: the same bytes, the same kernel body, the same clock. It first runs
+ * with kf_context_time in interleaved rounds: the same bytes, the same kernel body, the same
+ * clock. It first runs
  * kf_save_activations itself and checks its copies and dispatch count, then checks the
  * benchmark's own copies too, so the timed kernels are known to do the work. */
 #include "bench.h"
@@ -117,6 +118,19 @@ static bool check_copies(kf_buffer *const *bufs, const uint64_t *sizes, float *c
     return true;
 }
 
+/* A sequence of dispatches to time as one submission. */
+typedef struct sequence {
+    kf_context *ctx;
+    const char *what;
+    const kf_dispatch *ds;
+    uint32_t count;
+} sequence;
+
+static kf_status time_sequence(void *user, uint32_t which, kf_timing *out) {
+    const sequence *s = (const sequence *)user + which;
+    return kf_context_time(s->ctx, s->ds, s->count, 1, out);
+}
+
 void kf_bench_run_ffn_save(kf_context *ctx, const kf_bench_case *c, uint32_t repeat, uint64_t seed,
                            kf_bench_result *r) {
     uint64_t sizes[PAIRS];
@@ -203,13 +217,8 @@ void kf_bench_run_ffn_save(kf_context *ctx, const kf_bench_case *c, uint32_t rep
                  fused_count, library_dispatches);
         goto done;
     }
-    const struct {
-        const char *what;
-        const kf_dispatch *ds;
-        uint32_t count;
-        kf_timing *timing;
-    } variants[2] = {{"fused copies", fused, fused_count, &r->fused},
-                     {"unfused copies", unfused, unfused_count, &r->unfused}};
+    sequence variants[2] = {{ctx, "fused copies", fused, fused_count},
+                            {ctx, "unfused copies", unfused, unfused_count}};
     for (uint32_t v = 0; v < 2; v++) {
         st = poison(bufs);
         if (st == KF_OK) {
@@ -225,14 +234,17 @@ void kf_bench_run_ffn_save(kf_context *ctx, const kf_bench_case *c, uint32_t rep
             r->failed = true;
             goto done;
         }
-        st = kf_context_time(ctx, variants[v].ds, variants[v].count, repeat, variants[v].timing);
-        if (st != KF_OK) {
-            r->failed = true;
-            snprintf(r->note, sizeof r->note, "timing %s: %s: %s", variants[v].what,
-                     kf_status_str(st), kf_context_last_error(ctx));
-            goto done;
-        }
     }
+    kf_timing timing[2];
+    st = kf_bench_interleave(2, repeat, time_sequence, variants, timing);
+    if (st != KF_OK) {
+        r->failed = true;
+        snprintf(r->note, sizeof r->note, "timing the copies: %s: %s", kf_status_str(st),
+                 kf_context_last_error(ctx));
+        goto done;
+    }
+    r->fused = timing[0];
+    r->unfused = timing[1];
     r->dispatches_fused = fused_count;
     r->dispatches_unfused = unfused_count;
     r->work = 0.0;
