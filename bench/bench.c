@@ -356,22 +356,25 @@ static const reference *reference_for(const kf_bench_case *c, const reference *r
  * operator are the same plan). The best run, not the median, because a reference stands for what
  * the device can do: a run slowed by something else on the machine says nothing about that. */
 static void measure_reference(kf_context *ctx, const kf_bench_case *c, const kf_adapter_info *info,
-                              uint32_t repeat, uint64_t seed, bool json, FILE *out, reference *ref,
-                              bool *failed) {
+                              uint32_t repeat, uint64_t seed, FILE *table, FILE *json,
+                              reference *ref, bool *failed) {
     kf_bench_result r;
     run_case(ctx, c, info, repeat, seed, &r);
     char size[64];
     if (r.skipped || r.failed || r.dispatches_fused == 0) {
         *failed |= r.failed;
         if (json) {
-            fprintf(out, "{\"kind\": \"reference\", \"reference\": \"%s\", \"status\": \"%s\"",
+            fprintf(json, "{\"kind\": \"reference\", \"reference\": \"%s\", \"status\": \"%s\"",
                     ref->name, r.failed ? "failed" : "skipped");
-            fprintf(out, ", \"note\": ");
-            json_string(out, r.note);
-            fprintf(out, "}\n");
-        } else {
-            fprintf(out, "reference %-10s %s: %s (fractions of it are left out)\n", ref->name,
+            fprintf(json, ", \"note\": ");
+            json_string(json, r.note);
+            fprintf(json, "}\n");
+            fflush(json);
+        }
+        if (table) {
+            fprintf(table, "reference %-10s %s: %s (fractions of it are left out)\n", ref->name,
                     r.failed ? "FAILED" : "skipped", r.note);
+            fflush(table);
         }
         return;
     }
@@ -379,22 +382,27 @@ static void measure_reference(kf_context *ctx, const kf_bench_case *c, const kf_
     ref->value = metric(&r, ms);
     const char *unit = r.flops ? "TFLOP/s" : "GB/s";
     if (json) {
-        fprintf(out, "{\"kind\": \"reference\", \"reference\": \"%s\", \"status\": \"ok\"",
+        fprintf(json, "{\"kind\": \"reference\", \"reference\": \"%s\", \"status\": \"ok\"",
                 ref->name);
-        fprintf(out, ", \"dtype\": \"%s\", \"size\": \"%s\", \"metric\": \"%s\"",
+        fprintf(json, ", \"dtype\": \"%s\", \"size\": \"%s\", \"metric\": \"%s\"",
                 kf_dtype_str(c->dtype), size_str(c, size, sizeof size), unit);
-        json_number(out, "best_ms", ms);
-        json_number(out, "value", ref->value);
-        fprintf(out, "}\n");
-    } else {
-        fprintf(out, "reference %-10s %s %s: %.4f ms (best run), %.4g %s\n", ref->name,
-                kf_dtype_str(c->dtype), size_str(c, size, sizeof size), ms, ref->value, unit);
+        json_number(json, "best_ms", ms);
+        json_number(json, "value", ref->value);
+        fprintf(json, "}\n");
+        fflush(json);
     }
-    fflush(out);
+    if (table) {
+        fprintf(table, "reference %-10s %s %s: %.4f ms (best run), %.4g %s\n", ref->name,
+                kf_dtype_str(c->dtype), size_str(c, size, sizeof size), ms, ref->value, unit);
+        fflush(table);
+    }
 }
 
 int kf_bench_run(kf_context *ctx, const kf_bench_options *opts) {
     FILE *out = opts->out ? opts->out : stdout;
+    /* Where the table and the JSON lines go (either may be NULL). */
+    FILE *table = opts->json ? NULL : out;
+    FILE *json = opts->json ? out : opts->json_also;
     kf_adapter_info info;
     memset(&info, 0, sizeof info);
     kf_status st = ctx ? kf_context_adapter_info(ctx, &info) : KF_ERROR_INVALID_ARGUMENT;
@@ -442,32 +450,34 @@ int kf_bench_run(kf_context *ctx, const kf_bench_options *opts) {
         return 2;
     }
 
-    if (opts->json) {
-        fprintf(out, "{\"kind\": \"device\", \"device\": ");
-        json_string(out, info.device);
-        fprintf(out, ", \"description\": ");
-        json_string(out, info.description);
-        fprintf(out, ", \"vendor\": ");
-        json_string(out, info.vendor);
-        fprintf(out, ", \"backend\": ");
-        json_string(out, info.backend);
-        fprintf(out, ", \"adapter_type\": ");
-        json_string(out, info.adapter_type);
-        fprintf(out,
+    if (json) {
+        fprintf(json, "{\"kind\": \"device\", \"device\": ");
+        json_string(json, info.device);
+        fprintf(json, ", \"description\": ");
+        json_string(json, info.description);
+        fprintf(json, ", \"vendor\": ");
+        json_string(json, info.vendor);
+        fprintf(json, ", \"backend\": ");
+        json_string(json, info.backend);
+        fprintf(json, ", \"adapter_type\": ");
+        json_string(json, info.adapter_type);
+        fprintf(json,
                 ", \"has_f16\": %s, \"has_timestamps\": %s, \"size\": \"%s\", \"repeat\": %u, "
                 "\"seed\": %llu}\n",
                 info.has_f16 ? "true" : "false", info.has_timestamps ? "true" : "false",
                 small ? "small" : "full", repeat, (unsigned long long)opts->seed);
-    } else {
-        fprintf(out,
+        fflush(json);
+    }
+    if (table) {
+        fprintf(table,
                 "kfuse bench on %s (%s, %s, %s); %s sizes; median of %u runs, timed by %s; "
                 "seed %llu\n",
                 info.device[0] ? info.device : info.description, info.vendor, info.backend,
                 info.adapter_type, small ? "small" : "full", repeat,
                 info.has_timestamps ? "GPU timestamps" : "the wall clock",
                 (unsigned long long)opts->seed);
+        fflush(table);
     }
-    fflush(out);
 
     /* The references, only where a selected case is compared with them. */
     reference refs[3] = {{"copy", 0.0}, {"matmul_f32", 0.0}, {"matmul_f16", 0.0}};
@@ -485,8 +495,7 @@ int kf_bench_run(kf_context *ctx, const kf_bench_options *opts) {
         while (copy.elements > 1024 && unfit(&copy, &info, why, sizeof why)) {
             copy.elements /= 2;
         }
-        measure_reference(ctx, &copy, &info, repeat, opts->seed, opts->json, out, &refs[0],
-                          &failed);
+        measure_reference(ctx, &copy, &info, repeat, opts->seed, table, json, &refs[0], &failed);
     }
     for (uint32_t d = 0; d < 2; d++) {
         if (!need[1 + d]) {
@@ -499,12 +508,11 @@ int kf_bench_run(kf_context *ctx, const kf_bench_options *opts) {
                             .n = m,
                             .k = m};
         snprintf(mm.name, sizeof mm.name, "matmul");
-        measure_reference(ctx, &mm, &info, repeat, opts->seed, opts->json, out, &refs[1 + d],
-                          &failed);
+        measure_reference(ctx, &mm, &info, repeat, opts->seed, table, json, &refs[1 + d], &failed);
     }
 
-    if (!opts->json) {
-        print_table_header(out);
+    if (table) {
+        print_table_header(table);
     }
     uint32_t ran = 0, skipped = 0, case_failures = 0;
     for (uint32_t i = 0; i < count; i++) {
@@ -515,15 +523,17 @@ int kf_bench_run(kf_context *ctx, const kf_bench_options *opts) {
         skipped += r.skipped && !r.failed;
         ran += !r.skipped && !r.failed;
         const reference *ref = reference_for(&cases[i], refs);
-        if (opts->json) {
-            print_case_json(out, &cases[i], &r, ref, repeat);
-        } else {
-            print_case_row(out, &cases[i], &r, ref);
+        if (json) {
+            print_case_json(json, &cases[i], &r, ref, repeat);
+            fflush(json);
         }
-        fflush(out);
+        if (table) {
+            print_case_row(table, &cases[i], &r, ref);
+            fflush(table);
+        }
     }
-    if (!opts->json) {
-        fprintf(out, "%u case%s: %u ran, %u skipped, %u failed\n", count, count == 1 ? "" : "s",
+    if (table) {
+        fprintf(table, "%u case%s: %u ran, %u skipped, %u failed\n", count, count == 1 ? "" : "s",
                 ran, skipped, case_failures);
     }
     return failed ? 1 : 0;

@@ -32,6 +32,7 @@ typedef struct kf_bench_options {
     uint32_t repeat; /* timed runs per variant (median reported); 0: 10 full, 5 small */
     uint64_t seed;   /* of the random inputs */
     bool json;       /* one JSON object per line instead of the table */
+    FILE *json_also; /* without `json`: also write the JSON lines here (NULL: no) */
     bool list;       /* print the case names (after the filter) and their sizes; run nothing */
     FILE *out;       /* NULL: stdout */
 } kf_bench_options;

@@ -22,12 +22,13 @@ part=${1:-all}
 run_kfuse() {
     { nvidia-smi || true; } >"$OUT/nvidia-smi.txt" 2>&1
     "$KFUSE" info >"$OUT/kfuse-info.txt" 2>&1
-    echo "kfuse bench --json --size full (log: $OUT/kfuse.err)"
+    echo "kfuse bench --size full (table: $OUT/kfuse.txt, JSON: $OUT/kfuse.jsonl)"
     # Full sizes explicitly: the CPU-adapter default would pick small ones if Dawn fell back to
     # a software adapter, and the numbers would silently mean something else.
-    timeout "$PART_LIMIT" "$KFUSE" bench --json --size full >"$OUT/kfuse.jsonl" 2>"$OUT/kfuse.err"
+    timeout "$PART_LIMIT" "$KFUSE" bench --size full --json-file "$OUT/kfuse.jsonl" \
+        >"$OUT/kfuse.txt" 2>"$OUT/kfuse.err"
     echo "kfuse bench exit $?"
-    grep -h '"kind": "device"' "$OUT/kfuse.jsonl" || true
+    cat "$OUT/kfuse.txt" "$OUT/kfuse.err"
 }
 
 run_torch() { # name, extra torch_compare.py arguments...
@@ -39,6 +40,7 @@ run_torch() { # name, extra torch_compare.py arguments...
     timeout "$PART_LIMIT" python3 bench/torch_compare.py "${kfuse_json[@]}" --size full \
         --json "$OUT/torch-$name.jsonl" "$@" >"$OUT/compare-$name.md" 2>"$OUT/torch-$name.err"
     echo "torch_compare.py exit $?"
+    cat "$OUT/compare-$name.md"
 }
 
 run_plot() {

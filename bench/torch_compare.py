@@ -307,6 +307,8 @@ def main():
     ap.add_argument("--device", default="cuda",
                     help="cuda (default), or cpu: PyTorch on the CPU, timed by the wall clock "
                          "(beside a kfuse run on a CPU adapter such as lavapipe)")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="with --device cpu: PyTorch's threads (default: every core)")
     args = ap.parse_args()
 
     device = refs = None
@@ -350,6 +352,8 @@ def main():
         if dev.type == "cuda":
             gpu_name = torch.cuda.get_device_name(dev)
         else:
+            # Every core, as lavapipe uses them (OpenMP may start with fewer on a busy machine).
+            torch.set_num_threads(args.threads or os.cpu_count() or 1)
             gpu_name = "CPU, %d threads" % torch.get_num_threads()
         header.append("torch %s on %s, median of %d (%s), torch.compile %s" % (
             torch.__version__, gpu_name, args.repeat,
@@ -360,8 +364,8 @@ def main():
     print()
 
     out = open(args.json, "w") if args.json else None
-    cols = ["case", "size", "dtype", "kfuse fused ms", "kfuse unfused ms", "eager ms",
-            "compile ms", "kfuse", "eager", "compile", "kfuse/eager", "kfuse/compile"]
+    cols = ["case", "size", "dtype", "disp", "fused ms", "unfused ms", "speedup", "kfuse fused",
+            "of ref", "eager ms", "compile ms", "kfuse/eager", "kfuse/compile"]
     print("| " + " | ".join(cols) + " |")
     print("|" + "|".join("---" for _ in cols) + "|")
     for c in cases:
@@ -382,11 +386,14 @@ def main():
         comp_ms = comp[0] if isinstance(comp, tuple) else None
         ratio_eager = eager_ms / kf_ms if kf_ms and eager_ms else None
         ratio_comp = comp_ms / kf_ms if kf_ms and comp_ms else None
-        row = [c["case"], c.get("size") or size_str(c), c.get("dtype", "f32"), fmt(kf_ms),
-               fmt(kf_unfused), fmt(eager_ms), fmt(comp_ms),
-               throughput(work, flops, kf_ms), throughput(work, flops, eager_ms),
-               throughput(work, flops, comp_ms),
-               fmt(ratio_eager, 3), fmt(ratio_comp, 3)]
+        disp = ("%s/%s" % (c["dispatches_fused"], c["dispatches_unfused"])
+                if kf_ms and "dispatches_fused" in c else "-")
+        speedup = "%.2fx" % (kf_unfused / kf_ms) if kf_ms and kf_unfused else "-"
+        frac = c.get("fraction") if kf_ms else None
+        of_ref = "%.1f%% %s" % (100 * frac, c.get("reference", "")) if frac else "-"
+        row = [c["case"], c.get("size") or size_str(c), c.get("dtype", "f32"), disp, fmt(kf_ms),
+               fmt(kf_unfused), speedup, throughput(work, flops, kf_ms), of_ref,
+               fmt(eager_ms), fmt(comp_ms), fmt(ratio_eager, 3), fmt(ratio_comp, 3)]
         print("| " + " | ".join(row) + " |", flush=True)
         for what, r in (("eager", eager), ("compile", comp)):
             if isinstance(r, str):

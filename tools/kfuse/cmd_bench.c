@@ -3,13 +3,14 @@
 
 #include "bench.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 static void bench_usage(FILE *f) {
     fprintf(f, "usage: kfuse bench [--filter RE] [--json] [--size small|full] [--repeat N]\n"
-               "                   [--seed S] [--list]\n\n"
+               "                   [--seed S] [--list] [--json-file PATH]\n\n"
                "Times every case fused and unfused (one dispatch per operator) on this device and\n"
                "compares the throughput with the device's own copy bandwidth and matmul rate,\n"
                "measured first. Cases: element-wise chains of 1 to 8 operators, matmul + bias +\n"
@@ -17,6 +18,7 @@ static void bench_usage(FILE *f) {
                "layernorm * weight + bias, and the FFN activation save.\n\n"
                "  --filter RE     only cases whose name matches the POSIX extended regex RE\n"
                "  --json          one JSON object per line (device, references, cases)\n"
+               "  --json-file P   print the table and write the JSON lines to P, from one run\n"
                "  --size S        small (default on a CPU adapter) or full (issue 6's sizes)\n"
                "  --repeat N      timed runs per variant, median reported (default 10, small 5)\n"
                "  --seed S        seed of the random inputs (default: fresh, printed in --json)\n"
@@ -25,6 +27,7 @@ static void bench_usage(FILE *f) {
 
 int kf_cmd_bench(int argc, char **argv) {
     kf_bench_options opts = {0};
+    const char *json_path = NULL;
     opts.seed = (uint64_t)time(NULL) * 2654435761u ^ (uint64_t)clock();
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
@@ -34,6 +37,8 @@ int kf_cmd_bench(int argc, char **argv) {
             return 0;
         } else if (!strcmp(arg, "--json")) {
             opts.json = true;
+        } else if (!strcmp(arg, "--json-file") && has_next) {
+            json_path = argv[++i];
         } else if (!strcmp(arg, "--list")) {
             opts.list = true;
         } else if (!strcmp(arg, "--filter") && has_next) {
@@ -72,11 +77,19 @@ int kf_cmd_bench(int argc, char **argv) {
     if (opts.list && opts.size != KF_BENCH_SIZE_DEFAULT) {
         return kf_bench_run(NULL, &opts); /* the sizes are known without a device */
     }
-    kf_context *ctx = kf_cli_context();
-    if (!ctx) {
-        return 1;
+    if (json_path && !opts.json && !opts.list) {
+        opts.json_also = fopen(json_path, "w");
+        if (!opts.json_also) {
+            fprintf(stderr, "kfuse bench: cannot write %s: %s\n", json_path, strerror(errno));
+            return 1;
+        }
     }
-    int rc = kf_bench_run(ctx, &opts);
+    kf_context *ctx = kf_cli_context();
+    int rc = ctx ? kf_bench_run(ctx, &opts) : 1;
     kf_context_destroy(ctx);
+    if (opts.json_also && fclose(opts.json_also) != 0 && rc == 0) {
+        fprintf(stderr, "kfuse bench: writing %s: %s\n", json_path, strerror(errno));
+        rc = 1;
+    }
     return rc;
 }
