@@ -9,6 +9,7 @@
 # the comparison; gnuplot for the plot (else run bench/plot.sh on the files later, anywhere). No
 # network. Each part stops itself before 9.5 minutes, so one part fits one 10-minute command;
 # `torch` is split in two parts for that reason (compiling each case takes a while).
+# Environment: OUT, KFUSE, KF_WEBGPU_LIB, PYTHON, SIZE (full; small for a quick try), PART_LIMIT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench-out}
@@ -16,16 +17,18 @@ KFUSE=${KFUSE:-build/release/kfuse}
 export KF_WEBGPU_LIB=${KF_WEBGPU_LIB:-$PWD/deps/dawn/libwebgpu_wrapper.so}
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/kfuse-inductor-cache}
 PART_LIMIT=${PART_LIMIT:-570}
+SIZE=${SIZE:-full}     # SIZE=small: a quick try of the whole path
+PYTHON=${PYTHON:-python3}
 mkdir -p "$OUT"
 part=${1:-all}
 
 run_kfuse() {
     { nvidia-smi || true; } >"$OUT/nvidia-smi.txt" 2>&1
     "$KFUSE" info >"$OUT/kfuse-info.txt" 2>&1
-    echo "kfuse bench --size full (table: $OUT/kfuse.txt, JSON: $OUT/kfuse.jsonl)"
+    echo "kfuse bench --size $SIZE (table: $OUT/kfuse.txt, JSON: $OUT/kfuse.jsonl)"
     # Full sizes explicitly: the CPU-adapter default would pick small ones if Dawn fell back to
     # a software adapter, and the numbers would silently mean something else.
-    timeout "$PART_LIMIT" "$KFUSE" bench --size full --json-file "$OUT/kfuse.jsonl" \
+    timeout "$PART_LIMIT" "$KFUSE" bench --size "$SIZE" --json-file "$OUT/kfuse.jsonl" \
         >"$OUT/kfuse.txt" 2>"$OUT/kfuse.err"
     echo "kfuse bench exit $?"
     cat "$OUT/kfuse.txt" "$OUT/kfuse.err"
@@ -37,7 +40,7 @@ run_torch() { # name, extra torch_compare.py arguments...
     echo "torch_compare.py $* (table: $OUT/compare-$name.md, log: $OUT/torch-$name.err)"
     local kfuse_json=()
     [ -s "$OUT/kfuse.jsonl" ] && kfuse_json=("$OUT/kfuse.jsonl")
-    timeout "$PART_LIMIT" python3 bench/torch_compare.py "${kfuse_json[@]}" --size full \
+    timeout "$PART_LIMIT" "$PYTHON" bench/torch_compare.py "${kfuse_json[@]}" --size "$SIZE" \
         --json "$OUT/torch-$name.jsonl" "$@" >"$OUT/compare-$name.md" 2>"$OUT/torch-$name.err"
     echo "torch_compare.py exit $?"
     cat "$OUT/compare-$name.md"
