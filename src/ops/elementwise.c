@@ -841,14 +841,19 @@ static const kf_op_case binary_cases[] = {
 
 #define CASES(table) .cases = table, .case_count = sizeof table / sizeof table[0]
 
-/* Tolerances (max relative error, errors relative to max(|expected|, 1% of the rms of the
- * expected tensor): see docs/operators.md for the measurements behind each number.
- *   f32: exact arithmetic (one f32 rounding on each side) 1e-6; ops built on GPU exp/log/tanh/erf,
- *        whose WGSL accuracy is a few ulp (erf: an approximation with 1.5e-7 absolute error),
- *        1e-5 to 1e-4; backward of a broadcast input sums in f32 on the GPU, up to 2049 terms.
+/* Tolerances: max relative error, where errors are relative to max(|expected|, 1% of the rms of
+ * the expected tensor). docs/operators.md tables what lavapipe measured for each (over three
+ * seeds, every case) and why each bound has the headroom it has.
+ *   f32: exact arithmetic (one f32 rounding on each side; measured <= 4.3e-7) 1e-6. Ops built on
+ *        GPU exp, log, tanh and erf inherit their WGSL accuracy: exp is 3 + 2|x| ulp, log has an
+ *        absolute error of 2^-21 near 1 (4.8e-5 against the floor), tanh follows sinh/cosh, erf
+ *        is an approximation with 1.5e-7 absolute error; gelu's backward multiplies tanh's
+ *        absolute error by up to ~5. Binary ops: the backward of a broadcast input is a sum of up
+ *        to 2048 terms in f32 on the GPU, whose error is eps * sum|terms|, ~100 x eps * sqrt(m)
+ *        against the floor (measured <= 3.3e-5): 2e-4.
  *   f16: the spec sees the same f16-rounded inputs as the kernel, so what remains is the output's
- *        rounding to f16 (2^-11 relative) plus a one-ulp flip where f32 compute lands near a
- *        rounding boundary: 2e-3 for every op (4 x 2^-11). */
+ *        rounding to f16 (2^-11 relative) and a one-ulp flip (2^-10, measured 9.7e-4) where f32
+ *        compute lands next to a rounding boundary: 2e-3 for every op. */
 #define UNARY(NAME, ABOUT, TOL32, LO, HI)                                                          \
     const kf_operator kf__op_##NAME = {.name = #NAME,                                              \
                                        .about = ABOUT,                                             \
@@ -862,15 +867,15 @@ static const kf_op_case binary_cases[] = {
 
 UNARY(relu, "max(x, 0); relu(NaN) = NaN", 1e-6, -4.0f, 4.0f);
 UNARY(sigmoid, "1 / (1 + exp(-x))", 1e-5, -4.0f, 4.0f);
-UNARY(tanh, "tanh(x)", 1e-5, -4.0f, 4.0f);
-UNARY(silu, "x * sigmoid(x)", 1e-5, -4.0f, 4.0f);
+UNARY(tanh, "tanh(x)", 1e-4, -4.0f, 4.0f);
+UNARY(silu, "x * sigmoid(x)", 5e-5, -4.0f, 4.0f);
 UNARY(exp, "e^x", 1e-5, -4.0f, 4.0f);
-UNARY(log, "natural log; inputs > 0", 1e-5, 0.1f, 4.0f);
+UNARY(log, "natural log; inputs > 0", 1e-4, 0.1f, 4.0f);
 UNARY(neg, "-x", 1e-6, -4.0f, 4.0f);
 UNARY(abs, "|x|", 1e-6, -4.0f, 4.0f);
 UNARY(sqrt, "square root; inputs >= 0", 1e-5, 0.1f, 4.0f);
 UNARY(square, "x * x", 1e-6, -4.0f, 4.0f);
-UNARY(gelu_exact, "0.5 x (1 + erf(x / sqrt 2))", 1e-4, -4.0f, 4.0f);
+UNARY(gelu_exact, "0.5 x (1 + erf(x / sqrt 2))", 3e-4, -4.0f, 4.0f);
 
 const kf_operator kf__op_leaky_relu = {.name = "leaky_relu",
                                        .about = "x < 0 ? alpha x : x (alpha 0.01)",
@@ -887,7 +892,7 @@ const kf_operator kf__op_gelu = {.name = "gelu",
                                           "params.exact: the erf form",
                                  .arity = 1,
                                  KF__EW_FIELDS(gelu),
-                                 .tolerance_f32 = 1e-4,
+                                 .tolerance_f32 = 1e-3,
                                  .tolerance_f16 = 2e-3,
                                  .input_lo = -4.0f,
                                  .input_hi = 4.0f,
@@ -916,9 +921,9 @@ const kf_operator kf__op_reciprocal = {.name = "reciprocal",
                                        .nonzero_inputs = NONZERO,                                  \
                                        CASES(binary_cases)}
 
-BINARY(add, "a + b (b or a broadcast: scalar, row, column)", 1e-6, 0u, -4.0f, 4.0f);
-BINARY(sub, "a - b (broadcasting as add)", 1e-6, 0u, -4.0f, 4.0f);
-BINARY(mul, "a * b (broadcasting as add)", 1e-6, 0u, -4.0f, 4.0f);
-BINARY(div, "a / b (broadcasting as add)", 1e-5, 2u, -2.0f, 2.0f);
-BINARY(maximum, "the larger of a and b; NaN if either is (broadcasting as add)", 1e-6, 0u, -4.0f,
+BINARY(add, "a + b (b or a broadcast: scalar, row, column)", 2e-4, 0u, -4.0f, 4.0f);
+BINARY(sub, "a - b (broadcasting as add)", 2e-4, 0u, -4.0f, 4.0f);
+BINARY(mul, "a * b (broadcasting as add)", 2e-4, 0u, -4.0f, 4.0f);
+BINARY(div, "a / b (broadcasting as add)", 2e-4, 2u, -2.0f, 2.0f);
+BINARY(maximum, "the larger of a and b; NaN if either is (broadcasting as add)", 2e-4, 0u, -4.0f,
        4.0f);

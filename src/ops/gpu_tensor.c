@@ -1,9 +1,11 @@
 /* GPU tensors (the seeds' GPUHandle): a device buffer with a shape and a dtype. The CPU side is
  * always f32; conversions to f16 (round to nearest, ties to even) and i32 happen on the host. */
 #include "ops/ops_internal.h"
+#include "runtime/runtime.h"
 #include "util/half.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 static kf_status check_dtype(kf_context *ctx, kf_dtype dtype) {
@@ -14,9 +16,15 @@ static kf_status check_dtype(kf_context *ctx, kf_dtype dtype) {
             return st;
         }
         if (!info.has_f16) {
+            kf__context_set_error(ctx, KF_ERROR_UNSUPPORTED,
+                                  "gpu tensor: f16 needs shader-f16, which this device (%s) lacks; "
+                                  "use f32",
+                                  info.device);
             return KF_ERROR_UNSUPPORTED;
         }
     } else if (dtype != KF_DTYPE_F32 && dtype != KF_DTYPE_I32) {
+        kf__context_set_error(ctx, KF_ERROR_INVALID_ARGUMENT, "gpu tensor: unknown dtype %d",
+                              (int)dtype);
         return KF_ERROR_INVALID_ARGUMENT;
     }
     return KF_OK;
@@ -32,6 +40,11 @@ kf_status kf_gpu_tensor_create(kf_context *ctx, const kf_shape *shape, kf_dtype 
         return KF_ERROR_INVALID_ARGUMENT;
     }
     if (!kf__shape_valid(shape)) {
+        char b[64];
+        kf__context_set_error(ctx, KF_ERROR_SHAPE,
+                              "gpu tensor: invalid shape %s (rank <= 4, every dim >= 1, fewer "
+                              "than 2^32 elements)",
+                              kf_shape_str(shape, b, sizeof b));
         return KF_ERROR_SHAPE;
     }
     kf_status st = check_dtype(ctx, dtype);
@@ -86,6 +99,9 @@ kf_status kf_gpu_tensor_from(kf_context *ctx, const kf_tensor *t, kf_dtype dtype
             /* indices must be exact integers; anything else is the caller's mistake */
             if (!(f == floorf(f)) || f < -2147483648.0f || f >= 2147483648.0f) {
                 free(v);
+                kf__context_set_error(ctx, KF_ERROR_INVALID_ARGUMENT,
+                                      "gpu tensor: element %llu is %g, not an integer index",
+                                      (unsigned long long)i, (double)f);
                 return KF_ERROR_INVALID_ARGUMENT;
             }
             v[i] = (int32_t)f;
@@ -111,7 +127,10 @@ kf_status kf_gpu_tensor_to(const kf_gpu_tensor *g, kf_tensor *t) {
         return KF_ERROR_INVALID_ARGUMENT;
     }
     if (!kf_shape_eq(&g->shape, &t->shape)) {
-        /* the caller reads the shapes from the two objects; the status says which kind of error */
+        char a[64], b[64];
+        kf__context_set_error(
+            g->ctx, KF_ERROR_SHAPE, "gpu tensor: cannot download %s into a CPU tensor of %s",
+            kf_shape_str(&g->shape, a, sizeof a), kf_shape_str(&t->shape, b, sizeof b));
         return KF_ERROR_SHAPE;
     }
     uint64_t n = kf_tensor_size(t);
