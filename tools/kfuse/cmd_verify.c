@@ -232,8 +232,9 @@ static void report(run_state *r, const kf_operator *op, const kf_op_case *c, dir
         json_string(stdout, res->message);
         printf("}\n");
     } else {
-        printf("%-13s %-9s %-24s %-4s %11.3g %9.3g  %s\n", op->name, direction_names[dir], shapes,
-               dtype, res->max_rel_error, res->tolerance, passed ? "pass" : "FAIL");
+        printf("%-13s %-9s %-24s %-4s %11.3g %9.3g  %-6s %s\n", op->name, direction_names[dir],
+               shapes, dtype, res->max_rel_error, res->tolerance, passed ? "pass" : "FAIL",
+               c->note ? c->note : "");
         if (!passed) {
             printf("    %s (case seed %llu)\n", res->message[0] ? res->message : kf_status_str(st),
                    (unsigned long long)seed);
@@ -330,8 +331,8 @@ int kf_cmd_verify(int argc, char **argv) {
                 "f16: the device has no shader-f16; f16 checks are skipped\n");
     }
     if (!o.json) {
-        printf("\n%-13s %-9s %-24s %-4s %11s %9s  %s\n", "op", "direction", "shapes", "type",
-               "max rel err", "tolerance", "result");
+        printf("\n%-13s %-9s %-24s %-4s %11s %9s  %-6s %s\n", "op", "direction", "shapes", "type",
+               "max rel err", "tolerance", "result", "case");
     }
     run_all(&r, has_f16, true);
     run_all(&r, has_f16, false);
