@@ -741,6 +741,9 @@ kf_node kf_graph_unary(kf_graph *g, const char *op, kf_node x); /* relu, gelu, e
 
 /* Marks a node as an output under a name (a node may be output under several names). */
 kf_status kf_graph_output(kf_graph *g, const char *name, kf_node node);
+/* The graph written in the graph language (parseable by kf_spec_parse): for bug reports and
+ * reproducing a failing case. Caller frees with kf_free. */
+char *kf_graph_format(const kf_graph *g);
 kf_shape kf_graph_shape(const kf_graph *g, kf_node node);
 kf_dtype kf_graph_dtype(const kf_graph *g, kf_node node);
 uint32_t kf_graph_input_count(const kf_graph *g);

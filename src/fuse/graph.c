@@ -450,3 +450,121 @@ kf_status kf_graph_output_info(const kf_graph *g, uint32_t index, const char **n
     }
     return KF_OK;
 }
+
+static void append(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void append(char **buf, size_t *len, size_t *cap, const char *fmt, ...) {
+    if (!*buf) {
+        return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        return;
+    }
+    while (*len + (size_t)n + 1 > *cap) {
+        char *bigger = realloc(*buf, *cap * 2);
+        if (!bigger) {
+            free(*buf);
+            *buf = NULL;
+            return;
+        }
+        *buf = bigger;
+        *cap *= 2;
+    }
+    va_start(ap, fmt);
+    vsnprintf(*buf + *len, *cap - *len, fmt, ap);
+    va_end(ap);
+    *len += (size_t)n;
+}
+
+static void append_operand(const kf_graph *g, uint32_t id, char **buf, size_t *len, size_t *cap) {
+    const kf__node *n = &g->nodes[id];
+    if (n->kind == KF__NODE_INPUT) {
+        append(buf, len, cap, "%s", n->name);
+    } else if (n->kind == KF__NODE_SCALAR) {
+        append(buf, len, cap, "%.9g", (double)n->scalar);
+    } else {
+        for (uint32_t o = 0; o < g->output_count; o++) {
+            if (g->outputs[o].node == id) {
+                append(buf, len, cap, "%s", g->outputs[o].name);
+                return;
+            }
+        }
+        append(buf, len, cap, "t%u", id);
+    }
+}
+
+char *kf_graph_format(const kf_graph *g) {
+    if (!g) {
+        return NULL;
+    }
+    size_t len = 0, cap = 1024;
+    char *buf = malloc(cap);
+    if (buf) {
+        buf[0] = '\0';
+    }
+    static const char *dtypes[] = {"f32", "f16", "i32"};
+    for (uint32_t id = 1; id < g->node_count; id++) {
+        const kf__node *n = &g->nodes[id];
+        if (n->kind == KF__NODE_INPUT) {
+            append(&buf, &len, &cap, "%s: %s[", n->name, dtypes[n->dtype]);
+            for (uint32_t d = 0; d < n->shape.rank; d++) {
+                append(&buf, &len, &cap, "%s%u", d ? ", " : "", n->shape.dims[d]);
+            }
+            append(&buf, &len, &cap, "]\n");
+        } else if (n->kind == KF__NODE_OP) {
+            const kf_op_params *p = &n->params;
+            append_operand(g, id, &buf, &len, &cap);
+            append(&buf, &len, &cap, " = %s(", n->op->name);
+            for (uint32_t i = 0; i < n->input_count; i++) {
+                if (i) {
+                    append(&buf, &len, &cap, ", ");
+                }
+                append_operand(g, n->inputs[i], &buf, &len, &cap);
+            }
+            if (p->alpha != 0.0f) {
+                append(&buf, &len, &cap, ", alpha=%.9g", (double)p->alpha);
+            }
+            if (p->beta != 0.0f) {
+                append(&buf, &len, &cap, ", beta=%.9g", (double)p->beta);
+            }
+            if (p->eps != 0.0f) {
+                append(&buf, &len, &cap, ", eps=%.9g", (double)p->eps);
+            }
+            if (p->exact) {
+                append(&buf, &len, &cap, ", exact=1");
+            }
+            if (p->transpose_a) {
+                append(&buf, &len, &cap, ", transpose_a=1");
+            }
+            if (p->transpose_b) {
+                append(&buf, &len, &cap, ", transpose_b=1");
+            }
+            append(&buf, &len, &cap, ")\n");
+        }
+    }
+    for (uint32_t o = 0; o < g->output_count; o++) {
+        /* The language names an output by its variable: a node output under a second name, or
+         * an input output under another name, is noted in a comment. */
+        const kf__node *n = &g->nodes[g->outputs[o].node];
+        bool first = true;
+        for (uint32_t e = 0; e < o; e++) {
+            first &= g->outputs[e].node != g->outputs[o].node;
+        }
+        bool renamed = n->kind == KF__NODE_INPUT && strcmp(n->name, g->outputs[o].name) != 0;
+        if (first && !renamed) {
+            append(&buf, &len, &cap, "out ");
+            append_operand(g, g->outputs[o].node, &buf, &len, &cap);
+            append(&buf, &len, &cap, "\n");
+        } else {
+            append(&buf, &len, &cap, "# output %s is ", g->outputs[o].name);
+            append_operand(g, g->outputs[o].node, &buf, &len, &cap);
+            append(&buf, &len, &cap, "\n");
+        }
+    }
+    return buf;
+}

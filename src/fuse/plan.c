@@ -212,23 +212,31 @@ static uint32_t group_reads(const kf_plan *p, const kf__group *grp, uint32_t *ou
 }
 
 static void plan_levels(kf_plan *p) {
-    /* Groups were created in topological order of their roots/first nodes; a group's reads come
-     * from groups created earlier, so one pass settles every level. */
+    /* A group can grow after later groups were created (an element-wise node joining it reads
+     * their results), so creation order is not dependency order: settle levels to a fixed point.
+     * Dependencies are acyclic (a group's value leaves it only through its result), so this ends
+     * within one pass per level. */
     for (uint32_t gi = 0; gi < p->group_count; gi++) {
-        kf__group *grp = &p->groups[gi];
-        if (grp->kind == KF__GROUP_DEAD) {
-            continue;
-        }
-        uint32_t reads[KF_GROUP_MAX_SLOTS];
-        uint32_t n = group_reads(p, grp, reads, KF_GROUP_MAX_SLOTS);
-        uint32_t level = 1;
-        for (uint32_t i = 0; i < n; i++) {
-            int32_t src = p->group_of[reads[i]];
-            if (src >= 0 && p->groups[src].level + 1 > level) {
-                level = p->groups[src].level + 1;
+        p->groups[gi].level = 1;
+    }
+    bool changed = true;
+    for (uint32_t pass = 0; changed && pass <= p->group_count; pass++) {
+        changed = false;
+        for (uint32_t gi = 0; gi < p->group_count; gi++) {
+            kf__group *grp = &p->groups[gi];
+            if (grp->kind == KF__GROUP_DEAD) {
+                continue;
+            }
+            uint32_t reads[KF_GROUP_MAX_SLOTS];
+            uint32_t n = group_reads(p, grp, reads, KF_GROUP_MAX_SLOTS);
+            for (uint32_t i = 0; i < n; i++) {
+                int32_t src = p->group_of[reads[i]];
+                if (src >= 0 && p->groups[src].level + 1 > grp->level) {
+                    grp->level = p->groups[src].level + 1;
+                    changed = true;
+                }
             }
         }
-        grp->level = level;
     }
 }
 
@@ -415,8 +423,6 @@ static kf_val emit_elementwise(emit_state *s) {
 static kf_val from_f32(kf_kernel *k, kf_val v, kf_dtype d) {
     return d == KF_DTYPE_F16 ? kf_cast(k, kf_type_scalar(KF_SCALAR_F16), v) : v;
 }
-
-static const uint32_t default_wg[3] = {KF_WORKGROUP, 1, 1};
 
 static void grid_for(uint64_t elements, uint32_t wg, uint32_t out[3]) {
     uint64_t groups = (elements + wg - 1) / wg;

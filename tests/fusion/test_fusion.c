@@ -418,7 +418,7 @@ static kf_graph *random_graph(char *desc, size_t desc_size) {
             out = kf_graph_op(g, name, in, 2, NULL);
         } else if (kind == 7 && is_full) {
             name = "matmul";
-            char wname[8];
+            char wname[16];
             snprintf(wname, sizeof wname, "w%u", i);
             kf_shape ws = kf_shape_2d(cols, cols);
             kf_node w = kf_graph_input(g, wname, &ws, KF_DTYPE_F32);
@@ -449,7 +449,7 @@ static kf_graph *random_graph(char *desc, size_t desc_size) {
 KT_TEST(fusion, random_graphs_match_the_cpu_specs) {
     KT_NEED_GPU(ctx);
     const char *env = getenv("KFUSE_RANDOM_GRAPHS");
-    int total = env ? atoi(env) : 200;
+    int total = env ? atoi(env) : 1500;
     int fewer = 0;
     for (int i = 0; i < total; i++) {
         char desc[512];
@@ -461,6 +461,11 @@ KT_TEST(fusion, random_graphs_match_the_cpu_specs) {
         }
         uint32_t fused = 0, unfused = 0;
         bool ok = check_graph(ctx, g, &fused, &unfused);
+        if (!ok) {
+            char *text = kf_graph_format(g);
+            fprintf(stderr, "    the failing graph, to reproduce with kfuse run -e:\n%s", text);
+            kf_free(text);
+        }
         kf_graph_destroy(g);
         KT_CHECK(ok, "random graph %d failed: %s", i, desc);
         KT_CHECK(fused <= unfused, "graph %d (%s): fused %u > unfused %u dispatches", i, desc,
