@@ -637,7 +637,7 @@ static kf_val square_expr_backward(kf_kernel *k, const kf_val *x, kf_val y, kf_v
     return kf_mul(k, kf_mul(k, lit(k, 2.0), x[0]), g);
 }
 
-/* reciprocal(x) = 1/x; inputs drawn with |x| in [0.25, 4). d/dx = -y^2. 1/0 = inf. */
+/* reciprocal(x) = 1/x; inputs drawn with |x| in [1, 4), either sign. d/dx = -y^2. */
 static double reciprocal_f(const double *x, const kf_op_params *p) {
     (void)p;
     return 1.0 / x[0];
