@@ -151,8 +151,8 @@ KT_TEST(ops, registry_lists_every_op) {
             kf_shape os;
             KT_CHECK_OK(kf_op_shape(op, oc->shapes, &oc->params, &os, NULL, 0));
             large = large || kf_shape_elements(&os) >= (1u << 22);
-            for (uint32_t i = 0; i < kf_op_arity(op, &oc->params); i++) {
-                large = large || kf_shape_elements(&oc->shapes[i]) >= (1u << 22);
+            for (uint32_t j = 0; j < kf_op_arity(op, &oc->params); j++) {
+                large = large || kf_shape_elements(&oc->shapes[j]) >= (1u << 22);
             }
         }
         KT_CHECK(large, "%s has no case of 2^22 elements or more", names[i]);
