@@ -13,7 +13,8 @@ first compiled call compiles), then the median of --repeat runs.
 What each case computes, on both sides:
   chain_L           x |> scale(1.5) |> add(0.25) |> relu |> tanh |> sigmoid |> mul(2) |> gelu
                     |> silu, its first L operators (gelu is the tanh approximation in both)
-  matmul_bias_gelu  gelu(a @ b + bias); f32 with TF32 off, f16 inputs with f32 accumulation
+  matmul_bias_gelu  gelu(a @ b + bias); f32 with TF32 off (fp32_precision "ieee", or
+                    allow_tf32 False before PyTorch 2.9), f16 inputs with f32 accumulation
                     (reduced-precision reductions off)
   softmax           softmax over the last axis
   rmsnorm_weight    rmsnorm(x) * w (PyTorch: F.rms_norm with the weight, eps 1e-5)
@@ -216,6 +217,24 @@ def make_case(torch, c, dev, gen):
     raise ValueError("unknown family " + f)
 
 
+def no_tf32(torch):
+    """f32 means f32: no TF32 anywhere; f16 matmuls accumulate in f32. PyTorch 2.9 brought
+    fp32_precision settings and deprecated allow_tf32; the two are not to be mixed, so a PyTorch
+    that has the new ones gets only those."""
+    if hasattr(torch.backends, "fp32_precision"):
+        cudnn = torch.backends.cudnn
+        for backend in (torch.backends, torch.backends.cuda.matmul, cudnn,
+                        getattr(cudnn, "conv", None), getattr(cudnn, "rnn", None)):
+            if backend is not None and hasattr(backend, "fp32_precision"):
+                backend.fp32_precision = "ieee"
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        if hasattr(torch, "set_float32_matmul_precision"):
+            torch.set_float32_matmul_precision("highest")
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+
+
 def time_fn(torch, dev, fn, repeat, warmup):
     """Median and minimum milliseconds of fn: CUDA events around each call on a GPU, the wall
     clock on the CPU."""
@@ -343,12 +362,7 @@ def main():
     gpu_name = None
     if torch is not None:
         dev = torch.device(args.device)
-        # f32 means f32: no TF32 anywhere; f16 matmuls accumulate in f32.
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-        torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
-        if hasattr(torch, "set_float32_matmul_precision"):
-            torch.set_float32_matmul_precision("highest")
+        no_tf32(torch)
         if dev.type == "cuda":
             gpu_name = torch.cuda.get_device_name(dev)
         else:
