@@ -270,6 +270,9 @@ static void print_case_json(FILE *f, const kf_bench_case *c, const kf_bench_resu
         json_number(f, "unfused_fraction", unfused / ref->value);
     }
     json_number(f, "max_rel_diff", r->max_rel_diff);
+    if (c->family != KF_BENCH_FFN_SAVE) {
+        json_number(f, "sample_rel_err", r->sample_rel_err);
+    }
     fprintf(f, ", \"timer\": \"%s\", \"repeat\": %u}\n", r->fused.gpu_timestamps ? "gpu" : "wall",
             repeat);
 }

@@ -82,9 +82,10 @@ typedef struct kf_bench_result {
     uint32_t dispatches_unfused;
     uint64_t bytes_fused; /* the plan's own count of bytes read + written */
     uint64_t bytes_unfused;
-    double work;         /* compulsory bytes, or flops */
-    bool flops;          /* work is flops: the metric is TFLOP/s, else GB/s */
-    double max_rel_diff; /* fused output against unfused output */
+    double work;           /* compulsory bytes, or flops */
+    bool flops;            /* work is flops: the metric is TFLOP/s, else GB/s */
+    double max_rel_diff;   /* fused output against unfused output */
+    double sample_rel_err; /* fused output against the CPU specs, on a sample */
 } kf_bench_result;
 
 /* Times `variants` (at most 4) alternatives in `repeat` interleaved rounds: each round times

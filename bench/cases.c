@@ -7,25 +7,34 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define MAX_INPUTS 4 /* of any case's graph */
+
 /* The chain's operators, in order; a case of length L uses the first L. Cheap arithmetic mixed
  * with transcendentals: eight of them per element stay far below a GPU's flop-per-byte balance,
  * so the fused chain is bound by memory, and unfused it moves 2 * L buffers instead of 2. The
  * PyTorch comparison (bench/torch_compare.py, CHAIN_STEPS) mirrors this table. */
+typedef enum step_kind {
+    STEP_UNARY = 0,
+    STEP_PARAM, /* the number is the op's parameter: scale(x, alpha) */
+    STEP_SCALAR /* the number is a scalar operand: add(x, 0.25) */
+} step_kind;
+
 typedef struct chain_step {
     const char *op;
-    bool has_number;
+    step_kind kind;
     double number;
 } chain_step;
 
 static const chain_step chain_steps[8] = {
-    {"scale", true, 1.5},  {"add", true, 0.25}, {"relu", false, 0}, {"tanh", false, 0},
-    {"sigmoid", false, 0}, {"mul", true, 2.0},  {"gelu", false, 0}, {"silu", false, 0},
+    {"scale", STEP_PARAM, 1.5}, {"add", STEP_SCALAR, 0.25}, {"relu", STEP_UNARY, 0},
+    {"tanh", STEP_UNARY, 0},    {"sigmoid", STEP_UNARY, 0}, {"mul", STEP_SCALAR, 2.0},
+    {"gelu", STEP_UNARY, 0},    {"silu", STEP_UNARY, 0},
 };
 
 static kf_node chain(kf_graph *g, kf_node x, uint32_t ops) {
     for (uint32_t i = 0; i < ops && i < 8; i++) {
         kf_graph_arg arg = {NULL, chain_steps[i].number};
-        x = kf_graph_call(g, chain_steps[i].op, &x, 1, &arg, chain_steps[i].has_number ? 1 : 0);
+        x = kf_graph_call(g, chain_steps[i].op, &x, 1, &arg, chain_steps[i].kind ? 1 : 0);
     }
     return x;
 }
@@ -163,10 +172,12 @@ static kf_status time_plan(void *user, uint32_t which, kf_timing *out) {
     return kf_plan_time(v[which].plan, 1, out);
 }
 
-/* Compiles both variants, feeds them the same random inputs, times them in interleaved rounds,
- * and reads both outputs back. On failure, msg says where and why. */
+/* Compiles both variants, feeds them the same random inputs (kept in inputs[], in the graph's
+ * input order), times them in interleaved rounds, and reads both outputs back. On failure, msg
+ * says where and why. */
 static kf_status run_variants(kf_context *ctx, const kf_graph *g, uint32_t repeat, uint64_t seed,
-                              variant v[2], kf_timing timing[2], char *msg, size_t msg_size) {
+                              variant v[2], kf_tensor *inputs[MAX_INPUTS], kf_timing timing[2],
+                              char *msg, size_t msg_size) {
     static const char *const what[2] = {"fused", "unfused"};
     kf_status st = KF_OK;
     for (uint32_t i = 0; i < 2 && st == KF_OK; i++) {
@@ -179,15 +190,13 @@ static kf_status run_variants(kf_context *ctx, const kf_graph *g, uint32_t repea
             kf_plan_summary_get(v[i].plan, &v[i].summary);
         }
     }
-    for (uint32_t i = 0; i < kf_graph_input_count(g) && st == KF_OK; i++) {
+    for (uint32_t i = 0; i < kf_graph_input_count(g) && i < MAX_INPUTS && st == KF_OK; i++) {
         const char *name = NULL;
         kf_graph_input_info(g, i, &name, NULL, NULL);
-        kf_tensor *value = NULL;
-        st = kf_plan_random_input(v[0].plan, name, seed, &value);
+        st = kf_plan_random_input(v[0].plan, name, seed, &inputs[i]);
         for (uint32_t j = 0; j < 2 && st == KF_OK; j++) {
-            st = kf_plan_set_input(v[j].plan, name, value);
+            st = kf_plan_set_input(v[j].plan, name, inputs[i]);
         }
-        kf_tensor_destroy(value);
         if (st != KF_OK) {
             snprintf(msg, msg_size, "input %s: %s: %s", name, kf_status_str(st),
                      kf_context_last_error(ctx));
@@ -211,6 +220,160 @@ static kf_status run_variants(kf_context *ctx, const kf_graph *g, uint32_t repea
                      kf_context_last_error(ctx));
         }
     }
+    return st;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* A sample of the output against the operators' CPU specifications                          */
+/* ---------------------------------------------------------------------------------------- */
+
+/* One operator's spec_forward on CPU tensors: a new tensor, or NULL with *st and msg set. */
+static kf_tensor *spec(const char *op_name, const kf_tensor *const *in, uint32_t count,
+                       const kf_op_params *params, kf_status *st, char *msg, size_t msg_size) {
+    const kf_operator *op = kf_op_find(op_name);
+    kf_op_params p = {0};
+    if (params) {
+        p = *params;
+    }
+    kf_shape shapes[MAX_INPUTS], shape;
+    for (uint32_t i = 0; i < count && i < MAX_INPUTS; i++) {
+        shapes[i] = in[i]->shape;
+    }
+    kf_tensor *out = NULL;
+    *st = op && op->spec_forward ? KF_OK : KF_ERROR_UNSUPPORTED;
+    if (*st == KF_OK) {
+        *st = kf_op_shape(op, shapes, &p, &shape, msg, msg_size);
+    }
+    if (*st == KF_OK) {
+        *st = kf_tensor_create(&shape, &out);
+    }
+    if (*st == KF_OK) {
+        *st = op->spec_forward(in, &p, out);
+    }
+    if (*st != KF_OK) {
+        if (!msg[0]) {
+            snprintf(msg, msg_size, "the %s spec: %s", op_name, kf_status_str(*st));
+        }
+        kf_tensor_destroy(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* Applies op to *cur (and `second`, when given) and replaces *cur with the result. */
+static void step(kf_tensor **cur, const char *op, const kf_tensor *second,
+                 const kf_op_params *params, kf_status *st, char *msg, size_t msg_size) {
+    if (*st != KF_OK) {
+        return;
+    }
+    const kf_tensor *in[2] = {*cur, second};
+    kf_tensor *next = spec(op, in, second ? 2 : 1, params, st, msg, msg_size);
+    kf_tensor_destroy(*cur);
+    *cur = next;
+}
+
+/* The case's computation on CPU tensors for a sample: x is the sample of the first input
+ * (elements of a chain, rows otherwise; consumed), inputs[] the other inputs whole. */
+static kf_tensor *evaluate_sample(const kf_bench_case *c, kf_tensor *x,
+                                  kf_tensor *const inputs[MAX_INPUTS], kf_status *st, char *msg,
+                                  size_t msg_size) {
+    kf_tensor *cur = x;
+    *st = KF_OK;
+    switch (c->family) {
+    case KF_BENCH_COPY:
+        step(&cur, "copy", NULL, NULL, st, msg, msg_size);
+        break;
+    case KF_BENCH_CHAIN:
+        for (uint32_t i = 0; i < c->ops && i < 8 && *st == KF_OK; i++) {
+            const chain_step *s = &chain_steps[i];
+            kf_op_params p = {0};
+            kf_tensor *scalar = NULL;
+            if (s->kind == STEP_PARAM) {
+                p.alpha = (float)s->number;
+            } else if (s->kind == STEP_SCALAR) {
+                kf_shape rank0 = {0};
+                *st = kf_tensor_constant(&rank0, (float)s->number, &scalar);
+            }
+            step(&cur, s->op, scalar, &p, st, msg, msg_size);
+            kf_tensor_destroy(scalar);
+        }
+        break;
+    case KF_BENCH_MATMUL:
+    case KF_BENCH_MATMUL_BIAS_GELU:
+        step(&cur, "matmul", inputs[1], NULL, st, msg, msg_size);
+        if (c->family == KF_BENCH_MATMUL_BIAS_GELU) {
+            step(&cur, "add", inputs[2], NULL, st, msg, msg_size);
+            step(&cur, "gelu", NULL, NULL, st, msg, msg_size);
+        }
+        break;
+    case KF_BENCH_SOFTMAX:
+        step(&cur, "softmax", NULL, NULL, st, msg, msg_size);
+        break;
+    case KF_BENCH_RMSNORM_WEIGHT:
+        step(&cur, "rmsnorm", NULL, NULL, st, msg, msg_size);
+        step(&cur, "mul", inputs[1], NULL, st, msg, msg_size);
+        break;
+    case KF_BENCH_LAYERNORM_AFFINE:
+        step(&cur, "layernorm", NULL, NULL, st, msg, msg_size);
+        step(&cur, "mul", inputs[1], NULL, st, msg, msg_size);
+        step(&cur, "add", inputs[2], NULL, st, msg, msg_size);
+        break;
+    case KF_BENCH_FFN_SAVE:
+        *st = KF_ERROR_INVALID_ARGUMENT;
+        break;
+    }
+    if (*st != KF_OK) {
+        kf_tensor_destroy(cur);
+        return NULL;
+    }
+    return cur;
+}
+
+/* Checks the GPU output on a sample (4096 elements of a chain, 3 rows of a matmul, 64 rows of a
+ * row operation, spread evenly, the first and the last included) against the operators' own CPU
+ * specifications. What it is for: the full sizes are beyond what the test suite runs on a CPU
+ * adapter (2^28 elements, 8192^2 outputs), and there a grid or an index could overflow. The
+ * error is relative to the sample's scale, as in the fused/unfused comparison. */
+static kf_status check_sample(const kf_bench_case *c, kf_tensor *const inputs[MAX_INPUTS],
+                              const kf_tensor *gpu, double *max_err, char *msg, size_t msg_size) {
+    const kf_tensor *first = inputs[0];
+    bool rows = first->shape.rank == 2;
+    uint64_t count = rows ? first->shape.dims[0] : kf_tensor_size(first);
+    uint64_t width = rows ? first->shape.dims[1] : 1; /* of the input */
+    uint64_t out_width = rows ? gpu->shape.dims[1] : 1;
+    /* Matmul rows cost k * n multiply-adds each in the spec's plain loops: seconds at 8192. */
+    uint64_t want = !rows ? 4096 : c->family == KF_BENCH_MATMUL_BIAS_GELU ? 3 : 64;
+    uint64_t n = count < want ? count : want;
+    kf_shape xs = rows ? kf_shape_2d((uint32_t)n, (uint32_t)width) : kf_shape_1d((uint32_t)n);
+    kf_shape ys = rows ? kf_shape_2d((uint32_t)n, (uint32_t)out_width) : kf_shape_1d((uint32_t)n);
+    kf_tensor *x = NULL, *got = NULL, *expected = NULL;
+    kf_status st = kf_tensor_create(&xs, &x);
+    if (st == KF_OK) {
+        st = kf_tensor_create(&ys, &got);
+    }
+    for (uint64_t i = 0; i < n && st == KF_OK; i++) {
+        uint64_t at = n > 1 ? i * (count - 1) / (n - 1) : 0;
+        memcpy(x->data + i * width, first->data + at * width, width * sizeof *x->data);
+        memcpy(got->data + i * out_width, gpu->data + at * out_width,
+               out_width * sizeof *got->data);
+    }
+    if (st == KF_OK) {
+        expected = evaluate_sample(c, x, inputs, &st, msg, msg_size);
+        x = NULL; /* consumed */
+    }
+    if (st == KF_OK) {
+        uint64_t total = kf_tensor_size(expected);
+        double scale = 0.0;
+        for (uint64_t i = 0; i < total; i++) {
+            double a = fabs((double)expected->data[i]);
+            scale = a > scale ? a : scale;
+        }
+        double floor = 1e-3 * scale > 1e-6 ? 1e-3 * scale : 1e-6;
+        *max_err = kf_max_rel_error(got->data, expected->data, total, floor);
+    }
+    kf_tensor_destroy(x);
+    kf_tensor_destroy(got);
+    kf_tensor_destroy(expected);
     return st;
 }
 
@@ -240,9 +403,10 @@ void kf_bench_run_graph_case(kf_context *ctx, const kf_bench_case *c, uint32_t r
     r->work = matmul ? 2.0 * c->m * c->n * c->k : compulsory_bytes(g);
     variant v[2];
     memset(v, 0, sizeof v);
+    kf_tensor *inputs[MAX_INPUTS] = {NULL, NULL, NULL, NULL};
     kf_timing timing[2];
     memset(timing, 0, sizeof timing);
-    kf_status st = run_variants(ctx, g, repeat, seed, v, timing, r->note, sizeof r->note);
+    kf_status st = run_variants(ctx, g, repeat, seed, v, inputs, timing, r->note, sizeof r->note);
     const variant *fused = &v[0], *unfused = &v[1];
     if (st != KF_OK) {
         r->skipped = is_skip(st);
@@ -274,6 +438,24 @@ void kf_bench_run_graph_case(kf_context *ctx, const kf_bench_case *c, uint32_t r
                      "'kfuse run --check' on this graph shows which is wrong",
                      r->max_rel_diff, allowed);
         }
+        /* Against the specs, a bound for gross errors (elements never written, rows mixed up),
+         * not for precision: precision is kfuse verify's and the test suite's business. */
+        double spec_allowed = c->dtype == KF_DTYPE_F16 ? 5e-2 : 1e-2;
+        char msg[256] = {0};
+        st = check_sample(c, inputs, fused->output, &r->sample_rel_err, msg, sizeof msg);
+        if (st != KF_OK) {
+            r->failed = true;
+            snprintf(r->note, sizeof r->note, "checking a sample against the specs: %s", msg);
+        } else if (!r->failed && !(r->sample_rel_err <= spec_allowed)) {
+            r->failed = true;
+            snprintf(r->note, sizeof r->note,
+                     "sampled outputs differ from the CPU specs: max rel err %.3g (allowed "
+                     "%.3g); 'kfuse run --check' on this graph, smaller, shows more",
+                     r->sample_rel_err, spec_allowed);
+        }
+    }
+    for (uint32_t i = 0; i < MAX_INPUTS; i++) {
+        kf_tensor_destroy(inputs[i]);
     }
     for (uint32_t i = 0; i < 2; i++) {
         kf_tensor_destroy(v[i].output);
@@ -302,7 +484,7 @@ void kf_bench_spec(const kf_bench_case *c, char *buf, size_t size) {
             SPEC_APPEND(" |> copy");
         }
         for (uint32_t i = 0; c->family == KF_BENCH_CHAIN && i < c->ops && i < 8; i++) {
-            if (chain_steps[i].has_number) {
+            if (chain_steps[i].kind != STEP_UNARY) {
                 SPEC_APPEND(" |> %s(%g)", chain_steps[i].op, chain_steps[i].number);
             } else {
                 SPEC_APPEND(" |> %s", chain_steps[i].op);
