@@ -9,7 +9,11 @@
 # the comparison; gnuplot for the plot (else run bench/plot.sh on the files later, anywhere). No
 # network. Each part stops itself before 9.5 minutes, so one part fits one 10-minute command;
 # `torch` is split in two parts for that reason (compiling each case takes a while).
-# Environment: OUT, KFUSE, KF_WEBGPU_LIB, PYTHON, SIZE (full; small for a quick try), PART_LIMIT.
+# Environment: OUT, KFUSE, KF_WEBGPU_LIB, PYTHON, SIZE (full; small for a quick try), PART_LIMIT,
+# STATE. Parts run in separate commands can always be joined afterwards, anywhere:
+#   python3 bench/torch_compare.py kfuse.jsonl --torch-json torch-chains.jsonl \
+#       --torch-json torch-rest.jsonl
+#   bench/plot.sh kfuse.jsonl torch.jsonl docs/perf.png   (torch.jsonl: the two cat together)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench-out}
@@ -19,7 +23,10 @@ export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/kfuse-inductor-ca
 PART_LIMIT=${PART_LIMIT:-570}
 SIZE=${SIZE:-full}     # SIZE=small: a quick try of the whole path
 PYTHON=${PYTHON:-python3}
-mkdir -p "$OUT"
+# $OUT may be new for each command on the GPU machine: kfuse's results are also kept here, where
+# the torch parts look for them when $OUT has none (a later command on the same machine).
+STATE=${STATE:-/tmp/kfuse-bench}
+mkdir -p "$OUT" "$STATE"
 part=${1:-all}
 
 run_kfuse() {
@@ -31,6 +38,7 @@ run_kfuse() {
     timeout "$PART_LIMIT" "$KFUSE" bench --size "$SIZE" --json-file "$OUT/kfuse.jsonl" \
         >"$OUT/kfuse.txt" 2>"$OUT/kfuse.err"
     echo "kfuse bench exit $?"
+    cp "$OUT/kfuse.jsonl" "$OUT/kfuse.txt" "$STATE/" 2>/dev/null || true
     cat "$OUT/kfuse.txt" "$OUT/kfuse.err"
 }
 
@@ -39,6 +47,9 @@ run_torch() { # name, extra torch_compare.py arguments...
     shift
     echo "torch_compare.py $* (table: $OUT/compare-$name.md, log: $OUT/torch-$name.err)"
     local kfuse_json=()
+    if [ ! -s "$OUT/kfuse.jsonl" ] && [ -s "$STATE/kfuse.jsonl" ]; then
+        cp "$STATE/kfuse.jsonl" "$STATE/kfuse.txt" "$OUT/" 2>/dev/null || true
+    fi
     [ -s "$OUT/kfuse.jsonl" ] && kfuse_json=("$OUT/kfuse.jsonl")
     timeout "$PART_LIMIT" "$PYTHON" bench/torch_compare.py "${kfuse_json[@]}" --size "$SIZE" \
         --json "$OUT/torch-$name.jsonl" "$@" >"$OUT/compare-$name.md" 2>"$OUT/torch-$name.err"

@@ -328,6 +328,9 @@ def main():
                          "(beside a kfuse run on a CPU adapter such as lavapipe)")
     ap.add_argument("--threads", type=int, default=0,
                     help="with --device cpu: PyTorch's threads (default: every core)")
+    ap.add_argument("--torch-json", metavar="PATH", action="append", default=[],
+                    help="take PyTorch's results from an earlier --json output (repeatable) "
+                         "instead of running PyTorch: joins runs made apart")
     args = ap.parse_args()
 
     device = refs = None
@@ -338,11 +341,25 @@ def main():
     if args.filter:
         cases = [c for c in cases if re.search(args.filter, c["case"])]
 
+    stored = {}
+    for path in args.torch_json:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("{"):
+                    rec = json.loads(line)
+                    if rec.get("kind") == "torch_case" and any(rec.get(k) is not None for k in (
+                            "eager_ms", "compile_ms", "eager_error", "compile_error")):
+                        stored[rec["case"]] = rec
     try:
         import torch
     except ImportError:
         torch = None
-    if torch is None:
+    if stored:
+        torch = None  # the results are given
+        first = next(iter(stored.values()))
+        print("torch results from %s (torch %s on %s)" % (
+            ", ".join(args.torch_json), first.get("torch", "?"), first.get("gpu", "?")))
+    elif torch is None:
         print("no torch here: printing the kfuse results alone", file=sys.stderr)
     elif args.device == "cuda" and not torch.cuda.is_available():
         print("torch %s sees no CUDA device: printing the kfuse results alone" %
@@ -394,6 +411,13 @@ def main():
         if torch is not None:
             print("running %s ..." % c["case"], file=sys.stderr, flush=True)
             res = run_torch(torch, c, args, dev)
+        if c["case"] in stored:
+            rec = stored[c["case"]]
+            for what in ("eager", "compile"):
+                if rec.get(what + "_ms") is not None:
+                    res[what] = (rec[what + "_ms"], rec.get(what + "_min_ms"))
+                elif rec.get(what + "_error"):
+                    res[what] = rec[what + "_error"]
         eager = res.get("eager")
         comp = res.get("compile")
         eager_ms = eager[0] if isinstance(eager, tuple) else None
@@ -431,6 +455,9 @@ def main():
             if torch is not None:
                 rec["torch"] = torch.__version__
                 rec["gpu"] = gpu_name
+            elif c["case"] in stored:
+                rec["torch"] = stored[c["case"]].get("torch")
+                rec["gpu"] = stored[c["case"]].get("gpu")
             out.write(json.dumps(rec) + "\n")
             out.flush()
     if out:
