@@ -9,7 +9,9 @@
 #
 # Safe to run again: each step does nothing when its work is already done, and the script is
 # quiet then. On another distribution it lists what kfuse needs instead of guessing how to
-# install it. Options: -v (show every command's output), --no-build.
+# install it. Options: -v (show every command's output), --no-build, --bundle-vulkan-loader
+# (copy this machine's libvulkan.so.1 into deps/dawn, where Dawn looks first, for carrying
+# deps/dawn to a GPU machine that has the GPU's Vulkan driver but no Vulkan loader).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -25,12 +27,14 @@ LOG="$ROOT/build/setup.log"
 
 VERBOSE=0
 BUILD=1
+BUNDLE_LOADER=0
 for arg in "$@"; do
     case "$arg" in
     -v | --verbose) VERBOSE=1 ;;
     --no-build) BUILD=0 ;;
+    --bundle-vulkan-loader) BUNDLE_LOADER=1 ;;
     -h | --help)
-        sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+        awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
         exit 0
         ;;
     *)
@@ -107,7 +111,7 @@ debian_mirror() {
     fi
     if [ -z "$uri" ]; then
         uri="$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
-            awk '$1 == "deb" && $3 == "bookworm" {print $2; exit}')"
+            awk '$1 == "deb" && $3 == "bookworm" && !found {print $2; found = 1}')"
     fi
     echo "$uri"
 }
@@ -253,8 +257,8 @@ check_adapter() {
         echo "$out" >&2
         false
     fi
-    ADAPTER="$(echo "$out" | awk -F': *' '/^adapter/ {print $2; exit}')"
-    BACKEND="$(echo "$out" | awk -F': *' '/^backend/ {print $2; exit}')"
+    ADAPTER="$(echo "$out" | awk -F': *' '/^adapter/ && !found {print $2; found = 1}')"
+    BACKEND="$(echo "$out" | awk -F': *' '/^backend/ && !found {print $2; found = 1}')"
 }
 
 if is_debian12; then
@@ -268,6 +272,16 @@ have npm || {
     exit 1
 }
 fetch_dawn
+if [ "$BUNDLE_LOADER" = 1 ]; then
+    step "copy the Vulkan loader into deps/dawn" "Install libvulkan1 on this machine first."
+    loader="$(ldconfig -p | awk '/libvulkan\.so\.1 .*x86-64/ && !found {print $NF; found = 1}')"
+    [ -n "$loader" ] || {
+        echo "setup.sh: no libvulkan.so.1 on this machine to copy" >&2
+        false
+    }
+    cp -L "$loader" "$DAWN_DIR/libvulkan.so.1"
+    say "copied $loader into deps/dawn"
+fi
 ADAPTER="(not checked)"
 BACKEND=""
 if [ "$BUILD" = 1 ]; then
