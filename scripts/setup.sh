@@ -12,7 +12,7 @@
 # install it. Options: -v (show every command's output), --no-build, --bundle-vulkan-loader
 # (copy this machine's libvulkan.so.1 into deps/dawn, where Dawn looks first, for carrying
 # deps/dawn to a GPU machine that has the GPU's Vulkan driver but no Vulkan loader).
-set -euo pipefail
+set -Eeuo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -161,16 +161,18 @@ setup_debian() {
     fi
 
     step "apt-get update" "Check the network and the apt sources, then run setup.sh again."
-    say "installing: ${missing[*]}$([ "$need_mesa" = 1 ] && echo " mesa-vulkan-drivers (backports)")"
-    run as_root apt-get update -q
+    local what=("${missing[@]}")
+    [ "$need_mesa" = 1 ] && what+=("mesa-vulkan-drivers (bookworm-backports)")
+    say "installing: ${what[*]}"
+    run as_root apt-get -o DPkg::Lock::Timeout=600 update -q
     if [ "${#missing[@]}" != 0 ]; then
         step "apt-get install ${missing[*]}"
-        run as_root apt-get install -y -q --no-install-recommends "${missing[@]}"
+        run as_root apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "${missing[@]}"
     fi
     if [ "$need_mesa" = 1 ]; then
         step "apt-get install -t bookworm-backports mesa-vulkan-drivers" \
             "Dawn needs Mesa >= $MESA_MIN for its Vulkan backend (lavapipe on CPUs)."
-        run as_root apt-get install -y -q --no-install-recommends -t bookworm-backports \
+        run as_root apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends -t bookworm-backports \
             mesa-vulkan-drivers libvulkan1
         mesa="$(pkg_version mesa-vulkan-drivers)"
         dpkg --compare-versions "$mesa" ge "$MESA_MIN" || {
