@@ -190,7 +190,10 @@ check_other_system() {
     have make || have ninja || missing+=("make or ninja")
     have npm || missing+=("npm (to fetch Dawn from the npm registry)")
     ldconfig -p 2>/dev/null | grep -q 'libvulkan\.so\.1' || missing+=("the Vulkan loader (libvulkan.so.1)")
-    ls /usr/share/vulkan/icd.d/*.json /etc/vulkan/icd.d/*.json >/dev/null 2>&1 ||
+    [ -n "${VK_ICD_FILENAMES:-}${VK_DRIVER_FILES:-}" ] ||
+        compgen -G '/usr/share/vulkan/icd.d/*.json' >/dev/null ||
+        compgen -G '/etc/vulkan/icd.d/*.json' >/dev/null ||
+        compgen -G '/usr/local/share/vulkan/icd.d/*.json' >/dev/null ||
         missing+=("a Vulkan driver Dawn accepts: your GPU's, or Mesa >= $MESA_MIN (lavapipe) for CPUs")
     have clang-format-14 || echo "setup: note: the format check (scripts/format.sh) wants clang-format-14" >&2
     if [ "${#missing[@]}" != 0 ]; then
