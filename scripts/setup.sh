@@ -79,6 +79,8 @@ run() {
 }
 
 have() { command -v "$1" >/dev/null 2>&1; }
+# The dynamic loader's cache (ldconfig is in /sbin, outside a user's PATH on Debian).
+ldconfig_p() { "$(command -v ldconfig || echo /sbin/ldconfig)" -p 2>/dev/null || true; }
 
 is_debian12() {
     [ -r /etc/os-release ] || return 1
@@ -189,7 +191,7 @@ check_other_system() {
     have cmake || missing+=("CMake >= 3.20")
     have make || have ninja || missing+=("make or ninja")
     have npm || missing+=("npm (to fetch Dawn from the npm registry)")
-    ldconfig -p 2>/dev/null | grep -q 'libvulkan\.so\.1' || missing+=("the Vulkan loader (libvulkan.so.1)")
+    ldconfig_p | grep 'libvulkan\.so\.1' >/dev/null || missing+=("the Vulkan loader (libvulkan.so.1)")
     [ -n "${VK_ICD_FILENAMES:-}${VK_DRIVER_FILES:-}" ] ||
         compgen -G '/usr/share/vulkan/icd.d/*.json' >/dev/null ||
         compgen -G '/etc/vulkan/icd.d/*.json' >/dev/null ||
@@ -279,7 +281,7 @@ have npm || {
 fetch_dawn
 if [ "$BUNDLE_LOADER" = 1 ]; then
     step "copy the Vulkan loader into deps/dawn" "Install libvulkan1 on this machine first."
-    loader="$(ldconfig -p | awk '/libvulkan\.so\.1 .*x86-64/ && !found {print $NF; found = 1}')"
+    loader="$(ldconfig_p | awk '/libvulkan\.so\.1 .*x86-64/ && !found {print $NF; found = 1}')"
     [ -n "$loader" ] || {
         echo "setup.sh: no libvulkan.so.1 on this machine to copy" >&2
         false
