@@ -296,4 +296,8 @@ if [ "$BUILD" = 1 ]; then
     check_adapter
 fi
 trap - ERR
-say "ready: Dawn $DAWN_VERSION in deps/dawn, build/release/kfuse, adapter: $ADAPTER${BACKEND:+ ($BACKEND)}"
+if [ "$BUILD" = 1 ]; then
+    say "ready: Dawn $DAWN_VERSION in deps/dawn, build/release/kfuse, adapter: $ADAPTER${BACKEND:+ ($BACKEND)}"
+else
+    say "ready: Dawn $DAWN_VERSION in deps/dawn (not built: --no-build)"
+fi
