@@ -556,7 +556,7 @@ static const kf_op_case norm_cases[] = {
     {.shapes = {SHAPE2(5, 300), SHAPE1(300), SHAPE1(300)},
      .params = BOTH,
      .note = "rows longer than 256 lanes"},
-    {.shapes = {SHAPE2(600, 3), SHAPE1(3)}, .params = WEIGHT, .note = "three chunks of rows"},
+    {.shapes = {SHAPE2(600, 7), SHAPE1(7)}, .params = WEIGHT, .note = "three chunks of rows"},
     {.shapes = {SHAPE3(3, 5, 7), SHAPE1(7)},
      .params = {.has_weight = true, .eps = 0.1f},
      .note = "rank 3, eps 0.1"},
@@ -566,15 +566,16 @@ static const kf_op_case norm_cases[] = {
 };
 #define NORM_CASE_COUNT ((uint32_t)(sizeof norm_cases / sizeof norm_cases[0]))
 
-/* Tolerances (relative error, as kf_max_rel_error measures it).
- * forward: r comes from an f32 sum of cols squares (relative error ~ log2(lanes) + cols/lanes
- * ulps, ~1e-6 for 4096) and inverseSqrt (a few ulp); layernorm's x - mu cancels when x is close
- * to the mean, but its absolute error stays ~ ulp(|mu|), well under the floor verification
- * judges small outputs by. 1e-5 in f32. f16: inputs and the output rounded to f16 (4.9e-4 each):
- * 4e-3.
- * backward: dx subtracts means of g and g * xhat from g (cancellation up to the size of those
- * terms), dweight and dbias sum dy * xhat over up to 1024 rows: 1e-4 in f32; f16: 1e-2, since
- * g and xhat are formed from f16-rounded dy, w and x and then summed over rows. */
+/* Tolerances: relative error against max(|spec|, 1% of the spec's rms) (f16: at least 2^-14), as
+ * kf_op_verify measures it; measured maxima on llvmpipe are in docs/operators.md.
+ * forward: r comes from an f32 sum of squares (lane loop, then tree) and inverseSqrt (2 ulp);
+ * layernorm's x - mu carries mu's rounding, ulp(|mu|), which r multiplies: rows whose values
+ * nearly coincide lose digits here as in any f32 layernorm (measured 7e-5 for rows of 3 drawn in
+ * [-2, 2); the table uses 7 so that the check stays about the kernels).
+ * backward: dx subtracts mean(g) and xhat * mean(g * xhat) from g, cancelling down to the
+ * gradient's size, and dweight / dbias are f32 sums over up to 1024 rows (blocked by 256); each
+ * term's xhat carries r's relative error from a 4096-wide f32 sum of squares. Measured 9.5e-5 at
+ * 2^22 elements: 3e-4. f16: the gradient's rounding to f16 and a one-ulp flip (2^-10), 2e-3. */
 const kf_operator kf__op_rmsnorm = {
     .name = "rmsnorm",
     .about = "x / sqrt(mean(x^2) + eps) over the last axis, optional weight and bias rows",
@@ -586,8 +587,8 @@ const kf_operator kf__op_rmsnorm = {
     .spec_backward = rmsnorm_spec_backward,
     .kernel_forward = rmsnorm_kernel_forward,
     .kernel_backward = rmsnorm_kernel_backward,
-    .tolerance_f32 = 1e-4,
-    .tolerance_f16 = 1e-2,
+    .tolerance_f32 = 3e-4,
+    .tolerance_f16 = 2e-3,
     .input_lo = -2.0f,
     .input_hi = 2.0f,
     .grid = norm_grid,
@@ -606,8 +607,8 @@ const kf_operator kf__op_layernorm = {
     .spec_backward = layernorm_spec_backward,
     .kernel_forward = layernorm_kernel_forward,
     .kernel_backward = layernorm_kernel_backward,
-    .tolerance_f32 = 1e-4,
-    .tolerance_f16 = 1e-2,
+    .tolerance_f32 = 3e-4,
+    .tolerance_f16 = 2e-3,
     .input_lo = -2.0f,
     .input_hi = 2.0f,
     .grid = norm_grid,

@@ -379,3 +379,168 @@ VERIFY_TESTS(log_softmax)
 VERIFY_TESTS(rmsnorm)
 VERIFY_TESTS(layernorm)
 VERIFY_TESTS(cross_entropy)
+
+/* ---------------------------------------------------------------------------------------- */
+/* NaN, infinity and invalid labels on the device                                           */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Runs kernel k with tensors[i] bound to binding i (f32, or i32 where is_index[i]); the last one
+ * is the output: poisoned with NaN first, downloaded after. */
+static kf_status run_bindings(kf_context *ctx, kf_kernel *k, kf_tensor *const *tensors,
+                              const bool *is_index, uint32_t count) {
+    kf_gpu_tensor *g[8] = {0};
+    kf_buffer *buffers[8];
+    kf_status st = k && kf_kernel_status(k) == KF_OK ? KF_OK : KF_ERROR_INTERNAL;
+    for (uint32_t i = 0; i < count && st == KF_OK; i++) {
+        st = kf_gpu_tensor_from(ctx, tensors[i], is_index[i] ? KF_DTYPE_I32 : KF_DTYPE_F32, &g[i]);
+        buffers[i] = st == KF_OK ? g[i]->buffer : NULL;
+    }
+    if (st == KF_OK) {
+        st = kf_buffer_fill_u32(g[count - 1]->buffer, 0x7fc00000u);
+    }
+    if (st == KF_OK) {
+        kf_kernel_launch launch = {.buffers = buffers, .buffer_count = count};
+        st = kf_kernel_run(ctx, k, &launch);
+    }
+    if (st == KF_OK) {
+        st = kf_gpu_tensor_to(g[count - 1], tensors[count - 1]);
+    }
+    for (uint32_t i = 0; i < count; i++) {
+        kf_gpu_tensor_destroy(g[i]);
+    }
+    return st;
+}
+
+/* Forward of op on the device and in the spec, on the given inputs; every element must agree
+ * (NaN with NaN, equal infinities). want_nan[i] lists output elements that must be NaN. */
+static void check_special_forward(const char *name, kf_shape *shapes, const float *const *values,
+                                  const int *want_nan, int nan_count) {
+    KT_NEED_GPU(ctx);
+    const kf_operator *op = kf_op_find(name);
+    kf_op_params p = {0};
+    spec_run r;
+    KT_CHECK_OK(spec_run_make(&r, op, &p, shapes, values, NULL));
+    kf_tensor *got;
+    KT_CHECK_OK(kf_tensor_create(&r.out->shape, &got));
+    kf_tensor *tensors[5] = {0};
+    bool is_index[5] = {0};
+    for (uint32_t i = 0; i < r.arity; i++) {
+        tensors[i] = r.in[i];
+        is_index[i] = (op->index_inputs >> i) & 1u;
+    }
+    tensors[r.arity] = got;
+    kf_kernel *k = op->kernel_forward(shapes, &p, KF_DTYPE_F32);
+    kf_status st = run_bindings(ctx, k, tensors, is_index, r.arity + 1);
+    kf_kernel_destroy(k);
+    KT_CHECK_OK(st);
+    uint64_t n = kf_tensor_size(got);
+    double err = kf_max_rel_error(got->data, r.out->data, n, kf__verify_floor(r.out->data, n));
+    KT_CHECK(err <= op->tolerance_f32, "%s: device and spec disagree on NaN / inf (error %.3g)",
+             name, err);
+    for (int i = 0; i < nan_count; i++) {
+        KT_CHECK(isnan(got->data[want_nan[i]]), "%s: element %d should be NaN, is %g", name,
+                 want_nan[i], got->data[want_nan[i]]);
+    }
+    kf_tensor_destroy(got);
+    spec_run_free(&r);
+}
+
+KT_TEST(ops, reduce_nan_inf_on_device) {
+    /* rows of 5: a NaN late in the row, a NaN first, -inf everywhere, a +inf, plain numbers */
+    kf_shape s = kf_shape_2d(5, 5);
+    const float x[] = {1,         2,         3,         NAN,       4,         /* */
+                       NAN,       -1,        -2,        -3,        -4,        /* */
+                       -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, /* */
+                       0,         INFINITY,  1,         2,         3,         /* */
+                       0.5f,      -0.25f,    2,         -INFINITY, 1};
+    const float *v[] = {x};
+    const int max_nan[] = {0, 1};
+    check_special_forward("max", &s, v, max_nan, 2);
+    check_special_forward("sum", &s, v, max_nan, 2);
+    /* softmax: NaN rows, the all -inf row (-inf - -inf = NaN) and the +inf row are NaN; the last
+     * row has one -inf, which is an exact 0 */
+    const int softmax_nan[] = {0, 4, 5, 10, 16};
+    check_special_forward("softmax", &s, v, softmax_nan, 5);
+    check_special_forward("log_softmax", &s, v, softmax_nan, 5);
+    const int norm_nan[] = {0, 5};
+    check_special_forward("rmsnorm", &s, v, norm_nan, 2);
+    check_special_forward("layernorm", &s, v, norm_nan, 2);
+}
+
+KT_TEST(ops, reduce_invalid_labels_on_device) {
+    kf_shape shapes[2] = {kf_shape_2d(4, 5), kf_shape_1d(4)};
+    float logits[20];
+    for (int i = 0; i < 20; i++) {
+        logits[i] = kt_rand_f32(-2, 2);
+    }
+    const float good[] = {0, 4, 2, 1}, too_big[] = {0, 5, 2, 1}, negative[] = {0, 4, -1, 1};
+    const float *ok[] = {logits, good}, *big[] = {logits, too_big}, *neg[] = {logits, negative};
+    check_special_forward("cross_entropy", shapes, ok, NULL, 0);
+    const int loss[] = {0};
+    check_special_forward("cross_entropy", shapes, big, loss, 1);
+    check_special_forward("cross_entropy", shapes, neg, loss, 1);
+
+    /* the gradient: NaN in the bad label's row only */
+    KT_NEED_GPU(ctx);
+    const kf_operator *ce = kf_op_find("cross_entropy");
+    kf_op_params p = {0};
+    const float g[] = {1.5f};
+    spec_run r;
+    KT_CHECK_OK(spec_run_make(&r, ce, &p, shapes, big, g));
+    kf_tensor *got;
+    KT_CHECK_OK(kf_tensor_create(&shapes[0], &got));
+    kf_tensor *tensors[5] = {r.in[0], r.in[1], r.out, r.grad_out, got};
+    const bool is_index[5] = {false, true, false, false, false};
+    kf_kernel *k = ce->kernel_backward(shapes, &p, KF_DTYPE_F32, 0);
+    kf_status st = run_bindings(ctx, k, tensors, is_index, 5);
+    kf_kernel_destroy(k);
+    KT_CHECK_OK(st);
+    for (int i = 0; i < 20; i++) {
+        bool bad_row = i / 5 == 1;
+        KT_CHECK(isnan(got->data[i]) == bad_row, "d logits[%d] = %g (row %d)", i, got->data[i],
+                 i / 5);
+    }
+    double err = kf_max_rel_error(got->data, r.grad_in[0]->data, 20, 1e-3);
+    KT_CHECK(err <= ce->tolerance_f32, "d logits agree with the spec: error %.3g", err);
+    kf_tensor_destroy(got);
+    spec_run_free(&r);
+}
+
+/* max's gradient goes to the first maximal element, or to the first NaN: on the device too,
+ * where lanes and the tree see the row out of order. */
+KT_TEST(ops, reduce_max_gradient_ties_and_nan_on_device) {
+    KT_NEED_GPU(ctx);
+    const kf_operator *max = kf_op_find("max");
+    kf_op_params p = {0};
+    /* 300 columns: more than 256 lanes, so a tie across lanes and across the tree */
+    kf_shape s = kf_shape_2d(3, 300);
+    float x[900];
+    for (int i = 0; i < 900; i++) {
+        x[i] = kt_rand_f32(-1, 0.5f);
+    }
+    x[7] = x[200] = x[299] = 1;    /* row 0: ties, first at 7 */
+    x[300 + 280] = NAN;            /* row 1: NaN late, beyond lane 255 ... */
+    x[300 + 290] = NAN;            /* ... and a second one */
+    x[300 + 3] = 2;                /* ... with a larger number first */
+    x[600 + 257] = x[600 + 1] = 1; /* row 2: tie between lane 1 and lane 1's second element */
+    const float *v[] = {x};
+    float g[3] = {1, 2, 3};
+    spec_run r;
+    KT_CHECK_OK(spec_run_make(&r, max, &p, &s, v, g));
+    kf_tensor *got;
+    KT_CHECK_OK(kf_tensor_create(&s, &got));
+    kf_tensor *tensors[4] = {r.in[0], r.out, r.grad_out, got};
+    const bool is_index[4] = {0};
+    kf_kernel *k = max->kernel_backward(&s, &p, KF_DTYPE_F32, 0);
+    kf_status st = run_bindings(ctx, k, tensors, is_index, 4);
+    kf_kernel_destroy(k);
+    KT_CHECK_OK(st);
+    for (int i = 0; i < 900; i++) {
+        KT_CHECK(got->data[i] == r.grad_in[0]->data[i], "max grad[%d] = %g, the spec says %g", i,
+                 got->data[i], r.grad_in[0]->data[i]);
+    }
+    KT_CHECK(got->data[7] == 1 && got->data[300 + 280] == 2 && got->data[600 + 1] == 3,
+             "the gradient lands on the first maximum / first NaN");
+    kf_tensor_destroy(got);
+    spec_run_free(&r);
+}
