@@ -552,7 +552,9 @@ typedef struct kf_tensor {
     float *data;
 } kf_tensor;
 
-kf_status kf_tensor_create(const kf_shape *shape, kf_tensor **out); /* zeros */
+/* A tensor of zeros. KF_ERROR_SHAPE for rank > 4, a dim of 0 or 2^32 elements or more (kernels
+ * index in u32). */
+kf_status kf_tensor_create(const kf_shape *shape, kf_tensor **out);
 kf_status kf_tensor_constant(const kf_shape *shape, float value, kf_tensor **out);
 void kf_tensor_destroy(kf_tensor *t);
 uint64_t kf_tensor_size(const kf_tensor *t);
@@ -577,7 +579,9 @@ typedef struct kf_gpu_tensor {
 
 kf_status kf_gpu_tensor_create(kf_context *ctx, const kf_shape *shape, kf_dtype dtype,
                                kf_gpu_tensor **out); /* zeros */
-/* Uploads (converting to f16 when dtype is f16; needs the device's shader-f16). */
+/* Uploads t as dtype: f16 rounds to nearest, ties to even (KF_ERROR_UNSUPPORTED without the
+ * device's shader-f16); i32 needs every value to be an integer (KF_ERROR_INVALID_ARGUMENT naming
+ * the first that is not). Failures leave a message on ctx. */
 kf_status kf_gpu_tensor_from(kf_context *ctx, const kf_tensor *t, kf_dtype dtype,
                              kf_gpu_tensor **out);
 /* Downloads into t, whose shape must equal g's (the message names both shapes). */
@@ -600,7 +604,7 @@ typedef enum kf_op_class {
     KF_OP_CLASS_ELEMENTWISE = 1, /* out[i] = f(in0[i'], in1[i''], ...) with broadcasting */
     KF_OP_CLASS_MATMUL,
     KF_OP_CLASS_ROW_REDUCTION, /* over the last axis: sum, mean, max, softmax, norms, loss */
-    KF_OP_CLASS_LAYOUT         /* copy, transpose */
+    KF_OP_CLASS_LAYOUT         /* transpose (copy is element-wise) */
 } kf_op_class;
 
 typedef struct kf_operator kf_operator;
@@ -636,8 +640,9 @@ struct kf_operator {
     kf_status (*spec_backward)(const kf_tensor *const *in, const kf_tensor *out,
                                const kf_tensor *grad_out, const kf_op_params *p,
                                kf_tensor *const *grad_in);
-    /* Forward kernel for these shapes; bindings: the inputs in order, then "out". Matmul and
-     * row reductions hand every output element to kf_kernel_yield (their store phase). */
+    /* Forward kernel for these shapes; bindings: the inputs in order, then "out". Every op hands
+     * each output element to kf_kernel_yield (its store phase), and records its grid on the
+     * kernel. NULL when the shapes do not fit (check them with `shape` first) or out of memory. */
     kf_kernel *(*kernel_forward)(const kf_shape *in, const kf_op_params *p, kf_dtype dtype);
     /* Backward kernel producing grad of input `which`; bindings: the inputs in order, "out"
      * (the forward output), "grad_out", then "grad_in". */
@@ -688,10 +693,16 @@ typedef struct kf_verify_case {
     uint64_t seed;
 } kf_verify_case;
 
-/* The seeds' verify_consistency, for real: fresh random inputs from the seed, outputs poisoned
- * with NaN, the GPU kernel against the spec, every element compared. */
+/* The seeds' verify_consistency, for real: fresh random inputs from the seed (rounded to f16 for
+ * f16, so the spec sees what the kernel reads), outputs poisoned with NaN and followed by a
+ * poisoned guard band, the GPU kernel against the spec, every element compared. Errors are
+ * relative to max(|expected|, 1% of the expected tensor's rms) (docs/operators.md). Returns
+ * KF_OK when it passed, KF_ERROR_MISMATCH when it ran and failed (out->message names the element
+ * and both values), another status when it could not run (out->message says why). */
 kf_status kf_op_verify(kf_context *ctx, const kf_verify_case *c, kf_verify_result *out);
-/* spec_backward against central finite differences of spec_forward, in float64. */
+/* spec_backward against central finite differences of spec_forward, in float64, on the CPU (the
+ * case's dtype is ignored): every element of small inputs, a sample of large ones, each within
+ * the differences' own error bound plus a relative 1e-2. Returns as kf_op_verify. */
 kf_status kf_op_check_gradient(const kf_verify_case *c, kf_verify_result *out);
 
 /* ======================================================================================== */
