@@ -359,40 +359,72 @@ static kf_status pick_backend(kf_context *ctx, kf_backend asked, kf_backend *out
         env);
 }
 
-static kf_status request_adapter(kf_context *ctx, kf_backend backend, wg_dawn_toggles *toggles) {
-    uint32_t wg_backend = wg_backend_of(backend);
-    /* Dawn offers OpenGL adapters only at the compatibility feature level. */
-    bool gl = backend == KF_BACKEND_GLES || backend == KF_BACKEND_OPENGL;
-    for (int attempt = 0; attempt < 2; attempt++) {
-        bool compat = gl || attempt == 1;
-        wg_request_adapter_options options = {0};
-        options.next = toggles ? &toggles->chain : NULL;
-        options.feature_level = compat ? WG_FEATURE_LEVEL_COMPATIBILITY : WG_FEATURE_LEVEL_CORE;
-        options.power_preference = WG_POWER_HIGH_PERFORMANCE;
-        options.backend_type = wg_backend;
-        adapter_request r = {0};
-        wg_request_adapter_callback_info info = {NULL, WG_CALLBACK_WAIT_ANY_ONLY, on_adapter, &r,
-                                                 NULL};
-        kf_status st =
-            kf__context_wait(ctx, ctx->api.instance_request_adapter(ctx->instance, &options, info),
-                             "requestAdapter");
-        if (st != KF_OK) {
-            return st;
-        }
-        if (r.status == WG_REQUEST_SUCCESS && r.adapter) {
-            ctx->adapter = r.adapter;
-            return KF_OK;
-        }
-        if (attempt == 1 || gl || backend != KF_BACKEND_DEFAULT) {
-            return kf__context_fail(ctx, KF_ERROR_NO_ADAPTER, "%s found no %s%sadapter%s%s. %s",
-                                    ctx->library_path,
-                                    backend != KF_BACKEND_DEFAULT ? backend_name(wg_backend) : "",
-                                    backend != KF_BACKEND_DEFAULT ? " " : "",
-                                    r.message[0] ? ": " : "", r.message, KF__NO_ADAPTER_HELP);
-        }
-        /* No core adapter: an older driver may still offer a compatibility-level one. */
+static uint32_t adapter_backend(kf_context *ctx, wg_adapter adapter) {
+    wg_adapter_info ai;
+    memset(&ai, 0, sizeof ai);
+    if (ctx->api.adapter_get_info(adapter, &ai) != WG_STATUS_SUCCESS) {
+        return WG_BACKEND_UNDEFINED;
     }
-    return KF_ERROR_NO_ADAPTER;
+    uint32_t backend = ai.backend_type;
+    ctx->api.adapter_info_free_members(ai);
+    return backend;
+}
+
+/* One requestAdapter; *out stays NULL when there is none. */
+static kf_status try_adapter(kf_context *ctx, wg_dawn_toggles *toggles, uint32_t feature_level,
+                             uint32_t backend, wg_adapter *out, char *message, size_t size) {
+    *out = NULL;
+    wg_request_adapter_options options = {0};
+    options.next = toggles ? &toggles->chain : NULL;
+    options.feature_level = feature_level;
+    options.power_preference = WG_POWER_HIGH_PERFORMANCE;
+    options.backend_type = backend;
+    adapter_request r = {0};
+    wg_request_adapter_callback_info info = {NULL, WG_CALLBACK_WAIT_ANY_ONLY, on_adapter, &r, NULL};
+    kf_status st = kf__context_wait(
+        ctx, ctx->api.instance_request_adapter(ctx->instance, &options, info), "requestAdapter");
+    if (st == KF_OK && r.status == WG_REQUEST_SUCCESS && r.adapter) {
+        *out = r.adapter;
+    } else if (r.message[0] && !message[0]) {
+        snprintf(message, size, "%s", r.message);
+    }
+    return st;
+}
+
+static kf_status request_adapter(kf_context *ctx, kf_backend backend, wg_dawn_toggles *toggles) {
+    char message[1024] = "";
+    kf_status st;
+    if (backend != KF_BACKEND_DEFAULT) {
+        /* Dawn offers OpenGL adapters only at the compatibility feature level. */
+        bool gl = backend == KF_BACKEND_GLES || backend == KF_BACKEND_OPENGL;
+        st = try_adapter(ctx, toggles, gl ? WG_FEATURE_LEVEL_COMPATIBILITY : WG_FEATURE_LEVEL_CORE,
+                         wg_backend_of(backend), &ctx->adapter, message, sizeof message);
+    } else {
+        /* The best real adapter: Dawn's first choice at the core level, unless that is its Null
+         * backend (which computes nothing); then OpenGL ES, which older Mesa drivers can offer
+         * when their Vulkan driver is refused. Null only when asked for by name. */
+        st = try_adapter(ctx, toggles, WG_FEATURE_LEVEL_CORE, WG_BACKEND_UNDEFINED, &ctx->adapter,
+                         message, sizeof message);
+        if (st == KF_OK && ctx->adapter && adapter_backend(ctx, ctx->adapter) == WG_BACKEND_NULL) {
+            ctx->api.adapter_release(ctx->adapter);
+            ctx->adapter = NULL;
+        }
+        if (st == KF_OK && !ctx->adapter) {
+            st = try_adapter(ctx, toggles, WG_FEATURE_LEVEL_COMPATIBILITY, WG_BACKEND_OPENGLES,
+                             &ctx->adapter, message, sizeof message);
+        }
+    }
+    if (st != KF_OK) {
+        return st;
+    }
+    if (!ctx->adapter) {
+        bool named = backend != KF_BACKEND_DEFAULT;
+        return kf__context_fail(
+            ctx, KF_ERROR_NO_ADAPTER, "%s found no %s%sadapter%s%s. %s", ctx->library_path,
+            named ? backend_name(wg_backend_of(backend)) : "", named ? " " : "usable GPU or CPU ",
+            message[0] ? ": " : "", message, KF__NO_ADAPTER_HELP);
+    }
+    return KF_OK;
 }
 
 static bool adapter_has(const wg_supported_features *features, uint32_t feature) {

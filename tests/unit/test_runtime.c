@@ -131,6 +131,35 @@ KT_TEST(unit, runtime_backend_unknown) {
     KT_CHECK(kf_context_create(&desc, NULL) == KF_ERROR_INVALID_ARGUMENT, "NULL out accepted");
 }
 
+/* With no driver at all, the context must fail and say what to install, not fall back to
+ * Dawn's Null backend (which computes nothing). */
+KT_TEST(unit, runtime_no_adapter) {
+    char err[2048];
+    kf_context_desc desc = {0};
+    desc.error_out = err;
+    desc.error_out_size = sizeof err;
+    kf_context *ctx = NULL;
+    saved_env icd = env_set("VK_ICD_FILENAMES", "/nonexistent/icd.json");
+    saved_env drivers = env_set("VK_DRIVER_FILES", "/nonexistent/icd.json");
+    saved_env egl = env_set("EGL_PLATFORM", "no-such-platform");
+    saved_env backend = env_set("KF_BACKEND", NULL);
+    kf_status st = kf_context_create(&desc, &ctx);
+    env_restore(backend);
+    env_restore(egl);
+    env_restore(drivers);
+    env_restore(icd);
+    if (st == KF_OK) {
+        kf_adapter_info info;
+        kf_context_adapter_info(ctx, &info);
+        kf_context_destroy(ctx);
+        KT_CHECK(false, "without drivers, the context got adapter '%s' (%s)", info.device,
+                 info.backend);
+    }
+    KT_CHECK(st == KF_ERROR_NO_ADAPTER, "status %s: %s", kf_status_str(st), err);
+    KT_CHECK(strstr(err, "mesa-vulkan-drivers") && strstr(err, "KF_BACKEND=gles"),
+             "message does not say what to install: %s", err);
+}
+
 /* --- buffers --- */
 
 KT_TEST(unit, runtime_buffer_round_trips) {
