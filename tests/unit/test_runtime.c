@@ -141,7 +141,7 @@ KT_TEST(unit, runtime_no_adapter) {
     kf_context *ctx = NULL;
     saved_env icd = env_set("VK_ICD_FILENAMES", "/nonexistent/icd.json");
     saved_env drivers = env_set("VK_DRIVER_FILES", "/nonexistent/icd.json");
-    saved_env egl = env_set("EGL_PLATFORM", "no-such-platform");
+    saved_env egl = env_set("__EGL_VENDOR_LIBRARY_FILENAMES", "/nonexistent/egl_vendor.json");
     saved_env backend = env_set("KF_BACKEND", NULL);
     kf_status st = kf_context_create(&desc, &ctx);
     env_restore(backend);
