@@ -278,14 +278,14 @@ static void print_case_json(FILE *f, const kf_bench_case *c, const kf_bench_resu
 }
 
 static void print_table_header(FILE *f) {
-    fprintf(f, "%-28s %-18s %10s %10s %8s %6s %14s %14s  %s\n", "case", "size", "fused ms",
+    fprintf(f, "%-28s %-20s %10s %10s %8s %6s %14s %14s  %s\n", "case", "size", "fused ms",
             "unfused ms", "speedup", "disp", "fused", "unfused", "fused / reference");
 }
 
 static void print_case_row(FILE *f, const kf_bench_case *c, const kf_bench_result *r,
                            const reference *ref) {
     char size[64];
-    fprintf(f, "%-28s %-18s", c->name, size_str(c, size, sizeof size));
+    fprintf(f, "%-28s %-20s", c->name, size_str(c, size, sizeof size));
     if (r->skipped || r->dispatches_fused == 0) {
         fprintf(f, " %s: %s\n", r->failed ? "FAILED" : "skipped", r->note);
         return;
