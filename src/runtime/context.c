@@ -735,3 +735,11 @@ kf_status kf__context_force_loss(kf_context *ctx) {
     ctx->api.instance_process_events(ctx->instance);
     return atomic_load(&ctx->lost) ? KF_OK : KF_ERROR_INTERNAL;
 }
+
+kf_status kf__context_fake_oom(kf_context *ctx) {
+    if (!ctx || !ctx->is_dawn) {
+        return KF_ERROR_UNSUPPORTED;
+    }
+    ctx->fake_oom = true;
+    return KF_OK;
+}

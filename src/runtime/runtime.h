@@ -76,6 +76,7 @@ struct kf_context {
     char uncaptured_message[KF__ERROR_SIZE];
 
     char error[KF__ERROR_SIZE]; /* kf_context_last_error */
+    bool fake_oom; /* tests: the next buffer creation fails as out of memory (Dawn only) */
 };
 
 /* loader.c: finds and opens a webgpu.h library and resolves the entry points kfuse calls.
@@ -116,6 +117,8 @@ void kf__context_timing_destroy(kf_context *ctx);
 /* buffer.c */
 void kf__context_staging_destroy(kf_context *ctx);
 
+/* For tests: the next kf_buffer_create fails the way an exhausted device fails (Dawn only). */
+kf_status kf__context_fake_oom(kf_context *ctx);
 /* For tests: makes the device lost as a driver reset would (Dawn only). */
 kf_status kf__context_force_loss(kf_context *ctx);
 

@@ -59,6 +59,7 @@ typedef struct wg_chain {
 enum {
     WG_STYPE_SHADER_SOURCE_WGSL = 0x00000002,
     WG_STYPE_DAWN_TOGGLES = 0x0005000A,
+    WG_STYPE_DAWN_FAKE_BUFFER_OOM = 0x00050040, /* measured: Dawn names it when misplaced */
 };
 
 typedef struct wg_future {
@@ -305,6 +306,14 @@ typedef struct wg_buffer_desc {
     uint64_t size;
     wg_bool mapped_at_creation;
 } wg_buffer_desc;
+
+/* Dawn's test hook: the buffer's creation fails as if the device were out of memory. */
+typedef struct wg_dawn_fake_buffer_oom {
+    wg_chain chain; /* stype WG_STYPE_DAWN_FAKE_BUFFER_OOM */
+    wg_bool at_wire_client_map;
+    wg_bool at_native_map;
+    wg_bool at_device;
+} wg_dawn_fake_buffer_oom;
 
 /* --- shaders --- */
 typedef struct wg_shader_source_wgsl {

@@ -277,6 +277,25 @@ KT_TEST(unit, runtime_buffer_above_limit) {
     KT_CHECK(st == KF_ERROR_LIMIT, "UINT64_MAX: status %s", kf_status_str(st));
 }
 
+/* The device running out of memory is a status and a message, and the context goes on. */
+KT_TEST(unit, runtime_buffer_out_of_memory) {
+    KT_NEED_GPU(ctx);
+    kf_status st = kf__context_fake_oom(ctx);
+    KT_CHECK(st == KF_OK, "this library cannot simulate out of memory: %s", kf_status_str(st));
+    kf_buffer *buf = NULL;
+    st = kf_buffer_create(ctx, 1024, &buf);
+    KT_CHECK(st == KF_ERROR_OUT_OF_MEMORY, "status %s", kf_status_str(st));
+    KT_CHECK(buf == NULL, "buffer returned on failure");
+    KT_CHECK(strstr(kf_context_last_error(ctx), "kf_buffer_create"), "message: %s",
+             kf_context_last_error(ctx));
+    KT_CHECK_OK(kf_buffer_create(ctx, 1024, &buf));
+    KT_CHECK_OK(kf_buffer_fill_u32(buf, 7));
+    uint32_t v[256];
+    KT_CHECK_OK(kf_buffer_download(buf, 0, v, sizeof v));
+    KT_CHECK(v[0] == 7 && v[255] == 7, "the buffer after the failure holds %u %u", v[0], v[255]);
+    kf_buffer_destroy(buf);
+}
+
 KT_TEST(unit, runtime_binding_above_limit) {
     KT_NEED_GPU(ctx);
     kf_adapter_info info;
