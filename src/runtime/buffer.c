@@ -185,21 +185,28 @@ static kf_status read_words(kf_buffer *buf, uint64_t begin, uint64_t end, uint64
         if (st != KF_OK) {
             return st;
         }
-        map_result r = {0};
-        wg_map_callback_info info = {NULL, WG_CALLBACK_WAIT_ANY_ONLY, on_mapped, &r, NULL};
+        map_result *r = kf__callback_alloc(sizeof *r);
+        if (!r) {
+            return kf__context_fail(ctx, KF_ERROR_OUT_OF_MEMORY,
+                                    "kf_buffer_download: out of host memory");
+        }
+        wg_map_callback_info info = {NULL, WG_CALLBACK_WAIT_ANY_ONLY, on_mapped, r, NULL};
         st = kf__context_wait(
             ctx, ctx->api.buffer_map_async(ctx->staging, WG_MAP_READ, 0, (size_t)n, info),
             "kf_buffer_download");
-        if (st != KF_OK) {
+        if (st == KF_OK && r->status != WG_REQUEST_SUCCESS) {
+            st = kf__context_check(ctx);
+            if (st == KF_OK) {
+                st = kf__context_fail(ctx, KF_ERROR_INTERNAL,
+                                      "kf_buffer_download: mapping the staging buffer failed: %s",
+                                      r->message);
+            }
+            kf__callback_release(ctx, r, true);
             return st;
         }
-        if (r.status != WG_REQUEST_SUCCESS) {
-            st = kf__context_check(ctx);
-            return st != KF_OK ? st
-                               : kf__context_fail(
-                                     ctx, KF_ERROR_INTERNAL,
-                                     "kf_buffer_download: mapping the staging buffer failed: %s",
-                                     r.message);
+        kf__callback_release(ctx, r, st == KF_OK);
+        if (st != KF_OK) {
+            return st;
         }
         const uint8_t *mapped = ctx->api.buffer_get_const_mapped_range(ctx->staging, 0, (size_t)n);
         if (!mapped) {

@@ -1,6 +1,7 @@
 /* kf_context: the WebGPU instance, adapter, device and queue, and how WebGPU's asynchronous
  * results and errors become kf_status values and messages. */
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +95,32 @@ kf_status kf__context_wait(kf_context *ctx, wg_future future, const char *what) 
                             KF__WAIT_LIMIT_S);
 }
 
+/* --- memory callbacks write into --- */
+
+typedef struct kf__callback_block {
+    struct kf__callback_block *next;
+    max_align_t data[];
+} kf__callback_block;
+
+void *kf__callback_alloc(size_t size) {
+    kf__callback_block *b = calloc(1, sizeof *b + size);
+    return b ? (void *)b->data : NULL;
+}
+
+void kf__callback_release(kf_context *ctx, void *data, bool completed) {
+    if (!data) {
+        return;
+    }
+    kf__callback_block *b =
+        (kf__callback_block *)((char *)data - offsetof(kf__callback_block, data));
+    if (completed) {
+        free(b);
+    } else {
+        b->next = ctx->orphans;
+        ctx->orphans = b;
+    }
+}
+
 /* --- error scopes --- */
 
 typedef struct scope_result {
@@ -122,7 +149,7 @@ void kf__context_scope_push(kf_context *ctx) {
 kf_status kf__context_scope_pop(kf_context *ctx, kf_status validation_status, const char *what) {
     /* Popped in reverse order of kf__context_scope_push: validation, out of memory, internal. */
     static const kf_status statuses[3] = {0, KF_ERROR_OUT_OF_MEMORY, KF_ERROR_INTERNAL};
-    scope_result *results = calloc(3, sizeof *results);
+    scope_result *results = kf__callback_alloc(3 * sizeof *results);
     if (!results) {
         return kf__context_fail(ctx, KF_ERROR_OUT_OF_MEMORY, "%s: out of host memory", what);
     }
@@ -153,7 +180,7 @@ kf_status kf__context_scope_pop(kf_context *ctx, kf_status validation_status, co
             result = kf__context_fail(ctx, st, "%s: %s", what, results[i].message);
         }
     }
-    free(results);
+    kf__callback_release(ctx, results, wait_status == KF_OK);
     if (result == KF_OK) {
         result = kf__context_check(ctx);
     }
@@ -187,18 +214,22 @@ kf_status kf__context_submit_wait(kf_context *ctx, wg_command_buffer commands, c
     if (st != KF_OK) {
         return st;
     }
-    work_done done = {false, 0};
-    wg_work_done_callback_info info = {NULL, WG_CALLBACK_WAIT_ANY_ONLY, on_work_done, &done, NULL};
+    work_done *done = kf__callback_alloc(sizeof *done);
+    if (!done) {
+        return kf__context_fail(ctx, KF_ERROR_OUT_OF_MEMORY, "%s: out of host memory", what);
+    }
+    wg_work_done_callback_info info = {NULL, WG_CALLBACK_WAIT_ANY_ONLY, on_work_done, done, NULL};
     st = kf__context_wait(ctx, ctx->api.queue_on_submitted_work_done(ctx->queue, info), what);
+    uint32_t status = done->status;
+    kf__callback_release(ctx, done, st == KF_OK);
     if (st != KF_OK) {
         return st;
     }
-    if (done.status != WG_REQUEST_SUCCESS) {
+    if (status != WG_REQUEST_SUCCESS) {
         st = kf__context_check(ctx);
-        return st != KF_OK
-                   ? st
-                   : kf__context_fail(ctx, KF_ERROR_INTERNAL, "%s: the queue reported failure (%u)",
-                                      what, done.status);
+        return st != KF_OK ? st
+                           : kf__context_fail(ctx, KF_ERROR_INTERNAL,
+                                              "%s: the queue reported failure (%u)", what, status);
     }
     return kf__context_check(ctx);
 }
@@ -379,15 +410,19 @@ static kf_status try_adapter(kf_context *ctx, wg_dawn_toggles *toggles, uint32_t
     options.feature_level = feature_level;
     options.power_preference = WG_POWER_HIGH_PERFORMANCE;
     options.backend_type = backend;
-    adapter_request r = {0};
-    wg_request_adapter_callback_info info = {NULL, WG_CALLBACK_WAIT_ANY_ONLY, on_adapter, &r, NULL};
+    adapter_request *r = kf__callback_alloc(sizeof *r);
+    if (!r) {
+        return kf__context_fail(ctx, KF_ERROR_OUT_OF_MEMORY, "out of host memory");
+    }
+    wg_request_adapter_callback_info info = {NULL, WG_CALLBACK_WAIT_ANY_ONLY, on_adapter, r, NULL};
     kf_status st = kf__context_wait(
         ctx, ctx->api.instance_request_adapter(ctx->instance, &options, info), "requestAdapter");
-    if (st == KF_OK && r.status == WG_REQUEST_SUCCESS && r.adapter) {
-        *out = r.adapter;
-    } else if (r.message[0] && !message[0]) {
-        snprintf(message, size, "%s", r.message);
+    if (st == KF_OK && r->status == WG_REQUEST_SUCCESS && r->adapter) {
+        *out = r->adapter;
+    } else if (st == KF_OK && r->message[0] && !message[0]) {
+        snprintf(message, size, "%s", r->message);
     }
+    kf__callback_release(ctx, r, st == KF_OK);
     return st;
 }
 
@@ -487,10 +522,10 @@ static kf_status request_device(kf_context *ctx, const kf_context_desc *desc,
                      {wanted_count - (matrix ? 1 : 0), have_limits},
                      {0, have_limits},
                      {0, false}};
-    device_request *r = calloc(1, sizeof *r);
+    device_request *r = kf__callback_alloc(sizeof *r);
     char *first_message = calloc(1, KF__ERROR_SIZE);
     if (!r || !first_message) {
-        free(r);
+        kf__callback_release(ctx, r, true);
         free(first_message);
         return kf__context_fail(ctx, KF_ERROR_OUT_OF_MEMORY, "out of host memory");
     }
@@ -508,6 +543,8 @@ static kf_status request_device(kf_context *ctx, const kf_context_desc *desc,
         st = kf__context_wait(ctx, ctx->api.adapter_request_device(ctx->adapter, &dd, info),
                               "requestDevice");
         if (st != KF_OK) {
+            kf__callback_release(ctx, r, false);
+            r = NULL;
             break;
         }
         if (r->status == WG_REQUEST_SUCCESS && r->device) {
@@ -521,7 +558,7 @@ static kf_status request_device(kf_context *ctx, const kf_context_desc *desc,
         st = kf__context_fail(ctx, KF_ERROR_NO_DEVICE, "the adapter refused to create a device: %s",
                               first_message);
     }
-    free(r);
+    kf__callback_release(ctx, r, true);
     free(first_message);
     return st;
 }
@@ -699,6 +736,12 @@ void kf_context_destroy(kf_context *ctx) {
     }
     if (ctx->instance) {
         ctx->api.instance_release(ctx->instance);
+    }
+    /* WebGPU has called every callback it owed by now. */
+    while (ctx->orphans) {
+        kf__callback_block *next = ctx->orphans->next;
+        free(ctx->orphans);
+        ctx->orphans = next;
     }
     if (ctx->library) {
         dlclose(ctx->library);

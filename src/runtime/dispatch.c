@@ -260,15 +260,20 @@ static void on_mapped(uint32_t status, wg_string message, void *user1, void *use
 /* Elapsed GPU time of the last timestamped run, in ms; a negative value when the timestamps
  * make no sense (some drivers return zeros). */
 static kf_status read_timestamps(kf_context *ctx, double *ms) {
-    map_done m = {false, 0};
-    wg_map_callback_info info = {NULL, WG_CALLBACK_WAIT_ANY_ONLY, on_mapped, &m, NULL};
+    map_done *m = kf__callback_alloc(sizeof *m);
+    if (!m) {
+        return kf__context_fail(ctx, KF_ERROR_OUT_OF_MEMORY, "reading timestamps: out of memory");
+    }
+    wg_map_callback_info info = {NULL, WG_CALLBACK_WAIT_ANY_ONLY, on_mapped, m, NULL};
     kf_status st = kf__context_wait(
         ctx, ctx->api.buffer_map_async(ctx->timestamp_readback, WG_MAP_READ, 0, 16, info),
         "reading timestamps");
+    uint32_t status = m->status;
+    kf__callback_release(ctx, m, st == KF_OK);
     if (st != KF_OK) {
         return st;
     }
-    if (m.status != WG_REQUEST_SUCCESS) {
+    if (status != WG_REQUEST_SUCCESS) {
         st = kf__context_check(ctx);
         return st != KF_OK ? st
                            : kf__context_fail(ctx, KF_ERROR_INTERNAL,

@@ -237,7 +237,7 @@ static const char *source_line(const char *src, uint64_t line, size_t *length) {
 }
 
 typedef struct compile_request {
-    compile_messages *out;
+    compile_messages out;
     const char *wgsl;
 } compile_request;
 
@@ -245,7 +245,7 @@ static void on_compilation_info(uint32_t status, const wg_compilation_info *info
                                 void *user2) {
     (void)user2;
     compile_request *req = user1;
-    compile_messages *out = req->out;
+    compile_messages *out = &req->out;
     out->done = true;
     if (status != WG_REQUEST_SUCCESS || !info) {
         return;
@@ -283,25 +283,29 @@ static kf_status compile_error(kf_context *ctx, wg_shader_module module, const c
                                const char *entry) {
     char scope_message[KF__ERROR_SIZE];
     snprintf(scope_message, sizeof scope_message, "%s", ctx->error);
-    compile_messages messages = {0};
-    compile_request req = {&messages, wgsl};
-    if (module) {
+    compile_request *req = kf__callback_alloc(sizeof *req);
+    kf_status waited = KF_ERROR_INTERNAL;
+    if (req && module) {
+        req->wgsl = wgsl;
         wg_compilation_info_callback_info info = {NULL, WG_CALLBACK_WAIT_ANY_ONLY,
-                                                  on_compilation_info, &req, NULL};
-        kf__context_wait(ctx, ctx->api.shader_module_get_compilation_info(module, info),
-                         "shader compilation info");
+                                                  on_compilation_info, req, NULL};
+        waited = kf__context_wait(ctx, ctx->api.shader_module_get_compilation_info(module, info),
+                                  "shader compilation info");
     }
     kf_status st;
-    if (messages.errors && messages.text) {
+    if (waited == KF_OK && req->out.errors && req->out.text) {
         st = kf__context_fail(ctx, KF_ERROR_COMPILE,
                               "kf_pipeline_get: WGSL does not compile (entry %s):%s", entry,
-                              messages.text);
+                              req->out.text);
     } else {
         st = kf__context_fail(ctx, KF_ERROR_COMPILE,
                               "kf_pipeline_get: WGSL does not compile (entry %s): %s", entry,
                               scope_message);
     }
-    free(messages.text);
+    if (req && waited == KF_OK) {
+        free(req->out.text);
+    }
+    kf__callback_release(ctx, req, waited == KF_OK || !module);
     return st;
 }
 

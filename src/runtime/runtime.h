@@ -77,6 +77,8 @@ struct kf_context {
 
     char error[KF__ERROR_SIZE]; /* kf_context_last_error */
     bool fake_oom; /* tests: the next buffer creation fails as out of memory (Dawn only) */
+    /* Callback memory whose wait was abandoned (see kf__callback_release). */
+    struct kf__callback_block *orphans;
 };
 
 /* loader.c: finds and opens a webgpu.h library and resolves the entry points kfuse calls.
@@ -101,6 +103,12 @@ kf_status kf__context_wait(kf_context *ctx, wg_future future, const char *what);
  * KF_ERROR_OUT_OF_MEMORY, internal -> KF_ERROR_INTERNAL) with the message prefixed by what. */
 void kf__context_scope_push(kf_context *ctx);
 kf_status kf__context_scope_pop(kf_context *ctx, kf_status validation_status, const char *what);
+/* Memory for a WebGPU callback to write its result into (zeroed; NULL when out of memory). */
+void *kf__callback_alloc(size_t size);
+/* Frees it once its wait completed. A wait that did not complete (timeout, lost device) leaves
+ * WebGPU owing the callback a call, at the latest when the instance is released: the context
+ * then keeps the memory until after that. */
+void kf__callback_release(kf_context *ctx, void *data, bool completed);
 /* Submits the commands (checking them for errors) without waiting for the GPU. */
 kf_status kf__context_submit(kf_context *ctx, wg_command_buffer commands, const char *what);
 /* Submits the commands and waits until the GPU has finished them. */
