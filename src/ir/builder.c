@@ -992,6 +992,22 @@ static bool index_ok(kf_kernel *k, uint32_t idx, const char *fn, const char *wha
     return true;
 }
 
+/* WGSL refuses a constant index past a fixed-size array when it compiles: say so here. */
+static bool const_index_ok(kf_kernel *k, uint32_t idx, uint32_t count, const char *fn,
+                           const char *what) {
+    const kf__node *n = &k->nodes[idx];
+    if (n->kind != KF__NODE_LIT) {
+        return true;
+    }
+    int64_t i = n->type.scalar == KF_SCALAR_I32 ? (int64_t)(int32_t)n->bits : (int64_t)n->bits;
+    if (i < 0 || i >= (int64_t)count) {
+        kf__fail(k, KF_ERROR_TYPE, "%s: index %lld is out of range for %s (%u elements)", fn,
+                 (long long)i, what, (unsigned)count);
+        return false;
+    }
+    return true;
+}
+
 static char *hint_with(char *buf, size_t size, const char *base, const char *suffix) {
     snprintf(buf, size, "%s%s", base, suffix);
     return buf;
@@ -1019,12 +1035,13 @@ kf_val kf_load(kf_kernel *k, kf_binding b, kf_val index) {
             return INVALID;
         }
         ii = val(k, index, "kf_load", 2);
-        if (!ii || !index_ok(k, ii, "kf_load", what)) {
+        if (!ii || !index_ok(k, ii, "kf_load", what) ||
+            (bd->kind == KF_BINDING_UNIFORM &&
+             !const_index_ok(k, ii, bd->type.count, "kf_load", what))) {
             return INVALID;
         }
-        type = kf__type_elem(type);
-        if (bd->kind != KF_BINDING_UNIFORM) {
-            type = bd->type;
+        if (bd->kind == KF_BINDING_UNIFORM) {
+            type = kf__type_elem(type); /* an element of the uniform array */
         }
     }
     return mkval(k, kf__materialize(k, KF__NODE_LOAD, 0, type, &ii, ii ? 1u : 0u, ib, hint));
@@ -1132,7 +1149,8 @@ kf_val kf_shared_load(kf_kernel *k, kf_shared s, kf_val index) {
     char what[160], hint[80];
     snprintf(what, sizeof what, "'%s'", name);
     uint32_t ii = val(k, index, "kf_shared_load", 2);
-    if (!ii || !index_ok(k, ii, "kf_shared_load", what)) {
+    if (!ii || !index_ok(k, ii, "kf_shared_load", what) ||
+        !const_index_ok(k, ii, k->shareds[is].count, "kf_shared_load", what)) {
         return INVALID;
     }
     hint_with(hint, sizeof hint, name, "_v");
@@ -1149,7 +1167,8 @@ void kf_shared_store(kf_kernel *k, kf_shared s, kf_val index, kf_val value) {
     char what[160];
     snprintf(what, sizeof what, "'%s'", name);
     uint32_t ii = val(k, index, "kf_shared_store", 2);
-    if (!ii || !index_ok(k, ii, "kf_shared_store", what)) {
+    if (!ii || !index_ok(k, ii, "kf_shared_store", what) ||
+        !const_index_ok(k, ii, k->shareds[is].count, "kf_shared_store", what)) {
         return;
     }
     uint32_t iv = val(k, value, "kf_shared_store", 3);

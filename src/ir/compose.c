@@ -270,6 +270,14 @@ static bool is_trivial(const kf_kernel *k, uint32_t id) {
         return true;
     case KF__NODE_EXTRACT:
         return is_trivial(k, n->args[0]) && k->nodes[n->args[0]].kind != KF__NODE_LIT;
+    case KF__NODE_SPLAT:
+    case KF__NODE_VEC: /* vectors of literals: written where used */
+        for (uint32_t i = 0; i < n->nargs; i++) {
+            if (k->nodes[n->args[i]].kind != KF__NODE_LIT) {
+                return false;
+            }
+        }
+        return true;
     default:
         return false;
     }
@@ -635,6 +643,262 @@ static void hoist_shared_values(kf_kernel *w) {
     free(seen);
 }
 
+/* ---- constants ---- */
+
+/* WGSL evaluates expressions of literals when it compiles (and of overrides when it creates the
+ * pipeline), where an overflow, a division by zero, a shift by 32 or more, or an out-of-range
+ * conversion is an error instead of the defined run-time result. So kfuse folds constant
+ * expressions itself, with the interpreter's (run-time) semantics; reads overrides through a let
+ * where they meet other constants; and rewrites run-time operations whose constant operand WGSL
+ * would reject (x << 40u is x << 8u at run time, x / 0u is x, clamp(x, 2, 1) is min(max(...))). */
+
+enum { K_RUNTIME = 0, K_CONST, K_OVERRIDE };
+
+static bool literal_form(const kf_kernel *w, uint32_t id) {
+    const kf__node *n = &w->nodes[id];
+    if (n->kind == KF__NODE_LIT) {
+        return true;
+    }
+    if (n->kind != KF__NODE_SPLAT && n->kind != KF__NODE_VEC) {
+        return false;
+    }
+    for (uint32_t i = 0; i < n->nargs; i++) {
+        if (w->nodes[n->args[i]].kind != KF__NODE_LIT) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* The lanes of a literal-form node. */
+static void literal_lanes(const kf_kernel *w, uint32_t id, uint32_t *out) {
+    const kf__node *n = &w->nodes[id];
+    uint32_t lanes = kf__type_lanes(n->type);
+    for (uint32_t c = 0; c < lanes; c++) {
+        if (n->kind == KF__NODE_LIT) {
+            out[c] = n->bits;
+        } else {
+            out[c] = w->nodes[n->args[n->kind == KF__NODE_SPLAT ? 0 : c]].bits;
+        }
+    }
+}
+
+/* A new literal-form node of type t with the given lanes. */
+static uint32_t const_node(kf_kernel *w, kf_type t, const uint32_t *lanes) {
+    uint32_t n = kf__type_lanes(t);
+    if (n == 1) {
+        return kf__lit_bits(w, t.scalar, lanes[0]);
+    }
+    bool same = true;
+    for (uint32_t c = 1; c < n; c++) {
+        same = same && lanes[c] == lanes[0];
+    }
+    uint32_t args[4];
+    for (uint32_t c = 0; c < (same ? 1u : n); c++) {
+        args[c] = kf__lit_bits(w, t.scalar, lanes[c]);
+    }
+    if (!kf__ok(w)) {
+        return 0;
+    }
+    return kf__pure(w, same ? KF__NODE_SPLAT : KF__NODE_VEC, 0, t, args, same ? 1u : n);
+}
+
+static bool lt_bits(kf_scalar s, uint32_t a, uint32_t b) {
+    if (kf__is_float(s)) {
+        float x, y;
+        memcpy(&x, &a, sizeof x);
+        memcpy(&y, &b, sizeof y);
+        return x < y;
+    }
+    return s == KF_SCALAR_I32 ? (int32_t)a < (int32_t)b : a < b;
+}
+
+/* `let m_v = m;` at the start of the body, once per override. */
+static void insert_let(kf_kernel *w, uint32_t blk, uint32_t after, uint32_t node);
+
+static uint32_t override_let(kf_kernel *w, uint32_t ov_node, uint32_t *lets) {
+    uint32_t o = w->nodes[ov_node].ref;
+    if (lets[o]) {
+        return lets[o];
+    }
+    char hint[300];
+    snprintf(hint, sizeof hint, "%s_v", kf__str(w, w->overrides[o].name));
+    uint32_t nm = kf__string_add(w, hint);
+    uint32_t id = kf__node_new(w, KF__NODE_NAMED, w->nodes[ov_node].type);
+    if (!id || !kf__ok(w)) {
+        return 0;
+    }
+    kf__node *n = &w->nodes[id];
+    n->args[0] = ov_node;
+    n->nargs = 1;
+    n->materialized = 1;
+    n->scope = 1;
+    n->at_block = 1;
+    n->name = nm;
+    insert_let(w, 1, 0, id);
+    lets[o] = id;
+    return id;
+}
+
+static void fold_constants(kf_kernel *w) {
+    uint32_t count = w->node_count;
+    uint8_t *kind = calloc(count, 1);
+    uint32_t *lets = calloc(w->override_count, sizeof *lets);
+    uint32_t *words = NULL;
+    kf__folder *folder = kf__folder_new(w);
+    if (!kind || !lets || !folder) {
+        kf__fail(w, KF_ERROR_OUT_OF_MEMORY, "out of memory while preparing the kernel");
+        goto done;
+    }
+    size_t total = 0;
+    size_t *at = calloc(count, sizeof *at);
+    for (uint32_t id = 1; at && id < count; id++) {
+        at[id] = total;
+        total += kf__type_words(w->nodes[id].type);
+    }
+    words = calloc(total ? total : 1, sizeof *words);
+    if (!at || !words) {
+        free(at);
+        kf__fail(w, KF_ERROR_OUT_OF_MEMORY, "out of memory while preparing the kernel");
+        goto done;
+    }
+    /* which nodes are constant, and their values (evaluated before anything changes) */
+    bool *fold = calloc(count, sizeof *fold);
+    if (!fold) {
+        free(at);
+        kf__fail(w, KF_ERROR_OUT_OF_MEMORY, "out of memory while preparing the kernel");
+        goto done;
+    }
+    for (uint32_t id = 1; id < count; id++) {
+        const kf__node *n = &w->nodes[id];
+        switch ((kf__node_kind)n->kind) {
+        case KF__NODE_LIT:
+            kind[id] = K_CONST;
+            break;
+        case KF__NODE_OVERRIDE:
+            kind[id] = K_OVERRIDE;
+            break;
+        case KF__NODE_UNARY:
+        case KF__NODE_BINARY:
+        case KF__NODE_CALL:
+        case KF__NODE_CAST:
+        case KF__NODE_BITCAST:
+        case KF__NODE_SPLAT:
+        case KF__NODE_VEC:
+        case KF__NODE_EXTRACT: {
+            uint8_t kd = K_CONST;
+            for (uint32_t i = 0; i < n->nargs; i++) {
+                uint8_t a = kind[n->args[i]];
+                kd = a == K_RUNTIME ? K_RUNTIME : (kd == K_RUNTIME ? K_RUNTIME : (a > kd ? a : kd));
+            }
+            kind[id] = kd;
+            fold[id] = kd == K_CONST && !literal_form(w, id) && n->type.count == 0 &&
+                       kf__folder_eval(folder, id, words + at[id]);
+            break;
+        }
+        default:
+            kind[id] = K_RUNTIME;
+            break;
+        }
+    }
+    for (uint32_t id = 1; id < count && kf__ok(w); id++) {
+        if (fold[id]) {
+            kf_type t = w->nodes[id].type;
+            uint32_t lanes = kf__type_lanes(t);
+            if (lanes == 1) {
+                kf__node *n = &w->nodes[id];
+                n->kind = KF__NODE_LIT;
+                n->nargs = 0;
+                n->bits = words[at[id]];
+                n->scope = 0;
+                n->depth = 1;
+            } else {
+                uint32_t c = const_node(w, t, words + at[id]);
+                if (!c) {
+                    break;
+                }
+                w->nodes[id] = w->nodes[c]; /* the same SPLAT or VEC of literals, in place */
+            }
+            continue;
+        }
+        if (kind[id] == K_OVERRIDE && w->nodes[id].kind != KF__NODE_OVERRIDE) {
+            for (uint32_t i = 0; i < w->nodes[id].nargs; i++) {
+                uint32_t a = w->nodes[id].args[i];
+                if (w->nodes[a].kind == KF__NODE_OVERRIDE) {
+                    uint32_t l = override_let(w, a, lets);
+                    w->nodes[id].args[i] = l;
+                    w->nodes[id].scope = kf__block_deeper(w, w->nodes[id].scope, 1);
+                }
+            }
+        }
+    }
+    free(fold);
+    free(at);
+    /* run-time operations with a constant operand WGSL would refuse */
+    uint32_t after_fold = w->node_count;
+    for (uint32_t id = 1; id < after_fold && kf__ok(w); id++) {
+        kf__node n = w->nodes[id];
+        uint32_t lanes[4], lo[4], hi[4];
+        kf_scalar s = n.type.scalar;
+        if (n.kind == KF__NODE_BINARY && (n.op == KF_OP_SHL || n.op == KF_OP_SHR) &&
+            literal_form(w, n.args[1])) {
+            kf_type bt = w->nodes[n.args[1]].type;
+            literal_lanes(w, n.args[1], lanes);
+            bool changed = false;
+            for (uint32_t c = 0; c < kf__type_lanes(bt); c++) {
+                changed = changed || lanes[c] > 31;
+                lanes[c] &= 31u;
+            }
+            if (changed) {
+                uint32_t r = const_node(w, bt, lanes);
+                w->nodes[id].args[1] = r;
+            }
+        } else if (n.kind == KF__NODE_BINARY && (n.op == KF_OP_DIV || n.op == KF_OP_MOD) &&
+                   kf__is_int(s) && literal_form(w, n.args[1])) {
+            kf_type bt = w->nodes[n.args[1]].type;
+            literal_lanes(w, n.args[1], lanes);
+            bool changed = false;
+            for (uint32_t c = 0; c < kf__type_lanes(bt); c++) {
+                if (lanes[c] == 0) { /* x / 0 is x and x % 0 is 0: so are x / 1 and x % 1 */
+                    lanes[c] = 1;
+                    changed = true;
+                }
+            }
+            if (changed) {
+                uint32_t r = const_node(w, bt, lanes);
+                w->nodes[id].args[1] = r;
+            }
+        } else if (n.kind == KF__NODE_CALL && n.op == KF_FN_CLAMP && literal_form(w, n.args[1]) &&
+                   literal_form(w, n.args[2])) {
+            literal_lanes(w, n.args[1], lo);
+            literal_lanes(w, n.args[2], hi);
+            bool inverted = false;
+            for (uint32_t c = 0; c < kf__type_lanes(n.type); c++) {
+                inverted = inverted || lt_bits(s, hi[c], lo[c]);
+            }
+            if (inverted) {
+                uint32_t mx_args[2] = {n.args[0], n.args[1]};
+                uint32_t mx = kf__pure(w, KF__NODE_CALL, KF_FN_MAX, n.type, mx_args, 2);
+                if (!mx) {
+                    break;
+                }
+                w->nodes[mx].at_block = n.at_block;
+                w->nodes[mx].at_stmt = n.at_stmt;
+                kf__node *m = &w->nodes[id];
+                m->op = KF_FN_MIN;
+                m->nargs = 2;
+                m->args[0] = mx;
+                m->args[1] = n.args[2];
+            }
+        }
+    }
+done:
+    free(kind);
+    free(lets);
+    free(words);
+    kf__folder_free(folder);
+}
+
 kf_kernel *kf__kernel_prepare(const kf_kernel *k) {
     kf_kernel_desc desc = {0};
     desc.name = k->name;
@@ -727,6 +991,9 @@ kf_kernel *kf__kernel_prepare(const kf_kernel *k) {
         copier_free(&c);
     }
     free(maps);
+    if (kf__ok(w)) {
+        fold_constants(w);
+    }
     if (kf__ok(w)) {
         hoist_shared_values(w);
     }

@@ -1165,3 +1165,53 @@ kf_status kf_kernel_interpret(kf_kernel *k, const kf_interp_desc *desc) {
     kf_kernel_destroy(w);
     return st;
 }
+
+/* ======================================================================================== */
+/* constant folding                                                                         */
+/* ======================================================================================== */
+
+struct kf__folder {
+    interp ip;
+};
+
+kf__folder *kf__folder_new(const kf_kernel *w) {
+    kf__folder *f = calloc(1, sizeof *f);
+    if (!f) {
+        return NULL;
+    }
+    f->ip.w = w;
+    f->ip.lanes = 1;
+    f->ip.sg = 1;
+    f->ip.slot = calloc(w->node_count, sizeof *f->ip.slot);
+    size_t total = 0;
+    for (uint32_t i = 1; f->ip.slot && i < w->node_count; i++) {
+        f->ip.slot[i] = total;
+        total += kf__type_words(w->nodes[i].type);
+    }
+    f->ip.vals = calloc(total ? total : 1, sizeof *f->ip.vals);
+    f->ip.state = calloc(1, 1);
+    if (!f->ip.slot || !f->ip.vals || !f->ip.state) {
+        kf__folder_free(f);
+        return NULL;
+    }
+    return f;
+}
+
+bool kf__folder_eval(kf__folder *f, uint32_t id, uint32_t *out) {
+    static const uint8_t one = 1;
+    f->ip.st = KF_OK;
+    if (!compute(&f->ip, id, &one)) {
+        return false;
+    }
+    memcpy(out, V(&f->ip, id, 0), kf__type_words(f->ip.w->nodes[id].type) * sizeof *out);
+    return true;
+}
+
+void kf__folder_free(kf__folder *f) {
+    if (f) {
+        free(f->ip.slot);
+        free(f->ip.vals);
+        free(f->ip.state);
+        free(f);
+    }
+}

@@ -267,6 +267,14 @@ const char *kf__fn_str(kf_fn fn); /* "exp", "inverseSqrt", "erf" ... */
 const char *kf__builtin_str(kf_builtin b);
 const char *kf__subgroup_str(kf_subgroup_op op); /* "subgroupAdd" ... */
 
+/* ---- interp.c: constant folding with the interpreter's semantics ---- */
+typedef struct kf__folder kf__folder;
+/* Evaluates pure nodes built only from literals (no inputs, builtins or overrides) of w. */
+kf__folder *kf__folder_new(const kf_kernel *w);
+/* The value of node id into out (kf__type_words(type) words); false if it cannot be folded. */
+bool kf__folder_eval(kf__folder *f, uint32_t id, uint32_t *out);
+void kf__folder_free(kf__folder *f);
+
 /* ---- erf.c: the one erf approximation, as the WGSL helper computes it ---- */
 float kf__erf_f32(float x);
 

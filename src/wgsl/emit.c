@@ -211,16 +211,29 @@ static void emit_literal(emitter *e, const kf__node *n) {
             }
             return;
         }
-        char buf[64];
-        for (int prec = 1; prec <= 9; prec++) {
-            snprintf(buf, sizeof buf, "%.*g", prec, (double)v);
-            float back = strtof(buf, NULL);
-            if (half ? kf__half_from_float(back) == kf__half_from_float(v) : back == v) {
-                break;
+        char buf[96];
+        if (half) {
+            /* Tint reads an f16 literal by truncating to 10 mantissa bits, not rounding: write
+             * the value's exact decimal expansion (a half has one of at most 25 digits) */
+            snprintf(buf, sizeof buf, "%.26f", (double)v);
+            char *end = buf + strlen(buf) - 1;
+            while (*end == '0') {
+                *end-- = '\0';
             }
-        }
-        if (!strchr(buf, '.') && !strchr(buf, 'e')) {
-            strcat(buf, ".0");
+            if (*end == '.') {
+                strcpy(end, ".0");
+            }
+        } else {
+            /* the shortest decimal that reads back as v (Tint rounds f32 literals correctly) */
+            for (int prec = 1; prec <= 9; prec++) {
+                snprintf(buf, sizeof buf, "%.*g", prec, (double)v);
+                if (strtof(buf, NULL) == v) {
+                    break;
+                }
+            }
+            if (!strchr(buf, '.') && !strchr(buf, 'e')) {
+                strcat(buf, ".0");
+            }
         }
         sb_printf(&e->out, "%s%s", buf, half ? "h" : "f");
         return;
@@ -322,7 +335,10 @@ static bool binary_child_parens(const kf_kernel *w, const kf__node *parent, uint
     return true; /* shifts take unary operands only */
 }
 
-static void emit_expr(emitter *e, uint32_t id, bool operand);
+/* `safe`: nothing follows the expression before a delimiter that ends WGSL's template-list
+ * search (`;`, `)`, `]`, `{`, `&&`, `||`). Elsewhere `a < b` is written `(a < b)`, or a later `>`
+ * would make the parser read `b ... >` as a template list. */
+static void emit_expr(emitter *e, uint32_t id, bool safe);
 
 static void emit_args(emitter *e, const kf__node *n) {
     for (uint32_t i = 0; i < n->nargs; i++) {
@@ -345,7 +361,7 @@ static const char *erf_name(kf_type t, char *buf, size_t size) {
 }
 
 /* The expression that defines node id (ignoring a name it may have). */
-static void emit_def(emitter *e, uint32_t id) {
+static void emit_def(emitter *e, uint32_t id, bool safe) {
     const kf_kernel *w = e->w;
     const kf__node *n = &w->nodes[id];
     char tb[48];
@@ -358,22 +374,25 @@ static void emit_def(emitter *e, uint32_t id) {
         bool paren = !shown_by_name(a) && (a->kind == KF__NODE_BINARY ||
                                            a->kind == KF__NODE_UNARY || negative_literal(a));
         sb_printf(&e->out, "%s%s", kf__op_str((kf_op)n->op), paren ? "(" : "");
-        emit_expr(e, n->args[0], false);
+        emit_expr(e, n->args[0], paren);
         sb_printf(&e->out, "%s", paren ? ")" : "");
         return;
     }
     case KF__NODE_BINARY: {
         const char *sym = kf__op_str((kf_op)n->op);
-        if ((n->op == KF_OP_AND || n->op == KF_OP_OR) && kf__type_lanes(n->type) > 1) {
+        bool logical = n->op == KF_OP_AND || n->op == KF_OP_OR;
+        if (logical && kf__type_lanes(n->type) > 1) {
             sym = n->op == KF_OP_AND ? "&" : "|"; /* && and || are for scalars only */
+            logical = false;
         }
+        bool wrap = !safe && (n->op == KF_OP_LT || n->op == KF_OP_LE);
         bool pl = binary_child_parens(w, n, n->args[0], true);
         bool pr = binary_child_parens(w, n, n->args[1], false);
-        sb_printf(&e->out, "%s", pl ? "(" : "");
-        emit_expr(e, n->args[0], false);
+        sb_printf(&e->out, "%s%s", wrap ? "(" : "", pl ? "(" : "");
+        emit_expr(e, n->args[0], pl || logical);
         sb_printf(&e->out, "%s %s %s", pl ? ")" : "", sym, pr ? "(" : "");
-        emit_expr(e, n->args[1], false);
-        sb_printf(&e->out, "%s", pr ? ")" : "");
+        emit_expr(e, n->args[1], pr || (logical && (safe || wrap)));
+        sb_printf(&e->out, "%s%s", pr ? ")" : "", wrap ? ")" : "");
         return;
     }
     case KF__NODE_CALL:
@@ -402,7 +421,7 @@ static void emit_def(emitter *e, uint32_t id) {
         bool paren = !shown_by_name(a) && (a->kind == KF__NODE_BINARY ||
                                            a->kind == KF__NODE_UNARY || negative_literal(a));
         sb_printf(&e->out, "%s", paren ? "(" : "");
-        emit_expr(e, n->args[0], false);
+        emit_expr(e, n->args[0], paren);
         if (a->type.count) {
             sb_printf(&e->out, "%s[%u]", paren ? ")" : "", (unsigned)n->ref);
         } else {
@@ -417,12 +436,12 @@ static void emit_def(emitter *e, uint32_t id) {
         sb_printf(&e->out, "%s", e->override_names[n->ref]);
         return;
     case KF__NODE_NAMED:
-        emit_expr(e, n->args[0], false);
+        emit_expr(e, n->args[0], safe);
         return;
     case KF__NODE_LOAD:
         if (n->nargs) {
             sb_printf(&e->out, "%s[", e->binding_names[n->ref]);
-            emit_expr(e, n->args[0], false);
+            emit_expr(e, n->args[0], true);
             sb_printf(&e->out, "]");
         } else {
             sb_printf(&e->out, "%s", e->binding_names[n->ref]);
@@ -430,7 +449,7 @@ static void emit_def(emitter *e, uint32_t id) {
         return;
     case KF__NODE_SHARED_LOAD:
         sb_printf(&e->out, "%s[", e->shared_names[n->ref]);
-        emit_expr(e, n->args[0], false);
+        emit_expr(e, n->args[0], true);
         sb_printf(&e->out, "]");
         return;
     case KF__NODE_READ:
@@ -453,14 +472,13 @@ static void emit_def(emitter *e, uint32_t id) {
     }
 }
 
-static void emit_expr(emitter *e, uint32_t id, bool operand) {
+static void emit_expr(emitter *e, uint32_t id, bool safe) {
     const kf__node *n = &e->w->nodes[id];
     if (shown_by_name(n)) {
         sb_printf(&e->out, "%s", e->node_names[id] ? e->node_names[id] : "<?>");
         return;
     }
-    (void)operand;
-    emit_def(e, id);
+    emit_def(e, id, safe);
 }
 
 /* ---- statements ---- */
@@ -479,7 +497,7 @@ static void emit_stmt(emitter *e, uint32_t sid) {
     switch ((kf__stmt_kind)s->kind) {
     case KF__STMT_LET:
         sb_printf(&e->out, "let %s = ", e->node_names[s->ref]);
-        emit_def(e, s->ref);
+        emit_def(e, s->ref, true);
         sb_printf(&e->out, ";\n");
         break;
     case KF__STMT_VAR:
@@ -487,27 +505,27 @@ static void emit_stmt(emitter *e, uint32_t sid) {
                   type_name(w->vars[s->ref].type, tb, sizeof tb));
         if (s->a) {
             sb_printf(&e->out, " = ");
-            emit_expr(e, s->a, false);
+            emit_expr(e, s->a, true);
         }
         sb_printf(&e->out, ";\n");
         break;
     case KF__STMT_ASSIGN:
         sb_printf(&e->out, "%s = ", e->var_names[s->ref]);
-        emit_expr(e, s->a, false);
+        emit_expr(e, s->a, true);
         sb_printf(&e->out, ";\n");
         break;
     case KF__STMT_STORE:
     case KF__STMT_SHARED_STORE:
         sb_printf(&e->out, "%s[",
                   s->kind == KF__STMT_STORE ? e->binding_names[s->ref] : e->shared_names[s->ref]);
-        emit_expr(e, s->a, false);
+        emit_expr(e, s->a, true);
         sb_printf(&e->out, "] = ");
-        emit_expr(e, s->b, false);
+        emit_expr(e, s->b, true);
         sb_printf(&e->out, ";\n");
         break;
     case KF__STMT_IF:
         sb_printf(&e->out, "if (");
-        emit_expr(e, s->a, false);
+        emit_expr(e, s->a, true);
         sb_printf(&e->out, ") {\n");
         emit_block(e, s->body);
         if (s->else_body) {
@@ -522,11 +540,11 @@ static void emit_stmt(emitter *e, uint32_t sid) {
         const char *v = e->node_names[s->ref];
         sb_printf(&e->out, "for (var %s: %s = ", v,
                   type_name(w->nodes[s->ref].type, tb, sizeof tb));
-        emit_expr(e, s->a, false);
+        emit_expr(e, s->a, true);
         sb_printf(&e->out, "; %s < ", v);
-        emit_expr(e, s->b, false);
+        emit_expr(e, s->b, true);
         sb_printf(&e->out, "; %s += ", v);
-        emit_expr(e, s->c, false);
+        emit_expr(e, s->c, true);
         sb_printf(&e->out, ") {\n");
         emit_block(e, s->body);
         indent(e);
@@ -541,7 +559,7 @@ static void emit_stmt(emitter *e, uint32_t sid) {
         break;
     case KF__STMT_BREAK_UNLESS:
         sb_printf(&e->out, "if (!(");
-        emit_expr(e, s->a, false);
+        emit_expr(e, s->a, true);
         sb_printf(&e->out, ")) { break; }\n");
         break;
     case KF__STMT_BREAK:
