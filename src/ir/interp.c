@@ -316,18 +316,24 @@ static uint32_t convert1(kf_scalar to, kf_scalar from, uint32_t a) {
         if (!kf__is_float(from)) {
             return from == KF_SCALAR_BOOL ? (a ? 1u : 0u) : a; /* u32 -> i32 keeps the bits */
         }
-        /* WGSL saturates: the nearest i32 (values above the largest f32 below 2^31 give the
-         * maximum, as Tint does) */
-        if (!(f <= 2147483520.0f)) {
-            return 0x7fffffffu;
+        /* WGSL clamps to the i32 values an f32 can hold, [-2^31, 2^31 - 128], then truncates
+         * (what the GPU gives too); NaN gives 0 here */
+        if (f != f) {
+            return 0;
+        }
+        if (f >= 2147483520.0f) {
+            return 0x7fffff80u;
         }
         return f < -2147483648.0f ? 0x80000000u : (uint32_t)(int32_t)truncf(f);
     case KF_SCALAR_U32:
         if (!kf__is_float(from)) {
             return from == KF_SCALAR_BOOL ? (a ? 1u : 0u) : a;
         }
-        if (!(f <= 4294967040.0f)) {
-            return 0xffffffffu;
+        if (f != f) {
+            return 0;
+        }
+        if (f >= 4294967040.0f) {
+            return 0xffffff00u; /* 2^32 - 256, the largest u32 an f32 holds */
         }
         return f < 0.0f ? 0u : (uint32_t)truncf(f);
     case KF_SCALAR_BOOL:
