@@ -317,9 +317,19 @@ typedef struct emit_state {
     uint32_t computed_ids[KF_GROUP_MAX_NODES];
     kf_val computed[KF_GROUP_MAX_NODES];
     uint32_t computed_count;
+    /* Vectorized element-wise kernels: each invocation owns KF_LANES consecutive elements,
+     * loads and stores them as one vec4 and computes lane by lane. */
+    bool vectorized;
+    uint32_t lane;
+    kf_val vindex; /* the vec4's index */
+    uint32_t wide_ids[KF_GROUP_MAX_SLOTS];
+    kf_val wide[KF_GROUP_MAX_SLOTS]; /* vec4 loads made so far */
+    uint32_t wide_count;
 } emit_state;
 
-static kf_binding binding_for(emit_state *s, uint32_t node) {
+#define KF_LANES 4u
+
+static kf_binding binding_for(emit_state *s, uint32_t node, kf_type elem) {
     kf__compiled *c = s->c;
     for (uint32_t i = 0; i < c->read_count; i++) {
         if (c->read_nodes[i] == node) {
@@ -333,7 +343,7 @@ static kf_binding binding_for(emit_state *s, uint32_t node) {
     } else {
         snprintf(name, sizeof name, "%s_%u", n->op->name, node);
     }
-    kf_binding b = kf_kernel_storage(s->k, name, scalar_type(n->dtype), KF_ACCESS_READ);
+    kf_binding b = kf_kernel_storage(s->k, name, elem, KF_ACCESS_READ);
     if (c->read_count < KF_GROUP_MAX_SLOTS) {
         c->read_nodes[c->read_count] = node;
         c->read_bindings[c->read_count] = b;
@@ -397,7 +407,23 @@ static kf_val operand_value(emit_state *s, uint32_t id, const kf_shape *out_shap
     if (n->kind == KF__NODE_SCALAR) {
         return kf_lit_f32(s->k, n->scalar);
     }
-    kf_binding b = binding_for(s, id);
+    if (s->vectorized && kf_shape_elements(&n->shape) == kf_shape_elements(out_shape)) {
+        /* A full-size operand: one vec4 load per invocation, shared by the lanes. */
+        kf_val wide = {0};
+        for (uint32_t i = 0; i < s->wide_count; i++) {
+            if (s->wide_ids[i] == id) {
+                wide = s->wide[i];
+            }
+        }
+        if (!wide.id) {
+            kf_binding b = binding_for(s, id, kf_type_vec(KF_SCALAR_F32, KF_LANES));
+            wide = kf_load(s->k, b, s->vindex);
+            s->wide_ids[s->wide_count] = id;
+            s->wide[s->wide_count++] = wide;
+        }
+        return kf_extract(s->k, wide, s->lane);
+    }
+    kf_binding b = binding_for(s, id, scalar_type(n->dtype));
     kf_val at = broadcast_index(s->k, out_shape, &n->shape, s->index);
     return to_f32(s->k, kf_load(s->k, b, at));
 }
@@ -431,25 +457,68 @@ static void grid_for(uint64_t elements, uint32_t wg, uint32_t out[3]) {
     out[2] = 1;
 }
 
+/* Vector loads and stores need f32 everywhere and a length the vector divides. */
+static bool can_vectorize(const kf_plan *p, const kf__group *grp) {
+    const kf__node *res = &p->graph->nodes[grp->result];
+    uint64_t n = kf_shape_elements(&res->shape);
+    if (res->dtype != KF_DTYPE_F32 || n % KF_LANES != 0) {
+        return false;
+    }
+    uint32_t reads[KF_GROUP_MAX_SLOTS];
+    uint32_t count = group_reads(p, grp, reads, KF_GROUP_MAX_SLOTS);
+    for (uint32_t i = 0; i < count; i++) {
+        if (p->graph->nodes[reads[i]].dtype != KF_DTYPE_F32) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* The group's value at one invocation: the element at `at`, or with `vectorized` the KF_LANES
+ * elements of vec4 number `at` (loads and the store are vec4, the chain runs lane by lane).
+ * Returns the value to store, in the stored type. */
+static kf_val emit_invocation(emit_state *s, kf_val at, bool vectorized) {
+    kf_kernel *k = s->k;
+    kf_dtype dtype = s->p->graph->nodes[s->grp->result].dtype;
+    if (!vectorized) {
+        s->index = at;
+        return from_f32(k, emit_elementwise(s), dtype);
+    }
+    s->vectorized = true;
+    s->vindex = at;
+    s->wide_count = 0;
+    kf_val lanes[KF_LANES];
+    kf_val first = kf_mul(k, at, kf_lit_u32(k, KF_LANES));
+    for (uint32_t l = 0; l < KF_LANES; l++) {
+        s->lane = l;
+        s->index = l ? kf_add(k, first, kf_lit_u32(k, l)) : first;
+        s->computed_count = 0; /* each lane computes its own chain */
+        lanes[l] = emit_elementwise(s);
+    }
+    return kf_vec(k, kf_type_vec(KF_SCALAR_F32, KF_LANES), lanes, KF_LANES);
+}
+
 static kf_kernel *compile_elementwise(kf_plan *p, kf__group *grp, kf__compiled *c) {
     const kf__node *res = &p->graph->nodes[grp->result];
     char name[96];
     snprintf(name, sizeof name, "group%u_elementwise", (unsigned)(grp - p->groups));
+    bool vectorized = can_vectorize(p, grp);
+    uint32_t per = vectorized ? KF_LANES : 1u;
+    kf_type out_type = vectorized ? kf_type_vec(KF_SCALAR_F32, KF_LANES) : scalar_type(res->dtype);
     kf_kernel_desc desc = {
-        .name = name, .workgroup_size = {KF_WORKGROUP, 1, 1}, .output = scalar_type(res->dtype)};
+        .name = name, .workgroup_size = {KF_WORKGROUP, 1, 1}, .output = out_type};
     kf_kernel *k = kf_kernel_create(&desc);
     if (!k) {
         return NULL;
     }
     emit_state s = {.p = p, .k = k, .grp = grp, .c = c};
-    uint64_t n = kf_shape_elements(&res->shape);
-    s.index = kf_let(k, "idx", kf_global_linear(k));
-    kf_if(k, kf_binary(k, KF_OP_LT, s.index, kf_lit_u32(k, (uint32_t)n)));
-    kf_val v = emit_elementwise(&s);
-    kf_kernel_yield(k, from_f32(k, v, res->dtype), s.index);
+    uint64_t n = kf_shape_elements(&res->shape) / per;
+    kf_val at = kf_let(k, vectorized ? "vidx" : "idx", kf_global_linear(k));
+    kf_if(k, kf_binary(k, KF_OP_LT, at, kf_lit_u32(k, (uint32_t)n)));
+    kf_kernel_yield(k, emit_invocation(&s, at, vectorized), at);
     kf_end(k);
-    c->slots[c->slot_count++] = grp->result;
     grid_for(n, KF_WORKGROUP, c->grid);
+    c->slots[c->slot_count++] = grp->result;
     return k;
 }
 
@@ -510,6 +579,8 @@ static kf_kernel *compile_producer(kf_plan *p, kf__group *grp, kf__compiled *c) 
     return k;
 }
 
+/* Independent element-wise groups side by side over one index space: member m owns the range
+ * [offset_m, offset_m + n_m) of invocations (n_m in vec4s where it vectorizes). */
 static kf_kernel *compile_horizontal(kf_plan *p, kf__group *h, kf__compiled *c) {
     char name[96];
     snprintf(name, sizeof name, "group%u_horizontal", (unsigned)(h - p->groups));
@@ -523,20 +594,21 @@ static kf_kernel *compile_horizontal(kf_plan *p, kf__group *h, kf__compiled *c) 
     for (uint32_t m = 0; m < h->member_count; m++) {
         kf__group *grp = &p->groups[h->members[m]];
         const kf__node *res = &p->graph->nodes[grp->result];
-        uint64_t n = kf_shape_elements(&res->shape);
+        bool vectorized = can_vectorize(p, grp);
+        uint64_t n = kf_shape_elements(&res->shape) / (vectorized ? KF_LANES : 1u);
         kf_val lo = kf_lit_u32(k, (uint32_t)offset);
         kf_val hi = kf_lit_u32(k, (uint32_t)(offset + n));
         kf_if(k, kf_binary(k, KF_OP_AND, kf_binary(k, KF_OP_GE, idx, lo),
                            kf_binary(k, KF_OP_LT, idx, hi)));
         emit_state s = {.p = p, .k = k, .grp = grp, .c = c};
-        s.index = offset ? kf_let(k, "local", kf_sub(k, idx, lo)) : idx;
-        kf_val v = emit_elementwise(&s);
+        kf_val at = offset ? kf_let(k, "local", kf_sub(k, idx, lo)) : idx;
+        kf_val v = emit_invocation(&s, at, vectorized);
         char out_name[KF_NAME_MAX + 16];
         snprintf(out_name, sizeof out_name, "%s_%u", res->op->name, grp->result);
-        kf_binding out =
-            kf_kernel_storage(k, out_name, scalar_type(res->dtype), KF_ACCESS_READ_WRITE);
+        kf_type elem = vectorized ? kf_type_vec(KF_SCALAR_F32, KF_LANES) : scalar_type(res->dtype);
+        kf_binding out = kf_kernel_storage(k, out_name, elem, KF_ACCESS_READ_WRITE);
         c->slots[c->slot_count++] = grp->result;
-        kf_store(k, out, s.index, from_f32(k, v, res->dtype));
+        kf_store(k, out, at, v);
         kf_end(k);
         offset += n;
     }
