@@ -223,17 +223,39 @@ kf_status kf_context_time(kf_context *ctx, const kf_dispatch *dispatches, uint32
 /* ======================================================================================== */
 
 /* A kernel is a value: a workgroup size, bindings, workgroup memory and a body of statements,
- * built with the calls below. Values are small handles into the kernel's arena; a handle from
- * another kernel, or any type error, makes the kernel remember its first error (kf_kernel_error)
- * and every later call return an invalid handle, so building code needs no check per line.
+ * built with the calls below (docs/builder.md has a complete example). Values are small handles
+ * into the kernel's arena; a handle from another kernel, or any type error, makes the kernel
+ * remember its first error (kf_kernel_error) and every later call return an invalid handle, so
+ * building code needs no check per line.
+ *
+ * Statements run in order: a value that reads state (kf_load, kf_shared_load, kf_read,
+ * kf_subgroup, kf_binding_length) is read where it is created; a pure value (arithmetic, calls,
+ * casts) may be used anywhere its operands are visible. A value created inside an if, for or
+ * while may only be used inside it (a type error otherwise: keep it in a kf_declare'd variable).
  *
  * Composition (the seeds' `a |> b`). A kernel has an input type and an output type:
  *   - input: non-void for an element-wise "stage" (kf_kernel_input() is its In value, and
  *     kf_kernel_index() the element's linear index); void for a producer (matmul, reduction).
  *   - output: the kernel hands values to its store phase with kf_kernel_yield(value, index).
  * Run on its own, a kernel's store phase writes out[index] = value (binding "out"), and a stage
- * reads In = in[index] over a 1-D grid. kf_kernel_then(a, b) inlines b at every yield of a: one
- * kernel, no round trip through memory.
+ * reads In = in[index] over a 1-D grid:
+ *     let idx = <global linear id>; if (idx < kf_elements) { let x = in[idx]; ...body... }
+ * where `override kf_elements: u32` is set by kf_kernel_run (and the interpreter) from the
+ * launch's element count. A stage therefore cannot use barriers or subgroup operations (they
+ * need uniform control flow). kf_kernel_then(a, b) inlines b at every yield of a: one kernel, no
+ * round trip through memory.
+ *
+ * Binding order (group 0, binding i = the i-th of): "in" (stages only), then the bindings
+ * declared with kf_kernel_storage / kf_kernel_uniform in declaration order, then "out" (kernels
+ * with an output). kf_kernel_binding_count / kf_kernel_binding_info list exactly these.
+ *
+ * WGSL checks constant expressions when it compiles, where x / 0u or x << 40u is an error
+ * rather than its run-time result. kfuse folds constant expressions itself with the run-time
+ * semantics (the interpreter's), so a kernel means the same whatever is constant: integer
+ * x / 0 == x, x % 0 == 0, INT_MIN / -1 == INT_MIN, shifts use the low 5 bits of the amount,
+ * float-to-int conversions clamp ([-2^31, 2^31 - 128] for i32, [0, 2^32 - 256] for u32; NaN
+ * gives 0 in the interpreter). clamp(x, lo, hi) with lo > hi is undefined on GPUs when lo and
+ * hi are not constants.
  */
 typedef struct kf_kernel kf_kernel;
 
@@ -285,13 +307,18 @@ typedef struct kf_kernel_desc {
     kf_type output;             /* KF_SCALAR_VOID: no store phase */
 } kf_kernel_desc;
 
+/* A new kernel (desc NULL: every default). NULL only when out of memory; a bad desc (a bool
+ * input or output, a workgroup above 1024 invocations) is the kernel's first error. */
 kf_kernel *kf_kernel_create(const kf_kernel_desc *desc);
 void kf_kernel_destroy(kf_kernel *k);
-/* A deep copy (bindings, body, first error). */
+/* A deep copy (bindings, body, first error). The copy has handles of its own: values, bindings
+ * and variables of k are not valid in it. */
 kf_kernel *kf_kernel_clone(const kf_kernel *k);
-/* KF_OK, or the first error met while building, with its message. */
+/* KF_OK, or the first error met while building (or emitting: an if, for or while left open). */
 kf_status kf_kernel_status(const kf_kernel *k);
-const char *kf_kernel_error(const kf_kernel *k); /* "" when none */
+/* The first build error's message; if none, the message of the last failed kf_kernel_run,
+ * kf_kernel_dispatch or kf_kernel_interpret on k; "" when none. Valid until the next call on k. */
+const char *kf_kernel_error(const kf_kernel *k);
 const char *kf_kernel_name(const kf_kernel *k);
 kf_type kf_kernel_input_type(const kf_kernel *k);
 kf_type kf_kernel_output_type(const kf_kernel *k);
@@ -358,8 +385,9 @@ typedef enum kf_fn {
     KF_FN_FLOOR,
     KF_FN_SIN,
     KF_FN_COS,
-    /* erf has no WGSL builtin: kfuse emits an approximation (Abramowitz-Stegun 7.1.26 family,
-     * its measured max abs error is documented in docs/builder.md) */
+    /* erf has no WGSL builtin: kfuse emits a helper, a Taylor series below |x| = 0.7 and
+     * Abramowitz & Stegun 7.1.26 above, in f32 (f16 rounds the f32 result). Measured max abs
+     * error against libm: 2.5e-7 in the interpreter, 2.8e-7 on lavapipe (docs/builder.md). */
     KF_FN_ERF,
     KF_FN_DOT,
     KF_FN_SELECT /* select(f, t, cond): t where cond */
@@ -400,7 +428,8 @@ typedef enum kf_subgroup_op {
     KF_SUBGROUP_SHUFFLE,  /* subgroupShuffle(v, lane) */
     KF_SUBGROUP_BROADCAST /* subgroupBroadcast(v, lane); lane must be a literal */
 } kf_subgroup_op;
-/* lane is ignored (pass an invalid handle) for ADD and MAX. */
+/* lane is ignored (pass an invalid handle) for ADD and MAX. Producers only (see above); the
+ * device needs subgroups (kf_adapter_info.has_subgroups) for the kernel to compile. */
 kf_val kf_subgroup(kf_kernel *k, kf_subgroup_op op, kf_val v, kf_val lane);
 
 /* --- bindings (group 0, numbered in the order declared) --- */
@@ -411,9 +440,12 @@ kf_binding kf_kernel_storage(kf_kernel *k, const char *name, kf_type elem, kf_ac
 kf_binding kf_kernel_uniform(kf_kernel *k, const char *name, kf_type type);
 /* `override name: type = default;` -> its value. */
 kf_val kf_kernel_override(kf_kernel *k, const char *name, kf_type type, double default_value);
-kf_val kf_load(kf_kernel *k, kf_binding b, kf_val index);  /* storage: b[index]; uniform: b */
+/* storage: b[index]; uniform: the whole of b when index is the invalid handle {0, 0}, else
+ * b[index] for a uniform array. */
+kf_val kf_load(kf_kernel *k, kf_binding b, kf_val index);
 void kf_store(kf_kernel *k, kf_binding b, kf_val index, kf_val value);
 kf_val kf_binding_length(kf_kernel *k, kf_binding b); /* arrayLength(&b), u32 */
+/* The bindings in emission order ("in", declared ones, "out"; see above). */
 uint32_t kf_kernel_binding_count(const kf_kernel *k);
 
 typedef struct kf_binding_info {
@@ -421,6 +453,7 @@ typedef struct kf_binding_info {
     kf_binding_kind kind;
     kf_type elem;
 } kf_binding_info;
+/* out->name is valid until k changes or is destroyed. */
 kf_status kf_kernel_binding_info(const kf_kernel *k, uint32_t index, kf_binding_info *out);
 
 /* --- workgroup memory --- */
@@ -432,6 +465,7 @@ void kf_barrier(kf_kernel *k); /* workgroupBarrier() */
 /* --- statements --- */
 /* Names a value (`let name = ...;`); returns the named value. */
 kf_val kf_let(kf_kernel *k, const char *name, kf_val v);
+/* `var name: type = init;` (init the invalid handle {0, 0}: zero). */
 kf_var kf_declare(kf_kernel *k, const char *name, kf_type type, kf_val init);
 void kf_assign(kf_kernel *k, kf_var var, kf_val value);
 kf_val kf_read(kf_kernel *k, kf_var var); /* the variable's value at this point */
@@ -454,8 +488,11 @@ void kf_kernel_yield(kf_kernel *k, kf_val value, kf_val index);
 /* a |> b: a new kernel running b on each value a yields, at the point it yields it. b must be a
  * stage whose input type is a's output type, with the same workgroup size, and must not use
  * workgroup memory, barriers or builtins other than its index (it runs inside a's invocations).
- * b's bindings follow a's. Neither a nor b is consumed. NULL only when out of memory; otherwise
- * check kf_kernel_status() of the result, which names the mismatch. */
+ * b's bindings follow a's (a clashing name gets a suffix: "bias" becomes "bias_1"); an override
+ * both declare with one type is one constant. The result is a stage when a is, and keeps a's
+ * grid; (a |> b) |> c and a |> (b |> c) compute the same. Neither a nor b is consumed. NULL only
+ * when out of memory; otherwise check kf_kernel_status() of the result, which names the
+ * mismatch. */
 kf_kernel *kf_kernel_then(const kf_kernel *a, const kf_kernel *b);
 
 typedef kf_val (*kf_map_fn)(kf_kernel *k, kf_val x, void *user);
@@ -475,7 +512,8 @@ void kf_kernel_grid(const kf_kernel *k, uint32_t out[3]);
 
 /* --- emission and running --- */
 /* Deterministic, readable WGSL; NULL (and the kernel's error set) if the kernel is invalid. The
- * caller frees it with kf_free. A stage is emitted as run on its own (bindings in, out, ...). */
+ * caller frees it with kf_free. A stage is emitted as run on its own (bindings in, ..., out).
+ * The entry point is "main"; `enable f16;` / `enable subgroups;` appear only when used. */
 char *kf_kernel_emit_wgsl(kf_kernel *k);
 /* The binding kinds of the emitted kernel, in binding order (for kf_pipeline_desc). */
 uint32_t kf_kernel_binding_kinds(const kf_kernel *k, kf_binding_kind *out, uint32_t capacity);
@@ -485,12 +523,16 @@ typedef struct kf_kernel_launch {
     uint32_t buffer_count;
     uint32_t groups[3]; /* all zero: the kernel's recorded grid (kf_kernel_set_grid), else
                            enough groups to cover `elements` */
-    uint64_t elements;  /* stages: number of elements (0: the length of binding "in") */
-    const kf_constant *constants;
+    uint64_t elements;  /* stages: number of elements (0: the length of binding "in");
+                           producers with no grid: invocations (0: the length of "out") */
+    const kf_constant *constants; /* values for the kernel's overrides (kf_elements is set) */
     uint32_t constant_count;
 } kf_kernel_launch;
 
-/* Emits, compiles (cached) and dispatches the kernel once, waiting for it. */
+/* Emits, compiles (cached) and dispatches the kernel once, waiting for it. Refuses a buffer
+ * count that differs from the binding count, a stage whose "in" or "out" holds fewer than
+ * `elements`, and a constant that is not an override of the kernel (message: kf_kernel_error;
+ * a compile or device error is also on kf_context_last_error). */
 kf_status kf_kernel_run(kf_context *ctx, kf_kernel *k, const kf_kernel_launch *launch);
 /* The same launch as a kf_dispatch (pipeline compiled and cached), for batching and timing.
  * The dispatch points into `launch->buffers`, which must outlive it. */
@@ -513,9 +555,15 @@ typedef struct kf_interp_desc {
     uint32_t constant_count;
 } kf_interp_desc;
 
-/* Runs the kernel on the CPU, invocation by invocation, with workgroups, barriers, workgroup
- * memory and subgroups emulated. Out-of-bounds access is KF_ERROR_INVALID_ARGUMENT naming the
- * binding and index (the GPU would clamp or drop it; the interpreter refuses). */
+/* Runs the kernel on the CPU: the same lowered IR the WGSL emitter writes, one workgroup at a
+ * time with all its invocations in lockstep (so barriers hold), workgroup memory zeroed per
+ * workgroup, subgroups of `subgroup_size` consecutive local indices. f32 uses the C library's
+ * float functions; every f16 operation rounds to half (ties to even); integers wrap as in WGSL.
+ * The read_write buffers receive the results. Refused with KF_ERROR_INVALID_ARGUMENT and a
+ * message (kf_kernel_error) naming the binding and index: an out-of-bounds access (the GPU would
+ * clamp or drop it), a barrier some invocations skip, a subgroup shuffle from an inactive or
+ * absent lane, a loop past 2^22 iterations. Meant for small inputs (tens of thousands of
+ * elements): a way to check the emitter and every fusion rewrite without a GPU. */
 kf_status kf_kernel_interpret(kf_kernel *k, const kf_interp_desc *desc);
 
 
