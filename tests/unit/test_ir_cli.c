@@ -1,0 +1,43 @@
+/* kfuse wgsl NAME: prints a named kernel's WGSL; `list` names them; an unknown name lists them
+ * and exits with 2. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "harness.h"
+
+/* Runs the CLI with args, capturing stdout and stderr; returns the exit status. */
+static int run_cli(const char *args, char *out, size_t size) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", KF_CLI_PATH, args);
+    FILE *p = popen(cmd, "r");
+    if (!p) {
+        return -1;
+    }
+    size_t n = fread(out, 1, size - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+KT_TEST(unit, ir_cli_wgsl) {
+    static char out[65536];
+    int rc = run_cli("wgsl demo-chain", out, sizeof out);
+    KT_CHECK(rc == 0, "kfuse wgsl demo-chain exited %d: %s", rc, out);
+    KT_CHECK(strstr(out, "// affine |> relu |> gelu") &&
+                 strstr(out, "@workgroup_size(256, 1, 1)") && strstr(out, "tanh("),
+             "demo-chain WGSL:\n%s", out);
+    rc = run_cli("wgsl list", out, sizeof out);
+    KT_CHECK(rc == 0 && strstr(out, "demo-chain\n") && strstr(out, "reduce-sum\n"), "list: %s",
+             out);
+    rc = run_cli("wgsl no-such-kernel", out, sizeof out);
+    KT_CHECK(rc == 2 && strstr(out, "no kernel named 'no-such-kernel'") &&
+                 strstr(out, "demo-chain"),
+             "unknown name: exit %d: %s", rc, out);
+    rc = run_cli("wgsl", out, sizeof out);
+    KT_CHECK(rc == 2 && strstr(out, "usage: kfuse wgsl"), "no name: exit %d: %s", rc, out);
+    rc = run_cli("wgsl relu --shape 10x10", out, sizeof out);
+    KT_CHECK(rc == 0 && strstr(out, "fn main("), "an operator's kernel: exit %d: %s", rc, out);
+    rc = run_cli("wgsl relu --shape 0x3", out, sizeof out);
+    KT_CHECK(rc == 2 && strstr(out, "--shape"), "bad shape: exit %d: %s", rc, out);
+}
