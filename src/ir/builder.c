@@ -694,16 +694,15 @@ static uint32_t builtin_node(kf_kernel *k, kf_builtin which) {
                     ? kf_type_scalar(KF_SCALAR_U32)
                     : kf_type_vec(KF_SCALAR_U32, 3);
     /* one node per builtin keeps the IR small and makes reuse obvious */
-    for (uint32_t i = 1; i < k->node_count; i++) {
-        if (k->nodes[i].kind == KF__NODE_BUILTIN && k->nodes[i].op == (uint8_t)which) {
-            return i;
-        }
+    if (k->builtin_nodes[which]) {
+        return k->builtin_nodes[which];
     }
     k->uses |= KF__USES_BUILTIN;
     if (which == KF_BUILTIN_SUBGROUP_INVOCATION_ID || which == KF_BUILTIN_SUBGROUP_SIZE) {
         k->uses |= KF__USES_SUBGROUP;
     }
-    return kf__pure(k, KF__NODE_BUILTIN, (uint8_t)which, t, NULL, 0);
+    k->builtin_nodes[which] = kf__pure(k, KF__NODE_BUILTIN, (uint8_t)which, t, NULL, 0);
+    return k->builtin_nodes[which];
 }
 
 kf_val kf_builtin_get(kf_kernel *k, kf_builtin which) {

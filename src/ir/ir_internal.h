@@ -160,6 +160,7 @@ struct kf_kernel {
     uint32_t cur_block;
     uint32_t uses;
     uint32_t input_node, index_node;
+    uint32_t builtin_nodes[KF_BUILTIN_SUBGROUP_SIZE + 1]; /* one node per builtin */
     uint64_t version; /* bumped by every change; keys the cached WGSL */
     char *wgsl;
     uint64_t wgsl_version;
@@ -215,8 +216,6 @@ bool kf__block_within(const kf_kernel *k, uint32_t inner, uint32_t outer);
 uint32_t kf__block_deeper(const kf_kernel *k, uint32_t a, uint32_t b);
 /* A readable description of an unclosed block for messages ("if", "for 'i'", "while"). */
 const char *kf__open_block_str(const kf_kernel *k, char *buf, size_t size);
-/* true and no error when every if/for/while was closed; else sets the error naming `what`. */
-bool kf__require_closed(kf_kernel *k, const char *what);
 
 /* ---- builder.c: internal constructors that skip the user-facing checks (the copier's) ---- */
 

@@ -288,21 +288,6 @@ const char *kf__open_block_str(const kf_kernel *k, char *buf, size_t size) {
     return buf;
 }
 
-bool kf__require_closed(kf_kernel *k, const char *what) {
-    if (!kf__ok(k)) {
-        return false;
-    }
-    if (k->cur_block != 1) {
-        char open[64];
-        kf__fail(k, KF_ERROR_INVALID_ARGUMENT,
-                 "%s: %u block(s) still open, the innermost a%s %s: close each with kf_end", what,
-                 (unsigned)k->blocks[k->cur_block].depth,
-                 kf__open_block_str(k, open, sizeof open)[0] == 'i' ? "n" : "", open);
-        return false;
-    }
-    return true;
-}
-
 static bool io_type_ok(kf_type t) {
     return t.scalar == KF_SCALAR_VOID ||
            (kf__type_valid(t) && t.scalar != KF_SCALAR_BOOL && t.count == 0);
