@@ -91,7 +91,7 @@ static uint32_t copy_node(copier *c, uint32_t id) {
                 return 0;
             }
         }
-        /* n may move if src == dst never happens; dst's arrays may, so keep the fields */
+        /* n points into src, which does not move; dst's arrays may, as nodes are added */
         kf__node_kind kind = (kf__node_kind)n->kind;
         uint32_t ref = kind == KF__NODE_OVERRIDE ? c->overrides[n->ref] : n->ref;
         uint32_t bits = n->bits;

@@ -306,12 +306,9 @@ static bool binary_child_parens(const kf_kernel *w, const kf__node *parent, uint
     if (shown_by_name(c)) {
         return false;
     }
-    bool child_unary = c->kind == KF__NODE_UNARY || negative_literal(c);
     if (c->kind != KF__NODE_BINARY) {
-        /* calls, names, literals, constructors: primary expressions; unary ones bind tighter
-         * than every binary operator except that shifts and bit operators take unary operands,
-         * which they are */
-        (void)child_unary;
+        /* calls, names, literals and constructors are primary expressions, and a unary
+         * expression is what every binary operator takes as an operand */
         return false;
     }
     kf_op pop = (kf_op)parent->op, cop = (kf_op)c->op;
