@@ -557,3 +557,34 @@ KT_TEST(unit, interp_refusals) {
     kf_kernel_destroy(k);
     KT_CHECK(kf_kernel_interpret(NULL, NULL) == KF_ERROR_INVALID_ARGUMENT, "NULL kernel");
 }
+
+/* Expressions of overrides alone are evaluated when the pipeline is created, where n - 1u with
+ * n = 0 is an error; kfuse reads them through lets so they keep their run-time meaning. */
+KT_TEST(unit, interp_override_expressions_keep_runtime_meaning) {
+    KT_NEED_GPU(ctx);
+    kf_kernel_desc d = {0};
+    d.name = "overrides";
+    d.workgroup_size[0] = 1;
+    kf_kernel *k = kf_kernel_create(&d);
+    kf_val n = kf_kernel_override(k, "n", T(KF_SCALAR_U32), 5);
+    kf_val m = kf_kernel_override(k, "m", T(KF_SCALAR_I32), 7);
+    kf_val s = kf_kernel_override(k, "s", T(KF_SCALAR_F32), 1.5);
+    kf_binding out = kf_kernel_storage(k, "out", T(KF_SCALAR_U32), KF_ACCESS_READ_WRITE);
+    kf_store(k, out, kf_lit_u32(k, 0), kf_sub(k, n, kf_lit_u32(k, 1)));
+    kf_store(k, out, kf_lit_u32(k, 1), kf_bitcast(k, T(KF_SCALAR_U32), kf_mul(k, m, m)));
+    kf_store(k, out, kf_lit_u32(k, 2), kf_div(k, kf_lit_u32(k, 10), n));
+    kf_store(k, out, kf_lit_u32(k, 3), kf_bitcast(k, T(KF_SCALAR_U32), kf_mul(k, s, s)));
+    KT_CHECK(kf_kernel_status(k) == KF_OK, "%s", kf_kernel_error(k));
+    kf_constant c[3] = {{"n", 0}, {"m", 65536}, {"s", 3.0}};
+    uint32_t r[4];
+    kt_fill_poison(r, sizeof r);
+    kf_host_buffer bufs[1] = {{r, sizeof r}};
+    kt_launch l = {.groups = {1, 1, 1}, .constants = c, .constant_count = 3};
+    bool ok = gpu_equals_interp(ctx, k, bufs, 1, &l);
+    float nine = 9.0f;
+    uint32_t nine_bits;
+    memcpy(&nine_bits, &nine, 4);
+    KT_CHECK(!ok || (r[0] == 0xffffffffu && r[1] == 0 && r[2] == 10 && r[3] == nine_bits),
+             "n - 1 = %u, m * m = %u, 10 / n = %u, s * s = 0x%08x", r[0], r[1], r[2], r[3]);
+    kf_kernel_destroy(k);
+}
