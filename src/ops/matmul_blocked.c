@@ -1,0 +1,234 @@
+/* A register-blocked f32 matmul kernel: c[M,N] = a[M,K] * b[K,N], row-major, f32 accumulation.
+ *
+ * Each workgroup computes a bm x bn tile of c; each invocation a tm x tn block of it, kept in
+ * tm * tn/4 vec4 registers. The K axis is walked bk at a time through two tiles in workgroup
+ * memory: a's tile stored transposed (k-major, so an invocation's tm values of one k are
+ * consecutive), b's as vec4 rows. Global loads are vec4 where the row length allows (K % 4 for a,
+ * N % 4 for b), bounds-checked only where the shapes are ragged, and double-buffered in
+ * registers: the next tile is fetched while the current one is multiplied. Every element of c
+ * goes to kf_kernel_yield, the store phase, so element-wise tails fuse into every variant.
+ */
+#include "ops/matmul_blocked.h"
+
+#include <stdio.h>
+
+#define LANES 4u
+
+static bool config_valid(const kf__mm_config *c) {
+    if (!c->bm || !c->bn || !c->bk || !c->tm || !c->tn) {
+        return false;
+    }
+    if (c->bm % c->tm || c->bn % c->tn || c->tn % LANES || c->bk % LANES) {
+        return false;
+    }
+    uint32_t threads = (c->bm / c->tm) * (c->bn / c->tn);
+    if (threads == 0 || threads > 1024 || c->tm > 8 || c->tn > 8) {
+        return false;
+    }
+    if (c->bm * c->bk > 8 * LANES * threads || c->bk * c->bn > 8 * LANES * threads) {
+        return false; /* at most 8 vec4 loads of each tile per invocation */
+    }
+    /* Each invocation loads whole vec4s of both tiles. */
+    return (c->bm * c->bk) % (LANES * threads) == 0 && (c->bk * c->bn) % (LANES * threads) == 0;
+}
+
+const kf__mm_config *kf__mm_default_config(uint32_t m, uint32_t k, uint32_t n) {
+    static const kf__mm_config big = {128, 128, 8, 8, 8};
+    static const kf__mm_config mid = {64, 64, 16, 4, 4};
+    (void)k;
+    /* Enough workgroups to fill a large GPU: the big tile from 2048x2048 up. */
+    if ((uint64_t)m * n >= 2048ull * 2048ull) {
+        return &big;
+    }
+    return &mid;
+}
+
+static kf_val u32(kf_kernel *k, uint32_t v) {
+    return kf_lit_u32(k, v);
+}
+
+/* Loads one vec4 of a row-major matrix [rows, cols] at (r, c..c+3) into `into`, zero outside.
+ * `wide` says the binding is array<vec4<f32>> (cols % 4 == 0); `checked` adds the bounds test. */
+static void load4(kf_kernel *k, kf_binding b, bool wide, bool checked, kf_val r, kf_val c,
+                  uint32_t rows, uint32_t cols, kf_var into) {
+    kf_type v4 = kf_type_vec(KF_SCALAR_F32, LANES);
+    kf_val base = kf_add(k, kf_mul(k, r, u32(k, cols)), c);
+    if (wide) {
+        if (checked) {
+            kf_assign(k, into, kf_splat(k, v4, kf_lit_f32(k, 0.0f)));
+            kf_if(k, kf_binary(k, KF_OP_AND, kf_binary(k, KF_OP_LT, r, u32(k, rows)),
+                               kf_binary(k, KF_OP_LT, c, u32(k, cols))));
+            kf_assign(k, into, kf_load(k, b, kf_div(k, base, u32(k, LANES))));
+            kf_end(k);
+        } else {
+            kf_assign(k, into, kf_load(k, b, kf_div(k, base, u32(k, LANES))));
+        }
+        return;
+    }
+    /* Scalar loads for rows whose length is not a multiple of 4: each from a clamped (always
+     * valid) index, then zeroed outside the matrix by a select, with no branches. */
+    kf_val vals[LANES];
+    kf_val last = u32(k, rows * cols - 1u);
+    for (uint32_t l = 0; l < LANES; l++) {
+        kf_val cl = kf_add(k, c, u32(k, l));
+        kf_val inside = kf_binary(k, KF_OP_AND, kf_binary(k, KF_OP_LT, r, u32(k, rows)),
+                                  kf_binary(k, KF_OP_LT, cl, u32(k, cols)));
+        kf_val at = kf_call2(k, KF_FN_MIN, kf_add(k, base, u32(k, l)), last);
+        vals[l] = kf_select(k, kf_lit_f32(k, 0.0f), kf_load(k, b, at), inside);
+    }
+    kf_assign(k, into, kf_vec(k, v4, vals, LANES));
+}
+
+kf_kernel *kf__matmul_blocked(uint32_t m, uint32_t kdim, uint32_t n, const kf__mm_config *cfg) {
+    if (!cfg) {
+        cfg = kf__mm_default_config(m, kdim, n);
+    }
+    if (!config_valid(cfg) || !m || !kdim || !n) {
+        return NULL;
+    }
+    const uint32_t bm = cfg->bm, bn = cfg->bn, bk = cfg->bk, tm = cfg->tm, tn = cfg->tn;
+    const uint32_t wx = bn / tn, wy = bm / tm, threads = wx * wy;
+    const uint32_t loads_a = bm * bk / (LANES * threads), loads_b = bk * bn / (LANES * threads);
+    const bool wide_a = kdim % LANES == 0, wide_b = n % LANES == 0;
+    const bool ragged_m = m % bm != 0, ragged_n = n % bn != 0, ragged_k = kdim % bk != 0;
+    kf_type f32 = kf_type_scalar(KF_SCALAR_F32);
+    kf_type v4 = kf_type_vec(KF_SCALAR_F32, LANES);
+
+    char name[64];
+    snprintf(name, sizeof name, "matmul_%ux%ux%u_%ux%u", bm, bn, bk, tm, tn);
+    kf_kernel_desc desc = {.name = name, .workgroup_size = {wx, wy, 1}, .output = f32};
+    kf_kernel *k = kf_kernel_create(&desc);
+    if (!k) {
+        return NULL;
+    }
+    kf_binding a = kf_kernel_storage(k, "a", wide_a ? v4 : f32, KF_ACCESS_READ);
+    kf_binding b = kf_kernel_storage(k, "b", wide_b ? v4 : f32, KF_ACCESS_READ);
+    kf_shared tile_a = kf_kernel_workgroup(k, "tile_a", f32, bk * bm);
+    kf_shared tile_b = kf_kernel_workgroup(k, "tile_b", v4, bk * bn / LANES);
+
+    uint32_t tiles_n = (n + bn - 1) / bn, tiles_m = (m + bm - 1) / bm;
+    kf_val local = kf_builtin_get(k, KF_BUILTIN_LOCAL_INDEX);
+    kf_val tx = kf_let(k, "tx", kf_binary(k, KF_OP_MOD, local, u32(k, wx)));
+    kf_val ty = kf_let(k, "ty", kf_div(k, local, u32(k, wx)));
+    kf_val tile = kf_let(k, "tile", kf_workgroup_linear(k));
+    kf_val row0 = kf_let(k, "row0", kf_mul(k, kf_div(k, tile, u32(k, tiles_n)), u32(k, bm)));
+    kf_val col0 =
+        kf_let(k, "col0", kf_mul(k, kf_binary(k, KF_OP_MOD, tile, u32(k, tiles_n)), u32(k, bn)));
+
+    /* Where each invocation's vec4s of the two tiles come from. */
+    kf_val a_row[8], a_k[8], b_k[8], b_col[8];
+    for (uint32_t v = 0; v < loads_a; v++) {
+        kf_val flat = kf_add(k, local, u32(k, v * threads));
+        a_row[v] = kf_let(k, "ar", kf_div(k, flat, u32(k, bk / LANES)));
+        a_k[v] = kf_let(
+            k, "ak", kf_mul(k, kf_binary(k, KF_OP_MOD, flat, u32(k, bk / LANES)), u32(k, LANES)));
+    }
+    for (uint32_t v = 0; v < loads_b; v++) {
+        kf_val flat = kf_add(k, local, u32(k, v * threads));
+        b_k[v] = kf_let(k, "bkr", kf_div(k, flat, u32(k, bn / LANES)));
+        b_col[v] = kf_let(
+            k, "bc", kf_mul(k, kf_binary(k, KF_OP_MOD, flat, u32(k, bn / LANES)), u32(k, LANES)));
+    }
+    kf_var next_a[8], next_b[8];
+    for (uint32_t v = 0; v < loads_a; v++) {
+        next_a[v] = kf_declare(k, "next_a", v4, (kf_val){0});
+    }
+    for (uint32_t v = 0; v < loads_b; v++) {
+        next_b[v] = kf_declare(k, "next_b", v4, (kf_val){0});
+    }
+    bool check_a = ragged_m || ragged_k, check_b = ragged_k || ragged_n;
+    /* Fetches the tiles starting at k0 into the next_* registers. */
+#define FETCH(k0)                                                                                  \
+    do {                                                                                           \
+        for (uint32_t v = 0; v < loads_a; v++) {                                                   \
+            load4(k, a, wide_a, check_a, kf_add(k, row0, a_row[v]), kf_add(k, (k0), a_k[v]), m,    \
+                  kdim, next_a[v]);                                                                \
+        }                                                                                          \
+        for (uint32_t v = 0; v < loads_b; v++) {                                                   \
+            load4(k, b, wide_b, check_b, kf_add(k, (k0), b_k[v]), kf_add(k, col0, b_col[v]), kdim, \
+                  n, next_b[v]);                                                                   \
+        }                                                                                          \
+    } while (0)
+    FETCH(u32(k, 0));
+
+    kf_var acc[8][8 / LANES];
+    for (uint32_t i = 0; i < tm; i++) {
+        for (uint32_t j = 0; j < tn / LANES; j++) {
+            acc[i][j] = kf_declare(k, "acc", v4, (kf_val){0});
+        }
+    }
+    kf_val k0 = kf_for(k, "k0", u32(k, 0), u32(k, kdim), u32(k, bk));
+    {
+        /* Registers -> workgroup memory: a transposed (k-major), b as it is. */
+        for (uint32_t v = 0; v < loads_a; v++) {
+            kf_val got = kf_read(k, next_a[v]);
+            for (uint32_t l = 0; l < LANES; l++) {
+                kf_val at =
+                    kf_add(k, kf_mul(k, kf_add(k, a_k[v], u32(k, l)), u32(k, bm)), a_row[v]);
+                kf_shared_store(k, tile_a, at, kf_extract(k, got, l));
+            }
+        }
+        for (uint32_t v = 0; v < loads_b; v++) {
+            kf_val at = kf_add(k, kf_mul(k, b_k[v], u32(k, bn / LANES)),
+                               kf_div(k, b_col[v], u32(k, LANES)));
+            kf_shared_store(k, tile_b, at, kf_read(k, next_b[v]));
+        }
+        kf_barrier(k);
+        /* The next tiles travel while this one is multiplied. */
+        kf_val k1 = kf_add(k, k0, u32(k, bk));
+        kf_if(k, kf_binary(k, KF_OP_LT, k1, u32(k, kdim)));
+        FETCH(k1);
+        kf_end(k);
+        for (uint32_t kk = 0; kk < bk; kk++) {
+            kf_val av[8], bv[8 / LANES];
+            for (uint32_t i = 0; i < tm; i++) {
+                kf_val at = kf_add(k, kf_mul(k, ty, u32(k, tm)), u32(k, kk * bm + i));
+                av[i] = kf_shared_load(k, tile_a, at);
+            }
+            for (uint32_t j = 0; j < tn / LANES; j++) {
+                kf_val at =
+                    kf_add(k, kf_mul(k, tx, u32(k, tn / LANES)), u32(k, kk * (bn / LANES) + j));
+                bv[j] = kf_shared_load(k, tile_b, at);
+            }
+            for (uint32_t i = 0; i < tm; i++) {
+                kf_val splat = kf_splat(k, v4, av[i]);
+                for (uint32_t j = 0; j < tn / LANES; j++) {
+                    kf_val sum = kf_call3(k, KF_FN_FMA, splat, bv[j], kf_read(k, acc[i][j]));
+                    kf_assign(k, acc[i][j], sum);
+                }
+            }
+        }
+        kf_barrier(k);
+    }
+    kf_end(k);
+#undef FETCH
+
+    /* The store phase: every element through kf_kernel_yield. */
+    for (uint32_t i = 0; i < tm; i++) {
+        kf_val row = kf_add(k, row0, kf_add(k, kf_mul(k, ty, u32(k, tm)), u32(k, i)));
+        if (ragged_m) {
+            kf_if(k, kf_binary(k, KF_OP_LT, row, u32(k, m)));
+        }
+        for (uint32_t j = 0; j < tn / LANES; j++) {
+            kf_val sums = kf_read(k, acc[i][j]);
+            for (uint32_t l = 0; l < LANES; l++) {
+                kf_val col =
+                    kf_add(k, col0, kf_add(k, kf_mul(k, tx, u32(k, tn)), u32(k, j * LANES + l)));
+                if (ragged_n) {
+                    kf_if(k, kf_binary(k, KF_OP_LT, col, u32(k, n)));
+                }
+                kf_val index = kf_add(k, kf_mul(k, row, u32(k, n)), col);
+                kf_kernel_yield(k, kf_extract(k, sums, l), index);
+                if (ragged_n) {
+                    kf_end(k);
+                }
+            }
+        }
+        if (ragged_m) {
+            kf_end(k);
+        }
+    }
+    uint32_t groups[3] = {tiles_m * tiles_n, 1, 1};
+    kf_kernel_set_grid(k, groups);
+    return k;
+}

@@ -1,0 +1,21 @@
+/* The register-blocked f32 matmul kernel generator and its tile configurations. */
+#ifndef KF_OPS_MATMUL_BLOCKED_H
+#define KF_OPS_MATMUL_BLOCKED_H
+
+#include "kfuse.h"
+
+/* A tile configuration: the workgroup computes bm x bn of c walking K bk at a time, each
+ * invocation tm x tn (workgroup size (bn/tn, bm/tm)). tm, tn <= 8; tn, bk multiples of 4. */
+typedef struct kf__mm_config {
+    uint32_t bm, bn, bk, tm, tn;
+} kf__mm_config;
+
+/* The configuration used when none is given: the 128x128 tile for large products, 64x64 below
+ * (enough workgroups to fill a large GPU). */
+const kf__mm_config *kf__mm_default_config(uint32_t m, uint32_t k, uint32_t n);
+
+/* c[m,n] = a[m,k] * b[k,n] (bindings a, b, then out), every element yielded to the store phase;
+ * the grid is recorded on the kernel. NULL for an invalid configuration or zero sizes. */
+kf_kernel *kf__matmul_blocked(uint32_t m, uint32_t k, uint32_t n, const kf__mm_config *cfg);
+
+#endif

@@ -1,0 +1,141 @@
+/* The register-blocked matmul: every configuration on aligned and ragged shapes, against a
+ * float64 product, with outputs poisoned and guard elements checked; and with a fused tail. */
+#include "harness.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/matmul_blocked.h"
+
+static const kf__mm_config configs[] = {
+    {128, 128, 8, 8, 8},
+    {64, 64, 16, 4, 4},
+    {64, 128, 16, 4, 8},
+    {32, 32, 8, 4, 4},
+};
+
+static const uint32_t shapes[][3] = {
+    {1, 1, 1},     {7, 13, 5},     {64, 64, 64}, {65, 33, 17}, {128, 256, 128},
+    {130, 70, 36}, {257, 129, 65}, {33, 100, 4}, {5, 7, 129},
+};
+
+static kf_val gelu_like(kf_kernel *k, kf_val x, void *user) {
+    (void)user; /* any element-wise tail: x * sigmoid(x) */
+    kf_val one = kf_lit_f32(k, 1.0f);
+    return kf_div(k, x, kf_add(k, one, kf_call1(k, KF_FN_EXP, kf_unary(k, KF_OP_NEG, x))));
+}
+
+static bool run_case(kf_context *ctx, uint32_t m, uint32_t kd, uint32_t n, const kf__mm_config *cfg,
+                     bool tail) {
+    kf_kernel *mm = kf__matmul_blocked(m, kd, n, cfg);
+    if (!mm) {
+        kt_fail(__FILE__, __LINE__, "no kernel for %ux%ux%u", m, kd, n);
+        return false;
+    }
+    kf_kernel *k = mm;
+    if (tail) {
+        uint32_t wg[3];
+        kf_kernel_workgroup_size(mm, wg);
+        kf_type f32 = kf_type_scalar(KF_SCALAR_F32);
+        kf_kernel *t = kf_kernel_map("silu", f32, f32, wg, gelu_like, NULL);
+        k = kf_kernel_then(mm, t);
+        kf_kernel_destroy(t);
+    }
+    bool ok = kf_kernel_status(k) == KF_OK;
+    if (!ok) {
+        kt_fail(__FILE__, __LINE__, "kernel: %s", kf_kernel_error(k));
+    }
+    float *a = malloc(sizeof(float) * m * kd), *b = malloc(sizeof(float) * kd * n);
+    const uint32_t guard = 64;
+    float *c = malloc(sizeof(float) * (m * n + guard));
+    for (uint32_t i = 0; i < m * kd; i++) {
+        a[i] = kt_rand_f32(-1.0f, 1.0f);
+    }
+    for (uint32_t i = 0; i < kd * n; i++) {
+        b[i] = kt_rand_f32(-1.0f, 1.0f);
+    }
+    kf_buffer *bufs[3] = {0};
+    ok = ok && kf_buffer_create(ctx, 4ull * m * kd, &bufs[0]) == KF_OK &&
+         kf_buffer_create(ctx, 4ull * kd * n, &bufs[1]) == KF_OK &&
+         kf_buffer_create(ctx, 4ull * (m * n + guard), &bufs[2]) == KF_OK &&
+         kf_buffer_upload(bufs[0], 0, a, 4ull * m * kd) == KF_OK &&
+         kf_buffer_upload(bufs[1], 0, b, 4ull * kd * n) == KF_OK &&
+         kf_buffer_fill_u32(bufs[2], 0x7fc00000u) == KF_OK;
+    kf_kernel_launch launch = {.buffers = bufs, .buffer_count = 3};
+    if (ok && kf_kernel_run(ctx, k, &launch) != KF_OK) {
+        kt_fail(__FILE__, __LINE__, "run %ux%ux%u: %s / %s", m, kd, n, kf_context_last_error(ctx),
+                kf_kernel_error(k));
+        ok = false;
+    }
+    ok = ok && kf_buffer_download(bufs[2], 0, c, 4ull * (m * n + guard)) == KF_OK;
+    double worst = 0.0;
+    for (uint32_t i = 0; ok && i < m; i++) {
+        for (uint32_t j = 0; j < n; j++) {
+            double ref = 0.0, mag = 0.0;
+            for (uint32_t q = 0; q < kd; q++) {
+                ref += (double)a[i * kd + q] * b[q * n + j];
+                mag += fabs((double)a[i * kd + q] * b[q * n + j]);
+            }
+            if (tail) {
+                ref = ref / (1.0 + exp(-ref));
+            }
+            /* f32 accumulation: the error scales with the sum of |products|, not the result. */
+            double err = fabs(c[i * n + j] - ref) / (mag + 1e-30);
+            if (!(err <= 1e-5)) {
+                kt_fail(__FILE__, __LINE__, "%ux%ux%u cfg %ux%ux%u/%ux%u%s: c[%u,%u] = %g, want %g",
+                        m, kd, n, cfg->bm, cfg->bn, cfg->bk, cfg->tm, cfg->tn,
+                        tail ? " |> silu" : "", i, j, (double)c[i * n + j], ref);
+                ok = false;
+                break;
+            }
+            worst = err > worst ? err : worst;
+        }
+        if (!ok) {
+            break;
+        }
+    }
+    for (uint32_t g = 0; ok && g < guard; g++) {
+        uint32_t bits;
+        memcpy(&bits, &c[m * n + g], 4);
+        if (bits != 0x7fc00000u) {
+            kt_fail(__FILE__, __LINE__, "%ux%ux%u: wrote past the end (guard %u)", m, kd, n, g);
+            ok = false;
+        }
+    }
+    for (int i = 0; i < 3; i++) {
+        kf_buffer_destroy(bufs[i]);
+    }
+    free(a);
+    free(b);
+    free(c);
+    if (k != mm) {
+        kf_kernel_destroy(k);
+    }
+    kf_kernel_destroy(mm);
+    return ok;
+}
+
+KT_TEST(ops, matmul_blocked_every_config_and_shape) {
+    KT_NEED_GPU(ctx);
+    for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++) {
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            if (!run_case(ctx, shapes[s][0], shapes[s][1], shapes[s][2], &configs[c], s % 3 == 1)) {
+                return;
+            }
+        }
+    }
+}
+
+KT_TEST(ops, matmul_blocked_refuses_bad_configs) {
+    kf__mm_config bad[] = {{0, 64, 8, 4, 4},
+                           {64, 64, 6, 4, 4},
+                           {64, 64, 8, 4, 3},
+                           {256, 256, 8, 2, 4},
+                           {64, 64, 8, 16, 4}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        kf_kernel *k = kf__matmul_blocked(64, 64, 64, &bad[i]);
+        KT_CHECK(k == NULL, "config %zu accepted", i);
+    }
+    KT_CHECK(kf__matmul_blocked(0, 4, 4, NULL) == NULL, "zero size accepted");
+}
