@@ -8,18 +8,24 @@
  * a product of two stored matrices read with or without a transpose, so the forward kernel and
  * both backward kernels come from one tiled generator.
  *
- * The kernel is the simple tiled one (speed is the performance work's business): 16x16
- * invocations per workgroup, one output element each; the K axis is walked in 16-wide steps
- * through two 16x16 tiles in workgroup memory, loads bounds-checked (zero outside), accumulation
- * in f32. The forward kernel hands each element to kf_kernel_yield, its store phase, so a bias,
- * an activation or a residual add fuses into the store.
+ * Two kernels. The simple tiled one (every transpose, f16, the backward products, small outputs):
+ * 16x16 invocations per workgroup, one output element each; the K axis is walked in 16-wide
+ * steps through two 16x16 tiles in workgroup memory, loads bounds-checked (zero outside),
+ * accumulation in f32. For the plain f32 forward product of 64x64 outputs and up, the
+ * register-blocked kernel of matmul_blocked.c (each invocation an 8x8 or 4x4 block). Both hand
+ * each element to kf_kernel_yield, their store phase, so a bias, an activation or a residual add
+ * fuses into the store.
  */
+#include "ops/matmul_blocked.h"
 #include "ops/ops_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 
 #define TILE 16u
+/* From this many output elements up, the forward f32 kernel is the register-blocked one
+ * (src/ops/matmul_blocked.c); below it the simple kernel's 16x16 tiles spread better. */
+#define BLOCKED_MIN_ELEMENTS (64u * 64u)
 
 /* ---------------------------------------------------------------------------------------- */
 /* Shapes                                                                                   */
@@ -263,6 +269,16 @@ static kf_kernel *mm_kernel_new(const char *name, kf_dtype dtype, bool producer)
 static kf_kernel *mm_kernel_forward(const kf_shape *in, const kf_op_params *p, kf_dtype dtype) {
     mm_dims d = {1, 1, 1};
     kf_status st = mm_dims_of(in, p, &d, NULL, 0);
+    bool ta = p && p->transpose_a, tb = p && p->transpose_b;
+    if (st == KF_OK && dtype == KF_DTYPE_F32 && !ta && !tb &&
+        (uint64_t)d.m * d.n >= BLOCKED_MIN_ELEMENTS) {
+        /* Big enough to fill a GPU's registers: the register-blocked kernel (same bindings,
+         * same store phase, its own grid recorded). */
+        kf_kernel *fast = kf__matmul_blocked(d.m, d.k, d.n, NULL);
+        if (fast) {
+            return fast;
+        }
+    }
     kf_kernel *k = mm_kernel_new("matmul", dtype, true);
     if (!k || st != KF_OK) {
         /* Shapes that do not multiply: no kernel to build (callers check shapes first). */
@@ -272,7 +288,6 @@ static kf_kernel *mm_kernel_forward(const kf_shape *in, const kf_op_params *p, k
     uint32_t groups[3];
     mm_tile_grid(d.m, d.n, groups);
     kf_kernel_set_grid(k, groups);
-    bool ta = p && p->transpose_a, tb = p && p->transpose_b;
     mm_operand a = {kf__bind(k, "a", dtype, KF_ACCESS_READ), ta, d.m, d.k};
     mm_operand b = {kf__bind(k, "b", dtype, KF_ACCESS_READ), tb, d.k, d.n};
     mm_sink sink = {.yield = true};
