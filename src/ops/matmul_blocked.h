@@ -10,7 +10,7 @@ typedef struct kf__mm_config {
     uint32_t bm, bn, bk, tm, tn;
 } kf__mm_config;
 
-/* The configuration used when none is given: the 128x128 tile for large products, 64x64 below
+/* The configuration used when none is given: the 128x128 tile for large products, 32x32 below
  * (enough workgroups to fill a large GPU). */
 const kf__mm_config *kf__mm_default_config(uint32_t m, uint32_t k, uint32_t n);
 
