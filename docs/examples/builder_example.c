@@ -109,8 +109,7 @@ int main(void) {
         worst = fmax(worst, fabs((double)gpu[r] - cpu[r]));
         worst_ref = fmax(worst_ref, fabs((double)gpu[r] - tanh(sum / 4.0)));
     }
-    printf("GPU vs interpreter: max abs difference %.3g; GPU vs float64: %.3g\n", worst,
-           worst_ref);
+    printf("GPU vs interpreter: max abs difference %.3g; GPU vs float64: %.3g\n", worst, worst_ref);
 
     for (int i = 0; i < 2; i++) {
         kf_buffer_destroy(bufs[i]);
