@@ -1,294 +1,234 @@
-/* kfuse demo: the first fused kernel, written by hand on the runtime.
+/* kfuse demo: the seeds' exampleFusedLayer, through the fusion engine.
  *
- * y = gelu(relu(2x + 1)) over 2^22 random floats, run two ways: fused (one dispatch that keeps
- * every intermediate in registers) and unfused (three dispatches, one per operation, each
- * reading and writing global memory). Both results are checked against a float64 CPU loop, and
- * both ways are timed. (Until the fusion engine can build this kernel, the WGSL is written out
- * here.) */
-#include <errno.h>
-#include <math.h>
-#include <stdio.h>
+ * Three graphs, each planned twice (fused, and one dispatch per operator), proved against the
+ * unfused composition of the operators' CPU specifications, and timed:
+ *   1. an MLP layer, y = gelu(x @ w + b): bias and GELU in the matmul's store phase;
+ *   2. the FFN activation save: gate, up, hidden (ffnDim) and residual1 (dim) copied in one
+ *      dispatch (the seeds needed two);
+ *   3. an element-wise chain, y = gelu(relu(2x + 1)), in one dispatch.
+ * On a GPU the timed graphs are large and the proof runs on the same graph at a size the CPU
+ * reference computes in seconds; on a CPU adapter both are small. */
+#include "cli.h"
+
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "cli.h"
+typedef struct demo_sizes {
+    uint32_t batch, d_in, d_out; /* MLP: x [batch, d_in], w [d_in, d_out] */
+    uint32_t tokens, ffn, dim;   /* FFN save */
+    uint32_t chain;              /* element-wise chain length */
+} demo_sizes;
 
-#define DEMO_TOLERANCE 1e-5 /* max relative error accepted, f32 against float64 */
-#define DEMO_WORKGROUP 256
+static const demo_sizes gpu_timed = {4096, 4096, 4096, 512, 14336, 4096, 1u << 24};
+static const demo_sizes gpu_proved = {256, 1024, 1024, 16, 14336, 4096, 1u << 22};
+static const demo_sizes cpu_sizes = {256, 512, 512, 8, 1436, 512, 1u << 22};
+
+typedef struct demo_case {
+    const char *title;
+    const char *about;
+    void (*program)(const demo_sizes *s, char *buf, size_t size);
+} demo_case;
+
+static void mlp_program(const demo_sizes *s, char *buf, size_t size) {
+    snprintf(buf, size,
+             "x: f32[%u, %u]\nw: f32[%u, %u]\nb: f32[%u]\ny = matmul(x, w) |> add(b) |> gelu\n"
+             "out y\n",
+             s->batch, s->d_in, s->d_in, s->d_out, s->d_out);
+}
+
+static void ffn_program(const demo_sizes *s, char *buf, size_t size) {
+    snprintf(buf, size,
+             "gate: f32[%u, %u]\nup: f32[%u, %u]\nhidden: f32[%u, %u]\nresidual1: f32[%u, %u]\n"
+             "saved_gate = copy(gate)\nsaved_up = copy(up)\nsaved_hidden = copy(hidden)\n"
+             "saved_residual1 = copy(residual1)\n"
+             "out saved_gate, saved_up, saved_hidden, saved_residual1\n",
+             s->tokens, s->ffn, s->tokens, s->ffn, s->tokens, s->ffn, s->tokens, s->dim);
+}
+
+static void chain_program(const demo_sizes *s, char *buf, size_t size) {
+    snprintf(buf, size, "x: f32[%u]\ny = x |> scale(2) |> add(1) |> relu |> gelu\nout y\n",
+             s->chain);
+}
+
+static const demo_case cases[] = {
+    {"MLP layer", "matmul + bias + GELU: bias and GELU run in the matmul's store phase",
+     mlp_program},
+    {"FFN activation save", "3 copies of ffnDim and 1 of dim in one dispatch", ffn_program},
+    {"element-wise chain", "gelu(relu(2x + 1)): every intermediate stays in registers",
+     chain_program},
+};
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: kfuse demo [--elements N] [--repeat R] [--seed S] [--help]\n\n"
-            "Run y = gelu(relu(2x + 1)) (GELU in its tanh form) on N random floats "
-            "(default 2^22),\nonce fused into one dispatch and once as three dispatches; check "
-            "both against a\nfloat64 CPU loop (max relative error <= %g) and time both (median of "
-            "R runs after\na warm-up, default 20). Exits 1 when a result is off.\n",
-            DEMO_TOLERANCE);
+    fprintf(f, "usage: kfuse demo [--small] [--repeat R] [--seed S]\n\n"
+               "The seeds' exampleFusedLayer through kfuse's fusion engine: an MLP layer\n"
+               "(matmul + bias + GELU), the FFN activation save and an element-wise chain,\n"
+               "each planned fused and unfused, proved against the CPU specifications\n"
+               "(kf_plan_verify) and timed (median of R runs, default 20).\n\n"
+               "  --small     small sizes even on a GPU (the default on a CPU adapter)\n"
+               "  --repeat R  timed runs per plan\n"
+               "  --seed S    seed of the random inputs (default: fresh, printed)\n\n"
+               "Exits 1 when a plan's result is outside its tolerance.\n");
 }
 
-/* The kernels differ only in the expression stored; src/dst are bound at 0 and 1. The grid may
- * be folded into 2-D for large N, so the workgroup index is linearised and bounds-checked. */
-static const char *const kernel_head =
-    "@group(0) @binding(0) var<storage, read> src: array<f32>;\n"
-    "@group(0) @binding(1) var<storage, read_write> dst: array<f32>;\n"
-    "\n"
-    "// GELU, tanh form: 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3), computed as\n"
-    "// x / (1 + exp(-2u)) (the same function): GPUs' tanh may be a coarse approximation, exp is\n"
-    "// accurate, and this form neither overflows nor cancels.\n"
-    "fn gelu(x: f32) -> f32 {\n"
-    "    let u = 0.7978845608028654 * (x + 0.044715 * x * x * x);\n"
-    "    return x / (1.0 + exp(-2.0 * u));\n"
-    "}\n"
-    "\n"
-    "@compute @workgroup_size(256)\n"
-    "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,\n"
-    "        @builtin(local_invocation_index) lid: u32) {\n"
-    "    let i = (wid.x + wid.y * nwg.x) * 256u + lid;\n"
-    "    if (i >= arrayLength(&dst)) {\n"
-    "        return;\n"
-    "    }\n"
-    "    let x = src[i];\n";
-
-static const char *const expr_fused = "gelu(max(2.0 * x + 1.0, 0.0))";
-static const char *const expr_affine = "2.0 * x + 1.0";
-static const char *const expr_relu = "max(x, 0.0)";
-static const char *const expr_gelu = "gelu(x)";
-
-static double gelu64(double x) {
-    return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
-}
-
-static double reference(float x) {
-    double a = 2.0 * (double)x + 1.0;
-    return gelu64(a > 0.0 ? a : 0.0);
-}
-
-static uint64_t splitmix64(uint64_t *state) {
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-/* max |got - want| / max(|want|, 1e-6); a NaN where a number is wanted counts as infinite. */
-static double max_rel_error(const float *got, const double *want, size_t n) {
-    double worst = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double g = (double)got[i];
-        if (isnan(g) != isnan(want[i])) {
-            return INFINITY;
-        }
-        double scale = fabs(want[i]) > 1e-6 ? fabs(want[i]) : 1e-6;
-        double e = fabs(g - want[i]) / scale;
-        worst = e > worst ? e : worst;
-    }
-    return worst;
-}
-
-static bool parse_u64(const char *s, uint64_t *out) {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 0);
-    if (errno || end == s || *end || s[0] == '-') {
-        return false;
-    }
-    *out = v;
-    return true;
-}
-
-typedef struct demo {
-    kf_context *ctx;
-    kf_pipeline *fused, *affine, *relu, *gelu;
-    kf_buffer *x, *t1, *t2, *y_unfused, *y_fused;
-} demo;
-
-static kf_pipeline *compile(kf_context *ctx, const char *expr) {
-    char wgsl[2048];
-    snprintf(wgsl, sizeof wgsl, "%s    dst[i] = %s;\n}\n", kernel_head, expr);
-    static const kf_binding_kind kinds[2] = {KF_BINDING_STORAGE_READ,
-                                             KF_BINDING_STORAGE_READ_WRITE};
-    kf_pipeline_desc desc = {0};
-    desc.wgsl = wgsl;
-    desc.bindings = kinds;
-    desc.binding_count = 2;
-    kf_pipeline *p = NULL;
-    if (kf_pipeline_get(ctx, &desc, &p) != KF_OK) {
-        fprintf(stderr, "kfuse demo: %s\n", kf_context_last_error(ctx));
+static kf_graph *parse(const char *text) {
+    kf_graph *g = NULL;
+    kf_spec_error err = {0};
+    if (kf_spec_parse(text, strlen(text), &g, &err) != KF_OK) {
+        fprintf(stderr, "kfuse demo: internal program does not parse: %u:%u: %s\n", err.line,
+                err.column, err.message);
         return NULL;
     }
-    return p;
+    return g;
 }
 
-static void demo_free(demo *d) {
-    kf_buffer *buffers[] = {d->x, d->t1, d->t2, d->y_unfused, d->y_fused};
-    for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++) {
-        kf_buffer_destroy(buffers[i]);
-    }
-    kf_context_destroy(d->ctx);
-}
+typedef struct measured {
+    kf_plan_summary summary;
+    kf_timing timing;
+    double max_rel_error;
+    double tolerance;
+    bool passed;
+} measured;
 
-static int fail(demo *d, const char *what) {
-    fprintf(stderr, "kfuse demo: %s: %s\n", what, kf_context_last_error(d->ctx));
-    return 1;
-}
-
-static int run(demo *d, uint64_t n, uint32_t repeat, uint64_t seed) {
-    kf_context *ctx = d->ctx;
-    kf_adapter_info info;
-    kf_context_adapter_info(ctx, &info);
-    printf("kfuse demo: y = gelu(relu(2x + 1)) on %llu f32 (seed %llu)\n", (unsigned long long)n,
-           (unsigned long long)seed);
-    printf("adapter:    %s (%s, %s)\n", info.device, info.backend, info.adapter_type);
-
-    d->fused = compile(ctx, expr_fused);
-    d->affine = compile(ctx, expr_affine);
-    d->relu = compile(ctx, expr_relu);
-    d->gelu = compile(ctx, expr_gelu);
-    if (!d->fused || !d->affine || !d->relu || !d->gelu) {
-        return 1;
-    }
-    uint64_t bytes = n * sizeof(float);
-    kf_buffer **buffers[] = {&d->x, &d->t1, &d->t2, &d->y_unfused, &d->y_fused};
-    for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++) {
-        if (kf_buffer_create(ctx, bytes, buffers[i]) != KF_OK) {
-            return fail(d, "creating buffers");
+/* Plans `text` (fused or not), proves the plan at `proof_text` and times it at `text`. */
+static int measure(kf_context *ctx, const char *text, const char *proof_text, bool no_fuse,
+                   uint64_t seed, uint32_t repeat, measured *m) {
+    kf_compile_options opts = {.no_fuse = no_fuse};
+    memset(m, 0, sizeof *m);
+    for (int pass = 0; pass < 2; pass++) {
+        kf_graph *g = parse(pass == 0 ? proof_text : text);
+        if (!g) {
+            return 1;
+        }
+        kf_plan *plan = NULL;
+        kf_status st = kf_graph_compile(ctx, g, &opts, &plan);
+        if (st == KF_OK && pass == 0) {
+            kf_plan_report report;
+            st = kf_plan_verify(plan, seed, &report);
+            m->passed = report.passed;
+            for (uint32_t o = 0; o < report.output_count; o++) {
+                if (report.outputs[o].max_rel_error >= m->max_rel_error) {
+                    m->max_rel_error = report.outputs[o].max_rel_error;
+                    m->tolerance = report.outputs[o].tolerance;
+                }
+            }
+            if (st == KF_ERROR_MISMATCH) {
+                st = KF_OK; /* reported through m->passed */
+            }
+        } else if (st == KF_OK) {
+            kf_plan_summary_get(plan, &m->summary);
+            for (uint32_t i = 0; st == KF_OK && i < kf_graph_input_count(g); i++) {
+                const char *name;
+                kf_graph_input_info(g, i, &name, NULL, NULL);
+                kf_tensor *t = NULL;
+                st = kf_plan_random_input(plan, name, seed, &t);
+                if (st == KF_OK) {
+                    st = kf_plan_set_input(plan, name, t);
+                }
+                kf_tensor_destroy(t);
+            }
+            if (st == KF_OK) {
+                st = kf_plan_time(plan, repeat, &m->timing);
+            }
+        }
+        if (st != KF_OK) {
+            fprintf(stderr, "kfuse demo: %s: %s\n", kf_status_str(st), kf_context_last_error(ctx));
+        }
+        kf_plan_destroy(plan);
+        kf_graph_destroy(g);
+        if (st != KF_OK) {
+            return 1;
         }
     }
+    return 0;
+}
 
-    float *x = malloc((size_t)bytes);
-    float *y = malloc((size_t)bytes);
-    double *want = malloc((size_t)n * sizeof(double));
-    int rc = 1;
-    if (!x || !y || !want) {
-        fprintf(stderr, "kfuse demo: out of host memory for %llu elements\n",
-                (unsigned long long)n);
-        goto done;
-    }
-    uint64_t state = seed;
-    for (uint64_t i = 0; i < n; i++) {
-        double u = (double)(splitmix64(&state) >> 11) * (1.0 / 9007199254740992.0);
-        x[i] = (float)(-3.0 + 6.0 * u);
-        want[i] = reference(x[i]);
-    }
-    if (kf_buffer_upload(d->x, 0, x, bytes) != KF_OK) {
-        fail(d, "uploading x");
-        goto done;
-    }
-    /* NaN everywhere a kernel should write: an element it misses cannot pass the check. */
-    kf_buffer *outputs[] = {d->t1, d->t2, d->y_unfused, d->y_fused};
-    for (size_t i = 0; i < 4; i++) {
-        if (kf_buffer_fill_u32(outputs[i], 0x7fc00000u) != KF_OK) {
-            fail(d, "poisoning outputs");
-            goto done;
-        }
-    }
-
-    uint32_t groups = (uint32_t)((n + DEMO_WORKGROUP - 1) / DEMO_WORKGROUP);
-    kf_buffer *fused_io[2] = {d->x, d->y_fused};
-    kf_buffer *affine_io[2] = {d->x, d->t1};
-    kf_buffer *relu_io[2] = {d->t1, d->t2};
-    kf_buffer *gelu_io[2] = {d->t2, d->y_unfused};
-    kf_dispatch fused[1] = {{d->fused, fused_io, 2, {groups, 1, 1}}};
-    kf_dispatch unfused[3] = {{d->affine, affine_io, 2, {groups, 1, 1}},
-                              {d->relu, relu_io, 2, {groups, 1, 1}},
-                              {d->gelu, gelu_io, 2, {groups, 1, 1}}};
-
-    kf_context_stats s0, s1, s2;
-    kf_context_stats_get(ctx, &s0);
-    if (kf_context_run(ctx, fused, 1) != KF_OK) {
-        fail(d, "running the fused kernel");
-        goto done;
-    }
-    kf_context_stats_get(ctx, &s1);
-    if (kf_context_run(ctx, unfused, 3) != KF_OK) {
-        fail(d, "running the unfused kernels");
-        goto done;
-    }
-    kf_context_stats_get(ctx, &s2);
-
-    if (kf_buffer_download(d->y_fused, 0, y, bytes) != KF_OK) {
-        fail(d, "downloading y");
-        goto done;
-    }
-    double err_fused = max_rel_error(y, want, (size_t)n);
-    if (kf_buffer_download(d->y_unfused, 0, y, bytes) != KF_OK) {
-        fail(d, "downloading y");
-        goto done;
-    }
-    double err_unfused = max_rel_error(y, want, (size_t)n);
-
-    kf_timing t_fused, t_unfused;
-    if (kf_context_time(ctx, fused, 1, repeat, &t_fused) != KF_OK ||
-        kf_context_time(ctx, unfused, 3, repeat, &t_unfused) != KF_OK) {
-        fail(d, "timing");
-        goto done;
-    }
-    /* Global memory each way moves: fused reads x and writes y; unfused does that three times. */
-    double gb_fused = 2.0 * (double)bytes / 1e9, gb_unfused = 6.0 * (double)bytes / 1e9;
-    printf("\n%-9s %10s %11s %9s %9s %15s\n", "", "dispatches", "median ms", "min ms", "GB/s",
-           "max rel error");
-    printf("%-9s %10llu %11.3f %9.3f %9.1f %15.2e\n", "fused",
-           (unsigned long long)(s1.dispatches - s0.dispatches), t_fused.median_ms, t_fused.min_ms,
-           gb_fused / (t_fused.median_ms * 1e-3), err_fused);
-    printf("%-9s %10llu %11.3f %9.3f %9.1f %15.2e\n", "unfused",
-           (unsigned long long)(s2.dispatches - s1.dispatches), t_unfused.median_ms,
-           t_unfused.min_ms, gb_unfused / (t_unfused.median_ms * 1e-3), err_unfused);
-    printf("\nspeedup:    %.2fx (unfused median / fused median)\n",
-           t_unfused.median_ms / t_fused.median_ms);
-    printf("timing:     %s, median of %u runs after a warm-up\n",
-           t_fused.gpu_timestamps ? "GPU timestamp queries" : "wall clock around a queue sync",
-           repeat);
-    if (err_fused <= DEMO_TOLERANCE && err_unfused <= DEMO_TOLERANCE) {
-        printf("result:     ok (max rel error %.2e <= %.0e against float64)\n",
-               err_fused > err_unfused ? err_fused : err_unfused, DEMO_TOLERANCE);
-        rc = 0;
-    } else {
-        printf("result:     MISMATCH (max rel error fused %.2e, unfused %.2e; tolerance %.0e)\n",
-               err_fused, err_unfused, DEMO_TOLERANCE);
-    }
-done:
-    free(x);
-    free(y);
-    free(want);
-    return rc;
+static void print_row(const char *label, const measured *m) {
+    printf("  %-8s %10u %12.4f %14.1f   %.2e (tolerance %.1e) %s\n", label, m->summary.dispatches,
+           m->timing.median_ms, (double)m->summary.bytes / (1024.0 * 1024.0), m->max_rel_error,
+           m->tolerance, m->passed ? "ok" : "FAILED");
 }
 
 int kf_cmd_demo(int argc, char **argv) {
-    uint64_t n = 1ull << 22;
-    uint64_t repeat = 20;
-    uint64_t seed = (uint64_t)time(NULL);
-    int i = 1;
-    while (i < argc) {
+    bool small = false;
+    uint32_t repeat = 20;
+    uint64_t seed = (uint64_t)time(NULL) * 2654435761u ^ (uint64_t)clock();
+    for (int i = 1; i < argc; i++) {
         if (kf_cli_is_help(argv[i])) {
             usage(stdout);
             return 0;
-        }
-        uint64_t *target = !strcmp(argv[i], "--elements") ? &n
-                           : !strcmp(argv[i], "--repeat") ? &repeat
-                           : !strcmp(argv[i], "--seed")   ? &seed
-                                                          : NULL;
-        if (!target) {
-            fprintf(stderr, "kfuse demo: unknown argument '%s'\n\n", argv[i]);
+        } else if (!strcmp(argv[i], "--small")) {
+            small = true;
+        } else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) {
+            long v = strtol(argv[++i], NULL, 10);
+            if (v < 1 || v > 10000) {
+                fprintf(stderr, "kfuse demo: --repeat takes 1 to 10000\n");
+                return 2;
+            }
+            repeat = (uint32_t)v;
+        } else if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
+            seed = strtoull(argv[++i], NULL, 0);
+        } else {
+            fprintf(stderr, "kfuse demo: unknown or incomplete option '%s'\n", argv[i]);
             usage(stderr);
             return 2;
         }
-        if (i + 1 >= argc || !parse_u64(argv[i + 1], target)) {
-            fprintf(stderr, "kfuse demo: %s needs a non-negative integer\n", argv[i]);
-            return 2;
-        }
-        i += 2;
     }
-    if (n == 0 || n > (1ull << 30) || repeat == 0 || repeat > 100000) {
-        fprintf(stderr, "kfuse demo: --elements must be 1..2^30 and --repeat 1..100000\n");
-        return 2;
-    }
-    demo d = {0};
-    d.ctx = kf_cli_context();
-    if (!d.ctx) {
+    kf_context *ctx = kf_cli_context();
+    if (!ctx) {
         return 1;
     }
-    int rc = run(&d, n, (uint32_t)repeat, seed);
-    demo_free(&d);
+    kf_adapter_info info;
+    kf_context_adapter_info(ctx, &info);
+    bool cpu = !strcmp(info.adapter_type, "CPU");
+    const demo_sizes *timed = cpu || small ? &cpu_sizes : &gpu_timed;
+    const demo_sizes *proved = cpu || small ? &cpu_sizes : &gpu_proved;
+    printf("kfuse demo on %s (%s, %s); seed %llu\n", info.device, info.backend, info.adapter_type,
+           (unsigned long long)seed);
+    printf("each graph: fused and unfused plans, proved against the CPU specs (kf_plan_verify)%s,"
+           "\ntimed by %s (median of %u runs)\n",
+           timed == proved ? "" : " at the proof size shown", "the GPU's timestamps", repeat);
+    int rc = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0] && rc == 0; c++) {
+        char text[1024], proof[1024];
+        cases[c].program(timed, text, sizeof text);
+        cases[c].program(proved, proof, sizeof proof);
+        printf("\n== %zu. %s: %s\n", c + 1, cases[c].title, cases[c].about);
+        for (const char *line = text; *line;) {
+            const char *end = strchr(line, '\n');
+            size_t len = end ? (size_t)(end - line) : strlen(line);
+            printf("   | %.*s\n", (int)len, line);
+            line += len + (end ? 1 : 0);
+        }
+        if (proof[0] && strcmp(proof, text) != 0) {
+            const char *nl = strchr(proof, '\n');
+            int len = nl ? (int)(nl - proof) : (int)strlen(proof);
+            printf("   (proved on the same graph at %.*s ...)\n", len, proof);
+        }
+        measured fused, unfused;
+        if (measure(ctx, text, proof, false, seed, repeat, &fused) != 0 ||
+            measure(ctx, text, proof, true, seed, repeat, &unfused) != 0) {
+            rc = 1;
+            break;
+        }
+        printf("  %-8s %10s %12s %14s   %s\n", "", "dispatches", "median ms", "MiB moved",
+               "max rel error vs CPU specs");
+        print_row("fused", &fused);
+        print_row("unfused", &unfused);
+        double speedup =
+            fused.timing.median_ms > 0.0 ? unfused.timing.median_ms / fused.timing.median_ms : 0.0;
+        printf("  speedup %.2fx, %u dispatch%s instead of %u, %.0f%% fewer bytes\n", speedup,
+               fused.summary.dispatches, fused.summary.dispatches == 1 ? "" : "es",
+               unfused.summary.dispatches,
+               unfused.summary.bytes
+                   ? 100.0 * (1.0 - (double)fused.summary.bytes / (double)unfused.summary.bytes)
+                   : 0.0);
+        if (!fused.passed || !unfused.passed) {
+            rc = 1;
+        }
+    }
+    printf("\nresult: %s\n",
+           rc == 0 ? "every plan matches the CPU specifications" : "FAILED (see above)");
+    kf_context_destroy(ctx);
     return rc;
 }
