@@ -340,7 +340,13 @@ static kf_kernel *norm_kernel_backward_x(const norm_kind *kind, const kf_shape *
         g2 = kf_mul(k, g2, kf__load_f32(k, b.weight, j, dtype));
     }
     kf_val dx;
-    if (!kind->center && r.cols == 1) {
+    if (kind->center && r.cols == 1) {
+        /* One column, centred: x - mean is exactly 0, so the output does not depend on x and
+         * dx is exactly 0; the general form would keep rstd (1/sqrt(eps)) times a rounding
+         * residual, which a GPU contracting g - mean_g into an fma leaves non-zero (seen on an
+         * H200). */
+        dx = kf_lit_f32(k, 0.0f);
+    } else if (!kind->center && r.cols == 1) {
         /* One column: xhat^2 = x^2 / (x^2 + eps), so g - xhat * g * xhat = g * eps * r^2 exactly;
          * the general form would subtract two nearly equal numbers and keep only rounding. */
         kf_val r3 = kf_mul(k, kf_mul(k, rstd, rstd), rstd);
