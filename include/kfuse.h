@@ -212,7 +212,8 @@ typedef struct kf_timing {
     bool gpu_timestamps; /* true: GPU timestamp queries; false: wall clock around a queue sync */
 } kf_timing;
 
-/* Runs the sequence once to warm up, then `repeat` times (0 means 10), each its own
+/* Runs the sequence to warm up (at least once and for at least 50 ms, so a GPU's clocks are up;
+ * at most 200 runs), then `repeat` times (0 means 10), each its own
  * submission, and times each: GPU timestamps around the pass where the device has them, else
  * the wall clock from submission to completion. Never a substitute for checking results. */
 kf_status kf_context_time(kf_context *ctx, const kf_dispatch *dispatches, uint32_t count,
