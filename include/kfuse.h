@@ -407,11 +407,11 @@ kf_val kf_extract(kf_kernel *k, kf_val vec_or_array, uint32_t lane);
 
 typedef enum kf_builtin {
     KF_BUILTIN_NONE = 0,
-    KF_BUILTIN_GLOBAL_ID,      /* vec3<u32> */
-    KF_BUILTIN_LOCAL_ID,       /* vec3<u32> */
-    KF_BUILTIN_LOCAL_INDEX,    /* u32 */
-    KF_BUILTIN_WORKGROUP_ID,   /* vec3<u32> */
-    KF_BUILTIN_NUM_WORKGROUPS, /* vec3<u32> */
+    KF_BUILTIN_GLOBAL_ID,              /* vec3<u32> */
+    KF_BUILTIN_LOCAL_ID,               /* vec3<u32> */
+    KF_BUILTIN_LOCAL_INDEX,            /* u32 */
+    KF_BUILTIN_WORKGROUP_ID,           /* vec3<u32> */
+    KF_BUILTIN_NUM_WORKGROUPS,         /* vec3<u32> */
     KF_BUILTIN_SUBGROUP_INVOCATION_ID, /* u32; needs subgroups */
     KF_BUILTIN_SUBGROUP_SIZE           /* u32; needs subgroups */
 } kf_builtin;
@@ -470,11 +470,11 @@ kf_val kf_let(kf_kernel *k, const char *name, kf_val v);
 kf_var kf_declare(kf_kernel *k, const char *name, kf_type type, kf_val init);
 void kf_assign(kf_kernel *k, kf_var var, kf_val value);
 kf_val kf_read(kf_kernel *k, kf_var var); /* the variable's value at this point */
-void kf_if(kf_kernel *k, kf_val cond);     /* if cond { ... kf_else ... kf_end */
+void kf_if(kf_kernel *k, kf_val cond);    /* if cond { ... kf_else ... kf_end */
 void kf_else(kf_kernel *k);
 /* for (var name = start; name < end; name += step) { ... kf_end }; returns the loop variable. */
 kf_val kf_for(kf_kernel *k, const char *name, kf_val start, kf_val end, kf_val step);
-void kf_while(kf_kernel *k); /* loop { ... kf_while_cond(cond) ... kf_end } */
+void kf_while(kf_kernel *k);                   /* loop { ... kf_while_cond(cond) ... kf_end } */
 void kf_while_cond(kf_kernel *k, kf_val cond); /* leaves the loop when cond is false */
 void kf_break(kf_kernel *k);
 void kf_continue(kf_kernel *k);
@@ -522,10 +522,10 @@ uint32_t kf_kernel_binding_kinds(const kf_kernel *k, kf_binding_kind *out, uint3
 typedef struct kf_kernel_launch {
     kf_buffer *const *buffers; /* one per binding, in binding order */
     uint32_t buffer_count;
-    uint32_t groups[3]; /* all zero: the kernel's recorded grid (kf_kernel_set_grid), else
-                           enough groups to cover `elements` */
-    uint64_t elements;  /* stages: number of elements (0: the length of binding "in");
-                           producers with no grid: invocations (0: the length of "out") */
+    uint32_t groups[3];           /* all zero: the kernel's recorded grid (kf_kernel_set_grid), else
+                                     enough groups to cover `elements` */
+    uint64_t elements;            /* stages: number of elements (0: the length of binding "in");
+                                     producers with no grid: invocations (0: the length of "out") */
     const kf_constant *constants; /* values for the kernel's overrides (kf_elements is set) */
     uint32_t constant_count;
 } kf_kernel_launch;
@@ -566,7 +566,6 @@ typedef struct kf_interp_desc {
  * absent lane, a loop past 2^22 iterations. Meant for small inputs (tens of thousands of
  * elements): a way to check the emitter and every fusion rewrite without a GPU. */
 kf_status kf_kernel_interpret(kf_kernel *k, const kf_interp_desc *desc);
-
 
 /* ======================================================================================== */
 /* Tensors and verified operators (src/ops)                                                  */
@@ -639,12 +638,12 @@ void kf_gpu_tensor_destroy(kf_gpu_tensor *g);
 
 /* Parameters an operator may read; zero means each op's documented default. */
 typedef struct kf_op_params {
-    float alpha;    /* leaky_relu slope (0.01), scale / affine factor (1), */
-    float beta;     /* affine offset (0) */
-    float eps;      /* norms (1e-5) */
-    bool exact;     /* gelu: the erf form instead of the tanh approximation */
-    bool has_weight; /* rmsnorm / layernorm: input 1 is a weight row */
-    bool has_bias;   /* layernorm: input 2 (or 1 without weight) is a bias row */
+    float alpha;      /* leaky_relu slope (0.01), scale / affine factor (1), */
+    float beta;       /* affine offset (0) */
+    float eps;        /* norms (1e-5) */
+    bool exact;       /* gelu: the erf form instead of the tanh approximation */
+    bool has_weight;  /* rmsnorm / layernorm: input 1 is a weight row */
+    bool has_bias;    /* layernorm: input 2 (or 1 without weight) is a bias row */
     bool transpose_a; /* matmul: use a^T */
     bool transpose_b; /* matmul: use b^T */
 } kf_op_params;
@@ -671,8 +670,7 @@ typedef struct kf_op_case {
 typedef kf_val (*kf_op_expr_fn)(kf_kernel *k, const kf_val *inputs, const kf_op_params *p);
 /* The gradient of the output w.r.t. input `which`, times grad_out, at this element. */
 typedef kf_val (*kf_op_expr_backward_fn)(kf_kernel *k, const kf_val *inputs, kf_val out,
-                                         kf_val grad_out, uint32_t which,
-                                         const kf_op_params *p);
+                                         kf_val grad_out, uint32_t which, const kf_op_params *p);
 
 struct kf_operator {
     const char *name;  /* "matmul", "gelu", ... */
@@ -699,7 +697,7 @@ struct kf_operator {
                                   uint32_t which);
     kf_op_expr_fn expr;                   /* element-wise ops only */
     kf_op_expr_backward_fn expr_backward; /* element-wise ops only */
-    double tolerance_f32; /* max relative error accepted, documented at the op */
+    double tolerance_f32;                 /* max relative error accepted, documented at the op */
     double tolerance_f16;
     float input_lo, input_hi; /* the range verification draws inputs from (log: positive) */
     /* Workgroups to dispatch kernel_forward (which < 0) or kernel_backward(which) with. */
@@ -708,7 +706,8 @@ struct kf_operator {
      * GPU whatever the dtype, drawn in [0, last dim of input 0) by verification, no gradient. */
     uint32_t index_inputs;
     /* Bit i set: input i is drawn away from zero (div's denominator): |x| in [m/4, m) with a
-     * random sign, m = max(|input_lo|, |input_hi|), instead of uniformly in [input_lo, input_hi). */
+     * random sign, m = max(|input_lo|, |input_hi|), instead of uniformly in [input_lo, input_hi).
+     */
     uint32_t nonzero_inputs;
     const kf_op_case *cases; /* the verification table: edge shapes, primes, a large case */
     uint32_t case_count;
@@ -738,7 +737,7 @@ typedef struct kf_verify_case {
     kf_op_params params;
     kf_shape shapes[4]; /* one per input */
     kf_dtype dtype;
-    bool backward;  /* false: forward; true: kernel_backward vs spec_backward for every input */
+    bool backward; /* false: forward; true: kernel_backward vs spec_backward for every input */
     uint64_t seed;
 } kf_verify_case;
 
@@ -824,7 +823,7 @@ kf_status kf_graph_compile(kf_context *ctx, const kf_graph *g, const kf_compile_
 void kf_plan_destroy(kf_plan *p);
 
 typedef struct kf_plan_summary {
-    uint32_t groups;             /* fusion groups = dispatches of one run */
+    uint32_t groups; /* fusion groups = dispatches of one run */
     uint32_t dispatches;
     uint32_t unfused_dispatches; /* one per operator */
     uint64_t bytes;              /* bytes read + written by the plan's kernels (compulsory) */
