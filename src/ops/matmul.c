@@ -64,7 +64,7 @@ static kf_status mm_dims_of(const kf_shape *in, const kf_op_params *p, mm_dims *
 
 static kf_status mm_shape(const kf_shape *in, const kf_op_params *p, kf_shape *out, char *msg,
                           size_t msg_size) {
-    mm_dims d;
+    mm_dims d = {1, 1, 1};
     kf_status st = mm_dims_of(in, p, &d, msg, msg_size);
     if (st == KF_OK) {
         *out = kf_shape_2d(d.m, d.n);
