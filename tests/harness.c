@@ -43,6 +43,10 @@ uint64_t kt_rand_u64(void) {
     return z ^ (z >> 31);
 }
 
+void kt_reseed(uint64_t seed) {
+    g_rng = seed;
+}
+
 float kt_rand_f32(float lo, float hi) {
     double u = (double)(kt_rand_u64() >> 11) * (1.0 / 9007199254740992.0);
     return (float)(lo + (hi - lo) * u);

@@ -28,6 +28,8 @@ uint64_t kt_seed(void);
 /* A per-test random stream derived from the run's seed and the test's name. */
 uint64_t kt_rand_u64(void);
 float kt_rand_f32(float lo, float hi);
+/* Restarts the test's random stream from `seed` (a test mixing a fixed and a fresh stream). */
+void kt_reseed(uint64_t seed);
 /* The shared GPU context, or NULL (with a message printed once) when there is none. */
 kf_context *kt_context(void);
 
