@@ -255,14 +255,121 @@ static kf_val row_rstd(kf__rows *r, kf_val sum_sq, float eps) {
     return kf_let(k, "rstd", kf_call1(k, KF_FN_INVERSE_SQRT, kf_add(k, var, kf_lit_f32(k, eps))));
 }
 
+/* Chan et al.'s pairwise update of (count, mean, M2 = sum of squared deviations): exact in real
+ * arithmetic, and free of the cancellation of sum(x^2) - n mu^2. An empty side (count 0) leaves
+ * the other unchanged; max(n, 1) keeps two empty sides from dividing 0 by 0. */
+static void combine_moments(kf_kernel *k, const kf_val *a, const kf_val *b, uint32_t n,
+                            kf_val *out) {
+    (void)n;
+    kf_val count = kf_let(k, "count", kf_add(k, a[0], b[0]));
+    kf_val delta = kf_let(k, "delta", kf_sub(k, b[1], a[1]));
+    kf_val share =
+        kf_let(k, "share", kf_div(k, b[0], kf_call2(k, KF_FN_MAX, count, kf_lit_f32(k, 1))));
+    out[0] = count;
+    out[1] = kf_add(k, a[1], kf_mul(k, delta, share));
+    out[2] = kf_add(k, kf_add(k, a[2], b[2]),
+                    kf_mul(k, kf_mul(k, delta, delta), kf_mul(k, a[0], share)));
+}
+
+/* The lane's sum over its chunks of f(chunk value), ragged chunks outside the row masked out. */
+static kf_val lane_sum(kf__rows *r, const kf_var *regs, kf_val center, bool square) {
+    kf_kernel *k = r->k;
+    kf_val acc = kf_lit_f32(k, 0);
+    for (uint32_t c = 0; c < r->chunks; c++) {
+        kf_val v = kf_read(k, regs[c]);
+        if (center.id) {
+            v = kf_sub(k, v, center);
+        }
+        if (square) {
+            v = kf_mul(k, v, v);
+        }
+        kf_val term = kf__rows_hsum(k, v);
+        kf_val inside = kf__rows_unit_inside(r, c);
+        if (inside.id) {
+            term = kf_select(k, kf_lit_f32(k, 0), term, inside);
+        }
+        acc = kf_let(k, square ? "sq_sum" : "sum", kf_add(k, acc, term));
+    }
+    return acc;
+}
+
+/* A row held in registers (r->chunks > 0), read once. rmsnorm: the lane's sum of squares, one
+ * reduction. layernorm: the lane's count, mean and squared deviations from its own mean (exact
+ * two-pass over its registers), combined over the lanes in one reduction (combine_moments).
+ * Then the yields, each chunk's weight and bias loaded as wide as x. */
+static void norm_regs(kf__rows *r, const norm_kind *kind, const kf_op_params *p, kf_binding x,
+                      kf_binding weight, kf_binding bias) {
+    kf_kernel *k = r->k;
+    kf_var regs[KF__ROWS_MAX_CHUNKS];
+    kf__rows_load(r, x, regs);
+    kf_val mu = {0, 0}, sum_sq; /* rmsnorm: no centre */
+    if (kind->center) {
+        /* this lane's element count: `width` per chunk inside the row */
+        uint32_t full = r->chunks;
+        kf_val ragged = kf__rows_unit_inside(r, r->chunks - 1);
+        if (ragged.id) {
+            full--;
+        }
+        kf_val count = kf_lit_f32(k, (float)(full * r->width));
+        if (ragged.id) {
+            count = kf_add(k, count,
+                           kf_select(k, kf_lit_f32(k, 0), kf_lit_f32(k, (float)r->width), ragged));
+        }
+        count = kf_let(k, "lane_count", count);
+        kf_val lane_mean = kf_let(k, "lane_mean",
+                                  kf_div(k, lane_sum(r, regs, (kf_val){0, 0}, false),
+                                         kf_call2(k, KF_FN_MAX, count, kf_lit_f32(k, 1))));
+        kf_val partial[3] = {count, lane_mean, lane_sum(r, regs, lane_mean, true)};
+        kf_val moments[3];
+        kf__rows_reduce(r, 3, partial, combine_moments, moments);
+        mu = moments[1];
+        sum_sq = moments[2];
+    } else {
+        sum_sq = kf__rows_sum(r, lane_sum(r, regs, (kf_val){0, 0}, true));
+    }
+    kf_val rstd = row_rstd(r, sum_sq, norm_eps(p));
+    kf_if(k, r->valid);
+    for (uint32_t c = 0; c < r->chunks; c++) {
+        kf_val inside = kf__rows_unit_inside(r, c);
+        if (inside.id) {
+            kf_if(k, inside);
+        }
+        kf_val v = kf_read(k, regs[c]);
+        kf_val y = kf_mul(k, mu.id ? kf_sub(k, v, mu) : v, rstd);
+        if (weight.id) {
+            y = kf_mul(k, y, kf__rows_load_unit(r, weight, (kf_val){0, 0}, c));
+        }
+        if (bias.id) {
+            y = kf_add(k, y, kf__rows_load_unit(r, bias, (kf_val){0, 0}, c));
+        }
+        kf__rows_yield(r, kf_let(k, "y", y), c);
+        if (inside.id) {
+            kf_end(k);
+        }
+    }
+    kf_end(k);
+}
+
 static kf_kernel *norm_kernel_forward(const norm_kind *kind, const kf_shape *in,
                                       const kf_op_params *p, kf_dtype dtype) {
     kf__rows r;
-    kf_kernel *k = kf__rows_begin(&r, kind->name, &in[0], dtype, true);
+    kf_kernel *k = kf__rows_begin_regs(&r, kind->name, &in[0], dtype, true);
     if (!k) {
         return NULL;
     }
-    norm_bindings b = bind_norm(k, p, dtype, false);
+    /* inputs in the op's order; wide (vec4) where the row is */
+    norm_bindings b = {0};
+    b.x = kf__rows_bind(&r, "x");
+    if (weight_index(p)) {
+        b.weight = kf__rows_bind(&r, "weight");
+    }
+    if (bias_index(p)) {
+        b.bias = kf__rows_bind(&r, "bias");
+    }
+    if (r.chunks > 0) {
+        norm_regs(&r, kind, p, b.x, b.weight, b.bias);
+        return k;
+    }
     kf_val mu = row_mean(&r, kind, b.x);
     kf_var acc = kf_declare(k, "sq_acc", kf_type_scalar(KF_SCALAR_F32), kf_lit_f32(k, 0));
     kf_val i = kf__rows_for(&r, "i");
@@ -507,7 +614,11 @@ static kf_kernel *layernorm_kernel_backward(const kf_shape *in, const kf_op_para
 static void norm_grid(const kf_shape *in, const kf_op_params *p, int32_t which,
                       uint32_t groups[3]) {
     (void)p;
-    if (which <= 0) {
+    if (which < 0) {
+        kf__rows_regs_grid(&in[0], groups); /* the forward kernel holds rows in registers */
+        return;
+    }
+    if (which == 0) {
         kf__rows_grid(&in[0], groups);
         return;
     }
@@ -547,8 +658,9 @@ static void norm_grid(const kf_shape *in, const kf_op_params *p, int32_t which,
     { .has_weight = true, .has_bias = true }
 
 /* Every parameter combination, on the row kernels' width classes (one lane, a partial tree, more
- * than 256 lanes, spare rows in the last workgroup) and the column kernels' (fewer and more than
- * 256 columns, more than one chunk of 256 rows), a large eps, and 2^22 elements. */
+ * than 256 lanes, spare rows in the last workgroup, the forward kernel's register bounds and
+ * just past them) and the column kernels' (fewer and more than 256 columns, more than one chunk
+ * of 256 rows), a large eps, and 2^22 elements. */
 static const kf_op_case norm_cases[] = {
     {.shapes = {SHAPE2(1, 1)}, .note = "1x1"},
     {.shapes = {SHAPE2(1, 1), SHAPE1(1), SHAPE1(1)}, .params = BOTH, .note = "1x1 weight bias"},
@@ -566,6 +678,16 @@ static const kf_op_case norm_cases[] = {
     {.shapes = {SHAPE3(3, 5, 7), SHAPE1(7)},
      .params = {.has_weight = true, .eps = 0.1f},
      .note = "rank 3, eps 0.1"},
+    {.shapes = {SHAPE2(2, 8192), SHAPE1(8192), SHAPE1(8192)},
+     .params = BOTH,
+     .note = "registers: 8 vec4 per lane"},
+    {.shapes = {SHAPE2(3, 4093), SHAPE1(4093)},
+     .params = WEIGHT,
+     .note = "registers: 16 scalars per lane, ragged"},
+    {.shapes = {SHAPE2(3, 8200), SHAPE1(8200), SHAPE1(8200)},
+     .params = BOTH,
+     .note = "past the registers (vec4): loops"},
+    {.shapes = {SHAPE2(2, 4099)}, .note = "past the registers (scalars): loops"},
     {.shapes = {SHAPE2(1024, 4096), SHAPE1(4096), SHAPE1(4096)},
      .params = BOTH,
      .note = "large: 2^22 elements"},

@@ -483,6 +483,17 @@ static void reduce_grid(const kf_shape *in, const kf_op_params *p, int32_t which
     (void)which;
 }
 
+/* softmax and log_softmax: the forward kernel holds rows in registers where they fit. */
+static void softmax_grid(const kf_shape *in, const kf_op_params *p, int32_t which,
+                         uint32_t groups[3]) {
+    (void)p;
+    if (which < 0) {
+        kf__rows_regs_grid(&in[0], groups);
+    } else {
+        kf__rows_grid(&in[0], groups);
+    }
+}
+
 /* sum and mean's backward is one invocation per element. */
 static void broadcast_grid(const kf_shape *in, const kf_op_params *p, int32_t which,
                            uint32_t groups[3]) {
@@ -494,16 +505,69 @@ static void broadcast_grid(const kf_shape *in, const kf_op_params *p, int32_t wh
     }
 }
 
+/* softmax over a row held in registers (r->chunks > 0): the row is read once; the lane's max,
+ * the row's max (one reduction), the lane's sum of exp(x - m) kept in the registers (softmax)
+ * or not (log_softmax), the row's sum (a second), then the yields from registers. */
+static void softmax_regs(kf__rows *r, bool log_form, kf_binding x) {
+    kf_kernel *k = r->k;
+    kf_var regs[KF__ROWS_MAX_CHUNKS];
+    kf__rows_load(r, x, regs);
+    /* every chunk holds real elements of the row (a ragged one repeats the row's last unit), so
+     * the lane's max needs no masking */
+    kf_val m = kf__rows_lane(k, kf_read(k, regs[0]), 0);
+    for (uint32_t c = 0; c < r->chunks; c++) {
+        kf_val v = kf_read(k, regs[c]);
+        for (uint32_t j = c ? 0 : 1; j < r->width; j++) {
+            m = kf_let(k, "m", kf__max_nan(k, m, kf__rows_lane(k, v, j)));
+        }
+    }
+    kf_val row_m = kf__rows_max(r, m);
+    kf_val acc = kf_lit_f32(k, 0);
+    for (uint32_t c = 0; c < r->chunks; c++) {
+        kf_val e = kf_let(k, "e", kf_call1(k, KF_FN_EXP, kf_sub(k, kf_read(k, regs[c]), row_m)));
+        if (!log_form) {
+            kf_assign(k, regs[c], e); /* softmax yields e / s: one exp per element */
+        }
+        kf_val term = kf__rows_hsum(k, e);
+        kf_val inside = kf__rows_unit_inside(r, c);
+        if (inside.id) {
+            term = kf_select(k, kf_lit_f32(k, 0), term, inside);
+        }
+        acc = kf_let(k, "exp_sum", kf_add(k, acc, term));
+    }
+    kf_val s = kf__rows_sum(r, acc);
+    kf_val log_s = log_form ? kf_let(k, "log_s", kf_call1(k, KF_FN_LOG, s)) : s;
+    kf_if(k, r->valid);
+    for (uint32_t c = 0; c < r->chunks; c++) {
+        kf_val inside = kf__rows_unit_inside(r, c);
+        if (inside.id) {
+            kf_if(k, inside);
+        }
+        kf_val v = kf_read(k, regs[c]);
+        kf_val y = log_form ? kf_sub(k, kf_sub(k, v, row_m), log_s) : kf_div(k, v, s);
+        kf__rows_yield(r, kf_let(k, "y", y), c);
+        if (inside.id) {
+            kf_end(k);
+        }
+    }
+    kf_end(k);
+}
+
 /* softmax: y = exp(x - m) / s; log_softmax: y = (x - m) - log(s); m the row's max, s the sum of
- * exp(x - m). Two passes over the row before the yielding one: correct first (x is re-read). */
+ * exp(x - m). Rows that fit in registers are read once (softmax_regs); longer ones take two
+ * passes over the row before the yielding one (x is re-read). */
 static kf_kernel *softmax_kernel_forward_build(const char *name, bool log_form, const kf_shape *in,
                                                kf_dtype dtype) {
     kf__rows r;
-    kf_kernel *k = kf__rows_begin(&r, name, &in[0], dtype, true);
+    kf_kernel *k = kf__rows_begin_regs(&r, name, &in[0], dtype, true);
     if (!k) {
         return NULL;
     }
-    kf_binding x = kf__bind(k, "x", dtype, KF_ACCESS_READ);
+    kf_binding x = kf__rows_bind(&r, "x");
+    if (r.chunks > 0) {
+        softmax_regs(&r, log_form, x);
+        return k;
+    }
     kf_val m = row_max(&r, x);
     kf_var acc = kf_declare(k, "acc", kf_type_scalar(KF_SCALAR_F32), kf_lit_f32(k, 0));
     kf_val i = kf__rows_for(&r, "i");
@@ -620,7 +684,8 @@ static kf_kernel *log_softmax_kernel_backward(const kf_shape *in, const kf_op_pa
 
 /* Rows of every width class the row kernels distinguish: one lane (cols 1), a partial lane tree
  * (13, 17), more than 256 lanes with a ragged end (300), a last workgroup with spare rows (33 rows
- * of 17: 8 rows per workgroup), rank 1 and 3, and 2^22 elements. */
+ * of 17: 8 rows per workgroup), rank 1 and 3, the register bounds of softmax's forward kernel
+ * (rowwise.h: 8192 as vec4, 4096 as scalars) and just past them, and 2^22 elements. */
 static const kf_op_case reduce_cases[] = {
     {.shapes = {SHAPE2(1, 1)}, .note = "1x1"},
     {.shapes = {SHAPE2(7, 13)}, .note = "primes"},
@@ -630,6 +695,10 @@ static const kf_op_case reduce_cases[] = {
     {.shapes = {SHAPE2(1031, 1)}, .note = "rows of one"},
     {.shapes = {SHAPE1(1000)}, .note = "rank 1"},
     {.shapes = {SHAPE3(3, 5, 7)}, .note = "rank 3"},
+    {.shapes = {SHAPE2(2, 8192)}, .note = "registers: 8 vec4 per lane"},
+    {.shapes = {SHAPE2(3, 4093)}, .note = "registers: 16 scalars per lane, ragged"},
+    {.shapes = {SHAPE2(3, 8200)}, .note = "past the registers (vec4): loops"},
+    {.shapes = {SHAPE2(2, 4099)}, .note = "past the registers (scalars): loops"},
     {.shapes = {SHAPE2(1024, 4096)}, .note = "large: 2^22 elements"},
 };
 #define REDUCE_CASE_COUNT ((uint32_t)(sizeof reduce_cases / sizeof reduce_cases[0]))
@@ -719,7 +788,7 @@ const kf_operator kf__op_softmax = {
     .tolerance_f16 = 2e-3,
     .input_lo = -4.0f,
     .input_hi = 4.0f,
-    .grid = reduce_grid,
+    .grid = softmax_grid,
     .cases = reduce_cases,
     .case_count = REDUCE_CASE_COUNT,
 };
@@ -738,7 +807,7 @@ const kf_operator kf__op_log_softmax = {
     .tolerance_f16 = 2e-3,
     .input_lo = -4.0f,
     .input_hi = 4.0f,
-    .grid = reduce_grid,
+    .grid = softmax_grid,
     .cases = reduce_cases,
     .case_count = REDUCE_CASE_COUNT,
 };

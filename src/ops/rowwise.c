@@ -21,6 +21,30 @@ void kf__rows_grid(const kf_shape *x, uint32_t groups[3]) {
     kf__grid_1d(rows, per_group, groups);
 }
 
+void kf__rows_regs_layout(uint32_t cols, uint32_t *width, uint32_t *chunks, uint32_t *threads,
+                          uint32_t *rows_per_group) {
+    uint32_t w = cols % 4 == 0 ? 4 : 1;
+    uint32_t units = cols / w;
+    kf__rows_layout(units, threads, rows_per_group);
+    uint32_t c = (units + *threads - 1) / *threads;
+    if (c > (w == 4 ? KF__ROWS_MAX_VEC_CHUNKS : KF__ROWS_MAX_SCALAR_CHUNKS)) {
+        /* too long for registers: the loop layout */
+        kf__rows_layout(cols, threads, rows_per_group);
+        w = 1;
+        c = 0;
+    }
+    *width = w;
+    *chunks = c;
+}
+
+void kf__rows_regs_grid(const kf_shape *x, uint32_t groups[3]) {
+    uint64_t rows;
+    uint32_t cols, width, chunks, threads, per_group;
+    kf__shape_rows_cols(x, &rows, &cols);
+    kf__rows_regs_layout(cols, &width, &chunks, &threads, &per_group);
+    kf__grid_1d(rows, per_group, groups);
+}
+
 /* The row-dependent values, at the top of the body. */
 static void rows_prologue(kf__rows *r) {
     kf_kernel *k = r->k;
@@ -35,15 +59,11 @@ static void rows_prologue(kf__rows *r) {
     r->base = kf_let(k, "base", kf_mul(k, r->row, kf__u32(k, r->cols)));
     r->slot = kf_let(k, "slot", kf_mul(k, ly, kf__u32(k, r->threads)));
     r->mine = kf_let(k, "mine", kf_add(k, r->slot, r->lane));
+    r->base_units =
+        r->width == 4 ? kf_let(k, "base_units", kf_mul(k, r->row, kf__u32(k, r->units))) : r->base;
 }
 
-kf_kernel *kf__rows_begin(kf__rows *r, const char *name, const kf_shape *x, kf_dtype dtype,
-                          bool producer) {
-    *r = (kf__rows){0};
-    r->dtype = dtype;
-    kf__shape_rows_cols(x, &r->rows, &r->cols);
-    kf__rows_layout(r->cols, &r->threads, &r->rows_per_group);
-
+static kf_kernel *rows_create(kf__rows *r, const char *name, kf_dtype dtype, bool producer) {
     kf_kernel_desc desc = {0};
     desc.name = name;
     desc.workgroup_size[0] = r->threads;
@@ -57,14 +77,113 @@ kf_kernel *kf__rows_begin(kf__rows *r, const char *name, const kf_shape *x, kf_d
     }
     r->k = k;
     uint32_t groups[3];
-    kf__rows_grid(x, groups);
+    kf__grid_1d(r->rows, r->rows_per_group, groups);
     kf_kernel_set_grid(k, groups);
     rows_prologue(r);
     return k;
 }
 
+kf_kernel *kf__rows_begin(kf__rows *r, const char *name, const kf_shape *x, kf_dtype dtype,
+                          bool producer) {
+    *r = (kf__rows){0};
+    r->dtype = dtype;
+    kf__shape_rows_cols(x, &r->rows, &r->cols);
+    kf__rows_layout(r->cols, &r->threads, &r->rows_per_group);
+    r->width = 1;
+    r->units = r->cols;
+    return rows_create(r, name, dtype, producer);
+}
+
+kf_kernel *kf__rows_begin_regs(kf__rows *r, const char *name, const kf_shape *x, kf_dtype dtype,
+                               bool producer) {
+    *r = (kf__rows){0};
+    r->dtype = dtype;
+    kf__shape_rows_cols(x, &r->rows, &r->cols);
+    kf__rows_regs_layout(r->cols, &r->width, &r->chunks, &r->threads, &r->rows_per_group);
+    r->units = r->cols / r->width;
+    return rows_create(r, name, dtype, producer);
+}
+
 kf_val kf__rows_for(kf__rows *r, const char *name) {
     return kf_for(r->k, name, r->lane, kf__u32(r->k, r->cols), kf__u32(r->k, r->threads));
+}
+
+kf_binding kf__rows_bind(kf__rows *r, const char *name) {
+    kf_type elem = kf__dtype_type(r->dtype);
+    if (r->width > 1) {
+        elem = kf_type_vec(elem.scalar, r->width);
+    }
+    return kf_kernel_storage(r->k, name, elem, KF_ACCESS_READ);
+}
+
+kf_val kf__rows_unit(kf__rows *r, uint32_t c) {
+    kf_kernel *k = r->k;
+    return c ? kf_add(k, r->lane, kf__u32(k, (uint64_t)c * r->threads)) : r->lane;
+}
+
+kf_val kf__rows_unit_inside(kf__rows *r, uint32_t c) {
+    /* chunks before the last are inside for every lane: c * threads + lane < (chunks - 1) *
+     * threads < units */
+    if (c + 1 < r->chunks || (uint64_t)r->chunks * r->threads == r->units) {
+        return (kf_val){0, 0};
+    }
+    return kf_binary(r->k, KF_OP_LT, kf__rows_unit(r, c), kf__u32(r->k, r->units));
+}
+
+kf_val kf__rows_load_unit(kf__rows *r, kf_binding b, kf_val first, uint32_t c) {
+    kf_kernel *k = r->k;
+    kf_val unit = kf__rows_unit(r, c);
+    if (kf__rows_unit_inside(r, c).id) {
+        unit = kf_call2(k, KF_FN_MIN, unit, kf__u32(k, r->units - 1));
+    }
+    kf_val v = kf_load(k, b, first.id ? kf_add(k, first, unit) : unit);
+    if (r->dtype != KF_DTYPE_F32) {
+        v = kf_cast(
+            k, r->width > 1 ? kf_type_vec(KF_SCALAR_F32, r->width) : kf_type_scalar(KF_SCALAR_F32),
+            v);
+    }
+    return v;
+}
+
+void kf__rows_load(kf__rows *r, kf_binding x, kf_var *regs) {
+    kf_type t = r->width > 1 ? kf_type_vec(KF_SCALAR_F32, r->width) : kf_type_scalar(KF_SCALAR_F32);
+    /* every load is issued before any is used: the chunks' latencies overlap */
+    for (uint32_t c = 0; c < r->chunks && c < KF__ROWS_MAX_CHUNKS; c++) {
+        regs[c] = kf_declare(r->k, "x", t, kf__rows_load_unit(r, x, r->base_units, c));
+    }
+}
+
+kf_val kf__rows_hsum(kf_kernel *k, kf_val v) {
+    kf_type t = kf_val_type(k, v);
+    if (t.lanes <= 1) {
+        return v;
+    }
+    if (t.lanes == 4) {
+        return kf_add(k, kf_add(k, kf_extract(k, v, 0), kf_extract(k, v, 1)),
+                      kf_add(k, kf_extract(k, v, 2), kf_extract(k, v, 3)));
+    }
+    kf_val s = kf_extract(k, v, 0);
+    for (uint32_t i = 1; i < t.lanes; i++) {
+        s = kf_add(k, s, kf_extract(k, v, i));
+    }
+    return s;
+}
+
+kf_val kf__rows_lane(kf_kernel *k, kf_val v, uint32_t j) {
+    return kf_val_type(k, v).lanes > 1 ? kf_extract(k, v, j) : v;
+}
+
+void kf__rows_yield(kf__rows *r, kf_val y, uint32_t c) {
+    kf_kernel *k = r->k;
+    kf_val unit = kf__rows_unit(r, c);
+    kf_val first = kf_add(k, r->base, r->width > 1 ? kf_mul(k, unit, kf__u32(k, r->width)) : unit);
+    if (r->width > 1) {
+        first = kf_let(k, "at", first);
+    }
+    for (uint32_t j = 0; j < r->width; j++) {
+        kf_val at = j ? kf_add(k, first, kf__u32(k, j)) : first;
+        kf__yield_f32(k, kf__rows_lane(k, y, j), at, r->dtype);
+    }
 }
 
 static kf_shared scratch(kf__rows *r, kf_scalar scalar, uint32_t i) {
@@ -86,6 +205,24 @@ static kf_shared scratch(kf__rows *r, kf_scalar scalar, uint32_t i) {
     }
     return r->scratch_f32[i];
 }
+
+/* Combines m tuples (m a power of two) pairwise, level by level: vals[i] holds tuple i. */
+static void combine_pairwise(kf_kernel *k, uint32_t n, kf_val (*vals)[KF__ROWS_MAX_SCRATCH],
+                             uint32_t m, kf__combine_fn combine) {
+    for (; m > 1; m /= 2) {
+        for (uint32_t i = 0; i < m / 2; i++) {
+            kf_val c[KF__ROWS_MAX_SCRATCH];
+            combine(k, vals[2 * i], vals[2 * i + 1], n, c);
+            for (uint32_t v = 0; v < n; v++) {
+                /* named: a combine may read its operands more than once */
+                vals[i][v] = kf_let(k, "c", c[v]);
+            }
+        }
+    }
+}
+
+/* Lanes of a row that each combine a strided group of the row's partials in the first step. */
+#define GATHER_LANES 16u
 
 void kf__rows_reduce(kf__rows *r, uint32_t n, const kf_val *partials, kf__combine_fn combine,
                      kf_val *out) {
@@ -117,25 +254,40 @@ void kf__rows_reduce(kf__rows *r, uint32_t n, const kf_val *partials, kf__combin
         kf_shared_store(k, arrays[v], mine, partials[v]);
     }
     kf_barrier(k);
-    for (uint32_t stride = r->threads / 2; stride >= 1; stride /= 2) {
-        kf_if(k, kf_binary(k, KF_OP_LT, r->lane, kf__u32(k, stride)));
-        kf_val a[KF__ROWS_MAX_SCRATCH], b[KF__ROWS_MAX_SCRATCH], c[KF__ROWS_MAX_SCRATCH];
-        kf_val other = kf_add(k, mine, kf__u32(k, stride));
-        for (uint32_t v = 0; v < n; v++) {
-            a[v] = kf_let(k, "a", kf_shared_load(k, arrays[v], mine));
-            b[v] = kf_let(k, "b", kf_shared_load(k, arrays[v], other));
+    /* A tree in workgroup memory needs a barrier per level (9 for 256 lanes); two gathers need
+     * two. Lane g < 16 combines slots g, g + 16, g + 32, ... and writes slot g, which only it
+     * reads, so the step needs no barrier inside. */
+    uint32_t gather = r->threads < GATHER_LANES ? r->threads : GATHER_LANES;
+    uint32_t fan = r->threads / gather;
+    kf_val vals[GATHER_LANES][KF__ROWS_MAX_SCRATCH];
+    if (fan > 1) {
+        kf_if(k, kf_binary(k, KF_OP_LT, r->lane, kf__u32(k, gather)));
+        for (uint32_t j = 0; j < fan; j++) {
+            kf_val at = j ? kf_add(k, mine, kf__u32(k, j * gather)) : mine;
+            for (uint32_t v = 0; v < n; v++) {
+                vals[j][v] = kf_shared_load(k, arrays[v], at); /* named where read */
+            }
         }
-        combine(k, a, b, n, c);
+        combine_pairwise(k, n, vals, fan, combine);
         for (uint32_t v = 0; v < n; v++) {
-            kf_shared_store(k, arrays[v], mine, c[v]);
+            kf_shared_store(k, arrays[v], mine, vals[0][v]);
         }
         kf_end(k);
         kf_barrier(k);
     }
+    /* every lane combines the row's gathered partials itself, in the same order, so all lanes
+     * hold the same result */
+    for (uint32_t j = 0; j < gather; j++) {
+        kf_val at = j ? kf_add(k, r->slot, kf__u32(k, j)) : r->slot;
+        for (uint32_t v = 0; v < n; v++) {
+            vals[j][v] = kf_shared_load(k, arrays[v], at); /* named where read */
+        }
+    }
+    combine_pairwise(k, n, vals, gather, combine);
     for (uint32_t v = 0; v < n; v++) {
         char name[32];
         snprintf(name, sizeof name, "reduced%u", r->reductions++);
-        out[v] = kf_let(k, name, kf_shared_load(k, arrays[v], r->slot));
+        out[v] = kf_let(k, name, vals[0][v]);
     }
     /* the next reduction overwrites the scratch arrays: everyone must have read them first */
     kf_barrier(k);
