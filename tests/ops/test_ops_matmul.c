@@ -250,7 +250,10 @@ KT_TEST(ops, matmul_store_phase_takes_a_tail) {
     KT_CHECK(fused && kf_kernel_status(fused) == KF_OK, "matmul |> tail: %s",
              fused ? kf_kernel_error(fused) : "NULL");
     kf_status st = run_ab(ctx, fused, a, b, got);
-    double err = kf_max_rel_error(got->data, ref->data, kf_tensor_size(ref), 1e-3);
+    /* The measure verification uses (floor: 1% of the rms): 2x + 1 cancels to nearly zero for
+     * some elements, where a fixed floor of 1e-3 turned f32 rounding into a failure. */
+    double err = kf_max_rel_error(got->data, ref->data, kf_tensor_size(ref),
+                                  kf__verify_floor(ref->data, kf_tensor_size(ref)));
     kf_kernel_destroy(base);
     kf_kernel_destroy(tail);
     kf_kernel_destroy(fused);
@@ -282,7 +285,10 @@ KT_TEST(ops, matmul_nan_propagates_on_device) {
     KT_CHECK_OK(st);
     /* kf_max_rel_error treats NaN against NaN and equal infinities as equal, a mismatch as
      * infinite error */
-    double err = kf_max_rel_error(got->data, ref->data, kf_tensor_size(ref), 1e-3);
+    /* The measure verification uses (floor: 1% of the rms): 2x + 1 cancels to nearly zero for
+     * some elements, where a fixed floor of 1e-3 turned f32 rounding into a failure. */
+    double err = kf_max_rel_error(got->data, ref->data, kf_tensor_size(ref),
+                                  kf__verify_floor(ref->data, kf_tensor_size(ref)));
     KT_CHECK(err <= mm->tolerance_f32, "NaN and inf follow the spec: error %.3g", err);
     KT_CHECK(isnan(got->data[3 * 21 + 0]), "a NaN in a's row 3 makes c's row 3 NaN");
     kf_tensor_destroy(a);
