@@ -9,9 +9,11 @@
  * leaves NaN implementation-defined, so kernels compare by hand (kf__max_nan) and test NaN by its
  * bits. max's gradient goes to the first maximal element, or to the first NaN when there is one.
  *
- * Kernels: one workgroup handles one or more rows (rowwise.h); lanes stride over the row, a tree
- * in workgroup memory combines them (f32, also for f16 storage), and every output element goes
- * through kf_kernel_yield so an element-wise tail can fuse into the store.
+ * Kernels: one workgroup handles one or more rows (rowwise.h); lanes stride over the row,
+ * workgroup memory combines them (f32, also for f16 storage), and every output element goes
+ * through kf_kernel_yield so an element-wise tail can fuse into the store. softmax and
+ * log_softmax's forward kernels hold rows of up to 8192 elements in registers, so x is read from
+ * memory once.
  */
 #include "ops/rowwise.h"
 

@@ -2,9 +2,18 @@
  *
  * A tensor is viewed as rows x cols (cols = the last dim). A workgroup of (threads, rows_per_group)
  * invocations handles rows_per_group rows; the `threads` lanes of a row walk it with a stride of
- * `threads`, each keeping a partial result in a register, and a tree in workgroup memory combines
- * the partials. Short rows get few lanes and many rows per workgroup, long rows 256 lanes and one
- * row, so neither a 1-wide nor a 4096-wide row wastes the workgroup.
+ * `threads`, each keeping a partial result in a register, and workgroup memory combines the
+ * partials (kf__rows_reduce: three barriers). Short rows get few lanes and many rows per
+ * workgroup, long rows 256 lanes and one row, so neither a 1-wide nor a 4096-wide row wastes the
+ * workgroup.
+ *
+ * Kernels that need the row more than once (softmax, the norms' forward) hold it in registers
+ * instead of walking it again (kf__rows_begin_regs): each lane loads its units (vec4 where
+ * cols % 4 == 0, lane l taking units l, l + threads, ... so neighbouring lanes read neighbouring
+ * memory) once, computes its partials from the registers, and yields from them: x is read from
+ * memory once. Rows past the register budget (8192 elements as vec4, 4096 as scalars) fall back
+ * to the loops. Without subgroups (kernels are built without a device) the lanes meet in
+ * workgroup memory.
  *
  * Barriers must sit in uniform control flow, so the skeleton never branches on the row: lanes of
  * a row past the end (the last workgroup's spare rows) clamp their row to the last one, compute
