@@ -1,96 +1,19 @@
 /* The seeds' FFN activation save (fusedSaveFFNActivations): gate, up and hidden (ffn_dim floats
  * per token each) and residual1 (dim floats per token) copied to their saved buffers.
  *
- * kf_save_activations records, submits and waits in one call, so it cannot be handed to
- * kf_context_time. This file builds the copy kernel src/fuse/save.c builds, through the public IR,
- * for all pairs at once (fused: what kf_save_activations dispatches) and for one pair at a time
- * (unfused: what calling kf_save_activations once per pair dispatches), and times both sequences
- * with kf_context_time in interleaved rounds: the same bytes, the same kernel body, the same
- * clock. It first runs
- * kf_save_activations itself and checks its copies and dispatch count, then checks the
- * benchmark's own copies too, so the timed kernels are known to do the work. */
+ * kf_save_activations records, submits and waits in one call; kf_save_activations_record gives
+ * the same dispatches without running them. This file records them for all pairs at once (fused)
+ * and for one pair at a time (unfused: what calling kf_save_activations once per pair
+ * dispatches), and times both sequences with kf_context_time in interleaved rounds. It first runs
+ * kf_save_activations itself and checks its copies and dispatch count, then checks the timed
+ * sequences' copies too, so the timed kernels are known to do the work. */
 #include "bench.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #define PAIRS 4
-#define WORKGROUP 256u
 #define POISON 0x7fc00000u
-
-/* One kernel copying pairs [0, count) over one linear index space, segment after segment: the
- * same kernel as src/fuse/save.c's copy_kernel. */
-static kf_kernel *copy_kernel(const uint64_t *sizes, uint32_t count, uint32_t lanes,
-                              uint64_t *total) {
-    kf_kernel_desc desc = {.name = "save_activations", .workgroup_size = {WORKGROUP, 1, 1}};
-    kf_kernel *k = kf_kernel_create(&desc);
-    if (!k) {
-        return NULL;
-    }
-    kf_type elem = lanes > 1 ? kf_type_vec(KF_SCALAR_U32, lanes) : kf_type_scalar(KF_SCALAR_U32);
-    kf_val idx = kf_let(k, "idx", kf_global_linear(k));
-    uint64_t offset = 0;
-    for (uint32_t i = 0; i < count; i++) {
-        char name[32];
-        snprintf(name, sizeof name, "src%u", i);
-        kf_binding src = kf_kernel_storage(k, name, elem, KF_ACCESS_READ);
-        snprintf(name, sizeof name, "dst%u", i);
-        kf_binding dst = kf_kernel_storage(k, name, elem, KF_ACCESS_READ_WRITE);
-        uint64_t n = sizes[i] / (4u * lanes);
-        kf_val lo = kf_lit_u32(k, (uint32_t)offset);
-        kf_val hi = kf_lit_u32(k, (uint32_t)(offset + n));
-        kf_if(k, kf_binary(k, KF_OP_AND, kf_binary(k, KF_OP_GE, idx, lo),
-                           kf_binary(k, KF_OP_LT, idx, hi)));
-        kf_val at = offset ? kf_sub(k, idx, lo) : idx;
-        kf_store(k, dst, at, kf_load(k, src, at));
-        kf_end(k);
-        offset += n;
-    }
-    *total = offset;
-    return k;
-}
-
-/* vec4 copies where every size of one call allows them, as kf_save_activations decides. */
-static uint32_t lanes_for(const uint64_t *sizes, uint32_t count) {
-    for (uint32_t i = 0; i < count; i++) {
-        if (sizes[i] % 16 != 0) {
-            return 1;
-        }
-    }
-    return 4;
-}
-
-/* Dispatches copying pairs [first, first + count) in batches of at most per_dispatch pairs, as
- * one call of kf_save_activations on those pairs would. Returns the number made, 0 on failure. */
-static uint32_t make_dispatches(kf_context *ctx, const uint64_t *sizes, kf_buffer *const *bufs,
-                                uint32_t first, uint32_t count, uint32_t per_dispatch,
-                                kf_dispatch *out, char *msg, size_t msg_size) {
-    uint32_t lanes = lanes_for(sizes + first, count);
-    uint32_t made = 0;
-    for (uint32_t b = first; b < first + count; b += per_dispatch) {
-        uint32_t n = first + count - b < per_dispatch ? first + count - b : per_dispatch;
-        uint64_t total = 0;
-        kf_kernel *k = copy_kernel(sizes + b, n, lanes, &total);
-        kf_status st = k ? kf_kernel_status(k) : KF_ERROR_OUT_OF_MEMORY;
-        if (st == KF_OK) {
-            uint64_t groups = (total + WORKGROUP - 1) / WORKGROUP;
-            kf_kernel_launch launch = {.buffers = bufs + 2 * b, .buffer_count = 2 * n};
-            launch.groups[0] = (uint32_t)(groups ? groups : 1);
-            launch.groups[1] = launch.groups[2] = 1;
-            st = kf_kernel_dispatch(ctx, k, &launch, &out[made]);
-        }
-        if (st != KF_OK) {
-            snprintf(msg, msg_size, "copy kernel: %s: %s", kf_status_str(st),
-                     k && kf_kernel_status(k) != KF_OK ? kf_kernel_error(k)
-                                                       : kf_context_last_error(ctx));
-            kf_kernel_destroy(k);
-            return 0;
-        }
-        kf_kernel_destroy(k);
-        made++;
-    }
-    return made;
-}
 
 /* NaN in every dst, so a copy that did not happen shows. */
 static kf_status poison(kf_buffer *const *bufs) {
@@ -186,34 +109,27 @@ void kf_bench_run_ffn_save(kf_context *ctx, const kf_bench_case *c, uint32_t rep
         goto done;
     }
 
-    kf_adapter_info info;
-    uint32_t per_dispatch = 4; /* save.c's fallback limit of 8 storage buffers */
-    if (kf_context_adapter_info(ctx, &info) == KF_OK && info.max_storage_buffers_per_stage) {
-        per_dispatch = info.max_storage_buffers_per_stage / 2;
-    }
-    per_dispatch = per_dispatch > PAIRS ? PAIRS : per_dispatch ? per_dispatch : 1;
+    /* The same dispatches, recorded instead of run, so they can be timed: all pairs in one call
+     * (fused) against one call per pair (what a caller without the fused save dispatches). */
     kf_dispatch fused[PAIRS], unfused[PAIRS];
-    uint32_t fused_count =
-        make_dispatches(ctx, sizes, bufs, 0, PAIRS, per_dispatch, fused, r->note, sizeof r->note);
-    uint32_t unfused_count = 0;
-    for (uint32_t i = 0; i < PAIRS && fused_count; i++) {
-        uint32_t made = make_dispatches(ctx, sizes, bufs, i, 1, 1, &unfused[unfused_count], r->note,
-                                        sizeof r->note);
-        if (!made) {
-            unfused_count = 0;
-            break;
-        }
+    kf_buffer *fused_bindings[2 * PAIRS], *unfused_bindings[2 * PAIRS];
+    uint32_t fused_count = 0, unfused_count = 0;
+    st = kf_save_activations_record(ctx, pairs, PAIRS, fused_bindings, fused, &fused_count);
+    for (uint32_t i = 0; i < PAIRS && st == KF_OK; i++) {
+        uint32_t made = 0;
+        st = kf_save_activations_record(ctx, &pairs[i], 1, &unfused_bindings[2 * i],
+                                        &unfused[unfused_count], &made);
         unfused_count += made;
     }
-    if (!fused_count || !unfused_count) {
+    if (st != KF_OK) {
         r->failed = true;
+        snprintf(r->note, sizeof r->note, "kf_save_activations_record: %s: %s", kf_status_str(st),
+                 kf_context_last_error(ctx));
         goto done;
     }
     if (fused_count != library_dispatches) {
         r->failed = true;
-        snprintf(r->note, sizeof r->note,
-                 "the benchmark's fused save makes %u dispatches, kf_save_activations %u: "
-                 "bench/ffn_save.c no longer mirrors src/fuse/save.c",
+        snprintf(r->note, sizeof r->note, "recorded %u dispatches, kf_save_activations ran %u",
                  fused_count, library_dispatches);
         goto done;
     }

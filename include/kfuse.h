@@ -879,6 +879,12 @@ typedef struct kf_copy_pair {
 } kf_copy_pair;
 kf_status kf_save_activations(kf_context *ctx, const kf_copy_pair *pairs, uint32_t count,
                               uint32_t *dispatches);
+/* The dispatches kf_save_activations would run, recorded but not run (to time them with
+ * kf_context_time, or batch them with other work). `bindings` (2 * count entries, the caller's)
+ * holds the buffers the dispatches point to and must outlive them; out needs room for count
+ * dispatches; *dispatches receives how many were recorded. */
+kf_status kf_save_activations_record(kf_context *ctx, const kf_copy_pair *pairs, uint32_t count,
+                                     kf_buffer **bindings, kf_dispatch *out, uint32_t *dispatches);
 
 /* ======================================================================================== */
 /* The graph language (src/spec; docs/graph-language.md)                                     */

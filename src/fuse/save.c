@@ -38,12 +38,12 @@ static kf_kernel *copy_kernel(const kf_copy_pair *pairs, uint32_t count, uint32_
     return k;
 }
 
-kf_status kf_save_activations(kf_context *ctx, const kf_copy_pair *pairs, uint32_t count,
-                              uint32_t *dispatches) {
+kf_status kf_save_activations_record(kf_context *ctx, const kf_copy_pair *pairs, uint32_t count,
+                                     kf_buffer **bindings, kf_dispatch *out, uint32_t *dispatches) {
     if (dispatches) {
         *dispatches = 0;
     }
-    if (!ctx || (count && !pairs)) {
+    if (!ctx || (count && (!pairs || !bindings || !out))) {
         return KF_ERROR_INVALID_ARGUMENT;
     }
     uint32_t lanes = 4;
@@ -75,41 +75,58 @@ kf_status kf_save_activations(kf_context *ctx, const kf_copy_pair *pairs, uint32
         return KF_ERROR_LIMIT;
     }
     uint32_t batches = (count + per_dispatch - 1) / per_dispatch;
-    kf_dispatch *ds = calloc(batches ? batches : 1, sizeof *ds);
-    kf_buffer **bufs = calloc(count ? 2u * count : 1, sizeof *bufs);
-    if (!ds || !bufs) {
-        free(ds);
-        free(bufs);
-        return KF_ERROR_OUT_OF_MEMORY;
-    }
-    kf_status st = KF_OK;
-    for (uint32_t b = 0; b < batches && st == KF_OK; b++) {
+    for (uint32_t b = 0; b < batches; b++) {
         uint32_t first = b * per_dispatch;
         uint32_t n = count - first < per_dispatch ? count - first : per_dispatch;
         uint64_t total = 0;
         kf_kernel *k = copy_kernel(pairs + first, n, lanes, &total);
         if (!k) {
-            st = KF_ERROR_OUT_OF_MEMORY;
-            break;
+            return KF_ERROR_OUT_OF_MEMORY;
         }
         for (uint32_t i = 0; i < n; i++) {
-            bufs[2 * (first + i)] = pairs[first + i].src;
-            bufs[2 * (first + i) + 1] = pairs[first + i].dst;
+            bindings[2 * (first + i)] = pairs[first + i].src;
+            bindings[2 * (first + i) + 1] = pairs[first + i].dst;
         }
-        kf_kernel_launch launch = {.buffers = bufs + 2 * first, .buffer_count = 2 * n};
+        kf_kernel_launch launch = {.buffers = bindings + 2 * first, .buffer_count = 2 * n};
         uint64_t groups = (total + KF_SAVE_WORKGROUP - 1) / KF_SAVE_WORKGROUP;
         launch.groups[0] = (uint32_t)(groups ? groups : 1);
         launch.groups[1] = launch.groups[2] = 1;
-        st = kf_kernel_dispatch(ctx, k, &launch, &ds[b]);
+        kf_status st = kf_kernel_dispatch(ctx, k, &launch, &out[b]);
         kf_kernel_destroy(k);
+        if (st != KF_OK) {
+            return st;
+        }
     }
-    if (st == KF_OK && batches) {
-        st = kf_context_run(ctx, ds, batches);
-    }
-    if (st == KF_OK && dispatches) {
+    if (dispatches) {
         *dispatches = batches;
     }
+    return KF_OK;
+}
+
+kf_status kf_save_activations(kf_context *ctx, const kf_copy_pair *pairs, uint32_t count,
+                              uint32_t *dispatches) {
+    if (dispatches) {
+        *dispatches = 0;
+    }
+    if (!ctx || (count && !pairs)) {
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    kf_dispatch *ds = calloc(count ? count : 1, sizeof *ds);
+    kf_buffer **bindings = calloc(count ? 2u * count : 1, sizeof *bindings);
+    if (!ds || !bindings) {
+        free(ds);
+        free(bindings);
+        return KF_ERROR_OUT_OF_MEMORY;
+    }
+    uint32_t made = 0;
+    kf_status st = kf_save_activations_record(ctx, pairs, count, bindings, ds, &made);
+    if (st == KF_OK && made) {
+        st = kf_context_run(ctx, ds, made);
+    }
+    if (st == KF_OK && dispatches) {
+        *dispatches = made;
+    }
     free(ds);
-    free(bufs);
+    free(bindings);
     return st;
 }
