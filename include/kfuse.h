@@ -721,6 +721,24 @@ uint32_t kf_op_arity(const kf_operator *op, const kf_op_params *p);
 kf_status kf_op_shape(const kf_operator *op, const kf_shape *in, const kf_op_params *p,
                       kf_shape *out, char *msg, size_t msg_size);
 
+/* The matmul autotuner. Times the register-blocked f32 kernel's tile configurations on this
+ * device for an m x k x n product and remembers the fastest for that shape class (powers of two
+ * of m*n and of k): in the context, and in a cache file keyed by the adapter (vendor, device,
+ * driver, backend): $KF_CACHE_DIR/matmul-tiles.txt, else $XDG_CACHE_HOME/kfuse/..., else
+ * ~/.cache/kfuse/.... Plans compiled afterwards (kf_graph_compile) use the tuned tiles for
+ * matmuls of that class, in this and later processes; untuned classes use built-in choices
+ * measured on an H200. A cache that cannot be written is not an error (the context keeps it). */
+typedef struct kf_matmul_tuning {
+    uint32_t bm, bn, bk, tm, tn; /* the chosen tile: bm x bn per workgroup, tm x tn per lane */
+    double best_ms;              /* its median time */
+    double default_ms;           /* the built-in choice's median time, for comparison */
+    uint32_t candidates;         /* configurations timed */
+    bool saved;                  /* written to the cache file */
+} kf_matmul_tuning;
+
+kf_status kf_matmul_tune(kf_context *ctx, uint32_t m, uint32_t k, uint32_t n,
+                         kf_matmul_tuning *out);
+
 /* Runs the forward kernel now: out must have the op's output shape. */
 kf_status kf_op_run_forward(kf_context *ctx, const kf_operator *op, const kf_op_params *p,
                             const kf_gpu_tensor *const *in, kf_gpu_tensor *out);

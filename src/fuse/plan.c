@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/matmul_blocked.h"
 #include "util/half.h"
 
 #define KF_WORKGROUP 256u
@@ -529,7 +530,20 @@ static kf_kernel *compile_producer(kf_plan *p, kf__group *grp, kf__compiled *c) 
     for (uint32_t i = 0; i < root->input_count; i++) {
         shapes[i] = g->nodes[root->inputs[i]].shape;
     }
-    kf_kernel *base = root->op->kernel_forward(shapes, &root->params, root->dtype);
+    kf_kernel *base = NULL;
+    if (!strcmp(root->op->name, "matmul") && root->dtype == KF_DTYPE_F32 &&
+        !root->params.transpose_a && !root->params.transpose_b) {
+        /* A tile the autotuner measured on this adapter (kf_matmul_tune) beats the built-in
+         * choice; same bindings, same store phase. */
+        uint32_t m = shapes[0].dims[0], k = shapes[0].dims[1], n = shapes[1].dims[1];
+        const kf__mm_config *tuned = kf__matmul_config_for(p->ctx, m, k, n);
+        if (tuned && (uint64_t)m * n >= 64u * 64u) {
+            base = kf__matmul_blocked(m, k, n, tuned);
+        }
+    }
+    if (!base) {
+        base = root->op->kernel_forward(shapes, &root->params, root->dtype);
+    }
     if (!base) {
         plan_fail(p, KF_ERROR_OUT_OF_MEMORY, "%s: no kernel", root->op->name);
         return NULL;

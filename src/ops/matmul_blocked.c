@@ -14,7 +14,7 @@
 
 #define LANES 4u
 
-static bool config_valid(const kf__mm_config *c) {
+bool kf__matmul_blocked_valid(const kf__mm_config *c) {
     if (!c->bm || !c->bn || !c->bk || !c->tm || !c->tn) {
         return false;
     }
@@ -85,7 +85,7 @@ kf_kernel *kf__matmul_blocked(uint32_t m, uint32_t kdim, uint32_t n, const kf__m
     if (!cfg) {
         cfg = kf__mm_default_config(m, kdim, n);
     }
-    if (!config_valid(cfg) || !m || !kdim || !n) {
+    if (!kf__matmul_blocked_valid(cfg) || !m || !kdim || !n) {
         return NULL;
     }
     const uint32_t bm = cfg->bm, bn = cfg->bn, bk = cfg->bk, tm = cfg->tm, tn = cfg->tn;

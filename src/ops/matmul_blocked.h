@@ -17,5 +17,10 @@ const kf__mm_config *kf__mm_default_config(uint32_t m, uint32_t k, uint32_t n);
 /* c[m,n] = a[m,k] * b[k,n] (bindings a, b, then out), every element yielded to the store phase;
  * the grid is recorded on the kernel. NULL for an invalid configuration or zero sizes. */
 kf_kernel *kf__matmul_blocked(uint32_t m, uint32_t k, uint32_t n, const kf__mm_config *cfg);
+/* Whether kf__matmul_blocked accepts the configuration. */
+bool kf__matmul_blocked_valid(const kf__mm_config *cfg);
+/* The tile tuned for this shape class on ctx's adapter (kf_matmul_tune, this process or the
+ * cache file), or NULL when none was. */
+const kf__mm_config *kf__matmul_config_for(kf_context *ctx, uint32_t m, uint32_t k, uint32_t n);
 
 #endif

@@ -79,7 +79,12 @@ struct kf_context {
     bool fake_oom; /* tests: the next buffer creation fails as out of memory (Dawn only) */
     /* Callback memory whose wait was abandoned (see kf__callback_release). */
     struct kf__callback_block *orphans;
+    /* Tuned matmul tiles (src/ops/matmul_tune.c), loaded from the cache file on first use. */
+    struct kf__matmul_tuning *matmul_tuning;
 };
+
+/* Frees the matmul tuning table (src/ops/matmul_tune.c); NULL is a no-op. */
+void kf__matmul_tuning_free(struct kf__matmul_tuning *t);
 
 /* loader.c: finds and opens a webgpu.h library and resolves the entry points kfuse calls.
  * path: an explicit library (desc->library_path), or NULL for the search order documented at

@@ -27,6 +27,7 @@ kf_graph *kf_cli_load_spec(const char *arg, bool is_text);
 int kf_cmd_info(int argc, char **argv);
 int kf_cmd_explain(int argc, char **argv);
 int kf_cmd_run(int argc, char **argv);
+int kf_cmd_tune(int argc, char **argv);
 int kf_cmd_demo(int argc, char **argv);
 int kf_cmd_bench(int argc, char **argv);
 int kf_cmd_verify(int argc, char **argv);

@@ -10,6 +10,8 @@ static const kf_cli_command commands[] = {
     {"bench", "time fused against unfused on this device (docs/PERFORMANCE.md)", kf_cmd_bench},
     {"verify", "check every operator's GPU kernels against its CPU spec", kf_cmd_verify},
     {"wgsl", "print the WGSL of a named kernel (an example or an operator)", kf_cmd_wgsl},
+    {"tune", "time the matmul tile configurations on this device and cache the fastest",
+     kf_cmd_tune},
 };
 static const size_t command_count = sizeof commands / sizeof commands[0];
 
