@@ -904,7 +904,7 @@ UNARY(neg, "-x", 1e-6, -4.0f, 4.0f);
 UNARY(abs, "|x|", 1e-6, -4.0f, 4.0f);
 UNARY(sqrt, "square root; inputs >= 0", 1e-5, 0.1f, 4.0f);
 UNARY(square, "x * x", 1e-6, -4.0f, 4.0f);
-UNARY(gelu_exact, "0.5 x (1 + erf(x / sqrt 2))", 3e-4, -8.0f, 8.0f);
+UNARY(gelu_exact, "0.5 x (1 + erf(x / sqrt 2))", 3e-4, -4.0f, 4.0f);
 
 const kf_operator kf__op_leaky_relu = {.name = "leaky_relu",
                                        .about = "x < 0 ? alpha x : x (alpha 0.01)",
