@@ -72,7 +72,8 @@ uint32_t kf__plan_output_node(const kf_plan *p, const char *name);
 kf_status kf__plan_random_input(const kf_plan *p, uint32_t id, uint64_t seed, kf_tensor **out);
 /* kf_plan_verify with chosen inputs: given[id] (by node id; NULL entries, or given NULL, are
  * drawn at random from seed). */
-kf_status kf__plan_check(kf_plan *p, kf_tensor *const *given, uint64_t seed, kf_plan_report *out);
+kf_status kf__plan_check(kf_plan *p, const kf_tensor *const *given, uint64_t seed,
+                         kf_plan_report *out);
 
 /* Sets the context's last-error message (defined by the runtime). */
 void kf__context_set_error(kf_context *ctx, kf_status status, const char *fmt, ...)

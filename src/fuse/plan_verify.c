@@ -166,7 +166,8 @@ kf_status kf_plan_verify(kf_plan *p, uint64_t seed, kf_plan_report *out) {
     return kf__plan_check(p, NULL, seed, out);
 }
 
-kf_status kf__plan_check(kf_plan *p, kf_tensor *const *given, uint64_t seed, kf_plan_report *out) {
+kf_status kf__plan_check(kf_plan *p, const kf_tensor *const *given, uint64_t seed,
+                         kf_plan_report *out) {
     if (!p || !out) {
         return KF_ERROR_INVALID_ARGUMENT;
     }
@@ -298,7 +299,7 @@ kf_status kf_plan_check(kf_plan *p, const char *const *names, const kf_tensor *c
     if (!p || !out || (count && (!names || !values))) {
         return KF_ERROR_INVALID_ARGUMENT;
     }
-    kf_tensor **given = calloc(p->graph->node_count, sizeof *given);
+    const kf_tensor **given = calloc(p->graph->node_count, sizeof *given);
     if (!given) {
         return KF_ERROR_OUT_OF_MEMORY;
     }
@@ -312,7 +313,7 @@ kf_status kf_plan_check(kf_plan *p, const char *const *names, const kf_tensor *c
             free(given);
             return KF_ERROR_INVALID_ARGUMENT;
         }
-        given[id] = (kf_tensor *)values[i]; /* read only: kf__plan_check copies it */
+        given[id] = values[i];
     }
     kf_status st = kf__plan_check(p, given, seed, out);
     free(given);
