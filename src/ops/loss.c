@@ -306,25 +306,6 @@ static void ce_grid(const kf_shape *in, const kf_op_params *p, int32_t which, ui
 /* Verification table and operator record                                                   */
 /* ---------------------------------------------------------------------------------------- */
 
-#define SHAPE0                                                                                     \
-    {                                                                                              \
-        0, {                                                                                       \
-            0, 0, 0, 0                                                                             \
-        }                                                                                          \
-    }
-#define SHAPE1(a)                                                                                  \
-    {                                                                                              \
-        1, {                                                                                       \
-            a, 0, 0, 0                                                                             \
-        }                                                                                          \
-    }
-#define SHAPE2(a, b)                                                                               \
-    {                                                                                              \
-        2, {                                                                                       \
-            a, b, 0, 0                                                                             \
-        }                                                                                          \
-    }
-
 /* One class and one row; primes; more rows than the forward's 256 invocations (several rows
  * each, the last lanes idle); rows wider than 256 lanes; a vector of logits (rank 1, a scalar
  * label); and 2^22 logits. */

@@ -354,12 +354,6 @@ static void mm_grid(const kf_shape *in, const kf_op_params *p, int32_t which, ui
 /* Verification table and operator record                                                   */
 /* ---------------------------------------------------------------------------------------- */
 
-#define SHAPE2(a, b)                                                                               \
-    {                                                                                              \
-        2, {                                                                                       \
-            a, b, 0, 0                                                                             \
-        }                                                                                          \
-    }
 #define TA                                                                                         \
     { .transpose_a = true }
 #define TB                                                                                         \

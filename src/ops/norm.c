@@ -632,24 +632,6 @@ static void norm_grid(const kf_shape *in, const kf_op_params *p, int32_t which,
 /* Verification tables and operator records                                                 */
 /* ---------------------------------------------------------------------------------------- */
 
-#define SHAPE1(a)                                                                                  \
-    {                                                                                              \
-        1, {                                                                                       \
-            a, 0, 0, 0                                                                             \
-        }                                                                                          \
-    }
-#define SHAPE2(a, b)                                                                               \
-    {                                                                                              \
-        2, {                                                                                       \
-            a, b, 0, 0                                                                             \
-        }                                                                                          \
-    }
-#define SHAPE3(a, b, c)                                                                            \
-    {                                                                                              \
-        3, {                                                                                       \
-            a, b, c, 0                                                                             \
-        }                                                                                          \
-    }
 #define WEIGHT                                                                                     \
     { .has_weight = true }
 #define BIAS                                                                                       \

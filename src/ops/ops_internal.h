@@ -183,4 +183,30 @@ uint64_t kf__splitmix64(uint64_t *state);
 /* A uniform double in [0, 1) from the stream. */
 double kf__rand_unit(uint64_t *state);
 
+/* Shape literals for the operators' verification tables (kf_op_case.shapes). */
+#define SHAPE0                                                                                     \
+    {                                                                                              \
+        0, {                                                                                       \
+            0, 0, 0, 0                                                                             \
+        }                                                                                          \
+    }
+#define SHAPE1(a)                                                                                  \
+    {                                                                                              \
+        1, {                                                                                       \
+            (a), 0, 0, 0                                                                           \
+        }                                                                                          \
+    }
+#define SHAPE2(a, b)                                                                               \
+    {                                                                                              \
+        2, {                                                                                       \
+            (a), (b), 0, 0                                                                         \
+        }                                                                                          \
+    }
+#define SHAPE3(a, b, c)                                                                            \
+    {                                                                                              \
+        3, {                                                                                       \
+            (a), (b), (c), 0                                                                       \
+        }                                                                                          \
+    }
+
 #endif

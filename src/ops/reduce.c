@@ -665,25 +665,6 @@ static kf_kernel *log_softmax_kernel_backward(const kf_shape *in, const kf_op_pa
 /* Verification tables and operator records                                                 */
 /* ---------------------------------------------------------------------------------------- */
 
-#define SHAPE1(a)                                                                                  \
-    {                                                                                              \
-        1, {                                                                                       \
-            a, 0, 0, 0                                                                             \
-        }                                                                                          \
-    }
-#define SHAPE2(a, b)                                                                               \
-    {                                                                                              \
-        2, {                                                                                       \
-            a, b, 0, 0                                                                             \
-        }                                                                                          \
-    }
-#define SHAPE3(a, b, c)                                                                            \
-    {                                                                                              \
-        3, {                                                                                       \
-            a, b, c, 0                                                                             \
-        }                                                                                          \
-    }
-
 /* Rows of every width class the row kernels distinguish: one lane (cols 1), a partial lane tree
  * (13, 17), more than 256 lanes with a ragged end (300), a last workgroup with spare rows (33 rows
  * of 17: 8 rows per workgroup), rank 1 and 3, the register bounds of softmax's forward kernel
