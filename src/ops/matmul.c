@@ -270,11 +270,10 @@ static kf_kernel *mm_kernel_forward(const kf_shape *in, const kf_op_params *p, k
     mm_dims d = {1, 1, 1};
     kf_status st = mm_dims_of(in, p, &d, NULL, 0);
     bool ta = p && p->transpose_a, tb = p && p->transpose_b;
-    if (st == KF_OK && dtype == KF_DTYPE_F32 && !ta && !tb &&
-        (uint64_t)d.m * d.n >= BLOCKED_MIN_ELEMENTS) {
+    if (st == KF_OK && !ta && !tb && (uint64_t)d.m * d.n >= BLOCKED_MIN_ELEMENTS) {
         /* Big enough to fill a GPU's registers: the register-blocked kernel (same bindings,
-         * same store phase, its own grid recorded). */
-        kf_kernel *fast = kf__matmul_blocked(d.m, d.k, d.n, NULL);
+         * same store phase, its own grid recorded), f32 or f16 storage. */
+        kf_kernel *fast = kf__matmul_blocked_typed(d.m, d.k, d.n, NULL, dtype);
         if (fast) {
             return fast;
         }

@@ -1,4 +1,5 @@
-/* A register-blocked f32 matmul kernel: c[M,N] = a[M,K] * b[K,N], row-major, f32 accumulation.
+/* A register-blocked matmul kernel: c[M,N] = a[M,K] * b[K,N], row-major, f32 or f16 storage
+ * (f16 widened on load, stored rounded), f32 accumulation.
  *
  * Each workgroup computes a bm x bn tile of c; each invocation a tm x tn block of it, kept in
  * tm * tn/4 vec4 registers. The K axis is walked bk at a time through two tiles in workgroup
@@ -51,8 +52,17 @@ static kf_val u32(kf_kernel *k, uint32_t v) {
 
 /* Loads one vec4 of a row-major matrix [rows, cols] at (r, c..c+3) into `into`, zero outside.
  * `wide` says the binding is array<vec4<f32>> (cols % 4 == 0); `checked` adds the bounds test. */
+static kf_val widen(kf_kernel *k, kf_val v, bool half) {
+    if (!half) {
+        return v;
+    }
+    kf_type t = kf_val_type(k, v);
+    return kf_cast(
+        k, t.lanes > 1 ? kf_type_vec(KF_SCALAR_F32, t.lanes) : kf_type_scalar(KF_SCALAR_F32), v);
+}
+
 static void load4(kf_kernel *k, kf_binding b, bool wide, bool checked, kf_val r, kf_val c,
-                  uint32_t rows, uint32_t cols, kf_var into) {
+                  uint32_t rows, uint32_t cols, kf_var into, bool half) {
     kf_type v4 = kf_type_vec(KF_SCALAR_F32, LANES);
     kf_val base = kf_add(k, kf_mul(k, r, u32(k, cols)), c);
     if (wide) {
@@ -60,10 +70,10 @@ static void load4(kf_kernel *k, kf_binding b, bool wide, bool checked, kf_val r,
             kf_assign(k, into, kf_splat(k, v4, kf_lit_f32(k, 0.0f)));
             kf_if(k, kf_binary(k, KF_OP_AND, kf_binary(k, KF_OP_LT, r, u32(k, rows)),
                                kf_binary(k, KF_OP_LT, c, u32(k, cols))));
-            kf_assign(k, into, kf_load(k, b, kf_div(k, base, u32(k, LANES))));
+            kf_assign(k, into, widen(k, kf_load(k, b, kf_div(k, base, u32(k, LANES))), half));
             kf_end(k);
         } else {
-            kf_assign(k, into, kf_load(k, b, kf_div(k, base, u32(k, LANES))));
+            kf_assign(k, into, widen(k, kf_load(k, b, kf_div(k, base, u32(k, LANES))), half));
         }
         return;
     }
@@ -76,12 +86,21 @@ static void load4(kf_kernel *k, kf_binding b, bool wide, bool checked, kf_val r,
         kf_val inside = kf_binary(k, KF_OP_AND, kf_binary(k, KF_OP_LT, r, u32(k, rows)),
                                   kf_binary(k, KF_OP_LT, cl, u32(k, cols)));
         kf_val at = kf_call2(k, KF_FN_MIN, kf_add(k, base, u32(k, l)), last);
-        vals[l] = kf_select(k, kf_lit_f32(k, 0.0f), kf_load(k, b, at), inside);
+        vals[l] = kf_select(k, kf_lit_f32(k, 0.0f), widen(k, kf_load(k, b, at), half), inside);
     }
     kf_assign(k, into, kf_vec(k, v4, vals, LANES));
 }
 
 kf_kernel *kf__matmul_blocked(uint32_t m, uint32_t kdim, uint32_t n, const kf__mm_config *cfg) {
+    return kf__matmul_blocked_typed(m, kdim, n, cfg, KF_DTYPE_F32);
+}
+
+kf_kernel *kf__matmul_blocked_typed(uint32_t m, uint32_t kdim, uint32_t n, const kf__mm_config *cfg,
+                                    kf_dtype dtype) {
+    if (dtype != KF_DTYPE_F32 && dtype != KF_DTYPE_F16) {
+        return NULL;
+    }
+    const bool half = dtype == KF_DTYPE_F16;
     if (!cfg) {
         cfg = kf__mm_default_config(m, kdim, n);
     }
@@ -97,14 +116,16 @@ kf_kernel *kf__matmul_blocked(uint32_t m, uint32_t kdim, uint32_t n, const kf__m
     kf_type v4 = kf_type_vec(KF_SCALAR_F32, LANES);
 
     char name[64];
-    snprintf(name, sizeof name, "matmul_%ux%ux%u_%ux%u", bm, bn, bk, tm, tn);
-    kf_kernel_desc desc = {.name = name, .workgroup_size = {wx, wy, 1}, .output = f32};
+    snprintf(name, sizeof name, "matmul_%ux%ux%u_%ux%u%s", bm, bn, bk, tm, tn, half ? "_f16" : "");
+    kf_scalar stored = half ? KF_SCALAR_F16 : KF_SCALAR_F32;
+    kf_type elem = kf_type_scalar(stored), elem4 = kf_type_vec(stored, LANES);
+    kf_kernel_desc desc = {.name = name, .workgroup_size = {wx, wy, 1}, .output = elem};
     kf_kernel *k = kf_kernel_create(&desc);
     if (!k) {
         return NULL;
     }
-    kf_binding a = kf_kernel_storage(k, "a", wide_a ? v4 : f32, KF_ACCESS_READ);
-    kf_binding b = kf_kernel_storage(k, "b", wide_b ? v4 : f32, KF_ACCESS_READ);
+    kf_binding a = kf_kernel_storage(k, "a", wide_a ? elem4 : elem, KF_ACCESS_READ);
+    kf_binding b = kf_kernel_storage(k, "b", wide_b ? elem4 : elem, KF_ACCESS_READ);
     kf_shared tile_a = kf_kernel_workgroup(k, "tile_a", f32, bk * bm);
     kf_shared tile_b = kf_kernel_workgroup(k, "tile_b", v4, bk * bn / LANES);
 
@@ -144,11 +165,11 @@ kf_kernel *kf__matmul_blocked(uint32_t m, uint32_t kdim, uint32_t n, const kf__m
     do {                                                                                           \
         for (uint32_t v = 0; v < loads_a; v++) {                                                   \
             load4(k, a, wide_a, check_a, kf_add(k, row0, a_row[v]), kf_add(k, (k0), a_k[v]), m,    \
-                  kdim, next_a[v]);                                                                \
+                  kdim, next_a[v], half);                                                          \
         }                                                                                          \
         for (uint32_t v = 0; v < loads_b; v++) {                                                   \
             load4(k, b, wide_b, check_b, kf_add(k, (k0), b_k[v]), kf_add(k, col0, b_col[v]), kdim, \
-                  n, next_b[v]);                                                                   \
+                  n, next_b[v], half);                                                             \
         }                                                                                          \
     } while (0)
     FETCH(u32(k, 0));
@@ -220,7 +241,8 @@ kf_kernel *kf__matmul_blocked(uint32_t m, uint32_t kdim, uint32_t n, const kf__m
                     kf_if(k, kf_binary(k, KF_OP_LT, col, u32(k, n)));
                 }
                 kf_val index = kf_add(k, kf_mul(k, row, u32(k, n)), col);
-                kf_kernel_yield(k, kf_extract(k, sums, l), index);
+                kf_val value = kf_extract(k, sums, l);
+                kf_kernel_yield(k, half ? kf_cast(k, elem, value) : value, index);
                 if (ragged_n) {
                     kf_end(k);
                 }

@@ -17,6 +17,10 @@ const kf__mm_config *kf__mm_default_config(uint32_t m, uint32_t k, uint32_t n);
 /* c[m,n] = a[m,k] * b[k,n] (bindings a, b, then out), every element yielded to the store phase;
  * the grid is recorded on the kernel. NULL for an invalid configuration or zero sizes. */
 kf_kernel *kf__matmul_blocked(uint32_t m, uint32_t k, uint32_t n, const kf__mm_config *cfg);
+/* The same for f16 storage (inputs and output f16, loads widened, accumulation in f32); the
+ * kernel needs the device's shader-f16. NULL for other dtypes. */
+kf_kernel *kf__matmul_blocked_typed(uint32_t m, uint32_t k, uint32_t n, const kf__mm_config *cfg,
+                                    kf_dtype dtype);
 /* Whether kf__matmul_blocked accepts the configuration. */
 bool kf__matmul_blocked_valid(const kf__mm_config *cfg);
 /* The tile tuned for this shape class on ctx's adapter (kf_matmul_tune, this process or the
