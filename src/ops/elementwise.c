@@ -815,57 +815,38 @@ KF__EW_GLUE(mul, 2)
 KF__EW_GLUE(div, 2)
 KF__EW_GLUE(maximum, 2)
 
-#define S1(n)                                                                                      \
-    {                                                                                              \
-        1, {                                                                                       \
-            n, 0, 0, 0                                                                             \
-        }                                                                                          \
-    }
-#define S2(r, c)                                                                                   \
-    {                                                                                              \
-        2, {                                                                                       \
-            r, c, 0, 0                                                                             \
-        }                                                                                          \
-    }
-#define S4(a, b, c, d)                                                                             \
-    {                                                                                              \
-        4, {                                                                                       \
-            a, b, c, d                                                                             \
-        }                                                                                          \
-    }
-
 /* The unary table: one element, 1x1, primes (7x13 is below one workgroup, 257x129 is not a
  * multiple of it), rank 4, and 2048x2049 >= 2^22 elements. */
 #define UNARY_SHAPES(...)                                                                          \
-    {{S1(1)}, {__VA_ARGS__}, "one element"}, {{S2(1, 1)}, {__VA_ARGS__}, "1x1"},                   \
-        {{S2(7, 13)}, {__VA_ARGS__}, "primes"}, {{S2(257, 129)}, {__VA_ARGS__}, "primes"},         \
-        {{S4(3, 5, 7, 11)}, {__VA_ARGS__}, "rank 4"}, {                                            \
-        {S2(2048, 2049)}, {__VA_ARGS__}, "large"                                                   \
+    {{SHAPE1(1)}, {__VA_ARGS__}, "one element"}, {{SHAPE2(1, 1)}, {__VA_ARGS__}, "1x1"},           \
+        {{SHAPE2(7, 13)}, {__VA_ARGS__}, "primes"}, {{SHAPE2(257, 129)}, {__VA_ARGS__}, "primes"}, \
+        {{SHAPE4(3, 5, 7, 11)}, {__VA_ARGS__}, "rank 4"}, {                                        \
+        {SHAPE2(2048, 2049)}, {__VA_ARGS__}, "large"                                               \
     }
 
 static const kf_op_case unary_cases[] = {UNARY_SHAPES(.alpha = 0)};
 static const kf_op_case leaky_relu_cases[] = {UNARY_SHAPES(.alpha = 0),
-                                              {{S2(7, 13)}, {.alpha = 0.2f}, "alpha 0.2"}};
+                                              {{SHAPE2(7, 13)}, {.alpha = 0.2f}, "alpha 0.2"}};
 static const kf_op_case gelu_cases[] = {UNARY_SHAPES(.alpha = 0),
-                                        {{S2(257, 129)}, {.exact = true}, "erf form"}};
+                                        {{SHAPE2(257, 129)}, {.exact = true}, "erf form"}};
 
 /* Binary: equal shapes as above, then every broadcast both ways round. */
 static const kf_op_case binary_cases[] = {
-    {{S1(1), S1(1)}, {.alpha = 0}, "one element"},
-    {{S2(1, 1), S2(1, 1)}, {.alpha = 0}, "1x1"},
-    {{S2(7, 13), S2(7, 13)}, {.alpha = 0}, "primes"},
-    {{S2(257, 129), S2(257, 129)}, {.alpha = 0}, "primes"},
-    {{S4(3, 5, 7, 11), S4(3, 5, 7, 11)}, {.alpha = 0}, "rank 4"},
-    {{S2(7, 13), S1(1)}, {.alpha = 0}, "scalar b"},
-    {{S1(1), S2(7, 13)}, {.alpha = 0}, "scalar a"},
-    {{S2(257, 129), S1(129)}, {.alpha = 0}, "row b (bias)"},
-    {{S2(1, 129), S2(257, 129)}, {.alpha = 0}, "row a"},
-    {{S2(257, 129), S2(257, 1)}, {.alpha = 0}, "column b"},
-    {{S2(257, 1), S2(257, 129)}, {.alpha = 0}, "column a"},
-    {{S4(3, 5, 7, 11), S1(11)}, {.alpha = 0}, "rank 4, row b"},
-    {{S4(3, 5, 7, 11), S4(3, 5, 7, 1)}, {.alpha = 0}, "rank 4, column b"},
-    {{S2(2048, 2049), S2(2048, 2049)}, {.alpha = 0}, "large"},
-    {{S2(2048, 2049), S1(2049)}, {.alpha = 0}, "large, row b (bias)"},
+    {{SHAPE1(1), SHAPE1(1)}, {.alpha = 0}, "one element"},
+    {{SHAPE2(1, 1), SHAPE2(1, 1)}, {.alpha = 0}, "1x1"},
+    {{SHAPE2(7, 13), SHAPE2(7, 13)}, {.alpha = 0}, "primes"},
+    {{SHAPE2(257, 129), SHAPE2(257, 129)}, {.alpha = 0}, "primes"},
+    {{SHAPE4(3, 5, 7, 11), SHAPE4(3, 5, 7, 11)}, {.alpha = 0}, "rank 4"},
+    {{SHAPE2(7, 13), SHAPE1(1)}, {.alpha = 0}, "scalar b"},
+    {{SHAPE1(1), SHAPE2(7, 13)}, {.alpha = 0}, "scalar a"},
+    {{SHAPE2(257, 129), SHAPE1(129)}, {.alpha = 0}, "row b (bias)"},
+    {{SHAPE2(1, 129), SHAPE2(257, 129)}, {.alpha = 0}, "row a"},
+    {{SHAPE2(257, 129), SHAPE2(257, 1)}, {.alpha = 0}, "column b"},
+    {{SHAPE2(257, 1), SHAPE2(257, 129)}, {.alpha = 0}, "column a"},
+    {{SHAPE4(3, 5, 7, 11), SHAPE1(11)}, {.alpha = 0}, "rank 4, row b"},
+    {{SHAPE4(3, 5, 7, 11), SHAPE4(3, 5, 7, 1)}, {.alpha = 0}, "rank 4, column b"},
+    {{SHAPE2(2048, 2049), SHAPE2(2048, 2049)}, {.alpha = 0}, "large"},
+    {{SHAPE2(2048, 2049), SHAPE1(2049)}, {.alpha = 0}, "large, row b (bias)"},
 };
 
 #define CASES(table) .cases = table, .case_count = sizeof table / sizeof table[0]

@@ -216,52 +216,37 @@ static void transpose_grid(const kf_shape *in, const kf_op_params *p, int32_t wh
 /* Operator objects                                                                         */
 /* ---------------------------------------------------------------------------------------- */
 
-#define S1(n)                                                                                      \
-    {                                                                                              \
-        1, {                                                                                       \
-            n, 0, 0, 0                                                                             \
-        }                                                                                          \
-    }
-#define S2(r, c)                                                                                   \
-    {                                                                                              \
-        2, {                                                                                       \
-            r, c, 0, 0                                                                             \
-        }                                                                                          \
-    }
-#define S4(a, b, c, d)                                                                             \
-    {                                                                                              \
-        4, {                                                                                       \
-            a, b, c, d                                                                             \
-        }                                                                                          \
-    }
 #define CASES(table) .cases = table, .case_count = sizeof table / sizeof table[0]
 
 static const kf_op_case scale_cases[] = {
-    {{S1(1)}, {.alpha = 2.5f}, "one element"},
-    {{S2(1, 1)}, {.alpha = -3.0f}, "1x1"},
-    {{S2(7, 13)}, {.alpha = 2.5f}, "primes"},
-    {{S2(257, 129)}, {.alpha = -0.75f}, "primes"},
-    {{S4(3, 5, 7, 11)}, {.alpha = 0}, "rank 4, alpha 1"},
-    {{S2(2048, 2049)}, {.alpha = 1.5f}, "large"},
+    {{SHAPE1(1)}, {.alpha = 2.5f}, "one element"},
+    {{SHAPE2(1, 1)}, {.alpha = -3.0f}, "1x1"},
+    {{SHAPE2(7, 13)}, {.alpha = 2.5f}, "primes"},
+    {{SHAPE2(257, 129)}, {.alpha = -0.75f}, "primes"},
+    {{SHAPE4(3, 5, 7, 11)}, {.alpha = 0}, "rank 4, alpha 1"},
+    {{SHAPE2(2048, 2049)}, {.alpha = 1.5f}, "large"},
 };
 static const kf_op_case affine_cases[] = {
-    {{S1(1)}, {.alpha = 2.5f, .beta = 0.5f}, "one element"},
-    {{S2(1, 1)}, {.alpha = -3.0f, .beta = 1.0f}, "1x1"},
-    {{S2(7, 13)}, {.alpha = 2.5f, .beta = -0.25f}, "primes"},
-    {{S2(257, 129)}, {.alpha = -1.5f, .beta = 0.25f}, "primes"},
-    {{S4(3, 5, 7, 11)}, {.beta = 2.0f}, "rank 4, alpha 1"},
-    {{S2(2048, 2049)}, {.alpha = 0.5f, .beta = -1.0f}, "large"},
+    {{SHAPE1(1)}, {.alpha = 2.5f, .beta = 0.5f}, "one element"},
+    {{SHAPE2(1, 1)}, {.alpha = -3.0f, .beta = 1.0f}, "1x1"},
+    {{SHAPE2(7, 13)}, {.alpha = 2.5f, .beta = -0.25f}, "primes"},
+    {{SHAPE2(257, 129)}, {.alpha = -1.5f, .beta = 0.25f}, "primes"},
+    {{SHAPE4(3, 5, 7, 11)}, {.beta = 2.0f}, "rank 4, alpha 1"},
+    {{SHAPE2(2048, 2049)}, {.alpha = 0.5f, .beta = -1.0f}, "large"},
 };
 static const kf_op_case copy_cases[] = {
-    {{S1(1)}, {.alpha = 0}, "one element"},      {{S2(1, 1)}, {.alpha = 0}, "1x1"},
-    {{S2(7, 13)}, {.alpha = 0}, "primes"},       {{S2(257, 129)}, {.alpha = 0}, "primes"},
-    {{S4(3, 5, 7, 11)}, {.alpha = 0}, "rank 4"}, {{S2(2048, 2049)}, {.alpha = 0}, "large"},
+    {{SHAPE1(1)}, {.alpha = 0}, "one element"},      {{SHAPE2(1, 1)}, {.alpha = 0}, "1x1"},
+    {{SHAPE2(7, 13)}, {.alpha = 0}, "primes"},       {{SHAPE2(257, 129)}, {.alpha = 0}, "primes"},
+    {{SHAPE4(3, 5, 7, 11)}, {.alpha = 0}, "rank 4"}, {{SHAPE2(2048, 2049)}, {.alpha = 0}, "large"},
 };
 static const kf_op_case transpose_cases[] = {
-    {{S2(1, 1)}, {.alpha = 0}, "1x1"},         {{S2(1, 7)}, {.alpha = 0}, "one row"},
-    {{S2(7, 1)}, {.alpha = 0}, "one column"},  {{S2(7, 13)}, {.alpha = 0}, "primes"},
-    {{S2(257, 129)}, {.alpha = 0}, "primes"},  {{S4(3, 5, 7, 11)}, {.alpha = 0}, "batched, rank 4"},
-    {{S2(2048, 2049)}, {.alpha = 0}, "large"},
+    {{SHAPE2(1, 1)}, {.alpha = 0}, "1x1"},
+    {{SHAPE2(1, 7)}, {.alpha = 0}, "one row"},
+    {{SHAPE2(7, 1)}, {.alpha = 0}, "one column"},
+    {{SHAPE2(7, 13)}, {.alpha = 0}, "primes"},
+    {{SHAPE2(257, 129)}, {.alpha = 0}, "primes"},
+    {{SHAPE4(3, 5, 7, 11)}, {.alpha = 0}, "batched, rank 4"},
+    {{SHAPE2(2048, 2049)}, {.alpha = 0}, "large"},
 };
 
 /* scale and affine: one f32 multiply (and add) against a double spec rounded once: 1e-6.

@@ -209,4 +209,11 @@ double kf__rand_unit(uint64_t *state);
         }                                                                                          \
     }
 
+#define SHAPE4(a, b, c, d)                                                                         \
+    {                                                                                              \
+        4, {                                                                                       \
+            (a), (b), (c), (d)                                                                     \
+        }                                                                                          \
+    }
+
 #endif
