@@ -94,6 +94,10 @@ typedef struct kf_context_desc {
     bool disable_f16;        /* do not request shader-f16 even where present */
     bool disable_subgroups;  /* do not request subgroups even where present */
     bool disable_timestamps; /* time with the wall clock even where timestamps exist */
+    /* Turns off Dawn's robustness pass, which clamps every storage and workgroup index into
+     * bounds (also $KF_UNCHECKED=1). Faster kernels; an out-of-bounds access is then undefined
+     * behaviour. kfuse's own kernels bound-check what they touch; a kernel you build must too. */
+    bool unchecked_access;
     /* Optional: receives the message when kf_context_create fails (there is no context then). */
     char *error_out;
     size_t error_out_size;
@@ -127,6 +131,7 @@ typedef struct kf_adapter_info {
     bool has_subgroups;       /* subgroups requested and enabled */
     bool has_timestamps;      /* timestamp queries requested and enabled */
     bool has_subgroup_matrix; /* chromium_experimental_subgroup_matrix enabled */
+    bool unchecked_access;    /* bounds clamping is off (kf_context_desc.unchecked_access) */
     uint32_t subgroup_min_size;
     uint32_t subgroup_max_size;
     uint64_t max_buffer_size;
@@ -461,6 +466,9 @@ kf_status kf_kernel_binding_info(const kf_kernel *k, uint32_t index, kf_binding_
 kf_shared kf_kernel_workgroup(kf_kernel *k, const char *name, kf_type elem, uint32_t count);
 kf_val kf_shared_load(kf_kernel *k, kf_shared s, kf_val index);
 void kf_shared_store(kf_kernel *k, kf_shared s, kf_val index, kf_val value);
+/* Stores a scalar into one lane of the vector element at index: `s[index][lane] = value`; lane
+ * is a u32 or i32 value (0..lanes-1; outside, the store is undefined as WGSL's is). */
+void kf_shared_store_lane(kf_kernel *k, kf_shared s, kf_val index, kf_val lane, kf_val value);
 void kf_barrier(kf_kernel *k); /* workgroupBarrier() */
 
 /* --- statements --- */

@@ -1157,30 +1157,64 @@ kf_val kf_shared_load(kf_kernel *k, kf_shared s, kf_val index) {
         k, kf__materialize(k, KF__NODE_SHARED_LOAD, 0, k->shareds[is].elem, &ii, 1, is, hint));
 }
 
-void kf_shared_store(kf_kernel *k, kf_shared s, kf_val index, kf_val value) {
-    uint32_t is = shared_id(k, s, "kf_shared_store");
+/* kf_shared_store (lane 0: the whole element) and kf_shared_store_lane (lane: a u32/i32
+ * value choosing the vector lane). */
+static void shared_store(kf_kernel *k, const char *fn, kf_shared s, kf_val index, kf_val lane,
+                         kf_val value) {
+    uint32_t is = shared_id(k, s, fn);
     if (!is) {
         return;
     }
     const char *name = kf__str(k, k->shareds[is].name);
     char what[160];
     snprintf(what, sizeof what, "'%s'", name);
-    uint32_t ii = val(k, index, "kf_shared_store", 2);
-    if (!ii || !index_ok(k, ii, "kf_shared_store", what) ||
-        !const_index_ok(k, ii, k->shareds[is].count, "kf_shared_store", what)) {
+    uint32_t ii = val(k, index, fn, 2);
+    if (!ii || !index_ok(k, ii, fn, what) ||
+        !const_index_ok(k, ii, k->shareds[is].count, fn, what)) {
         return;
     }
-    uint32_t iv = val(k, value, "kf_shared_store", 3);
+    kf_type want = k->shareds[is].elem;
+    char s0[48], s1[48];
+    uint32_t il = 0;
+    if (lane.id) {
+        il = val(k, lane, fn, 3);
+        if (!il) {
+            return;
+        }
+        if (want.lanes < 2) {
+            kf__fail(k, KF_ERROR_TYPE, "%s: '%s' holds %s, which has no lanes", fn, name,
+                     tstr(want, s0));
+            return;
+        }
+        snprintf(what, sizeof what, "the lanes of '%s'", name);
+        if (!index_ok(k, il, fn, what) || !const_index_ok(k, il, want.lanes, fn, what)) {
+            return;
+        }
+        want.lanes = 1;
+    }
+    uint32_t iv = val(k, value, fn, il ? 4 : 3);
     if (!iv) {
         return;
     }
-    char s0[48], s1[48];
-    if (!kf_type_eq(ty(k, iv), k->shareds[is].elem)) {
-        kf__fail(k, KF_ERROR_TYPE, "kf_shared_store: '%s' holds %s, the value is %s", name,
-                 tstr(k->shareds[is].elem, s0), tstr(ty(k, iv), s1));
+    if (!kf_type_eq(ty(k, iv), want)) {
+        kf__fail(k, KF_ERROR_TYPE, "%s: '%s' %s %s, the value is %s", fn, name,
+                 il ? "has lanes of" : "holds", tstr(want, s0), tstr(ty(k, iv), s1));
         return;
     }
-    kf__emit_stmt(k, KF__STMT_SHARED_STORE, is, ii, iv, 0);
+    kf__emit_stmt(k, KF__STMT_SHARED_STORE, is, ii, iv, il);
+}
+
+void kf_shared_store(kf_kernel *k, kf_shared s, kf_val index, kf_val value) {
+    shared_store(k, "kf_shared_store", s, index, (kf_val){0}, value);
+}
+
+void kf_shared_store_lane(kf_kernel *k, kf_shared s, kf_val index, kf_val lane, kf_val value) {
+    if (!lane.id && kf__ok(k)) {
+        kf__fail(k, KF_ERROR_INVALID_ARGUMENT,
+                 "kf_shared_store_lane: argument 3 (lane) is invalid");
+        return;
+    }
+    shared_store(k, "kf_shared_store_lane", s, index, lane, value);
 }
 
 void kf_barrier(kf_kernel *k) {

@@ -180,8 +180,9 @@ static void copy_stmt(copier *c, uint32_t sid) {
     case KF__STMT_SHARED_STORE: {
         uint32_t i = copy_node(c, s->a);
         uint32_t v = copy_node(c, s->b);
+        uint32_t lane = s->c ? copy_node(c, s->c) : 0;
         uint32_t ref = s->kind == KF__STMT_STORE ? c->bindings[s->ref] : c->shareds[s->ref];
-        kf__emit_stmt(d, (kf__stmt_kind)s->kind, ref, i, v, 0);
+        kf__emit_stmt(d, (kf__stmt_kind)s->kind, ref, i, v, lane);
         break;
     }
     case KF__STMT_IF: {
@@ -613,7 +614,7 @@ static void hoist_shared_values(kf_kernel *w) {
             st->kind == KF__STMT_FOR || st->kind == KF__STMT_YIELD) {
             count_use(w, st->b, uses, seen);
         }
-        if (st->kind == KF__STMT_FOR) {
+        if (st->kind == KF__STMT_FOR || (st->kind == KF__STMT_SHARED_STORE && st->c)) {
             count_use(w, st->c, uses, seen);
         }
     }

@@ -727,7 +727,8 @@ static bool exec_block(interp *ip, uint32_t block, const uint8_t *mask);
 
 static bool store(interp *ip, const kf__stmt *s, const uint8_t *m) {
     const kf_kernel *w = ip->w;
-    if (!eval(ip, s->a, m) || !eval(ip, s->b, m)) {
+    if (!eval(ip, s->a, m) || !eval(ip, s->b, m) ||
+        (s->kind == KF__STMT_SHARED_STORE && s->c && !eval(ip, s->c, m))) {
         return false;
     }
     char ts[48];
@@ -755,7 +756,21 @@ static bool store(interp *ip, const kf__stmt *s, const uint8_t *m) {
                             "elements)",
                             kf__str(w, sh->name), (long long)i, (unsigned)sh->count);
             }
-            memcpy(ip->shared + ip->shared_slot[s->ref] + (size_t)i * ew, v, ew * sizeof(uint32_t));
+            uint32_t *dst = ip->shared + ip->shared_slot[s->ref] + (size_t)i * ew;
+            if (s->c) { /* one lane of a vector element */
+                int64_t lane;
+                index_of(ip, s->c, l, &lane);
+                if (lane < 0 || lane >= (int64_t)sh->elem.lanes) {
+                    return fail(ip, KF_ERROR_INVALID_ARGUMENT,
+                                "store to lane %lld of workgroup array '%s' (its elements have %u "
+                                "lanes)",
+                                (long long)lane, kf__str(w, sh->name), (unsigned)sh->elem.lanes);
+                }
+                uint32_t lw = ew / sh->elem.lanes;
+                memcpy(dst + (size_t)lane * lw, v, lw * sizeof(uint32_t));
+            } else {
+                memcpy(dst, v, ew * sizeof(uint32_t));
+            }
         }
     }
     return true;

@@ -76,7 +76,8 @@ typedef enum kf__stmt_kind {
     KF__STMT_VAR,          /* ref: variable; a: init or 0 (zero) */
     KF__STMT_ASSIGN,       /* ref: variable; a: value */
     KF__STMT_STORE,        /* ref: binding; a: index; b: value */
-    KF__STMT_SHARED_STORE, /* ref: workgroup array; a: index; b: value */
+    KF__STMT_SHARED_STORE, /* ref: workgroup array; a: index; b: value; c: the vector lane
+                            written (a value), 0 for the whole element */
     KF__STMT_IF,           /* a: condition; body; else_body (0: none) */
     KF__STMT_FOR,          /* ref: loop-variable node; a: start; b: end; c: step; body */
     KF__STMT_LOOP,         /* body */

@@ -21,9 +21,17 @@
     "try KF_BACKEND=gles and EGL_PLATFORM=surfaceless."
 
 /* Dawn refuses experimental features (subgroup matrices, timestamps inside passes) without
- * allow_unsafe_apis, and by default rounds timestamps to 100 us, which would blur kernel times. */
-static const char *const g_enabled_toggles[] = {"allow_unsafe_apis"};
+ * allow_unsafe_apis, and by default rounds timestamps to 100 us, which would blur kernel times.
+ * disable_robustness (kf_context_desc.unchecked_access) drops the bounds clamps Tint adds to
+ * every storage and workgroup access. */
+static const char *const g_enabled_toggles[] = {"allow_unsafe_apis", "disable_robustness"};
 static const char *const g_disabled_toggles[] = {"timestamp_quantization"};
+
+/* desc->unchecked_access, or $KF_UNCHECKED set to anything but "" or "0". */
+static bool want_unchecked(const kf_context_desc *desc) {
+    const char *env = getenv("KF_UNCHECKED");
+    return desc->unchecked_access || (env && *env && strcmp(env, "0") != 0);
+}
 
 kf_status kf__context_fail(kf_context *ctx, kf_status status, const char *fmt, ...) {
     if (ctx) {
@@ -611,6 +619,7 @@ static void fill_info(kf_context *ctx) {
     info->has_subgroup_matrix = ctx->api.device_has_feature(dev, WG_FEATURE_SUBGROUP_MATRIX) &&
                                 accepts_wgsl(ctx, "enable chromium_experimental_subgroup_matrix;\n"
                                                   "@compute @workgroup_size(64) fn main() {}\n");
+    info->unchecked_access = ctx->unchecked;
     if (!info->has_subgroups) {
         info->subgroup_min_size = info->subgroup_max_size = 0;
     }
@@ -640,8 +649,12 @@ static kf_status create(kf_context *ctx, const kf_context_desc *desc) {
         return st;
     }
 
-    wg_dawn_toggles toggles = {
-        {NULL, WG_STYPE_DAWN_TOGGLES}, 1, g_enabled_toggles, 1, g_disabled_toggles};
+    ctx->unchecked = want_unchecked(desc);
+    wg_dawn_toggles toggles = {{NULL, WG_STYPE_DAWN_TOGGLES},
+                               ctx->unchecked ? 2 : 1,
+                               g_enabled_toggles,
+                               1,
+                               g_disabled_toggles};
     wg_dawn_toggles *chain = ctx->is_dawn ? &toggles : NULL;
     wg_instance_desc id;
     memset(&id, 0, sizeof id);

@@ -48,6 +48,7 @@ struct kf_context {
     void *library; /* dlopen handle */
     char library_path[512];
     bool is_dawn;
+    bool unchecked; /* Dawn's robustness pass is off (kf_context_desc.unchecked_access) */
 
     wg_instance instance;
     wg_adapter adapter;

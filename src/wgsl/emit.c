@@ -516,6 +516,10 @@ static void emit_stmt(emitter *e, uint32_t sid) {
         sb_printf(&e->out, "%s[",
                   s->kind == KF__STMT_STORE ? e->binding_names[s->ref] : e->shared_names[s->ref]);
         emit_expr(e, s->a, true);
+        if (s->kind == KF__STMT_SHARED_STORE && s->c) {
+            sb_printf(&e->out, "][");
+            emit_expr(e, s->c, true);
+        }
         sb_printf(&e->out, "] = ");
         emit_expr(e, s->b, true);
         sb_printf(&e->out, ";\n");

@@ -219,6 +219,61 @@ KT_TEST(unit, interp_workgroup_reversal_with_barrier) {
     }
 }
 
+/* Each workgroup of 64 transposes an 8 x 32 block through a vec4 workgroup array written one
+ * lane at a time (kf_shared_store_lane with a per-invocation lane): out[c][r] = x[r][c]. */
+KT_TEST(unit, interp_workgroup_lane_stores) {
+    KT_NEED_GPU(ctx);
+    const uint32_t rows = 8, cols = 32, wg = 64, groups = 3, n = groups * rows * cols;
+    kf_kernel_desc d = {0};
+    d.name = "lane_transpose";
+    d.workgroup_size[0] = wg;
+    d.output = T(KF_SCALAR_F32);
+    kf_kernel *k = kf_kernel_create(&d);
+    kf_binding x = kf_kernel_storage(k, "x", T(KF_SCALAR_F32), KF_ACCESS_READ);
+    kf_type v4 = kf_type_vec(KF_SCALAR_F32, 4);
+    kf_shared tile = kf_kernel_workgroup(k, "tile", v4, rows * cols / 4);
+    kf_val li = kf_builtin_get(k, KF_BUILTIN_LOCAL_INDEX);
+    kf_val base = kf_let(k, "base", kf_mul(k, kf_workgroup_linear(k), kf_lit_u32(k, rows * cols)));
+    for (uint32_t pass = 0; pass < rows * cols / wg; pass++) {
+        /* element e = (r, c) of the block goes to lane r % 4 of tile[c * 2 + r / 4] */
+        kf_val e = kf_add(k, li, kf_lit_u32(k, pass * wg));
+        kf_val r = kf_div(k, e, kf_lit_u32(k, cols));
+        kf_val c = kf_binary(k, KF_OP_MOD, e, kf_lit_u32(k, cols));
+        kf_val at =
+            kf_add(k, kf_mul(k, c, kf_lit_u32(k, rows / 4)), kf_div(k, r, kf_lit_u32(k, 4)));
+        kf_shared_store_lane(k, tile, at, kf_binary(k, KF_OP_MOD, r, kf_lit_u32(k, 4)),
+                             kf_load(k, x, kf_add(k, base, e)));
+    }
+    kf_barrier(k);
+    for (uint32_t pass = 0; pass < rows * cols / 4 / wg; pass++) {
+        kf_val q = kf_add(k, li, kf_lit_u32(k, pass * wg));
+        kf_val got = kf_shared_load(k, tile, q);
+        for (uint32_t l = 0; l < 4; l++) {
+            kf_kernel_yield(
+                k, kf_extract(k, got, l),
+                kf_add(k, base, kf_add(k, kf_mul(k, q, kf_lit_u32(k, 4)), kf_lit_u32(k, l))));
+        }
+    }
+    KT_CHECK(kf_kernel_status(k) == KF_OK, "%s", kf_kernel_error(k));
+    float *xv = malloc(n * 4), *out = malloc(n * 4);
+    kt_fill_f32(xv, n, -5.0f, 5.0f);
+    kt_fill_poison(out, n * 4);
+    kf_host_buffer bufs[2] = {{xv, n * 4}, {out, n * 4}};
+    kt_launch l = {.groups = {groups, 1, 1}};
+    bool ok = gpu_equals_interp(ctx, k, bufs, 2, &l);
+    for (uint32_t g = 0; ok && g < groups; g++) {
+        for (uint32_t i = 0; ok && i < rows * cols; i++) {
+            uint32_t c = i / rows, r = i % rows;
+            ok = out[g * rows * cols + i] == xv[g * rows * cols + r * cols + c];
+            KT_CHECK(ok, "group %u: out[%u] = %g, want x[%u][%u]", g, i,
+                     (double)out[g * rows * cols + i], r, c);
+        }
+    }
+    free(xv);
+    free(out);
+    kf_kernel_destroy(k);
+}
+
 /* ---- loops with divergent exits ---- */
 
 /* Collatz steps (capped), with a while loop, break, continue and a for loop of varying length:

@@ -430,6 +430,26 @@ KT_TEST(unit, ir_error_workgroup_and_subgroups) {
     kf_shared_store(k, t2, kf_lit_u32(k, 1), kf_lit_u32(k, 0));
     EXPECT(k, KF_ERROR_TYPE, "kf_shared_store", "'tile' holds f32, the value is u32");
 
+    k = producer("w", kf_type_scalar(KF_SCALAR_VOID));
+    kf_shared t3 = kf_kernel_workgroup(k, "tile", f32(), 16);
+    kf_shared_store_lane(k, t3, kf_lit_u32(k, 1), kf_lit_u32(k, 0), kf_lit_f32(k, 0));
+    EXPECT(k, KF_ERROR_TYPE, "kf_shared_store_lane", "'tile' holds f32, which has no lanes");
+
+    k = producer("w", kf_type_scalar(KF_SCALAR_VOID));
+    kf_shared t4 = kf_kernel_workgroup(k, "tile", kf_type_vec(KF_SCALAR_F32, 4), 16);
+    kf_shared_store_lane(k, t4, kf_lit_u32(k, 1), kf_lit_u32(k, 4), kf_lit_f32(k, 0));
+    EXPECT(k, KF_ERROR_TYPE, "kf_shared_store_lane", "index 4 is out of range for the lanes of");
+
+    k = producer("w", kf_type_scalar(KF_SCALAR_VOID));
+    kf_shared t5 = kf_kernel_workgroup(k, "tile", kf_type_vec(KF_SCALAR_F32, 4), 16);
+    kf_shared_store_lane(k, t5, kf_lit_u32(k, 1), kf_lit_f32(k, 1), kf_lit_f32(k, 0));
+    EXPECT(k, KF_ERROR_TYPE, "kf_shared_store_lane", "must be an i32 or u32, got f32");
+
+    k = producer("w", kf_type_scalar(KF_SCALAR_VOID));
+    kf_shared t6 = kf_kernel_workgroup(k, "tile", kf_type_vec(KF_SCALAR_F32, 4), 16);
+    kf_shared_store_lane(k, t6, kf_lit_u32(k, 1), kf_lit_u32(k, 2), kf_lit_u32(k, 0));
+    EXPECT(k, KF_ERROR_TYPE, "kf_shared_store_lane", "'tile' has lanes of f32, the value is u32");
+
     k = stage("st", f32());
     kf_barrier(k);
     EXPECT(k, KF_ERROR_TYPE, "kf_barrier", "a stage runs per element under a bounds check");

@@ -62,6 +62,8 @@ int kf_cmd_info(int argc, char **argv) {
     printf("  %-38s %s\n", "timestamp-query", yes_no(info.has_timestamps));
     printf("  %-38s %s\n", "chromium-experimental-subgroup-matrix",
            yes_no(info.has_subgroup_matrix));
+    printf("  %-38s %s\n", "bounds clamping (robustness)",
+           info.unchecked_access ? "off (KF_UNCHECKED)" : "on");
     printf("limits:\n");
     print_bytes("maxBufferSize", info.max_buffer_size);
     print_bytes("maxStorageBufferBindingSize", info.max_storage_buffer_binding_size);
