@@ -22,9 +22,11 @@
 
 /* Dawn refuses experimental features (subgroup matrices, timestamps inside passes) without
  * allow_unsafe_apis, and by default rounds timestamps to 100 us, which would blur kernel times.
- * disable_robustness (kf_context_desc.unchecked_access) drops the bounds clamps Tint adds to
- * every storage and workgroup access. */
-static const char *const g_enabled_toggles[] = {"allow_unsafe_apis", "disable_robustness"};
+ * Its Vulkan backend offers subgroup matrices (cooperative matrices) only with
+ * use_vulkan_memory_model. disable_robustness (kf_context_desc.unchecked_access, last so it can
+ * be left out) drops the bounds clamps Tint adds to every storage and workgroup access. */
+static const char *const g_enabled_toggles[] = {"allow_unsafe_apis", "use_vulkan_memory_model",
+                                                "disable_robustness"};
 static const char *const g_disabled_toggles[] = {"timestamp_quantization"};
 
 /* desc->unchecked_access, or $KF_UNCHECKED set to anything but "" or "0". */
@@ -651,7 +653,7 @@ static kf_status create(kf_context *ctx, const kf_context_desc *desc) {
 
     ctx->unchecked = want_unchecked(desc);
     wg_dawn_toggles toggles = {{NULL, WG_STYPE_DAWN_TOGGLES},
-                               ctx->unchecked ? 2 : 1,
+                               ctx->unchecked ? 3 : 2,
                                g_enabled_toggles,
                                1,
                                g_disabled_toggles};
