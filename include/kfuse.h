@@ -738,6 +738,7 @@ kf_status kf_op_shape(const kf_operator *op, const kf_shape *in, const kf_op_par
  * measured on an H200. A cache that cannot be written is not an error (the context keeps it). */
 typedef struct kf_matmul_tuning {
     uint32_t bm, bn, bk, tm, tn; /* the chosen tile: bm x bn per workgroup, tm x tn per lane */
+    uint32_t stages;             /* 2: double-buffered workgroup tiles, else 1 */
     double best_ms;              /* its median time */
     double default_ms;           /* the built-in choice's median time, for comparison */
     uint32_t candidates;         /* configurations timed */

@@ -19,7 +19,8 @@ bool kf__matmul_blocked_valid(const kf__mm_config *c) {
     if (!c->bm || !c->bn || !c->bk || !c->tm || !c->tn) {
         return false;
     }
-    if (c->bm % c->tm || c->bn % c->tn || c->tn % LANES || c->bk % LANES) {
+    if (c->bm % c->tm || c->bn % c->tn || c->tm % LANES || c->tn % LANES || c->bk % LANES ||
+        c->stages > 2) {
         return false;
     }
     uint32_t threads = (c->bm / c->tm) * (c->bn / c->tn);
@@ -37,8 +38,8 @@ const kf__mm_config *kf__mm_default_config(uint32_t m, uint32_t k, uint32_t n) {
     /* Measured on an H200 (bench/results/h200-matmul-configs.txt): the 128x128 tile reaches 30
      * TFLOP/s from 4096^3 up; at 1024^3 it leaves most multiprocessors idle, and 32x32 tiles
      * (1024 workgroups) do best there (18 TFLOP/s, against 12 for 128x128). */
-    static const kf__mm_config big = {128, 128, 8, 8, 8};
-    static const kf__mm_config small = {32, 32, 16, 4, 4};
+    static const kf__mm_config big = {128, 128, 8, 8, 8, 2};
+    static const kf__mm_config small = {32, 32, 16, 4, 4, 2};
     (void)k;
     if ((uint64_t)m * n >= 2048ull * 2048ull) {
         return &big;
@@ -108,15 +109,19 @@ kf_kernel *kf__matmul_blocked_typed(uint32_t m, uint32_t kdim, uint32_t n, const
         return NULL;
     }
     const uint32_t bm = cfg->bm, bn = cfg->bn, bk = cfg->bk, tm = cfg->tm, tn = cfg->tn;
+    const uint32_t stages = cfg->stages ? cfg->stages : 1;
     const uint32_t wx = bn / tn, wy = bm / tm, threads = wx * wy;
     const uint32_t loads_a = bm * bk / (LANES * threads), loads_b = bk * bn / (LANES * threads);
+    /* vec4s of one stage of each tile, and of one k-row of it */
+    const uint32_t stage_a = bk * bm / LANES, stage_b = bk * bn / LANES;
+    const uint32_t row_a = bm / LANES, row_b = bn / LANES;
     const bool wide_a = kdim % LANES == 0, wide_b = n % LANES == 0;
     const bool ragged_m = m % bm != 0, ragged_n = n % bn != 0, ragged_k = kdim % bk != 0;
-    kf_type f32 = kf_type_scalar(KF_SCALAR_F32);
     kf_type v4 = kf_type_vec(KF_SCALAR_F32, LANES);
 
     char name[64];
-    snprintf(name, sizeof name, "matmul_%ux%ux%u_%ux%u%s", bm, bn, bk, tm, tn, half ? "_f16" : "");
+    snprintf(name, sizeof name, "matmul_%ux%ux%u_%ux%u%s%s", bm, bn, bk, tm, tn,
+             stages == 2 ? "_db" : "", half ? "_f16" : "");
     kf_scalar stored = half ? KF_SCALAR_F16 : KF_SCALAR_F32;
     kf_type elem = kf_type_scalar(stored), elem4 = kf_type_vec(stored, LANES);
     kf_kernel_desc desc = {.name = name, .workgroup_size = {wx, wy, 1}, .output = elem};
@@ -126,8 +131,9 @@ kf_kernel *kf__matmul_blocked_typed(uint32_t m, uint32_t kdim, uint32_t n, const
     }
     kf_binding a = kf_kernel_storage(k, "a", wide_a ? elem4 : elem, KF_ACCESS_READ);
     kf_binding b = kf_kernel_storage(k, "b", wide_b ? elem4 : elem, KF_ACCESS_READ);
-    kf_shared tile_a = kf_kernel_workgroup(k, "tile_a", f32, bk * bm);
-    kf_shared tile_b = kf_kernel_workgroup(k, "tile_b", v4, bk * bn / LANES);
+    /* Both tiles k-major, as vec4s along m (a) and n (b). */
+    kf_shared tile_a = kf_kernel_workgroup(k, "tile_a", v4, stages * stage_a);
+    kf_shared tile_b = kf_kernel_workgroup(k, "tile_b", v4, stages * stage_b);
 
     uint32_t tiles_n = (n + bn - 1) / bn, tiles_m = (m + bm - 1) / bm;
     kf_val local = kf_builtin_get(k, KF_BUILTIN_LOCAL_INDEX);
@@ -138,7 +144,7 @@ kf_kernel *kf__matmul_blocked_typed(uint32_t m, uint32_t kdim, uint32_t n, const
     kf_val col0 =
         kf_let(k, "col0", kf_mul(k, kf_binary(k, KF_OP_MOD, tile, u32(k, tiles_n)), u32(k, bn)));
 
-    /* Where each invocation's vec4s of the two tiles come from. */
+    /* Where each invocation's vec4s of the two tiles come from: a along k, b along n. */
     kf_val a_row[8], a_k[8], b_k[8], b_col[8];
     for (uint32_t v = 0; v < loads_a; v++) {
         kf_val flat = kf_add(k, local, u32(k, v * threads));
@@ -172,71 +178,100 @@ kf_kernel *kf__matmul_blocked_typed(uint32_t m, uint32_t kdim, uint32_t n, const
                   n, next_b[v], half);                                                             \
         }                                                                                          \
     } while (0)
-    FETCH(u32(k, 0));
+    /* Registers -> workgroup memory at the stage whose offsets (in vec4s) are oa, ob: a's vec4
+     * along k is spread over four k-rows, one lane each (its row's lane of the m vec4). */
+#define STORE_TILES(oa, ob)                                                                        \
+    do {                                                                                           \
+        for (uint32_t v = 0; v < loads_a; v++) {                                                   \
+            kf_val got = kf_read(k, next_a[v]);                                                    \
+            kf_val quad = kf_div(k, a_row[v], u32(k, LANES));                                      \
+            kf_val lane = kf_binary(k, KF_OP_MOD, a_row[v], u32(k, LANES));                        \
+            for (uint32_t l = 0; l < LANES; l++) {                                                 \
+                kf_val krow = kf_mul(k, kf_add(k, a_k[v], u32(k, l)), u32(k, row_a));              \
+                kf_shared_store_lane(k, tile_a, kf_add(k, (oa), kf_add(k, krow, quad)), lane,      \
+                                     kf_extract(k, got, l));                                       \
+            }                                                                                      \
+        }                                                                                          \
+        for (uint32_t v = 0; v < loads_b; v++) {                                                   \
+            kf_val at =                                                                            \
+                kf_add(k, kf_mul(k, b_k[v], u32(k, row_b)), kf_div(k, b_col[v], u32(k, LANES)));   \
+            kf_shared_store(k, tile_b, kf_add(k, (ob), at), kf_read(k, next_b[v]));                \
+        }                                                                                          \
+    } while (0)
 
+    /* Invocation (tx, ty) owns rows g*4*wy + ty*4 + 0..3 and columns h*4*wx + tx*4 + 0..3 for
+     * each group g < tm/4, h < tn/4: neighbours read neighbouring vec4s of the tiles, so the
+     * workgroup-memory reads of a subgroup are conflict-free, and its stores are contiguous. */
     kf_var acc[8][8 / LANES];
     for (uint32_t i = 0; i < tm; i++) {
         for (uint32_t j = 0; j < tn / LANES; j++) {
             acc[i][j] = kf_declare(k, "acc", v4, (kf_val){0});
         }
     }
+    FETCH(u32(k, 0));
+    if (stages == 2) {
+        STORE_TILES(u32(k, 0), u32(k, 0));
+        kf_barrier(k);
+    }
     kf_val k0 = kf_for(k, "k0", u32(k, 0), u32(k, kdim), u32(k, bk));
     {
-        /* Registers -> workgroup memory: a transposed (k-major), b as it is. */
-        for (uint32_t v = 0; v < loads_a; v++) {
-            kf_val got = kf_read(k, next_a[v]);
-            for (uint32_t l = 0; l < LANES; l++) {
-                kf_val at =
-                    kf_add(k, kf_mul(k, kf_add(k, a_k[v], u32(k, l)), u32(k, bm)), a_row[v]);
-                kf_shared_store(k, tile_a, at, kf_extract(k, got, l));
-            }
+        kf_val k1 = kf_let(k, "k1", kf_add(k, k0, u32(k, bk)));
+        kf_val more = kf_let(k, "more", kf_binary(k, KF_OP_LT, k1, u32(k, kdim)));
+        kf_val oa = u32(k, 0), ob = u32(k, 0);
+        if (stages == 2) {
+            kf_val cur = kf_binary(k, KF_OP_BIT_AND, kf_div(k, k0, u32(k, bk)), u32(k, 1));
+            oa = kf_let(k, "oa", kf_mul(k, cur, u32(k, stage_a)));
+            ob = kf_let(k, "ob", kf_mul(k, cur, u32(k, stage_b)));
+        } else {
+            STORE_TILES(oa, ob);
+            kf_barrier(k);
         }
-        for (uint32_t v = 0; v < loads_b; v++) {
-            kf_val at = kf_add(k, kf_mul(k, b_k[v], u32(k, bn / LANES)),
-                               kf_div(k, b_col[v], u32(k, LANES)));
-            kf_shared_store(k, tile_b, at, kf_read(k, next_b[v]));
-        }
-        kf_barrier(k);
         /* The next tiles travel while this one is multiplied. */
-        kf_val k1 = kf_add(k, k0, u32(k, bk));
-        kf_if(k, kf_binary(k, KF_OP_LT, k1, u32(k, kdim)));
+        kf_if(k, more);
         FETCH(k1);
         kf_end(k);
         for (uint32_t kk = 0; kk < bk; kk++) {
-            kf_val av[8], bv[8 / LANES];
-            for (uint32_t i = 0; i < tm; i++) {
-                kf_val at = kf_add(k, kf_mul(k, ty, u32(k, tm)), u32(k, kk * bm + i));
-                av[i] = kf_shared_load(k, tile_a, at);
+            kf_val av[8 / LANES], bv[8 / LANES];
+            for (uint32_t g = 0; g < tm / LANES; g++) {
+                kf_val at = kf_add(k, kf_add(k, oa, ty), u32(k, kk * row_a + g * wy));
+                av[g] = kf_shared_load(k, tile_a, at);
             }
-            for (uint32_t j = 0; j < tn / LANES; j++) {
-                kf_val at =
-                    kf_add(k, kf_mul(k, tx, u32(k, tn / LANES)), u32(k, kk * (bn / LANES) + j));
-                bv[j] = kf_shared_load(k, tile_b, at);
+            for (uint32_t h = 0; h < tn / LANES; h++) {
+                kf_val at = kf_add(k, kf_add(k, ob, tx), u32(k, kk * row_b + h * wx));
+                bv[h] = kf_shared_load(k, tile_b, at);
             }
             for (uint32_t i = 0; i < tm; i++) {
-                kf_val splat = kf_splat(k, v4, av[i]);
-                for (uint32_t j = 0; j < tn / LANES; j++) {
-                    kf_val sum = kf_call3(k, KF_FN_FMA, splat, bv[j], kf_read(k, acc[i][j]));
-                    kf_assign(k, acc[i][j], sum);
+                kf_val splat = kf_splat(k, v4, kf_extract(k, av[i / LANES], i % LANES));
+                for (uint32_t h = 0; h < tn / LANES; h++) {
+                    kf_val sum = kf_call3(k, KF_FN_FMA, splat, bv[h], kf_read(k, acc[i][h]));
+                    kf_assign(k, acc[i][h], sum);
                 }
             }
+        }
+        if (stages == 2) {
+            kf_if(k, more);
+            STORE_TILES(kf_sub(k, u32(k, stage_a), oa), kf_sub(k, u32(k, stage_b), ob));
+            kf_end(k);
         }
         kf_barrier(k);
     }
     kf_end(k);
+#undef STORE_TILES
 #undef FETCH
 
     /* The store phase: every element through kf_kernel_yield. */
     for (uint32_t i = 0; i < tm; i++) {
-        kf_val row = kf_add(k, row0, kf_add(k, kf_mul(k, ty, u32(k, tm)), u32(k, i)));
+        kf_val row = kf_add(
+            k, row0,
+            kf_add(k, kf_mul(k, ty, u32(k, LANES)), u32(k, (i / LANES) * LANES * wy + i % LANES)));
         if (ragged_m) {
             kf_if(k, kf_binary(k, KF_OP_LT, row, u32(k, m)));
         }
-        for (uint32_t j = 0; j < tn / LANES; j++) {
-            kf_val sums = kf_read(k, acc[i][j]);
+        for (uint32_t h = 0; h < tn / LANES; h++) {
+            kf_val sums = kf_read(k, acc[i][h]);
             for (uint32_t l = 0; l < LANES; l++) {
-                kf_val col =
-                    kf_add(k, col0, kf_add(k, kf_mul(k, tx, u32(k, tn)), u32(k, j * LANES + l)));
+                kf_val col = kf_add(
+                    k, col0, kf_add(k, kf_mul(k, tx, u32(k, LANES)), u32(k, h * LANES * wx + l)));
                 if (ragged_n) {
                     kf_if(k, kf_binary(k, KF_OP_LT, col, u32(k, n)));
                 }

@@ -26,8 +26,10 @@ struct kf__matmul_tuning {
 
 /* The configurations the tuner tries (each valid for kf__matmul_blocked). */
 static const kf__mm_config candidates[] = {
-    {128, 128, 8, 8, 8}, {128, 128, 16, 8, 8}, {128, 64, 16, 8, 4}, {64, 128, 16, 4, 8},
-    {64, 64, 16, 4, 4},  {32, 32, 16, 4, 4},   {64, 64, 8, 8, 4},
+    {128, 128, 8, 8, 8, 1},  {128, 128, 8, 8, 8, 2}, {128, 128, 16, 8, 8, 1},
+    {128, 128, 16, 8, 8, 2}, {128, 64, 16, 8, 4, 2}, {64, 128, 16, 4, 8, 2},
+    {128, 64, 8, 8, 8, 2},   {64, 128, 8, 8, 8, 2},  {64, 64, 16, 4, 4, 2},
+    {64, 64, 8, 8, 4, 2},    {32, 32, 16, 4, 4, 1},  {32, 32, 16, 4, 4, 2},
 };
 
 void kf__matmul_tuning_free(struct kf__matmul_tuning *t) {
@@ -81,7 +83,9 @@ static void put_entry(struct kf__matmul_tuning *t, const tune_entry *e) {
     }
 }
 
-/* Loads this adapter's lines of the cache file (once): "key<TAB>mn k<TAB>bm bn bk tm tn<TAB>ms". */
+/* Loads this adapter's lines of the cache file (once):
+ * "mm2|key<TAB>mn k<TAB>bm bn bk tm tn stages<TAB>ms". The "mm2|" prefix is the kernel's
+ * generation: lines timed with an older kernel generator (another prefix) are ignored. */
 static struct kf__matmul_tuning *tuning_of(kf_context *ctx) {
     if (!ctx->matmul_tuning) {
         ctx->matmul_tuning = calloc(1, sizeof *ctx->matmul_tuning);
@@ -95,8 +99,8 @@ static struct kf__matmul_tuning *tuning_of(kf_context *ctx) {
     }
     t->loaded = true;
     const kf_adapter_info *info = &ctx->info;
-    snprintf(t->key, sizeof t->key, "%s|%s|%s|%s", info->vendor, info->device, info->description,
-             info->backend);
+    snprintf(t->key, sizeof t->key, "mm2|%s|%s|%s|%s", info->vendor, info->device,
+             info->description, info->backend);
     for (char *c = t->key; *c; c++) {
         if (*c == '\t' || *c == '\n') {
             *c = ' ';
@@ -121,8 +125,8 @@ static struct kf__matmul_tuning *tuning_of(kf_context *ctx) {
             continue;
         }
         tune_entry e;
-        if (sscanf(tab + 1, "%u %u\t%u %u %u %u %u\t%lf", &e.class_mn, &e.class_k, &e.cfg.bm,
-                   &e.cfg.bn, &e.cfg.bk, &e.cfg.tm, &e.cfg.tn, &e.ms) == 8 &&
+        if (sscanf(tab + 1, "%u %u\t%u %u %u %u %u %u\t%lf", &e.class_mn, &e.class_k, &e.cfg.bm,
+                   &e.cfg.bn, &e.cfg.bk, &e.cfg.tm, &e.cfg.tn, &e.cfg.stages, &e.ms) == 9 &&
             kf__matmul_blocked_valid(&e.cfg)) {
             put_entry(t, &e);
         }
@@ -168,8 +172,9 @@ static bool save_entry(const struct kf__matmul_tuning *t, const tune_entry *e) {
     if (!f) {
         return false;
     }
-    int n = fprintf(f, "%s\t%u %u\t%u %u %u %u %u\t%.6f\n", t->key, e->class_mn, e->class_k,
-                    e->cfg.bm, e->cfg.bn, e->cfg.bk, e->cfg.tm, e->cfg.tn, e->ms);
+    int n = fprintf(f, "%s\t%u %u\t%u %u %u %u %u %u\t%.6f\n", t->key, e->class_mn, e->class_k,
+                    e->cfg.bm, e->cfg.bn, e->cfg.bk, e->cfg.tm, e->cfg.tn,
+                    e->cfg.stages ? e->cfg.stages : 1, e->ms);
     return fclose(f) == 0 && n > 0;
 }
 
@@ -251,6 +256,7 @@ kf_status kf_matmul_tune(kf_context *ctx, uint32_t m, uint32_t k, uint32_t n,
     out->bk = best.cfg.bk;
     out->tm = best.cfg.tm;
     out->tn = best.cfg.tn;
+    out->stages = best.cfg.stages ? best.cfg.stages : 1;
     out->best_ms = best.ms;
     out->saved = save_entry(t, &best);
     return KF_OK;

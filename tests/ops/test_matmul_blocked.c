@@ -9,10 +9,8 @@
 #include "ops/matmul_blocked.h"
 
 static const kf__mm_config configs[] = {
-    {128, 128, 8, 8, 8},
-    {64, 64, 16, 4, 4},
-    {64, 128, 16, 4, 8},
-    {32, 32, 8, 4, 4},
+    {128, 128, 8, 8, 8, 0}, {128, 128, 8, 8, 8, 2}, {64, 64, 16, 4, 4, 0},
+    {64, 128, 16, 4, 8, 2}, {32, 32, 8, 4, 4, 0},   {64, 32, 8, 8, 4, 2},
 };
 
 static const uint32_t shapes[][3] = {
@@ -128,11 +126,9 @@ KT_TEST(ops, matmul_blocked_every_config_and_shape) {
 }
 
 KT_TEST(ops, matmul_blocked_refuses_bad_configs) {
-    kf__mm_config bad[] = {{0, 64, 8, 4, 4},
-                           {64, 64, 6, 4, 4},
-                           {64, 64, 8, 4, 3},
-                           {256, 256, 8, 2, 4},
-                           {64, 64, 8, 16, 4}};
+    kf__mm_config bad[] = {{0, 64, 8, 4, 4, 0},    {64, 64, 6, 4, 4, 0},  {64, 64, 8, 4, 3, 0},
+                           {256, 256, 8, 2, 4, 0}, {64, 64, 8, 16, 4, 0}, {64, 64, 8, 4, 4, 3},
+                           {64, 64, 8, 2, 4, 0},   {256, 256, 8, 4, 4, 2}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         kf_kernel *k = kf__matmul_blocked(64, 64, 64, &bad[i]);
         KT_CHECK(k == NULL, "config %zu accepted", i);

@@ -19,7 +19,7 @@ KT_TEST(ops, matmul_tune_caches_and_plans_use_it) {
 
     kf_matmul_tuning t;
     KT_CHECK_OK(kf_matmul_tune(fresh, 96, 80, 128, &t));
-    kf__mm_config chosen = {t.bm, t.bn, t.bk, t.tm, t.tn};
+    kf__mm_config chosen = {t.bm, t.bn, t.bk, t.tm, t.tn, t.stages};
     KT_CHECK(kf__matmul_blocked_valid(&chosen), "chose an invalid tile %ux%ux%u/%ux%u", t.bm, t.bn,
              t.bk, t.tm, t.tn);
     KT_CHECK(t.candidates >= 5 && t.best_ms > 0.0 && t.default_ms >= t.best_ms,
@@ -43,7 +43,8 @@ KT_TEST(ops, matmul_tune_caches_and_plans_use_it) {
     KT_CHECK_OK(kf_graph_compile(fresh, g, NULL, &plan));
     char *explain = kf_plan_explain(plan, true);
     char want[64];
-    snprintf(want, sizeof want, "matmul_%ux%ux%u_%ux%u", t.bm, t.bn, t.bk, t.tm, t.tn);
+    snprintf(want, sizeof want, "matmul_%ux%ux%u_%ux%u%s", t.bm, t.bn, t.bk, t.tm, t.tn,
+             t.stages == 2 ? "_db" : "");
     KT_CHECK(explain && strstr(explain, want), "the plan does not use the tuned %s", want);
     kf_free(explain);
     kf_plan_report report;

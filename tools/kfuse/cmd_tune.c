@@ -70,7 +70,8 @@ int kf_cmd_tune(int argc, char **argv) {
             rc = 1;
             continue;
         }
-        snprintf(tile, sizeof tile, "%ux%ux%u/%ux%u", t.bm, t.bn, t.bk, t.tm, t.tn);
+        snprintf(tile, sizeof tile, "%ux%ux%u/%ux%u%s", t.bm, t.bn, t.bk, t.tm, t.tn,
+                 t.stages == 2 ? "/db" : "");
         double flops = 2.0 * shapes[i][0] * (double)shapes[i][1] * shapes[i][2];
         printf("%-20s %-18s %10.4f %10.2f %8.2fx %s\n", shape, tile, t.best_ms,
                flops / (t.best_ms * 1e9), t.default_ms > 0 ? t.default_ms / t.best_ms : 0.0,
