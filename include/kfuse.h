@@ -471,6 +471,57 @@ void kf_shared_store(kf_kernel *k, kf_shared s, kf_val index, kf_val value);
 void kf_shared_store_lane(kf_kernel *k, kf_shared s, kf_val index, kf_val lane, kf_val value);
 void kf_barrier(kf_kernel *k); /* workgroupBarrier() */
 
+/* --- subgroup matrices (Dawn's chromium_experimental_subgroup_matrix) --- */
+/* A subgroup matrix is a small matrix held jointly by the invocations of one subgroup (tensor
+ * cores, simdgroup matrices): the subgroup loads it, multiplies with it and stores it as one.
+ * kfuse keeps them in variables of their own kind:
+ *   left   M rows x K cols, the A of C += A * B     (WGSL subgroup_matrix_left<T, K, M>)
+ *   right  K rows x N cols, the B                   (subgroup_matrix_right<T, N, K>)
+ *   result M rows x N cols, the C                   (subgroup_matrix_result<T, N, M>)
+ * Which (component, result component, M, N, K) the device runs is the adapter's list of
+ * configurations (an H200 under Dawn: f16 -> f16 or f32 at 16x16x16, 16x8x16, 16x8x8); a
+ * kernel using another fails to compile. Every call must be reached by whole subgroups with
+ * the same offset and stride in every invocation of the subgroup (the emitted WGSL turns off
+ * Tint's workgroup-uniformity check, chromium.subgroup_matrix_uniformity, so offsets may depend
+ * on the subgroup's index); the workgroup's x size must be a multiple of the subgroup size. Not
+ * allowed in stages. The interpreter keeps each matrix whole per subgroup (subgroups of
+ * desc.subgroup_size consecutive invocations) and refuses a call some invocations of a
+ * subgroup skip or see with different offsets; its multiply-accumulate sums each element's K
+ * products and the accumulator in double and rounds once to the result component. */
+typedef enum kf_sgmat_kind {
+    KF_SGMAT_NONE = 0,
+    KF_SGMAT_LEFT,
+    KF_SGMAT_RIGHT,
+    KF_SGMAT_RESULT
+} kf_sgmat_kind;
+
+typedef struct kf_sgmat {
+    uint32_t id;
+    uint32_t kernel;
+} kf_sgmat;
+
+/* `var name: subgroup_matrix_<kind><component, cols, rows>;` in the current block, zero-filled.
+ * component: f32, f16, i32 or u32; cols, rows 1..64. */
+kf_sgmat kf_sgmat_declare(kf_kernel *k, const char *name, kf_sgmat_kind kind, kf_scalar component,
+                          uint32_t cols, uint32_t rows);
+/* m = subgroupMatrixLoad(&src, offset, col_major, stride): element (r, c) of m is
+ * src[offset + r * stride + c] (row-major) or src[offset + c * stride + r] (col_major). src holds
+ * scalars of m's component type; offset and stride are u32 (stride at least m's cols, or rows
+ * when col_major). _storage reads a storage binding instead of a workgroup array. */
+void kf_sgmat_load(kf_kernel *k, kf_sgmat m, kf_shared src, kf_val offset, bool col_major,
+                   kf_val stride);
+void kf_sgmat_load_storage(kf_kernel *k, kf_sgmat m, kf_binding src, kf_val offset, bool col_major,
+                           kf_val stride);
+/* subgroupMatrixStore(&dst, offset, m, col_major, stride): the layout of kf_sgmat_load. The
+ * binding of _storage must be read_write. */
+void kf_sgmat_store(kf_kernel *k, kf_shared dst, kf_val offset, kf_sgmat m, bool col_major,
+                    kf_val stride);
+void kf_sgmat_store_storage(kf_kernel *k, kf_binding dst, kf_val offset, kf_sgmat m, bool col_major,
+                            kf_val stride);
+/* acc = subgroupMatrixMultiplyAccumulate(left, right, acc): acc += left * right. left is M x K,
+ * right K x N of one component type, acc a result M x N. */
+void kf_sgmat_mma(kf_kernel *k, kf_sgmat acc, kf_sgmat left, kf_sgmat right);
+
 /* --- statements --- */
 /* Names a value (`let name = ...;`); returns the named value. */
 kf_val kf_let(kf_kernel *k, const char *name, kf_val v);
@@ -522,7 +573,8 @@ void kf_kernel_grid(const kf_kernel *k, uint32_t out[3]);
 /* --- emission and running --- */
 /* Deterministic, readable WGSL; NULL (and the kernel's error set) if the kernel is invalid. The
  * caller frees it with kf_free. A stage is emitted as run on its own (bindings in, ..., out).
- * The entry point is "main"; `enable f16;` / `enable subgroups;` appear only when used. */
+ * The entry point is "main"; `enable f16;` / `enable subgroups;` appear only when used, and so
+ * does `enable chromium_experimental_subgroup_matrix;` (with its uniformity diagnostic off). */
 char *kf_kernel_emit_wgsl(kf_kernel *k);
 /* The binding kinds of the emitted kernel, in binding order (for kf_pipeline_desc). */
 uint32_t kf_kernel_binding_kinds(const kf_kernel *k, kf_binding_kind *out, uint32_t capacity);

@@ -1230,6 +1230,215 @@ void kf_barrier(kf_kernel *k) {
 }
 
 /* ======================================================================================== */
+/* subgroup matrices                                                                        */
+/* ======================================================================================== */
+
+static const char *sgmat_kind_str(uint32_t kind) {
+    static const char *const kinds[] = {"?", "left", "right", "result"};
+    return kinds[kind <= KF_SGMAT_RESULT ? kind : 0];
+}
+
+static kf_sgmat mksgmat(const kf_kernel *k, uint32_t id) {
+    kf_sgmat m = {id, id ? k->tag : 0};
+    return m;
+}
+
+kf_sgmat kf_sgmat_declare(kf_kernel *k, const char *name, kf_sgmat_kind kind, kf_scalar component,
+                          uint32_t cols, uint32_t rows) {
+    if (!kf__ok(k)) {
+        return mksgmat(k, 0);
+    }
+    const char *nm = name && *name ? name : "mat";
+    if (is_stage(k)) {
+        kf__fail(k, KF_ERROR_TYPE, "kf_sgmat_declare: '%s': %s", nm, stage_rule);
+        return mksgmat(k, 0);
+    }
+    if (kind <= KF_SGMAT_NONE || kind > KF_SGMAT_RESULT) {
+        kf__fail(k, KF_ERROR_INVALID_ARGUMENT, "kf_sgmat_declare: '%s': %d is not a kf_sgmat_kind",
+                 nm, (int)kind);
+        return mksgmat(k, 0);
+    }
+    if (component != KF_SCALAR_F32 && component != KF_SCALAR_F16 && component != KF_SCALAR_I32 &&
+        component != KF_SCALAR_U32) {
+        kf__fail(k, KF_ERROR_TYPE,
+                 "kf_sgmat_declare: '%s': a subgroup matrix holds f32, f16, i32 or u32, not %s", nm,
+                 kf__scalar_str(component));
+        return mksgmat(k, 0);
+    }
+    if (cols == 0 || rows == 0 || cols > 64 || rows > 64) {
+        kf__fail(k, KF_ERROR_INVALID_ARGUMENT,
+                 "kf_sgmat_declare: '%s': %u cols x %u rows (each must be 1 to 64)", nm,
+                 (unsigned)cols, (unsigned)rows);
+        return mksgmat(k, 0);
+    }
+    if (component == KF_SCALAR_F16) {
+        k->uses |= KF__USES_F16;
+    }
+    k->uses |= KF__USES_SUBGROUP;
+    uint32_t id = kf__sgmat_var_new(k, nm, kind, component, cols, rows);
+    if (!id) {
+        return mksgmat(k, 0);
+    }
+    kf__emit_stmt(k, KF__STMT_VAR, id, 0, 0, 0);
+    return mksgmat(k, kf__ok(k) ? id : 0);
+}
+
+static uint32_t sgmat_id(kf_kernel *k, kf_sgmat m, const char *fn, int arg) {
+    if (!kf__ok(k)) {
+        return 0;
+    }
+    if (m.kernel != k->tag || m.id == 0 || m.id >= k->var_count || !k->vars[m.id].sgmat) {
+        kf__fail(k, m.id == 0 && m.kernel == 0 ? KF_ERROR_INVALID_ARGUMENT : KF_ERROR_TYPE,
+                 "%s: argument %d is %s", fn, arg,
+                 m.id == 0 && m.kernel == 0 ? "the invalid subgroup matrix"
+                 : m.kernel != k->tag       ? "a subgroup matrix from another kernel"
+                                            : "not a subgroup matrix of this kernel");
+        return 0;
+    }
+    if (!kf__block_within(k, k->cur_block, k->vars[m.id].scope)) {
+        kf__fail(k, KF_ERROR_TYPE,
+                 "%s: subgroup matrix '%s' is used outside the block that declares it", fn,
+                 kf__str(k, k->vars[m.id].name));
+        return 0;
+    }
+    if (is_stage(k)) {
+        kf__fail(k, KF_ERROR_TYPE, "%s: %s", fn, stage_rule);
+        return 0;
+    }
+    return m.id;
+}
+
+/* The offset or stride of a load or store: a u32 value usable here. */
+static uint32_t sgmat_u32(kf_kernel *k, kf_val v, const char *fn, int arg, const char *what) {
+    uint32_t id = val(k, v, fn, arg);
+    if (!id) {
+        return 0;
+    }
+    char s[48];
+    if (!kf_type_eq(ty(k, id), kf_type_scalar(KF_SCALAR_U32))) {
+        kf__fail(k, KF_ERROR_TYPE, "%s: the %s must be a u32, got %s", fn, what,
+                 tstr(ty(k, id), s));
+        return 0;
+    }
+    return id;
+}
+
+/* Shared checks of loads and stores; mem is the workgroup array or binding already resolved. */
+static void sgmat_access(kf_kernel *k, const char *fn, bool store, uint32_t im, bool storage,
+                         uint32_t mem, kf_val offset, bool col_major, kf_val stride) {
+    const kf__var *mv = &k->vars[im];
+    kf_type elem = storage ? k->bindings[mem].type : k->shareds[mem].elem;
+    const char *mname = kf__str(k, mv->name);
+    const char *src = kf__str(k, storage ? k->bindings[mem].name : k->shareds[mem].name);
+    char s0[48], s1[80];
+    if (!kf_type_eq(elem, mv->type)) {
+        kf__fail(k, KF_ERROR_TYPE, "%s: '%s' holds %s, the subgroup matrix '%s' (%s) needs %s", fn,
+                 src, tstr(elem, s0), mname, kf__sgmat_type_str(mv, s1, sizeof s1),
+                 kf__scalar_str(mv->type.scalar));
+        return;
+    }
+    if (storage && store && k->bindings[mem].kind != KF_BINDING_STORAGE_READ_WRITE) {
+        kf__fail(k, KF_ERROR_TYPE, "%s: binding '%s' is read-only (declared KF_ACCESS_READ)", fn,
+                 src);
+        return;
+    }
+    if (storage && k->bindings[mem].kind == KF_BINDING_UNIFORM) {
+        kf__fail(k, KF_ERROR_TYPE, "%s: '%s' is a uniform; subgroup matrices use storage arrays",
+                 fn, src);
+        return;
+    }
+    uint32_t io = sgmat_u32(k, offset, fn, store ? 2 : 4, "offset");
+    uint32_t is = io ? sgmat_u32(k, stride, fn, store ? 5 : 6, "stride") : 0;
+    if (!is) {
+        return;
+    }
+    uint32_t least = col_major ? mv->rows : mv->cols;
+    const kf__node *sn = &k->nodes[is];
+    if (sn->kind == KF__NODE_LIT && sn->bits < least) {
+        kf__fail(k, KF_ERROR_INVALID_ARGUMENT, "%s: stride %u is less than the %u %s of '%s' (%s)",
+                 fn, (unsigned)sn->bits, (unsigned)least, col_major ? "rows" : "cols", mname,
+                 col_major ? "column-major" : "row-major");
+        return;
+    }
+    uint32_t st =
+        kf__emit_stmt(k, store ? KF__STMT_SGMAT_STORE : KF__STMT_SGMAT_LOAD, im, io, is, 0);
+    if (st) {
+        k->stmts[st].d = mem;
+        k->stmts[st].flags =
+            (uint8_t)((col_major ? KF__SGMAT_COL_MAJOR : 0u) | (storage ? KF__SGMAT_STORAGE : 0u));
+    }
+}
+
+void kf_sgmat_load(kf_kernel *k, kf_sgmat m, kf_shared src, kf_val offset, bool col_major,
+                   kf_val stride) {
+    uint32_t im = sgmat_id(k, m, "kf_sgmat_load", 2);
+    uint32_t is = im ? shared_id(k, src, "kf_sgmat_load") : 0;
+    if (is) {
+        sgmat_access(k, "kf_sgmat_load", false, im, false, is, offset, col_major, stride);
+    }
+}
+
+void kf_sgmat_load_storage(kf_kernel *k, kf_sgmat m, kf_binding src, kf_val offset, bool col_major,
+                           kf_val stride) {
+    uint32_t im = sgmat_id(k, m, "kf_sgmat_load_storage", 2);
+    uint32_t ib = im ? binding_id(k, src, "kf_sgmat_load_storage") : 0;
+    if (ib) {
+        sgmat_access(k, "kf_sgmat_load_storage", false, im, true, ib, offset, col_major, stride);
+    }
+}
+
+void kf_sgmat_store(kf_kernel *k, kf_shared dst, kf_val offset, kf_sgmat m, bool col_major,
+                    kf_val stride) {
+    uint32_t im = sgmat_id(k, m, "kf_sgmat_store", 4);
+    uint32_t is = im ? shared_id(k, dst, "kf_sgmat_store") : 0;
+    if (is) {
+        sgmat_access(k, "kf_sgmat_store", true, im, false, is, offset, col_major, stride);
+    }
+}
+
+void kf_sgmat_store_storage(kf_kernel *k, kf_binding dst, kf_val offset, kf_sgmat m, bool col_major,
+                            kf_val stride) {
+    uint32_t im = sgmat_id(k, m, "kf_sgmat_store_storage", 4);
+    uint32_t ib = im ? binding_id(k, dst, "kf_sgmat_store_storage") : 0;
+    if (ib) {
+        sgmat_access(k, "kf_sgmat_store_storage", true, im, true, ib, offset, col_major, stride);
+    }
+}
+
+void kf_sgmat_mma(kf_kernel *k, kf_sgmat acc, kf_sgmat left, kf_sgmat right) {
+    const char *fn = "kf_sgmat_mma";
+    uint32_t ia = sgmat_id(k, acc, fn, 2);
+    uint32_t il = ia ? sgmat_id(k, left, fn, 3) : 0;
+    uint32_t ir = il ? sgmat_id(k, right, fn, 4) : 0;
+    if (!ir) {
+        return;
+    }
+    const kf__var *a = &k->vars[ia], *l = &k->vars[il], *r = &k->vars[ir];
+    char s0[80], s1[80], s2[80];
+    if (a->sgmat != KF_SGMAT_RESULT || l->sgmat != KF_SGMAT_LEFT || r->sgmat != KF_SGMAT_RIGHT) {
+        kf__fail(k, KF_ERROR_TYPE,
+                 "%s: expects a result, a left and a right matrix, got %s '%s', %s '%s', %s '%s'",
+                 fn, sgmat_kind_str(a->sgmat), kf__str(k, a->name), sgmat_kind_str(l->sgmat),
+                 kf__str(k, l->name), sgmat_kind_str(r->sgmat), kf__str(k, r->name));
+        return;
+    }
+    bool shapes = l->rows == a->rows && r->cols == a->cols && l->cols == r->rows;
+    if (!shapes || l->type.scalar != r->type.scalar) {
+        kf__fail(k, KF_ERROR_TYPE,
+                 "%s: %s += %s * %s does not fit (M x K times K x N into M x N, "
+                 "left and right of one component type)",
+                 fn, kf__sgmat_type_str(a, s0, sizeof s0), kf__sgmat_type_str(l, s1, sizeof s1),
+                 kf__sgmat_type_str(r, s2, sizeof s2));
+        return;
+    }
+    uint32_t st = kf__emit_stmt(k, KF__STMT_SGMAT_MMA, ia, 0, 0, 0);
+    if (st) {
+        k->stmts[st].d = il;
+        k->stmts[st].e = ir;
+    }
+}
+
+/* ======================================================================================== */
 /* statements                                                                               */
 /* ======================================================================================== */
 
@@ -1293,6 +1502,13 @@ static uint32_t var_id(kf_kernel *k, kf_var v, const char *fn) {
     }
     if (!kf__block_within(k, k->cur_block, k->vars[v.id].scope)) {
         kf__fail(k, KF_ERROR_TYPE, "%s: variable '%s' is used outside the block that declares it",
+                 fn, kf__str(k, k->vars[v.id].name));
+        return 0;
+    }
+    if (k->vars[v.id].sgmat) {
+        kf__fail(k, KF_ERROR_TYPE,
+                 "%s: '%s' is a subgroup matrix; use kf_sgmat_load, kf_sgmat_store and "
+                 "kf_sgmat_mma",
                  fn, kf__str(k, k->vars[v.id].name));
         return 0;
     }

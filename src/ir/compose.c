@@ -166,7 +166,10 @@ static void copy_stmt(copier *c, uint32_t sid) {
         if (s->a && !init) {
             return;
         }
-        uint32_t nv = kf__var_new(d, kf__str(c->src, v->name), v->type);
+        uint32_t nv = v->sgmat
+                          ? kf__sgmat_var_new(d, kf__str(c->src, v->name), (kf_sgmat_kind)v->sgmat,
+                                              v->type.scalar, v->cols, v->rows)
+                          : kf__var_new(d, kf__str(c->src, v->name), v->type);
         c->vars[s->ref] = nv;
         kf__emit_stmt(d, KF__STMT_VAR, nv, init, 0, 0);
         break;
@@ -242,6 +245,28 @@ static void copy_stmt(copier *c, uint32_t sid) {
             c->on_yield(c, v, i);
         } else {
             kf__emit_stmt(d, KF__STMT_YIELD, 0, v, i, 0);
+        }
+        break;
+    }
+    case KF__STMT_SGMAT_LOAD:
+    case KF__STMT_SGMAT_STORE: {
+        uint32_t offset = copy_node(c, s->a), stride = copy_node(c, s->b);
+        uint32_t mem = s->flags & KF__SGMAT_STORAGE ? c->bindings[s->d] : c->shareds[s->d];
+        uint32_t ref = c->vars[s->ref], flags = s->flags;
+        uint32_t ns =
+            offset && stride ? kf__emit_stmt(d, (kf__stmt_kind)s->kind, ref, offset, stride, 0) : 0;
+        if (ns) {
+            d->stmts[ns].d = mem;
+            d->stmts[ns].flags = (uint8_t)flags;
+        }
+        break;
+    }
+    case KF__STMT_SGMAT_MMA: {
+        uint32_t left = c->vars[s->d], right = c->vars[s->e];
+        uint32_t ns = kf__emit_stmt(d, KF__STMT_SGMAT_MMA, c->vars[s->ref], 0, 0, 0);
+        if (ns) {
+            d->stmts[ns].d = left;
+            d->stmts[ns].e = right;
         }
         break;
     }
@@ -611,7 +636,8 @@ static void hoist_shared_values(kf_kernel *w) {
         }
         count_use(w, st->a, uses, seen);
         if (st->kind == KF__STMT_STORE || st->kind == KF__STMT_SHARED_STORE ||
-            st->kind == KF__STMT_FOR || st->kind == KF__STMT_YIELD) {
+            st->kind == KF__STMT_FOR || st->kind == KF__STMT_YIELD ||
+            st->kind == KF__STMT_SGMAT_LOAD || st->kind == KF__STMT_SGMAT_STORE) {
             count_use(w, st->b, uses, seen);
         }
         if (st->kind == KF__STMT_FOR || (st->kind == KF__STMT_SHARED_STORE && st->c)) {

@@ -845,6 +845,153 @@ static bool exec_loop(interp *ip, const kf__stmt *s, const uint8_t *m) {
     return ok;
 }
 
+/* ---- subgroup matrices: one whole matrix per subgroup ---- */
+
+static uint32_t *sgmat_at(interp *ip, uint32_t var, uint32_t group) {
+    const kf__var *v = &ip->w->vars[var];
+    return ip->vars + ip->var_slot[var] + (size_t)group * v->cols * v->rows;
+}
+
+/* Which subgroups run a subgroup-matrix statement: every invocation of a subgroup or none, and
+ * (values != NULL) the same values in all of them. Sets run[g]; false (with the error) if not. */
+static bool sgmat_groups(interp *ip, const uint8_t *m, const char *what, const uint32_t *values,
+                         uint32_t nvalues, uint8_t *run) {
+    if (ip->lanes % ip->sg) {
+        return fail(ip, KF_ERROR_INVALID_ARGUMENT,
+                    "%s: the workgroup's %u invocations are not whole subgroups of %u (subgroup "
+                    "matrices need a workgroup size that is a multiple of the subgroup size)",
+                    what, (unsigned)ip->lanes, (unsigned)ip->sg);
+    }
+    for (uint32_t g = 0; g * ip->sg < ip->lanes; g++) {
+        uint32_t first = g * ip->sg, active = 0;
+        for (uint32_t l = first; l < first + ip->sg; l++) {
+            active += m[l] ? 1u : 0u;
+        }
+        if (active && active != ip->sg) {
+            return fail(ip, KF_ERROR_INVALID_ARGUMENT,
+                        "%s reached by %u of the %u invocations of subgroup %u: subgroup matrices "
+                        "need subgroup-uniform control flow",
+                        what, (unsigned)active, (unsigned)ip->sg, (unsigned)g);
+        }
+        run[g] = active != 0;
+        for (uint32_t i = 0; run[g] && i < nvalues; i++) {
+            uint32_t want = V(ip, values[i], first)[0];
+            for (uint32_t l = first + 1; l < first + ip->sg; l++) {
+                if (V(ip, values[i], l)[0] != want) {
+                    return fail(ip, KF_ERROR_INVALID_ARGUMENT,
+                                "%s: the %s differs between invocations %u and %u of subgroup %u "
+                                "(%u and %u): it must be the same in the whole subgroup",
+                                what, i == 0 ? "offset" : "stride", (unsigned)first, (unsigned)l,
+                                (unsigned)g, (unsigned)want, (unsigned)V(ip, values[i], l)[0]);
+                }
+            }
+        }
+    }
+    return true;
+}
+
+static bool sgmat_access(interp *ip, const kf__stmt *s, const uint8_t *m) {
+    const kf_kernel *w = ip->w;
+    bool load = s->kind == KF__STMT_SGMAT_LOAD, storage = s->flags & KF__SGMAT_STORAGE;
+    const char *what = load ? "subgroupMatrixLoad" : "subgroupMatrixStore";
+    if (!eval(ip, s->a, m) || !eval(ip, s->b, m)) {
+        return false;
+    }
+    uint8_t *run = calloc(ip->lanes / ip->sg + 1, 1);
+    if (!run) {
+        return fail(ip, KF_ERROR_OUT_OF_MEMORY, "out of memory");
+    }
+    uint32_t values[2] = {s->a, s->b};
+    bool ok = sgmat_groups(ip, m, what, values, 2, run);
+    const kf__var *v = &w->vars[s->ref];
+    const char *mem = storage ? ip->bufs[s->d].name : kf__str(w, w->shareds[s->d].name);
+    uint64_t length = storage ? ip->bufs[s->d].length : w->shareds[s->d].count;
+    for (uint32_t g = 0; ok && g * ip->sg < ip->lanes; g++) {
+        if (!run[g]) {
+            continue;
+        }
+        uint64_t offset = V(ip, s->a, g * ip->sg)[0], stride = V(ip, s->b, g * ip->sg)[0];
+        uint32_t *mat = sgmat_at(ip, s->ref, g);
+        for (uint32_t r = 0; ok && r < v->rows; r++) {
+            for (uint32_t c = 0; c < v->cols; c++) {
+                uint64_t i =
+                    offset + (s->flags & KF__SGMAT_COL_MAJOR ? c * stride + r : r * stride + c);
+                if (i >= length) {
+                    ok = fail(ip, KF_ERROR_INVALID_ARGUMENT,
+                              "%s of '%s': element (%u, %u) at index %llu of '%s' is out of "
+                              "bounds (it holds %llu elements)",
+                              what, kf__str(w, v->name), (unsigned)r, (unsigned)c,
+                              (unsigned long long)i, mem, (unsigned long long)length);
+                    break;
+                }
+                uint32_t *e = mat + r * v->cols + c;
+                if (storage) {
+                    uint8_t *p = ip->bufs[s->d].data + i * ip->bufs[s->d].stride;
+                    if (load) {
+                        read_elem(p, v->type, e);
+                    } else {
+                        write_elem(p, v->type, e);
+                    }
+                } else {
+                    uint32_t *p = ip->shared + ip->shared_slot[s->d] + i;
+                    if (load) {
+                        *e = *p;
+                    } else {
+                        *p = *e;
+                    }
+                }
+            }
+        }
+    }
+    free(run);
+    return ok;
+}
+
+/* acc += left * right, each element's products and accumulator summed exactly (double; integers
+ * wrap) and rounded once. */
+static bool sgmat_mma(interp *ip, const kf__stmt *s, const uint8_t *m) {
+    const kf_kernel *w = ip->w;
+    uint8_t *run = calloc(ip->lanes / ip->sg + 1, 1);
+    if (!run) {
+        return fail(ip, KF_ERROR_OUT_OF_MEMORY, "out of memory");
+    }
+    bool ok = sgmat_groups(ip, m, "subgroupMatrixMultiplyAccumulate", NULL, 0, run);
+    const kf__var *a = &w->vars[s->ref], *l = &w->vars[s->d];
+    kf_scalar as = a->type.scalar, ls = l->type.scalar;
+    for (uint32_t g = 0; ok && g * ip->sg < ip->lanes; g++) {
+        if (!run[g]) {
+            continue;
+        }
+        uint32_t *acc = sgmat_at(ip, s->ref, g);
+        const uint32_t *lm = sgmat_at(ip, s->d, g), *rm = sgmat_at(ip, s->e, g);
+        for (uint32_t r = 0; r < a->rows; r++) {
+            for (uint32_t c = 0; c < a->cols; c++) {
+                uint32_t *e = acc + r * a->cols + c;
+                if (kf__is_float(as)) {
+                    double sum = fw(*e);
+                    for (uint32_t q = 0; q < l->cols; q++) {
+                        uint32_t x = lm[r * l->cols + q], y = rm[q * a->cols + c];
+                        sum += kf__is_float(ls)      ? (double)fw(x) * fw(y)
+                               : ls == KF_SCALAR_I32 ? (double)(int32_t)x * (int32_t)y
+                                                     : (double)x * y;
+                    }
+                    *e = wfloat(as, (float)sum);
+                } else {
+                    uint32_t sum = *e;
+                    for (uint32_t q = 0; q < l->cols; q++) {
+                        uint32_t x = lm[r * l->cols + q], y = rm[q * a->cols + c];
+                        sum += kf__is_float(ls) ? convert1(as, KF_SCALAR_F32, wf32(fw(x) * fw(y)))
+                                                : x * y;
+                    }
+                    *e = sum;
+                }
+            }
+        }
+    }
+    free(run);
+    return ok;
+}
+
 static bool exec_stmt(interp *ip, uint32_t sid, const uint8_t *m) {
     const kf_kernel *w = ip->w;
     const kf__stmt *s = &w->stmts[sid];
@@ -852,6 +999,23 @@ static bool exec_stmt(interp *ip, uint32_t sid, const uint8_t *m) {
     case KF__STMT_LET:
         return compute(ip, s->ref, m);
     case KF__STMT_VAR:
+        if (w->vars[s->ref].sgmat) {
+            const kf__var *v = &w->vars[s->ref];
+            uint8_t *run = calloc(ip->lanes / ip->sg + 1, 1);
+            if (!run) {
+                return fail(ip, KF_ERROR_OUT_OF_MEMORY, "out of memory");
+            }
+            bool ok = sgmat_groups(ip, m, "a subgroup matrix's declaration", NULL, 0, run);
+            for (uint32_t g = 0; ok && g * ip->sg < ip->lanes; g++) {
+                if (run[g]) {
+                    memset(sgmat_at(ip, s->ref, g), 0,
+                           (size_t)v->cols * v->rows * sizeof(uint32_t));
+                }
+            }
+            free(run);
+            return ok;
+        }
+        /* fall through */
     case KF__STMT_ASSIGN: {
         uint32_t words = kf__type_words(w->vars[s->ref].type);
         if (s->a && !eval(ip, s->a, m)) {
@@ -870,6 +1034,11 @@ static bool exec_stmt(interp *ip, uint32_t sid, const uint8_t *m) {
     case KF__STMT_STORE:
     case KF__STMT_SHARED_STORE:
         return store(ip, s, m);
+    case KF__STMT_SGMAT_LOAD:
+    case KF__STMT_SGMAT_STORE:
+        return sgmat_access(ip, s, m);
+    case KF__STMT_SGMAT_MMA:
+        return sgmat_mma(ip, s, m);
     case KF__STMT_IF: {
         if (!eval(ip, s->a, m)) {
             return false;
@@ -1105,9 +1274,13 @@ static kf_status setup(interp *ip, const kf_interp_desc *desc) {
     }
     ip->vals = calloc(total ? total : 1, sizeof *ip->vals);
     total = 0;
+    uint32_t subgroups = (ip->lanes + ip->sg - 1) / ip->sg;
     for (uint32_t i = 1; i < w->var_count; i++) {
+        const kf__var *v = &w->vars[i];
         ip->var_slot[i] = total;
-        total += (size_t)kf__type_words(w->vars[i].type) * ip->lanes;
+        /* a subgroup matrix is kept whole, once per subgroup */
+        total += v->sgmat ? (size_t)v->cols * v->rows * subgroups
+                          : (size_t)kf__type_words(v->type) * ip->lanes;
     }
     ip->vars = calloc(total ? total : 1, sizeof *ip->vars);
     total = 0;

@@ -85,14 +85,23 @@ typedef enum kf__stmt_kind {
     KF__STMT_BREAK,
     KF__STMT_CONTINUE,
     KF__STMT_BARRIER,
-    KF__STMT_YIELD /* a: value; b: index */
+    KF__STMT_YIELD,       /* a: value; b: index */
+    KF__STMT_SGMAT_LOAD,  /* ref: matrix variable; a: offset; b: stride; d: the workgroup array
+                             (or binding, with KF__SGMAT_STORAGE); flags */
+    KF__STMT_SGMAT_STORE, /* ref: matrix variable; a, b, d, flags as for the load */
+    KF__STMT_SGMAT_MMA    /* ref: the result matrix; d: left; e: right (variables) */
 } kf__stmt_kind;
+
+/* kf__stmt.flags of subgroup-matrix loads and stores */
+enum { KF__SGMAT_COL_MAJOR = 1u << 0, KF__SGMAT_STORAGE = 1u << 1 };
 
 typedef struct kf__stmt {
     uint8_t kind;
     uint8_t hoisted; /* a let kf__kernel_prepare added for a shared pure value */
+    uint8_t flags;   /* subgroup-matrix loads and stores: KF__SGMAT_* */
     uint32_t ref;
     uint32_t a, b, c;
+    uint32_t d, e; /* subgroup-matrix statements: memory and matrix references (not values) */
     uint32_t body, else_body;
     uint32_t block; /* the block holding it */
     uint32_t next;  /* next statement of its block, 0 at the end */
@@ -120,8 +129,10 @@ typedef struct kf__binding {
 
 typedef struct kf__var {
     uint32_t name;
-    kf_type type;
+    kf_type type;   /* a subgroup matrix: its component type (a scalar) */
     uint32_t scope; /* the block of its declaration */
+    uint8_t sgmat;  /* kf_sgmat_kind; 0 for an ordinary variable */
+    uint32_t cols, rows;
 } kf__var;
 
 typedef struct kf__shared {
@@ -206,6 +217,11 @@ uint32_t kf__block_new(kf_kernel *k, uint32_t parent, uint32_t owner);
 uint32_t kf__binding_new(kf_kernel *k, const char *name, kf_binding_kind kind, kf_type type,
                          kf__binding_role role);
 uint32_t kf__var_new(kf_kernel *k, const char *name, kf_type type);
+/* A subgroup-matrix variable (kf_sgmat_declare's storage); 0 on failure. */
+uint32_t kf__sgmat_var_new(kf_kernel *k, const char *name, kf_sgmat_kind kind, kf_scalar component,
+                           uint32_t cols, uint32_t rows);
+/* "subgroup_matrix_result<f32, 16, 16>" into buf; returns buf. */
+const char *kf__sgmat_type_str(const kf__var *v, char *buf, size_t size);
 uint32_t kf__shared_new(kf_kernel *k, const char *name, kf_type elem, uint32_t count);
 uint32_t kf__override_new(kf_kernel *k, const char *name, kf_type type, bool has_default,
                           double value);

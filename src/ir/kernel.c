@@ -195,6 +195,24 @@ uint32_t kf__var_new(kf_kernel *k, const char *name, kf_type type) {
     return id;
 }
 
+uint32_t kf__sgmat_var_new(kf_kernel *k, const char *name, kf_sgmat_kind kind, kf_scalar component,
+                           uint32_t cols, uint32_t rows) {
+    uint32_t id = kf__var_new(k, name, kf_type_scalar(component));
+    if (id) {
+        k->vars[id].sgmat = (uint8_t)kind;
+        k->vars[id].cols = cols;
+        k->vars[id].rows = rows;
+    }
+    return id;
+}
+
+const char *kf__sgmat_type_str(const kf__var *v, char *buf, size_t size) {
+    static const char *const kinds[] = {"", "left", "right", "result"};
+    snprintf(buf, size, "subgroup_matrix_%s<%s, %u, %u>", kinds[v->sgmat & 3],
+             kf__scalar_str(v->type.scalar), (unsigned)v->cols, (unsigned)v->rows);
+    return buf;
+}
+
 uint32_t kf__shared_new(kf_kernel *k, const char *name, kf_type elem, uint32_t count) {
     if (!GROW(k, shareds, shared_count, shared_cap)) {
         return 0;

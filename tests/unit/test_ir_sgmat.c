@@ -1,0 +1,229 @@
+/* Subgroup matrices in the IR: the builder's checks, the WGSL they emit, and the interpreter's
+ * semantics (a whole matrix per subgroup) against a float64 product. */
+#include "harness.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/half.h"
+
+/* c (f32, 16 x 16 per subgroup) = a (f16 storage, row-major) * b (f16 through workgroup memory,
+ * column-major): two subgroups, each its own 16-row block of a. */
+static kf_kernel *two_subgroup_product(void) {
+    kf_kernel_desc desc = {.name = "sgmat_product", .workgroup_size = {64, 1, 1}};
+    kf_kernel *k = kf_kernel_create(&desc);
+    kf_type h = kf_type_scalar(KF_SCALAR_F16), f = kf_type_scalar(KF_SCALAR_F32);
+    kf_binding a = kf_kernel_storage(k, "a", h, KF_ACCESS_READ);
+    kf_binding b = kf_kernel_storage(k, "b", h, KF_ACCESS_READ);
+    kf_binding c = kf_kernel_storage(k, "c", f, KF_ACCESS_READ_WRITE);
+    kf_shared bt = kf_kernel_workgroup(k, "bt", h, 256);
+    kf_val local = kf_builtin_get(k, KF_BUILTIN_LOCAL_INDEX);
+    /* b into workgroup memory transposed: bt[col * 16 + row] = b[row * 16 + col] */
+    kf_val i = kf_for(k, "i", local, kf_lit_u32(k, 256), kf_lit_u32(k, 64));
+    kf_val row = kf_div(k, i, kf_lit_u32(k, 16)),
+           col = kf_binary(k, KF_OP_MOD, i, kf_lit_u32(k, 16));
+    kf_shared_store(k, bt, kf_add(k, kf_mul(k, col, kf_lit_u32(k, 16)), row), kf_load(k, b, i));
+    kf_end(k);
+    kf_barrier(k);
+    kf_val sg = kf_let(k, "sg", kf_div(k, local, kf_lit_u32(k, 32)));
+    kf_sgmat acc = kf_sgmat_declare(k, "acc", KF_SGMAT_RESULT, KF_SCALAR_F32, 16, 16);
+    kf_sgmat l = kf_sgmat_declare(k, "l", KF_SGMAT_LEFT, KF_SCALAR_F16, 16, 16);
+    kf_sgmat r = kf_sgmat_declare(k, "r", KF_SGMAT_RIGHT, KF_SCALAR_F16, 16, 16);
+    kf_sgmat_load_storage(k, l, a, kf_mul(k, sg, kf_lit_u32(k, 256)), false, kf_lit_u32(k, 16));
+    kf_sgmat_load(k, r, bt, kf_lit_u32(k, 0), true, kf_lit_u32(k, 16));
+    kf_sgmat_mma(k, acc, l, r);
+    kf_sgmat_mma(k, acc, l, r); /* twice: acc = 2 a b */
+    kf_sgmat_store_storage(k, c, kf_mul(k, sg, kf_lit_u32(k, 256)), acc, false, kf_lit_u32(k, 16));
+    return k;
+}
+
+KT_TEST(unit, ir_sgmat_wgsl) {
+    kf_kernel *k = two_subgroup_product();
+    KT_CHECK(kf_kernel_status(k) == KF_OK, "%s", kf_kernel_error(k));
+    char *w = kf_kernel_emit_wgsl(k);
+    KT_CHECK(w != NULL, "no WGSL: %s", kf_kernel_error(k));
+    const char *want[] = {
+        "enable f16;\nenable subgroups;\nenable chromium_experimental_subgroup_matrix;\n"
+        "diagnostic(off, chromium.subgroup_matrix_uniformity);\n",
+        "var acc: subgroup_matrix_result<f32, 16, 16>;\n",
+        "var l: subgroup_matrix_left<f16, 16, 16>;\n",
+        "var r: subgroup_matrix_right<f16, 16, 16>;\n",
+        "l = subgroupMatrixLoad<subgroup_matrix_left<f16, 16, 16>>(&a, ",
+        "r = subgroupMatrixLoad<subgroup_matrix_right<f16, 16, 16>>(&bt, 0u, true, 16u);\n",
+        "acc = subgroupMatrixMultiplyAccumulate(l, r, acc);\n",
+        "subgroupMatrixStore(&c, ",
+        ", acc, false, 16u);\n",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        if (!strstr(w, want[i])) {
+            kt_fail(__FILE__, __LINE__, "missing <%s> in\n%s", want[i], w);
+            break;
+        }
+    }
+    kf_free(w);
+    kf_kernel_destroy(k);
+
+    /* a kernel without subgroup matrices says nothing of them */
+    kf_kernel *plain = kf_kernel_create(NULL);
+    kf_val x = kf_add(plain, kf_lit_u32(plain, 1), kf_builtin_get(plain, KF_BUILTIN_LOCAL_INDEX));
+    kf_binding o =
+        kf_kernel_storage(plain, "o", kf_type_scalar(KF_SCALAR_U32), KF_ACCESS_READ_WRITE);
+    kf_store(plain, o, kf_lit_u32(plain, 0), x);
+    w = kf_kernel_emit_wgsl(plain);
+    KT_CHECK(w && !strstr(w, "subgroup_matrix") && !strstr(w, "diagnostic"), "%s", w ? w : "");
+    kf_free(w);
+    kf_kernel_destroy(plain);
+}
+
+KT_TEST(unit, ir_sgmat_interpreter) {
+    kf_kernel *k = two_subgroup_product();
+    uint16_t a[512], b[256];
+    float fa[512], fb[256], c[512 + 8];
+    for (int i = 0; i < 512; i++) {
+        a[i] = kf__half_from_float(kt_rand_f32(-1.0f, 1.0f));
+        fa[i] = kf__half_to_float(a[i]);
+    }
+    for (int i = 0; i < 256; i++) {
+        b[i] = kf__half_from_float(kt_rand_f32(-1.0f, 1.0f));
+        fb[i] = kf__half_to_float(b[i]);
+    }
+    for (int i = 0; i < 512 + 8; i++) {
+        c[i] = -7.0f;
+    }
+    kf_host_buffer bufs[3] = {{a, sizeof a}, {b, sizeof b}, {c, sizeof c}};
+    kf_interp_desc d = {.buffers = bufs, .buffer_count = 3, .groups = {1, 1, 1}};
+    KT_CHECK(kf_kernel_interpret(k, &d) == KF_OK, "%s", kf_kernel_error(k));
+    for (int r = 0; r < 32; r++) {
+        for (int col = 0; col < 16; col++) {
+            double ref = 0;
+            for (int q = 0; q < 16; q++) {
+                ref += (double)fa[r * 16 + q] * fb[q * 16 + col];
+            }
+            /* acc = round(round(ab) + ab): two roundings to f32 */
+            double got = c[r * 16 + col];
+            KT_CHECK(fabs(got - 2 * ref) <= 1e-6 * (1 + fabs(ref)), "c[%d,%d] = %g, want %g", r,
+                     col, got, 2 * ref);
+        }
+    }
+    for (int g = 512; g < 520; g++) {
+        KT_CHECK(c[g] == -7.0f, "wrote past the end at %d", g);
+    }
+    /* subgroups larger than the workgroup are not whole subgroups */
+    d.subgroup_size = 128;
+    KT_CHECK(kf_kernel_interpret(k, &d) == KF_ERROR_INVALID_ARGUMENT, "partial subgroup run");
+    KT_CHECK(strstr(kf_kernel_error(k), "not whole subgroups") != NULL, "%s", kf_kernel_error(k));
+    kf_kernel_destroy(k);
+}
+
+KT_TEST(unit, ir_sgmat_interpreter_refuses_divergence) {
+    /* an offset that differs inside a subgroup, and a load only half a subgroup reaches */
+    for (int which = 0; which < 2; which++) {
+        kf_kernel_desc desc = {.name = "bad", .workgroup_size = {32, 1, 1}};
+        kf_kernel *k = kf_kernel_create(&desc);
+        kf_shared t = kf_kernel_workgroup(k, "t", kf_type_scalar(KF_SCALAR_F32), 1024);
+        kf_sgmat m = kf_sgmat_declare(k, "m", KF_SGMAT_RESULT, KF_SCALAR_F32, 16, 16);
+        kf_val local = kf_builtin_get(k, KF_BUILTIN_LOCAL_INDEX);
+        if (which == 0) {
+            kf_sgmat_load(k, m, t, local, false, kf_lit_u32(k, 16));
+        } else {
+            kf_if(k, kf_binary(k, KF_OP_LT, local, kf_lit_u32(k, 16)));
+            kf_sgmat_load(k, m, t, kf_lit_u32(k, 0), false, kf_lit_u32(k, 16));
+            kf_end(k);
+        }
+        KT_CHECK(kf_kernel_status(k) == KF_OK, "%s", kf_kernel_error(k));
+        kf_interp_desc d = {.groups = {1, 1, 1}};
+        KT_CHECK(kf_kernel_interpret(k, &d) == KF_ERROR_INVALID_ARGUMENT, "case %d ran", which);
+        const char *want = which == 0 ? "offset differs" : "16 of the 32 invocations";
+        KT_CHECK(strstr(kf_kernel_error(k), want), "case %d: %s", which, kf_kernel_error(k));
+        kf_kernel_destroy(k);
+    }
+    /* out of bounds */
+    kf_kernel_desc desc = {.name = "oob", .workgroup_size = {32, 1, 1}};
+    kf_kernel *k = kf_kernel_create(&desc);
+    kf_shared t = kf_kernel_workgroup(k, "t", kf_type_scalar(KF_SCALAR_F32), 256);
+    kf_sgmat m = kf_sgmat_declare(k, "m", KF_SGMAT_RESULT, KF_SCALAR_F32, 16, 16);
+    kf_sgmat_store(k, t, kf_lit_u32(k, 1), m, false, kf_lit_u32(k, 16));
+    kf_interp_desc d = {.groups = {1, 1, 1}};
+    KT_CHECK(kf_kernel_interpret(k, &d) == KF_ERROR_INVALID_ARGUMENT, "out of bounds ran");
+    KT_CHECK(strstr(kf_kernel_error(k), "element (15, 15) at index 256 of 't' is out of bounds"),
+             "%s", kf_kernel_error(k));
+    kf_kernel_destroy(k);
+}
+
+KT_TEST(unit, ir_sgmat_builder_errors) {
+    struct {
+        int what;
+        const char *want;
+    } cases[] = {
+        {0, "expects a result, a left and a right matrix, got right 'r'"},
+        {1, "does not fit"},
+        {2, "is a subgroup matrix; use kf_sgmat_load"},
+        {3, "'t' holds f32, the subgroup matrix 'l'"},
+        {4, "stride 8 is less than the 16 cols"},
+        {5, "a subgroup matrix holds f32, f16, i32 or u32, not bool"},
+        {6, "a stage runs per element"},
+        {7, "binding 'ro' is read-only"},
+        {8, "the offset must be a u32"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        kf_kernel_desc desc = {.name = "e", .workgroup_size = {32, 1, 1}};
+        if (cases[c].what == 6) {
+            desc.input = kf_type_scalar(KF_SCALAR_F32);
+            desc.output = desc.input;
+        }
+        kf_kernel *k = kf_kernel_create(&desc);
+        kf_shared t = kf_kernel_workgroup(k, "t", kf_type_scalar(KF_SCALAR_F32), 1024);
+        kf_binding ro = kf_kernel_storage(k, "ro", kf_type_scalar(KF_SCALAR_F32), KF_ACCESS_READ);
+        kf_val zero = kf_lit_u32(k, 0), sixteen = kf_lit_u32(k, 16);
+        kf_sgmat l = kf_sgmat_declare(k, "l", KF_SGMAT_LEFT, KF_SCALAR_F16, 16, 16);
+        kf_sgmat r = kf_sgmat_declare(k, "r", KF_SGMAT_RIGHT, KF_SCALAR_F16, 8, 16);
+        kf_sgmat x = kf_sgmat_declare(k, "x", KF_SGMAT_RESULT, KF_SCALAR_F32, 16, 16);
+        switch (cases[c].what) {
+        case 0: /* kinds in the wrong places */
+            kf_sgmat_mma(k, r, l, x);
+            break;
+        case 1: /* 16x16 * 16x8 into 16x16 */
+            kf_sgmat_mma(k, x, l, r);
+            break;
+        case 2:
+            kf_read(k, (kf_var){x.id, x.kernel});
+            break;
+        case 3:
+            kf_sgmat_load(k, l, t, zero, false, sixteen);
+            break;
+        case 4:
+            kf_sgmat_store(k, t, zero, x, false, kf_lit_u32(k, 8));
+            break;
+        case 5:
+            kf_sgmat_declare(k, "b", KF_SGMAT_LEFT, KF_SCALAR_BOOL, 16, 16);
+            break;
+        case 6: /* the stage refused the first declaration already */
+            break;
+        case 7:
+            kf_sgmat_store_storage(k, ro, zero, x, false, sixteen);
+            break;
+        case 8:
+            kf_sgmat_store(k, t, kf_lit_i32(k, 0), x, false, sixteen);
+            break;
+        default:
+            break;
+        }
+        KT_CHECK(kf_kernel_status(k) != KF_OK, "case %zu: no error", c);
+        KT_CHECK(strstr(kf_kernel_error(k), cases[c].want) != NULL, "case %zu: %s", c,
+                 kf_kernel_error(k));
+        kf_kernel_destroy(k);
+    }
+}
+
+KT_TEST(unit, ir_sgmat_copies) {
+    /* clone and composition keep subgroup matrices; a stage using them cannot be composed */
+    kf_kernel *k = two_subgroup_product();
+    kf_kernel *c = kf_kernel_clone(k);
+    char *w0 = kf_kernel_emit_wgsl(k), *w1 = kf_kernel_emit_wgsl(c);
+    KT_CHECK(w0 && w1 && !strcmp(w0, w1), "the clone emits different WGSL");
+    kf_free(w0);
+    kf_free(w1);
+    kf_kernel_destroy(c);
+    kf_kernel_destroy(k);
+}
