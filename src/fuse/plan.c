@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "ops/matmul_blocked.h"
+#include "ops/matmul_sgmat.h"
 #include "util/half.h"
 
 #define KF_WORKGROUP 256u
@@ -540,6 +541,13 @@ static kf_kernel *compile_producer(kf_plan *p, kf__group *grp, kf__compiled *c) 
         if (tuned && (uint64_t)m * n >= 64u * 64u) {
             base = kf__matmul_blocked(m, k, n, tuned);
         }
+    }
+    if (!strcmp(root->op->name, "matmul") && root->dtype == KF_DTYPE_F16 &&
+        !root->params.transpose_a && !root->params.transpose_b) {
+        /* Tensor cores where the device has subgroup matrices ($KF_NO_SGMAT=1: never); same
+         * bindings, same store phase. */
+        base =
+            kf__matmul_sgmat_for(p->ctx, shapes[0].dims[0], shapes[0].dims[1], shapes[1].dims[1]);
     }
     if (!base) {
         base = root->op->kernel_forward(shapes, &root->params, root->dtype);

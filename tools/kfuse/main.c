@@ -12,6 +12,8 @@ static const kf_cli_command commands[] = {
     {"wgsl", "print the WGSL of a named kernel (an example or an operator)", kf_cmd_wgsl},
     {"tune", "time the matmul tile configurations on this device and cache the fastest",
      kf_cmd_tune},
+    {"sgmat", "time the subgroup-matrix (tensor core) f16 matmul's tile configurations",
+     kf_cmd_sgmat},
 };
 static const size_t command_count = sizeof commands / sizeof commands[0];
 

@@ -1,0 +1,47 @@
+/* The subgroup-matrix (tensor core) matmul kernel generator: f16 inputs, f32 accumulation. */
+#ifndef KF_OPS_MATMUL_SGMAT_H
+#define KF_OPS_MATMUL_SGMAT_H
+
+#include "kfuse.h"
+
+/* A tile configuration. The workgroup computes bm x bn of c walking K bk at a time through
+ * f16 tiles in workgroup memory; its wm x wn subgroups each own a (bm / wm) x (bn / wn) block
+ * of it, as 16x16 result matrices (the 16x16x16 f16 -> f32 configuration). stages 2
+ * double-buffers the tiles (one barrier per step), 1 keeps one (two). group_m > 0 numbers the
+ * workgroups down group_m tile rows before moving right, so the tiles running together share
+ * b's columns in the L2 cache; 0 numbers them row by row. */
+typedef struct kf__sgmat_config {
+    uint32_t bm, bn, bk;
+    uint32_t wm, wn;
+    uint32_t stages;
+    uint32_t group_m;
+} kf__sgmat_config;
+
+/* The configuration used when none is given. */
+const kf__sgmat_config *kf__sgmat_default_config(uint32_t m, uint32_t k, uint32_t n);
+
+/* Whether the generator accepts the configuration for subgroups of sg invocations: bm, bn
+ * multiples of 16 * wm, 16 * wn; bk a multiple of 16; whole vec4 loads of both tiles per
+ * invocation; workgroup memory within 48 KiB. */
+bool kf__sgmat_config_valid(const kf__sgmat_config *cfg, uint32_t sg);
+
+/* c[m,n] = a[m,k] * b[k,n], row-major, f16 storage (bindings a, b, then out), products on
+ * subgroup matrices with f32 accumulation; every element of c goes through kf_kernel_yield
+ * (rounded to f16), so element-wise tails fuse. Any m, k, n: tiles are zero-padded when staged
+ * and the store phase is bounds-checked. sg is the device's subgroup size (subgroups are taken
+ * to be consecutive local indices, as on every GPU that has subgroup matrices). cfg NULL: the
+ * default. The grid is recorded on the kernel. NULL for an invalid configuration or zero sizes. */
+kf_kernel *kf__matmul_sgmat(uint32_t m, uint32_t k, uint32_t n, const kf__sgmat_config *cfg,
+                            uint32_t sg);
+
+/* Whether ctx can run the kernel: the device has subgroup matrices and shader-f16, one subgroup
+ * size, and compiles a 16x16x16 f16 -> f32 probe; and $KF_NO_SGMAT is unset (or "0"). On true,
+ * *sg is the subgroup size. */
+bool kf__sgmat_usable(kf_context *ctx, uint32_t *sg);
+
+/* The kernel an f16 product c[m,n] = a[m,k] * b[k,n] (no transposes) runs on ctx: the
+ * subgroup-matrix kernel where kf__sgmat_usable and the product has 64x64 outputs or more, else
+ * NULL (the caller keeps its FMA kernel). */
+kf_kernel *kf__matmul_sgmat_for(kf_context *ctx, uint32_t m, uint32_t k, uint32_t n);
+
+#endif

@@ -1,0 +1,237 @@
+/* The subgroup-matrix matmul: every configuration on aligned and ragged shapes in the interpreter
+ * against a float64 product of the f16-rounded inputs, outputs poisoned and a guard band checked;
+ * its WGSL; the fused tail; and the same on the GPU where the device has subgroup matrices. */
+#include "harness.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/matmul_sgmat.h"
+#include "util/half.h"
+
+static const kf__sgmat_config configs[] = {
+    {32, 32, 16, 2, 2, 1, 0},   /* one matrix per subgroup, single-buffered */
+    {64, 64, 32, 2, 2, 2, 0},   /* the small default */
+    {64, 128, 32, 1, 4, 1, 2},  /* 4x2 matrices per subgroup, grouped tile order */
+    {128, 64, 64, 4, 1, 1, 3},  /* 2x4 matrices per subgroup; the scratch takes a row of them */
+    {128, 128, 32, 2, 4, 2, 8}, /* the large default: one matrix per store round */
+};
+
+static const uint32_t shapes[][3] = {
+    {1, 1, 1},     {7, 13, 5},  {16, 16, 16}, {33, 17, 31},  {65, 33, 17},
+    {130, 70, 36}, {5, 7, 129}, {64, 64, 64}, {200, 48, 40},
+};
+
+/* An element-wise tail on f16: x * sigmoid(x) computed in f32. */
+static kf_val silu_f16(kf_kernel *k, kf_val x, void *user) {
+    (void)user;
+    kf_val f = kf_cast(k, kf_type_scalar(KF_SCALAR_F32), x);
+    kf_val one = kf_lit_f32(k, 1.0f);
+    kf_val y = kf_div(k, f, kf_add(k, one, kf_call1(k, KF_FN_EXP, kf_unary(k, KF_OP_NEG, f))));
+    return kf_cast(k, kf_type_scalar(KF_SCALAR_F16), y);
+}
+
+enum { GUARD = 64 };
+static const uint16_t POISON = 0x7e00u; /* an f16 NaN */
+
+/* Runs c = a * b (optionally |> silu) on the GPU (ctx) or in the interpreter (ctx NULL) and
+ * checks every element against float64 and the guard band. */
+static bool run_case(kf_context *ctx, uint32_t sg, uint32_t m, uint32_t kd, uint32_t n,
+                     const kf__sgmat_config *cfg, bool tail) {
+    kf_kernel *mm = kf__matmul_sgmat(m, kd, n, cfg, sg);
+    if (!mm) {
+        kt_fail(__FILE__, __LINE__, "no kernel for %ux%ux%u", m, kd, n);
+        return false;
+    }
+    kf_kernel *k = mm;
+    if (tail) {
+        uint32_t wg[3];
+        kf_kernel_workgroup_size(mm, wg);
+        kf_type h = kf_type_scalar(KF_SCALAR_F16);
+        kf_kernel *t = kf_kernel_map("silu", h, h, wg, silu_f16, NULL);
+        k = kf_kernel_then(mm, t);
+        kf_kernel_destroy(t);
+    }
+    bool ok = kf_kernel_status(k) == KF_OK;
+    if (!ok) {
+        kt_fail(__FILE__, __LINE__, "kernel: %s", kf_kernel_error(k));
+    }
+    uint16_t *a = malloc(2ull * m * kd), *b = malloc(2ull * kd * n);
+    uint16_t *c = malloc(2ull * (m * n + GUARD));
+    double *fa = malloc(sizeof(double) * m * kd), *fb = malloc(sizeof(double) * kd * n);
+    for (uint32_t i = 0; i < m * kd; i++) {
+        a[i] = kf__half_from_float(kt_rand_f32(-1.0f, 1.0f));
+        fa[i] = kf__half_to_float(a[i]);
+    }
+    for (uint32_t i = 0; i < kd * n; i++) {
+        b[i] = kf__half_from_float(kt_rand_f32(-1.0f, 1.0f));
+        fb[i] = kf__half_to_float(b[i]);
+    }
+    for (uint32_t i = 0; i < m * n + GUARD; i++) {
+        c[i] = POISON;
+    }
+    const char *where = ctx ? "GPU" : "interpreter";
+    if (ok && ctx) {
+        kf_buffer *bufs[3] = {0};
+        ok = kf_buffer_create(ctx, 2ull * m * kd, &bufs[0]) == KF_OK &&
+             kf_buffer_create(ctx, 2ull * kd * n, &bufs[1]) == KF_OK &&
+             kf_buffer_create(ctx, 2ull * (m * n + GUARD), &bufs[2]) == KF_OK &&
+             kf_buffer_upload(bufs[0], 0, a, 2ull * m * kd) == KF_OK &&
+             kf_buffer_upload(bufs[1], 0, b, 2ull * kd * n) == KF_OK &&
+             kf_buffer_fill_u32(bufs[2], 0x7e007e00u) == KF_OK;
+        kf_kernel_launch launch = {.buffers = bufs, .buffer_count = 3};
+        if (ok && kf_kernel_run(ctx, k, &launch) != KF_OK) {
+            kt_fail(__FILE__, __LINE__, "run %ux%ux%u: %s / %s", m, kd, n,
+                    kf_context_last_error(ctx), kf_kernel_error(k));
+            ok = false;
+        }
+        ok = ok && kf_buffer_download(bufs[2], 0, c, 2ull * (m * n + GUARD)) == KF_OK;
+        for (int i = 0; i < 3; i++) {
+            kf_buffer_destroy(bufs[i]);
+        }
+    } else if (ok) {
+        kf_host_buffer host[3] = {
+            {a, 2ull * m * kd}, {b, 2ull * kd * n}, {c, 2ull * (m * n + GUARD)}};
+        kf_interp_desc d = {.buffers = host, .buffer_count = 3, .subgroup_size = sg};
+        if (kf_kernel_interpret(k, &d) != KF_OK) {
+            kt_fail(__FILE__, __LINE__, "interpret %ux%ux%u: %s", m, kd, n, kf_kernel_error(k));
+            ok = false;
+        }
+    }
+    /* f32 accumulation, then one rounding to f16 (2^-11 relative) and, with the tail, its f16
+     * rounding again: relative to the result, or to the sum of |products| where the sum
+     * cancels. */
+    for (uint32_t i = 0; ok && i < m; i++) {
+        for (uint32_t j = 0; j < n; j++) {
+            double ref = 0.0, mag = 0.0;
+            for (uint32_t q = 0; q < kd; q++) {
+                ref += fa[(size_t)i * kd + q] * fb[(size_t)q * n + j];
+                mag += fabs(fa[(size_t)i * kd + q] * fb[(size_t)q * n + j]);
+            }
+            double scale = fmax(fabs(ref), 1e-3 * mag) + 1e-30;
+            if (tail) { /* near silu's zeros: relative to its input (rounded to f16 first) */
+                scale = fmax(scale, fabs(ref));
+                ref = ref / (1.0 + exp(-ref));
+            }
+            double got = kf__half_to_float(c[(size_t)i * n + j]);
+            double err = fabs(got - ref) / scale;
+            if (!(err <= 2e-3)) {
+                kt_fail(__FILE__, __LINE__,
+                        "%s %ux%ux%u cfg %ux%ux%u/%ux%u%s: c[%u,%u] = %g, want %g (err %.3g)",
+                        where, m, kd, n, cfg->bm, cfg->bn, cfg->bk, cfg->wm, cfg->wn,
+                        tail ? " |> silu" : "", i, j, got, ref, err);
+                ok = false;
+                break;
+            }
+        }
+    }
+    for (uint32_t g = 0; ok && g < GUARD; g++) {
+        if (c[m * n + g] != POISON) {
+            kt_fail(__FILE__, __LINE__, "%s %ux%ux%u: wrote past the end (guard %u)", where, m, kd,
+                    n, g);
+            ok = false;
+        }
+    }
+    free(a);
+    free(b);
+    free(c);
+    free(fa);
+    free(fb);
+    if (k != mm) {
+        kf_kernel_destroy(k);
+    }
+    kf_kernel_destroy(mm);
+    return ok;
+}
+
+KT_TEST(ops, matmul_sgmat_interpreter) {
+    for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++) {
+        KT_CHECK(kf__sgmat_config_valid(&configs[c], 32), "config %zu is invalid", c);
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            if (!run_case(NULL, 32, shapes[s][0], shapes[s][1], shapes[s][2], &configs[c],
+                          s % 3 == 1)) {
+                return;
+            }
+        }
+    }
+    /* the grouped tile order with a last group of one tile row (9 rows of tiles, groups of 8) */
+    KT_CHECK(run_case(NULL, 32, 1100, 20, 20, &configs[4], false), "grouped order");
+    /* subgroups of 16: the same kernel shape on another subgroup size */
+    KT_CHECK(run_case(NULL, 16, 70, 40, 50, &configs[1], true), "subgroups of 16");
+}
+
+KT_TEST(ops, matmul_sgmat_wgsl) {
+    kf_kernel *k = kf__matmul_sgmat(4095, 4093, 4097, NULL, 32);
+    KT_CHECK(k && kf_kernel_status(k) == KF_OK, "%s", k ? kf_kernel_error(k) : "NULL");
+    char *w = kf_kernel_emit_wgsl(k);
+    KT_CHECK(w != NULL, "%s", kf_kernel_error(k));
+    const char *want[] = {
+        "// matmul_sgmat_128x128x32_2x4_db: generated by kfuse (workgroup 256x1x1)\n",
+        "enable chromium_experimental_subgroup_matrix;\n"
+        "diagnostic(off, chromium.subgroup_matrix_uniformity);\n",
+        "var<workgroup> tile_a: array<f16, 10240>;\n", /* 2 stages x 128 rows x (32 + 8) */
+        "var<workgroup> tile_b: array<f16, 8704>;\n",  /* 2 stages x 32 rows x (128 + 8) */
+        "var<workgroup> scratch: array<f32, 2048>;\n", /* 8 subgroups x one 16x16 matrix */
+        "var acc_7: subgroup_matrix_result<f32, 16, 16>;\n",
+        "= subgroupMatrixLoad<subgroup_matrix_left<f16, 16, 16>>(&tile_a, a_base + 640u, false, "
+        "40u);\n",
+        "acc_7 = subgroupMatrixMultiplyAccumulate(left_3, right_1, acc_7);\n",
+        "subgroupMatrixStore(&scratch, scratch0 + 0u, acc, false, 16u);\n",
+        "< 4095u && ", /* the store phase checks ragged rows and columns */
+        "out[",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        if (!strstr(w, want[i])) {
+            kt_fail(__FILE__, __LINE__, "missing <%s>", want[i]);
+            break;
+        }
+    }
+    /* the aligned product loads vec4s and checks no bounds */
+    kf_kernel *aligned = kf__matmul_sgmat(256, 256, 256, NULL, 32);
+    char *w2 = kf_kernel_emit_wgsl(aligned);
+    KT_CHECK(w2 && strstr(w2, "var<storage, read> a: array<vec4<f16>>;") && !strstr(w2, "select("),
+             "aligned kernel:\n%s", w2 ? w2 : "");
+    kf_free(w);
+    kf_free(w2);
+    kf_kernel_destroy(k);
+    kf_kernel_destroy(aligned);
+}
+
+KT_TEST(ops, matmul_sgmat_refuses_bad_configs) {
+    kf__sgmat_config bad[] = {
+        {0, 64, 32, 2, 2, 2, 0},  {64, 64, 24, 2, 2, 2, 0},   {48, 64, 32, 2, 2, 2, 0},
+        {64, 64, 32, 2, 2, 3, 0}, {256, 256, 64, 2, 2, 2, 0}, {512, 512, 32, 4, 4, 1, 0},
+        {16, 16, 16, 2, 2, 1, 0}, /* 16 rows cannot be split over two subgroups */
+        {16, 64, 16, 1, 4, 1, 0}, /* 128 invocations, a's 16x16 tile is 64 vec4s */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        KT_CHECK(!kf__sgmat_config_valid(&bad[i], 32), "config %zu accepted", i);
+        KT_CHECK(kf__matmul_sgmat(64, 64, 64, &bad[i], 32) == NULL, "config %zu built", i);
+    }
+    KT_CHECK(kf__matmul_sgmat(0, 4, 4, NULL, 32) == NULL, "zero size accepted");
+    KT_CHECK(kf__matmul_sgmat(4, 4, 4, NULL, 24) == NULL, "subgroup size 24 accepted");
+}
+
+KT_TEST(ops, matmul_sgmat_gpu) {
+    KT_NEED_GPU(ctx);
+    uint32_t sg = 0;
+    if (!kf__sgmat_usable(ctx, &sg)) {
+        kf_adapter_info info;
+        kf_context_adapter_info(ctx, &info);
+        printf("    (no subgroup matrices on %s (subgroup-matrix %s, shader-f16 %s): skipped)\n",
+               info.device, info.has_subgroup_matrix ? "yes" : "no", info.has_f16 ? "yes" : "no");
+        return;
+    }
+    for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++) {
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            if (!run_case(ctx, sg, shapes[s][0], shapes[s][1], shapes[s][2], &configs[c],
+                          s % 3 == 1)) {
+                return;
+            }
+        }
+    }
+    /* large ragged products, one per default */
+    KT_CHECK(run_case(ctx, sg, 1100, 513, 300, NULL, true), "1100x513x300");
+    KT_CHECK(run_case(ctx, sg, 2049, 257, 2051, NULL, false), "2049x257x2051");
+}
