@@ -33,16 +33,29 @@ static uint32_t threads_of(const kf__sgmat_config *c, uint32_t sg) {
 }
 
 /* Result matrices per round of the store phase: a row of tn, or one if workgroup memory is
- * short. 0 when even one does not fit. */
-static uint32_t store_cols(const kf__sgmat_config *c) {
-    uint32_t stages = c->stages ? c->stages : 1;
-    uint32_t tiles = stages * (c->bm * (c->bk + PAD) + c->bk * (c->bn + PAD)) * 2u;
+ * short; 0 when even one does not fit. staged_a, staged_b: which tiles workgroup memory holds,
+ * in `stages` copies. */
+static uint32_t store_cols(const kf__sgmat_config *c, uint32_t stages, bool staged_a,
+                           bool staged_b) {
+    uint32_t tiles =
+        stages *
+        ((staged_a ? c->bm * (c->bk + PAD) : 0u) + (staged_b ? c->bk * (c->bn + PAD) : 0u)) * 2u;
     uint32_t tn = c->bn / c->wn / MAT;
     uint32_t per_round = c->wm * c->wn * MAT * MAT * 4u; /* bytes of one matrix per subgroup */
     if (tiles + per_round * tn <= WG_MEMORY) {
         return tn;
     }
     return tiles + per_round <= WG_MEMORY ? 1u : 0u;
+}
+
+/* The stages a kernel staging these tiles uses: the configuration's, or one where a
+ * configuration meant for direct operands stages both (a ragged shape) and two do not fit. */
+static uint32_t stages_for(const kf__sgmat_config *c, bool staged_a, bool staged_b) {
+    uint32_t stages = c->stages ? c->stages : 1;
+    if (c->direct && stages == 2 && !store_cols(c, 2, staged_a, staged_b)) {
+        stages = 1;
+    }
+    return stages;
 }
 
 bool kf__sgmat_config_valid(const kf__sgmat_config *c, uint32_t sg) {
@@ -64,14 +77,14 @@ bool kf__sgmat_config_valid(const kf__sgmat_config *c, uint32_t sg) {
         loads_a / (LANES * threads) > 16 || loads_b / (LANES * threads) > 16) {
         return false; /* whole vec4s per invocation, at most 16 of each tile */
     }
-    return store_cols(c) > 0;
+    return c->direct <= 3 && store_cols(c, stages_for(c, true, true), true, true) > 0;
 }
 
 const kf__sgmat_config *kf__sgmat_default_config(uint32_t m, uint32_t k, uint32_t n) {
     /* 128x128 tiles of 2x4 subgroups (64x32 each) for large products; 64x64 tiles (4 subgroups,
      * 32x32 each) below 2048x2048 outputs, where 128x128 would leave multiprocessors idle. */
-    static const kf__sgmat_config big = {128, 128, 32, 2, 4, 2, 8};
-    static const kf__sgmat_config small = {64, 64, 32, 2, 2, 2, 0};
+    static const kf__sgmat_config big = {128, 128, 32, 2, 4, 2, 8, 0};
+    static const kf__sgmat_config small = {64, 64, 32, 2, 2, 2, 0, 0};
     (void)k;
     return (uint64_t)m * n >= 2048ull * 2048ull ? &big : &small;
 }
@@ -80,23 +93,34 @@ static kf_val u32(kf_kernel *k, uint32_t v) {
     return kf_lit_u32(k, v);
 }
 
-/* vec4<f16> of the row-major rows x cols matrix bound at b, at (r, c..c+3), zero outside, into
- * `into`. `wide`: b is array<vec4<f16>> (cols % 4 == 0); `checked`: the tile may cross the
- * matrix's edge. */
-static void fetch4(kf_kernel *k, kf_binding b, bool wide, bool checked, kf_val r, kf_val c,
-                   uint32_t rows, uint32_t cols, kf_var into) {
+/* vec4<f16> of the row-major rows x cols matrix bound at b, at (r, c..c+3), into `into`. `wide`:
+ * b is array<vec4<f16>> (cols % 4 == 0). Unchecked: the caller knows it is inside. */
+static void fetch4_inside(kf_kernel *k, kf_binding b, bool wide, kf_val r, kf_val c, uint32_t cols,
+                          kf_var into) {
     kf_type h4 = kf_type_vec(KF_SCALAR_F16, LANES);
     kf_val base = kf_add(k, kf_mul(k, r, u32(k, cols)), c);
     if (wide) {
-        if (checked) {
-            kf_assign(k, into, kf_splat(k, h4, kf_lit_f16(k, 0.0f)));
-            kf_if(k, kf_binary(k, KF_OP_AND, kf_binary(k, KF_OP_LT, r, u32(k, rows)),
-                               kf_binary(k, KF_OP_LT, c, u32(k, cols))));
-        }
         kf_assign(k, into, kf_load(k, b, kf_div(k, base, u32(k, LANES))));
-        if (checked) {
-            kf_end(k);
-        }
+        return;
+    }
+    kf_val vals[LANES];
+    for (uint32_t l = 0; l < LANES; l++) {
+        vals[l] = kf_load(k, b, l ? kf_add(k, base, u32(k, l)) : base);
+    }
+    kf_assign(k, into, kf_vec(k, h4, vals, LANES));
+}
+
+/* The same, zero outside the matrix. */
+static void fetch4_checked(kf_kernel *k, kf_binding b, bool wide, kf_val r, kf_val c, uint32_t rows,
+                           uint32_t cols, kf_var into) {
+    kf_type h4 = kf_type_vec(KF_SCALAR_F16, LANES);
+    kf_val base = kf_add(k, kf_mul(k, r, u32(k, cols)), c);
+    if (wide) {
+        kf_assign(k, into, kf_splat(k, h4, kf_lit_f16(k, 0.0f)));
+        kf_if(k, kf_binary(k, KF_OP_AND, kf_binary(k, KF_OP_LT, r, u32(k, rows)),
+                           kf_binary(k, KF_OP_LT, c, u32(k, cols))));
+        kf_assign(k, into, kf_load(k, b, kf_div(k, base, u32(k, LANES))));
+        kf_end(k);
         return;
     }
     /* Rows whose length is not a multiple of 4: scalar loads from clamped (always valid)
@@ -113,6 +137,21 @@ static void fetch4(kf_kernel *k, kf_binding b, bool wide, bool checked, kf_val r
     kf_assign(k, into, kf_vec(k, h4, vals, LANES));
 }
 
+/* Fetches one vec4 of a tile: checked only where the tile crosses the matrix's edge (`interior`,
+ * a bool uniform over the workgroup, says it does not; the invalid handle: it may). */
+static void fetch4(kf_kernel *k, kf_binding b, bool wide, bool checked, kf_val interior, kf_val r,
+                   kf_val c, uint32_t rows, uint32_t cols, kf_var into) {
+    if (!checked) {
+        fetch4_inside(k, b, wide, r, c, cols, into);
+        return;
+    }
+    kf_if(k, interior);
+    fetch4_inside(k, b, wide, r, c, cols, into);
+    kf_else(k);
+    fetch4_checked(k, b, wide, r, c, rows, cols, into);
+    kf_end(k);
+}
+
 kf_kernel *kf__matmul_sgmat(uint32_t m, uint32_t kdim, uint32_t n, const kf__sgmat_config *cfg,
                             uint32_t sg) {
     if (!cfg) {
@@ -122,21 +161,28 @@ kf_kernel *kf__matmul_sgmat(uint32_t m, uint32_t kdim, uint32_t n, const kf__sgm
         return NULL;
     }
     const uint32_t bm = cfg->bm, bn = cfg->bn, bk = cfg->bk, wm = cfg->wm, wn = cfg->wn;
-    const uint32_t stages = cfg->stages ? cfg->stages : 1;
     const uint32_t threads = threads_of(cfg, sg);
     const uint32_t tm = bm / wm / MAT, tn = bn / wn / MAT; /* result matrices per subgroup */
     const uint32_t lda = bk + PAD, ldb = bn + PAD;         /* tile row strides, in halves */
     const uint32_t stage_a = bm * lda, stage_b = bk * ldb; /* halves per stage */
-    const uint32_t loads_a = bm * bk / (LANES * threads), loads_b = bk * bn / (LANES * threads);
-    const uint32_t ecols = store_cols(cfg) * MAT; /* scratch row length, in floats */
-    const bool wide_a = kdim % LANES == 0, wide_b = n % LANES == 0;
     const bool ragged_m = m % bm != 0, ragged_n = n % bn != 0, ragged_k = kdim % bk != 0;
+    /* Operands read straight from their buffers (no tile): only where no tile crosses an edge. */
+    const bool whole = !ragged_m && !ragged_n && !ragged_k && kdim % 8 == 0 && n % 8 == 0;
+    const bool direct_a = whole && (cfg->direct & 1u), direct_b = whole && (cfg->direct & 2u);
+    const uint32_t loads_a = direct_a ? 0 : bm * bk / (LANES * threads);
+    const uint32_t loads_b = direct_b ? 0 : bk * bn / (LANES * threads);
+    const uint32_t stages = stages_for(cfg, !direct_a, !direct_b);
+    /* the scratch's row length, in floats */
+    const uint32_t ecols = store_cols(cfg, stages, !direct_a, !direct_b) * MAT;
+    const bool wide_a = kdim % LANES == 0 && !direct_a, wide_b = n % LANES == 0 && !direct_b;
+    const bool staged = !direct_a || !direct_b;
     const uint32_t tiles_m = (m + bm - 1) / bm, tiles_n = (n + bn - 1) / bn;
     kf_type h = kf_type_scalar(KF_SCALAR_F16), h4 = kf_type_vec(KF_SCALAR_F16, LANES);
 
     char name[80];
-    snprintf(name, sizeof name, "matmul_sgmat_%ux%ux%u_%ux%u%s", bm, bn, bk, wm, wn,
-             stages == 2 ? "_db" : "");
+    snprintf(name, sizeof name, "matmul_sgmat_%ux%ux%u_%ux%u%s%s%s", bm, bn, bk, wm, wn,
+             stages == 2 && staged ? "_db" : "", direct_a ? "_direct_a" : "",
+             direct_b ? "_direct_b" : "");
     kf_kernel_desc desc = {.name = name, .workgroup_size = {threads, 1, 1}, .output = h};
     kf_kernel *k = kf_kernel_create(&desc);
     if (!k) {
@@ -144,8 +190,13 @@ kf_kernel *kf__matmul_sgmat(uint32_t m, uint32_t kdim, uint32_t n, const kf__sgm
     }
     kf_binding a = kf_kernel_storage(k, "a", wide_a ? h4 : h, KF_ACCESS_READ);
     kf_binding b = kf_kernel_storage(k, "b", wide_b ? h4 : h, KF_ACCESS_READ);
-    kf_shared tile_a = kf_kernel_workgroup(k, "tile_a", h, stages * stage_a);
-    kf_shared tile_b = kf_kernel_workgroup(k, "tile_b", h, stages * stage_b);
+    kf_shared tile_a = {0}, tile_b = {0};
+    if (!direct_a) {
+        tile_a = kf_kernel_workgroup(k, "tile_a", h, stages * stage_a);
+    }
+    if (!direct_b) {
+        tile_b = kf_kernel_workgroup(k, "tile_b", h, stages * stage_b);
+    }
     kf_shared scratch =
         kf_kernel_workgroup(k, "scratch", kf_type_scalar(KF_SCALAR_F32), wm * wn * MAT * ecols);
 
@@ -198,15 +249,30 @@ kf_kernel *kf__matmul_sgmat(uint32_t m, uint32_t kdim, uint32_t n, const kf__sgm
         next_b[v] = kf_declare(k, "next_b", h4, (kf_val){0});
     }
     const bool check_a = ragged_m || ragged_k, check_b = ragged_k || ragged_n;
+    /* Whether this workgroup's row of tiles, and its column, lie inside m and n: only the
+     * tiles at the edges (and the last step of K) need checked loads. */
+    kf_val rows_inside =
+        !ragged_m ? kf_lit_bool(k, true)
+        : m < bm  ? kf_lit_bool(k, false)
+                  : kf_let(k, "rows_inside", kf_binary(k, KF_OP_LE, row0, u32(k, m - bm)));
+    kf_val cols_inside =
+        !ragged_n ? kf_lit_bool(k, true)
+        : n < bn  ? kf_lit_bool(k, false)
+                  : kf_let(k, "cols_inside", kf_binary(k, KF_OP_LE, col0, u32(k, n - bn)));
 #define FETCH(k0)                                                                                  \
     do {                                                                                           \
+        kf_val k_inside = !ragged_k   ? kf_lit_bool(k, true)                                       \
+                          : kdim < bk ? kf_lit_bool(k, false)                                      \
+                                      : kf_binary(k, KF_OP_LE, (k0), u32(k, kdim - bk));           \
+        kf_val in_a = kf_binary(k, KF_OP_AND, rows_inside, k_inside);                              \
+        kf_val in_b = kf_binary(k, KF_OP_AND, k_inside, cols_inside);                              \
         for (uint32_t v = 0; v < loads_a; v++) {                                                   \
-            fetch4(k, a, wide_a, check_a, kf_add(k, row0, a_row[v]), kf_add(k, (k0), a_k[v]), m,   \
-                   kdim, next_a[v]);                                                               \
+            fetch4(k, a, wide_a, check_a, in_a, kf_add(k, row0, a_row[v]),                         \
+                   kf_add(k, (k0), a_k[v]), m, kdim, next_a[v]);                                   \
         }                                                                                          \
         for (uint32_t v = 0; v < loads_b; v++) {                                                   \
-            fetch4(k, b, wide_b, check_b, kf_add(k, (k0), b_k[v]), kf_add(k, col0, b_col[v]),      \
-                   kdim, n, next_b[v]);                                                            \
+            fetch4(k, b, wide_b, check_b, in_b, kf_add(k, (k0), b_k[v]),                           \
+                   kf_add(k, col0, b_col[v]), kdim, n, next_b[v]);                                 \
         }                                                                                          \
     } while (0)
     /* registers -> the tiles of the stage starting at halves oa, ob */
@@ -242,7 +308,7 @@ kf_kernel *kf__matmul_sgmat(uint32_t m, uint32_t kdim, uint32_t n, const kf__sgm
         right[j] = kf_sgmat_declare(k, "right", KF_SGMAT_RIGHT, KF_SCALAR_F16, MAT, MAT);
     }
     FETCH(u32(k, 0));
-    if (stages == 2) {
+    if (stages == 2 && staged) {
         STORE_TILES(u32(k, 0), u32(k, 0));
         kf_barrier(k);
     }
@@ -251,39 +317,66 @@ kf_kernel *kf__matmul_sgmat(uint32_t m, uint32_t kdim, uint32_t n, const kf__sgm
         kf_val more =
             kf_let(k, "more", kf_binary(k, KF_OP_LT, kf_add(k, k0, u32(k, bk)), u32(k, kdim)));
         kf_val oa = u32(k, 0), ob = u32(k, 0);
-        if (stages == 2) {
+        if (stages == 2 && staged) {
             kf_val cur = kf_binary(k, KF_OP_BIT_AND, kf_div(k, k0, u32(k, bk)), u32(k, 1));
             oa = kf_let(k, "oa", kf_mul(k, cur, u32(k, stage_a)));
             ob = kf_let(k, "ob", kf_mul(k, cur, u32(k, stage_b)));
-        } else {
+        } else if (staged) {
             STORE_TILES(oa, ob);
             kf_barrier(k);
         }
         /* The next tiles travel while this one is multiplied. */
-        kf_if(k, more);
-        FETCH(kf_add(k, k0, u32(k, bk)));
-        kf_end(k);
-        kf_val a_base = kf_let(k, "a_base", kf_add(k, oa, kf_mul(k, sub_row, u32(k, lda))));
-        kf_val b_base = kf_let(k, "b_base", kf_add(k, ob, sub_col));
+        if (staged) {
+            kf_if(k, more);
+            FETCH(kf_add(k, k0, u32(k, bk)));
+            kf_end(k);
+        }
+        /* Where this subgroup's matrices start: in the tiles, or in a and b themselves. */
+        kf_val a_base, b_base;
+        uint32_t a_stride = lda, b_stride = ldb;
+        if (direct_a) {
+            a_stride = kdim;
+            a_base = kf_let(k, "a_base",
+                            kf_add(k, kf_mul(k, kf_add(k, row0, sub_row), u32(k, kdim)), k0));
+        } else {
+            a_base = kf_let(k, "a_base", kf_add(k, oa, kf_mul(k, sub_row, u32(k, lda))));
+        }
+        if (direct_b) {
+            b_stride = n;
+            b_base =
+                kf_let(k, "b_base", kf_add(k, kf_mul(k, k0, u32(k, n)), kf_add(k, col0, sub_col)));
+        } else {
+            b_base = kf_let(k, "b_base", kf_add(k, ob, sub_col));
+        }
         for (uint32_t kk = 0; kk < bk; kk += MAT) {
             for (uint32_t j = 0; j < tn; j++) {
-                kf_sgmat_load(k, right[j], tile_b, kf_add(k, b_base, u32(k, kk * ldb + j * MAT)),
-                              false, u32(k, ldb));
+                kf_val at = kf_add(k, b_base, u32(k, kk * b_stride + j * MAT));
+                if (direct_b) {
+                    kf_sgmat_load_storage(k, right[j], b, at, false, u32(k, b_stride));
+                } else {
+                    kf_sgmat_load(k, right[j], tile_b, at, false, u32(k, b_stride));
+                }
             }
             for (uint32_t i = 0; i < tm; i++) {
-                kf_sgmat_load(k, left[i], tile_a, kf_add(k, a_base, u32(k, i * MAT * lda + kk)),
-                              false, u32(k, lda));
+                kf_val at = kf_add(k, a_base, u32(k, i * MAT * a_stride + kk));
+                if (direct_a) {
+                    kf_sgmat_load_storage(k, left[i], a, at, false, u32(k, a_stride));
+                } else {
+                    kf_sgmat_load(k, left[i], tile_a, at, false, u32(k, a_stride));
+                }
                 for (uint32_t j = 0; j < tn; j++) {
                     kf_sgmat_mma(k, acc[i * tn + j], left[i], right[j]);
                 }
             }
         }
-        if (stages == 2) {
+        if (stages == 2 && staged) {
             kf_if(k, more);
             STORE_TILES(kf_sub(k, u32(k, stage_a), oa), kf_sub(k, u32(k, stage_b), ob));
             kf_end(k);
         }
-        kf_barrier(k);
+        if (staged) {
+            kf_barrier(k);
+        }
     }
     kf_end(k);
 #undef STORE_TILES
@@ -381,10 +474,27 @@ bool kf__sgmat_usable(kf_context *ctx, uint32_t *sg) {
     return true;
 }
 
+bool kf__sgmat_config_parse(const char *text, kf__sgmat_config *out) {
+    kf__sgmat_config c = {0};
+    char end = 0;
+    int got = text ? sscanf(text, "%ux%ux%u/%ux%u/%u/%u/%u%c", &c.bm, &c.bn, &c.bk, &c.wm, &c.wn,
+                            &c.stages, &c.group_m, &c.direct, &end)
+                   : 0;
+    if (got != 7 && got != 8) {
+        return false;
+    }
+    *out = c;
+    return true;
+}
+
 kf_kernel *kf__matmul_sgmat_for(kf_context *ctx, uint32_t m, uint32_t k, uint32_t n) {
     uint32_t sg = 0;
     if ((uint64_t)m * n < 64u * 64u || !kf__sgmat_usable(ctx, &sg)) {
         return NULL;
     }
-    return kf__matmul_sgmat(m, k, n, NULL, sg);
+    kf__sgmat_config chosen;
+    const char *env = getenv("KF_SGMAT_CONFIG");
+    bool forced =
+        env && *env && kf__sgmat_config_parse(env, &chosen) && kf__sgmat_config_valid(&chosen, sg);
+    return kf__matmul_sgmat(m, k, n, forced ? &chosen : NULL, sg);
 }

@@ -9,12 +9,16 @@
  * of it, as 16x16 result matrices (the 16x16x16 f16 -> f32 configuration). stages 2
  * double-buffers the tiles (one barrier per step), 1 keeps one (two). group_m > 0 numbers the
  * workgroups down group_m tile rows before moving right, so the tiles running together share
- * b's columns in the L2 cache; 0 numbers them row by row. */
+ * b's columns in the L2 cache; 0 numbers them row by row. direct (bit 0: a, bit 1: b) loads
+ * that operand's matrices straight from its storage buffer, with no tile in workgroup memory (and,
+ * for both, no barrier in the K loop), where the shape is a multiple of the tile (bm, bn, bk; K
+ * and N multiples of 8); other shapes stage both. */
 typedef struct kf__sgmat_config {
     uint32_t bm, bn, bk;
     uint32_t wm, wn;
     uint32_t stages;
     uint32_t group_m;
+    uint32_t direct;
 } kf__sgmat_config;
 
 /* The configuration used when none is given. */
@@ -39,9 +43,13 @@ kf_kernel *kf__matmul_sgmat(uint32_t m, uint32_t k, uint32_t n, const kf__sgmat_
  * *sg is the subgroup size. */
 bool kf__sgmat_usable(kf_context *ctx, uint32_t *sg);
 
+/* "BMxBNxBK/WMxWN/S/G[/D]" (kfuse sgmat's notation) into *out; false if it does not parse. */
+bool kf__sgmat_config_parse(const char *text, kf__sgmat_config *out);
+
 /* The kernel an f16 product c[m,n] = a[m,k] * b[k,n] (no transposes) runs on ctx: the
  * subgroup-matrix kernel where kf__sgmat_usable and the product has 64x64 outputs or more, else
- * NULL (the caller keeps its FMA kernel). */
+ * NULL (the caller keeps its FMA kernel). $KF_SGMAT_CONFIG (that notation) replaces the default
+ * configuration, for measuring; an invalid one is ignored. */
 kf_kernel *kf__matmul_sgmat_for(kf_context *ctx, uint32_t m, uint32_t k, uint32_t n);
 
 #endif

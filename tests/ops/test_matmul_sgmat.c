@@ -11,16 +11,19 @@
 #include "util/half.h"
 
 static const kf__sgmat_config configs[] = {
-    {32, 32, 16, 2, 2, 1, 0},   /* one matrix per subgroup, single-buffered */
-    {64, 64, 32, 2, 2, 2, 0},   /* the small default */
-    {64, 128, 32, 1, 4, 1, 2},  /* 4x2 matrices per subgroup, grouped tile order */
-    {128, 64, 64, 4, 1, 1, 3},  /* 2x4 matrices per subgroup; the scratch takes a row of them */
-    {128, 128, 32, 2, 4, 2, 8}, /* the large default: one matrix per store round */
+    {32, 32, 16, 2, 2, 1, 0, 0},   /* one matrix per subgroup, single-buffered */
+    {64, 64, 32, 2, 2, 2, 0, 0},   /* the small default */
+    {64, 128, 32, 1, 4, 1, 2, 0},  /* 4x2 matrices per subgroup, grouped tile order */
+    {128, 64, 64, 4, 1, 1, 3, 0},  /* 2x4 matrices per subgroup; the scratch takes a row of them */
+    {128, 128, 32, 2, 4, 2, 8, 0}, /* the large default: one matrix per store round */
+    {32, 32, 16, 2, 2, 2, 0, 3},   /* a and b read directly where the shape allows */
+    {64, 64, 32, 2, 2, 1, 2, 1},   /* a read directly, b staged */
+    {64, 64, 32, 2, 2, 2, 0, 2},   /* b read directly, a staged */
 };
 
 static const uint32_t shapes[][3] = {
     {1, 1, 1},     {7, 13, 5},  {16, 16, 16}, {33, 17, 31},  {65, 33, 17},
-    {130, 70, 36}, {5, 7, 129}, {64, 64, 64}, {200, 48, 40},
+    {130, 70, 36}, {5, 7, 129}, {64, 64, 64}, {200, 48, 40}, {128, 96, 192},
 };
 
 /* An element-wise tail on f16: x * sigmoid(x) computed in f32. */
@@ -192,18 +195,33 @@ KT_TEST(ops, matmul_sgmat_wgsl) {
     char *w2 = kf_kernel_emit_wgsl(aligned);
     KT_CHECK(w2 && strstr(w2, "var<storage, read> a: array<vec4<f16>>;") && !strstr(w2, "select("),
              "aligned kernel:\n%s", w2 ? w2 : "");
+    /* both operands read directly: no tiles, no barrier before the store phase */
+    const kf__sgmat_config direct = {32, 32, 16, 2, 2, 2, 0, 3};
+    kf_kernel *dk = kf__matmul_sgmat(64, 64, 64, &direct, 32);
+    char *w3 = kf_kernel_emit_wgsl(dk);
+    KT_CHECK(w3 && strstr(w3, "// matmul_sgmat_32x32x16_2x2_direct_a_direct_b:") &&
+                 strstr(w3, "left = subgroupMatrixLoad<subgroup_matrix_left<f16, 16, 16>>(&a, "
+                            "a_base + 0u, false, 64u);") &&
+                 !strstr(w3, "tile_a") && !strstr(w3, "tile_b"),
+             "direct kernel:\n%s", w3 ? w3 : "");
+    const char *first_barrier = strstr(w3, "workgroupBarrier");
+    KT_CHECK(first_barrier && strstr(w3, "subgroupMatrixStore") < first_barrier,
+             "a barrier before the store phase");
     kf_free(w);
     kf_free(w2);
+    kf_free(w3);
     kf_kernel_destroy(k);
     kf_kernel_destroy(aligned);
+    kf_kernel_destroy(dk);
 }
 
 KT_TEST(ops, matmul_sgmat_refuses_bad_configs) {
     kf__sgmat_config bad[] = {
-        {0, 64, 32, 2, 2, 2, 0},  {64, 64, 24, 2, 2, 2, 0},   {48, 64, 32, 2, 2, 2, 0},
-        {64, 64, 32, 2, 2, 3, 0}, {256, 256, 64, 2, 2, 2, 0}, {512, 512, 32, 4, 4, 1, 0},
-        {16, 16, 16, 2, 2, 1, 0}, /* 16 rows cannot be split over two subgroups */
-        {16, 64, 16, 1, 4, 1, 0}, /* 128 invocations, a's 16x16 tile is 64 vec4s */
+        {0, 64, 32, 2, 2, 2, 0, 0},  {64, 64, 24, 2, 2, 2, 0, 0},   {48, 64, 32, 2, 2, 2, 0, 0},
+        {64, 64, 32, 2, 2, 3, 0, 0}, {256, 256, 64, 2, 2, 2, 0, 0}, {512, 512, 32, 4, 4, 1, 0, 0},
+        {16, 16, 16, 2, 2, 1, 0, 0}, /* 16 rows cannot be split over two subgroups */
+        {16, 64, 16, 1, 4, 1, 0, 0}, /* 128 invocations, a's 16x16 tile is 64 vec4s */
+        {64, 64, 32, 2, 2, 2, 0, 4}, /* no such operand */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         KT_CHECK(!kf__sgmat_config_valid(&bad[i], 32), "config %zu accepted", i);
