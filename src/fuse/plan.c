@@ -500,6 +500,9 @@ static kf_val emit_invocation(emit_state *s, kf_val at, bool vectorized) {
     return kf_vec(k, kf_type_vec(KF_SCALAR_F32, KF_LANES), lanes, KF_LANES);
 }
 
+/* From this many vec4s up, an element-wise kernel computes two vec4s per invocation. */
+#define KF_TWO_PER_INVOCATION (1u << 16)
+
 static kf_kernel *compile_elementwise(kf_plan *p, kf__group *grp, kf__compiled *c) {
     const kf__node *res = &p->graph->nodes[grp->result];
     char name[96];
@@ -515,11 +518,24 @@ static kf_kernel *compile_elementwise(kf_plan *p, kf__group *grp, kf__compiled *
     }
     emit_state s = {.p = p, .k = k, .grp = grp, .c = c};
     uint64_t n = kf_shape_elements(&res->shape) / per;
+    /* Large even vec4 counts: two vec4s per invocation, n/2 apart, both loaded before either
+     * is stored, so twice the bytes are in flight per invocation (a long chain's arithmetic
+     * then hides behind memory: measured on an H200, bench/results/h200-chainexp.txt). */
+    uint32_t twice = vectorized && n % 2 == 0 && n >= 2u * KF_TWO_PER_INVOCATION ? 2u : 1u;
+    uint64_t invocations = n / twice;
     kf_val at = kf_let(k, vectorized ? "vidx" : "idx", kf_global_linear(k));
-    kf_if(k, kf_binary(k, KF_OP_LT, at, kf_lit_u32(k, (uint32_t)n)));
-    kf_kernel_yield(k, emit_invocation(&s, at, vectorized), at);
+    kf_if(k, kf_binary(k, KF_OP_LT, at, kf_lit_u32(k, (uint32_t)invocations)));
+    if (twice == 2) {
+        kf_val at2 = kf_let(k, "vidx2", kf_add(k, at, kf_lit_u32(k, (uint32_t)invocations)));
+        kf_val first = emit_invocation(&s, at, true);
+        kf_val second = emit_invocation(&s, at2, true);
+        kf_kernel_yield(k, first, at);
+        kf_kernel_yield(k, second, at2);
+    } else {
+        kf_kernel_yield(k, emit_invocation(&s, at, vectorized), at);
+    }
     kf_end(k);
-    grid_for(n, KF_WORKGROUP, c->grid);
+    grid_for(invocations, KF_WORKGROUP, c->grid);
     c->slots[c->slot_count++] = grp->result;
     return k;
 }

@@ -14,6 +14,7 @@
 #include <stdio.h>
 
 #define LANES 4u
+#define MAX_T 16u /* the most rows (columns) of c one invocation computes */
 
 bool kf__matmul_blocked_valid(const kf__mm_config *c) {
     if (!c->bm || !c->bn || !c->bk || !c->tm || !c->tn) {
@@ -24,7 +25,8 @@ bool kf__matmul_blocked_valid(const kf__mm_config *c) {
         return false;
     }
     uint32_t threads = (c->bm / c->tm) * (c->bn / c->tn);
-    if (threads == 0 || threads > 1024 || c->tm > 8 || c->tn > 8) {
+    if (threads == 0 || threads > 1024 || c->tm > MAX_T || c->tn > MAX_T ||
+        c->tm * c->tn > MAX_T * 8) {
         return false;
     }
     if (c->bm * c->bk > 8 * LANES * threads || c->bk * c->bn > 8 * LANES * threads) {
@@ -35,11 +37,12 @@ bool kf__matmul_blocked_valid(const kf__mm_config *c) {
 }
 
 const kf__mm_config *kf__mm_default_config(uint32_t m, uint32_t k, uint32_t n) {
-    /* Measured on an H200 (bench/results/h200-matmul-configs.txt): the 128x128 tile reaches 30
-     * TFLOP/s from 4096^3 up; at 1024^3 it leaves most multiprocessors idle, and 32x32 tiles
-     * (1024 workgroups) do best there (18 TFLOP/s, against 12 for 128x128). */
+    /* Measured on an H200 (bench/results/h200-sweep-f32-*.txt): the double-buffered 128x128x8
+     * tile reaches 40 TFLOP/s at 4096^3 and 8192^3 (47 with KF_UNCHECKED); at 1024^3 it leaves
+     * multiprocessors idle, and 64x64x16 tiles of 8x8 do best there (27.6 TFLOP/s, 17 for
+     * 128x128). */
     static const kf__mm_config big = {128, 128, 8, 8, 8, 2};
-    static const kf__mm_config small = {32, 32, 16, 4, 4, 2};
+    static const kf__mm_config small = {64, 64, 16, 8, 8, 2};
     (void)k;
     if ((uint64_t)m * n >= 2048ull * 2048ull) {
         return &big;
@@ -202,7 +205,7 @@ kf_kernel *kf__matmul_blocked_typed(uint32_t m, uint32_t kdim, uint32_t n, const
     /* Invocation (tx, ty) owns rows g*4*wy + ty*4 + 0..3 and columns h*4*wx + tx*4 + 0..3 for
      * each group g < tm/4, h < tn/4: neighbours read neighbouring vec4s of the tiles, so the
      * workgroup-memory reads of a subgroup are conflict-free, and its stores are contiguous. */
-    kf_var acc[8][8 / LANES];
+    kf_var acc[MAX_T][MAX_T / LANES];
     for (uint32_t i = 0; i < tm; i++) {
         for (uint32_t j = 0; j < tn / LANES; j++) {
             acc[i][j] = kf_declare(k, "acc", v4, (kf_val){0});
@@ -231,7 +234,7 @@ kf_kernel *kf__matmul_blocked_typed(uint32_t m, uint32_t kdim, uint32_t n, const
         FETCH(k1);
         kf_end(k);
         for (uint32_t kk = 0; kk < bk; kk++) {
-            kf_val av[8 / LANES], bv[8 / LANES];
+            kf_val av[MAX_T / LANES], bv[MAX_T / LANES];
             for (uint32_t g = 0; g < tm / LANES; g++) {
                 kf_val at = kf_add(k, kf_add(k, oa, ty), u32(k, kk * row_a + g * wy));
                 av[g] = kf_shared_load(k, tile_a, at);

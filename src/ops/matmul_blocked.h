@@ -5,7 +5,8 @@
 #include "kfuse.h"
 
 /* A tile configuration: the workgroup computes bm x bn of c walking K bk at a time, each
- * invocation tm x tn (workgroup size (bn/tn, bm/tm)). tm, tn are 4 or 8; bk a multiple of 4.
+ * invocation tm x tn (workgroup size (bn/tn, bm/tm)). tm, tn are 4, 8 or 16 (tm * tn <= 128);
+ * bk a multiple of 4.
  * stages 2 double-buffers the workgroup tiles (one barrier per step, twice the workgroup
  * memory: 2 * 4 * bk * (bm + bn) bytes); 0 or 1 keeps one (two barriers per step). */
 typedef struct kf__mm_config {

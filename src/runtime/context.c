@@ -23,9 +23,11 @@
 /* Dawn refuses experimental features (subgroup matrices, timestamps inside passes) without
  * allow_unsafe_apis, and by default rounds timestamps to 100 us, which would blur kernel times.
  * Its Vulkan backend offers subgroup matrices (cooperative matrices) only with
- * use_vulkan_memory_model. disable_robustness (kf_context_desc.unchecked_access, last so it can
- * be left out) drops the bounds clamps Tint adds to every storage and workgroup access. */
+ * use_vulkan_memory_model. Integer range analysis lets the robustness pass leave out the clamps
+ * of indices it proves in bounds. disable_robustness (kf_context_desc.unchecked_access, last so it
+ * can be left out) drops the bounds clamps Tint adds to every storage and workgroup access. */
 static const char *const g_enabled_toggles[] = {"allow_unsafe_apis", "use_vulkan_memory_model",
+                                                "enable_integer_range_analysis_in_robustness",
                                                 "disable_robustness"};
 static const char *const g_disabled_toggles[] = {"timestamp_quantization"};
 
@@ -653,7 +655,7 @@ static kf_status create(kf_context *ctx, const kf_context_desc *desc) {
 
     ctx->unchecked = want_unchecked(desc);
     wg_dawn_toggles toggles = {{NULL, WG_STYPE_DAWN_TOGGLES},
-                               ctx->unchecked ? 3 : 2,
+                               ctx->unchecked ? 4 : 3,
                                g_enabled_toggles,
                                1,
                                g_disabled_toggles};

@@ -8,10 +8,14 @@
 
 #include "ops/matmul_blocked.h"
 
+/* The built-in choices first: they run every shape; the others a rotating third of them (each
+ * (configuration, shape) pair is a kernel of its own for the driver to compile). */
 static const kf__mm_config configs[] = {
-    {128, 128, 8, 8, 8, 0}, {128, 128, 8, 8, 8, 2}, {64, 64, 16, 4, 4, 0},
-    {64, 128, 16, 4, 8, 2}, {32, 32, 8, 4, 4, 0},   {64, 32, 8, 8, 4, 2},
+    {128, 128, 8, 8, 8, 2}, {64, 64, 16, 8, 8, 2},  {128, 128, 8, 8, 8, 0},
+    {64, 64, 16, 4, 4, 0},  {64, 128, 16, 4, 8, 2}, {32, 32, 8, 4, 4, 0},
+    {64, 32, 8, 8, 4, 2},   {64, 32, 8, 16, 8, 2},  {32, 64, 8, 8, 16, 1},
 };
+enum { BUILTIN_CONFIGS = 2 };
 
 static const uint32_t shapes[][3] = {
     {1, 1, 1},     {7, 13, 5},     {64, 64, 64}, {65, 33, 17}, {128, 256, 128},
@@ -118,6 +122,9 @@ KT_TEST(ops, matmul_blocked_every_config_and_shape) {
     KT_NEED_GPU(ctx);
     for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++) {
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            if (c >= BUILTIN_CONFIGS && (s + c) % 3 != 0) {
+                continue;
+            }
             if (!run_case(ctx, shapes[s][0], shapes[s][1], shapes[s][2], &configs[c], s % 3 == 1)) {
                 return;
             }
@@ -127,7 +134,7 @@ KT_TEST(ops, matmul_blocked_every_config_and_shape) {
 
 KT_TEST(ops, matmul_blocked_refuses_bad_configs) {
     kf__mm_config bad[] = {{0, 64, 8, 4, 4, 0},    {64, 64, 6, 4, 4, 0},  {64, 64, 8, 4, 3, 0},
-                           {256, 256, 8, 2, 4, 0}, {64, 64, 8, 16, 4, 0}, {64, 64, 8, 4, 4, 3},
+                           {256, 256, 8, 2, 4, 0}, {64, 64, 8, 32, 4, 0}, {64, 64, 8, 4, 4, 3},
                            {64, 64, 8, 2, 4, 0},   {256, 256, 8, 4, 4, 2}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         kf_kernel *k = kf__matmul_blocked(64, 64, 64, &bad[i]);

@@ -1,0 +1,97 @@
+/* kfuse_chain_variants: hand-written WGSL variants of the benchmark's element-wise chains on
+ * 2^28 f32, timed side by side, to see what limits a long chain: one transcendental per element
+ * (tanh, exp, 1/x) against a plain copy, the chain of 4, 5 and 8 operators as kfuse emits them
+ * (c4, c5, c8), with sigmoid and GELU through tanh (c8b) or silu as a division (c8c), each with
+ * 1, 2 or 4 vec4s per invocation (loads first). Results are not checked: this measures code
+ * shapes; kfuse's own kernels are verified by kfuse verify and the tests. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kfuse.h"
+
+#define N (1u << 28)
+static const char *HDR = "@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;\n"
+                         "@group(0) @binding(1) var<storage, read_write> out: array<vec4<f32>>;\n"
+                         "fn relu(t: f32) -> f32 { return select(select(t, 0.0f, (t < 0.0f)), t, "
+                         "(bitcast<u32>(t) & 2147483647u) > 2139095040u); }\n"
+                         "fn th(t: f32) -> f32 { return tanh(select(t, select(-15.0f, 15.0f, t > "
+                         "0.0f), abs(t) > 15.0f)); }\n"
+                         "fn sg(t: f32) -> f32 { return 1.0f / (1.0f + exp(-t)); }\n"
+                         "fn sg2(t: f32) -> f32 { return 0.5f + 0.5f * tanh(0.5f * t); }\n"
+                         "fn gl(t: f32) -> f32 { return t / (1.0f + exp(-2.0f * (0.7978846f * (t + "
+                         "0.044715f * (t * t * t))))); }\n"
+                         "fn gl2(t: f32) -> f32 { return 0.5f * t * (1.0f + tanh(0.7978846f * (t + "
+                         "0.044715f * (t * t * t)))); }\n"
+                         "fn c8(v: f32) -> f32 { let t = relu(1.5f * v + 0.25f); let u = sg(th(t)) "
+                         "* 2.0f; let w = gl(u); return w * sg(w); }\n"
+                         "fn c8b(v: f32) -> f32 { let t = relu(1.5f * v + 0.25f); let u = "
+                         "sg2(th(t)) * 2.0f; let w = gl2(u); return w * sg2(w); }\n"
+                         "fn c8c(v: f32) -> f32 { let t = relu(1.5f * v + 0.25f); let u = "
+                         "sg(th(t)) * 2.0f; let w = gl(u); return w / (1.0f + exp(-w)); }\n"
+                         "fn c4(v: f32) -> f32 { return th(relu(1.5f * v + 0.25f)); }\n"
+                         "fn c5(v: f32) -> f32 { return sg(th(relu(1.5f * v + 0.25f))); }\n"
+                         "fn ident(v: f32) -> f32 { return v; }\n"
+                         "fn ftanh(v: f32) -> f32 { return tanh(v); }\n"
+                         "fn fexp(v: f32) -> f32 { return exp(v); }\n"
+                         "fn frcp(v: f32) -> f32 { return 1.0f / v; }\n";
+/* The kernel applying fn to every element, `per` vec4s per invocation, all loads first. */
+static const char *kernel(const char *fn, uint32_t per) {
+    static char text[8192];
+    char body[2048] = "";
+    size_t o = 0;
+    for (uint32_t p = 0; p < per; p++) {
+        o += (size_t)snprintf(body + o, sizeof body - o, "    let v%u = x[base + %uu * stride];\n",
+                              p, p);
+    }
+    for (uint32_t p = 0; p < per; p++) {
+        o += (size_t)snprintf(body + o, sizeof body - o,
+                              "    out[base + %uu * stride] = vec4<f32>(%s(v%u.x), %s(v%u.y), "
+                              "%s(v%u.z), %s(v%u.w));\n",
+                              p, fn, p, fn, p, fn, p, fn, p);
+    }
+    snprintf(text, sizeof text,
+             "%s@compute @workgroup_size(256) fn main(@builtin(local_invocation_index) li: u32, "
+             "@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {\n"
+             "    let stride = %uu;\n    let base = (wg.x + wg.y * nw.x) * 256u + li;\n"
+             "    if (base >= stride) { return; }\n%s}\n",
+             HDR, N / 4 / per, body);
+    return text;
+}
+
+int main(void) {
+    kf_context *ctx = NULL;
+    kf_context_desc desc = {0};
+    kf_buffer *bufs[2] = {0};
+    if (kf_context_create(&desc, &ctx) != KF_OK || kf_buffer_create(ctx, 4ull * N, &bufs[0]) ||
+        kf_buffer_create(ctx, 4ull * N, &bufs[1]) || kf_buffer_fill_u32(bufs[0], 0x3f000000u)) {
+        fprintf(stderr, "kfuse_chain_variants: no device or no memory\n");
+        return 1;
+    }
+    static const char *const fns[] = {"ident", "ftanh", "fexp", "frcp", "c4",
+                                      "c5",    "c8",    "c8b",  "c8c"};
+    static const uint32_t pers[] = {1, 2, 4};
+    kf_binding_kind kinds[2] = {KF_BINDING_STORAGE_READ, KF_BINDING_STORAGE_READ_WRITE};
+    for (size_t f = 0; f < sizeof fns / sizeof fns[0]; f++) {
+        for (size_t i = 0; i < sizeof pers / sizeof pers[0]; i++) {
+            kf_pipeline_desc pd = {
+                .wgsl = kernel(fns[f], pers[i]), .bindings = kinds, .binding_count = 2};
+            kf_pipeline *pipe = NULL;
+            kf_timing t;
+            kf_dispatch d = {
+                .buffers = bufs, .buffer_count = 2, .groups = {N / 4 / pers[i] / 256, 1, 1}};
+            if (kf_pipeline_get(ctx, &pd, &pipe) != KF_OK ||
+                (d.pipeline = pipe, kf_context_time(ctx, &d, 1, 20, &t)) != KF_OK) {
+                printf("%s: %s\n", fns[f], kf_context_last_error(ctx));
+                continue;
+            }
+            printf("%-6s per=%u %.4f ms  %.0f GB/s\n", fns[f], pers[i], t.median_ms,
+                   8.0 * N / (t.median_ms * 1e6));
+            fflush(stdout);
+        }
+    }
+    kf_buffer_destroy(bufs[0]);
+    kf_buffer_destroy(bufs[1]);
+    kf_context_destroy(ctx);
+    return 0;
+}

@@ -1,0 +1,178 @@
+/* kfuse_matmul_sweep: times every tile configuration of the register-blocked matmul kernel at a
+ * few sizes, side by side, each checked against a float64 product at 300 sampled elements.
+ * The numbers behind the built-in tile choices (kf__mm_default_config) and the tuner's list.
+ *
+ *   kfuse_matmul_sweep [f32|f16] [MxKxN ...]     (default: f32 at 1024^3, 4096^3, 8192^3 and
+ *                                                  4095x4093x4097)
+ * KF_UNCHECKED=1 runs it with Dawn's bounds clamping off. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kfuse.h"
+#include "ops/matmul_blocked.h"
+#include "util/half.h"
+
+static const kf__mm_config g_configs[] = {
+    {128, 128, 8, 8, 8, 1},  {128, 128, 8, 8, 8, 2},  {128, 128, 16, 8, 8, 1},
+    {128, 128, 16, 8, 8, 2}, {128, 64, 16, 8, 4, 2},  {64, 128, 16, 4, 8, 2},
+    {128, 64, 8, 8, 8, 2},   {64, 128, 8, 8, 8, 2},   {64, 64, 16, 4, 4, 2},
+    {64, 64, 8, 8, 4, 2},    {32, 32, 16, 4, 4, 1},   {32, 32, 16, 4, 4, 2},
+    {64, 64, 16, 8, 8, 2},   {128, 256, 8, 8, 16, 2}, {256, 128, 8, 16, 8, 2},
+    {128, 256, 8, 8, 16, 1}, {256, 128, 8, 16, 8, 1}, {128, 128, 8, 16, 8, 2},
+    {128, 128, 8, 8, 16, 2},
+};
+
+static float next_uniform(uint64_t *s) { /* in [-1, 1) */
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((*s >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
+}
+
+/* The worst |c - ref| / sum |a * b| over 300 sampled elements (the last one always). */
+static double sampled_error(const float *a, const float *b, const float *c, uint32_t m, uint32_t kd,
+                            uint32_t n) {
+    double worst = 0.0;
+    uint64_t s = 7;
+    for (int q = 0; q < 300; q++) {
+        uint32_t i = q ? (uint32_t)((next_uniform(&s) + 1.0) * 0.5 * m) % m : m - 1;
+        uint32_t j = q ? (uint32_t)((next_uniform(&s) + 1.0) * 0.5 * n) % n : n - 1;
+        double ref = 0.0, mag = 0.0;
+        for (uint32_t p = 0; p < kd; p++) {
+            double t = (double)a[(size_t)i * kd + p] * b[(size_t)p * n + j];
+            ref += t;
+            mag += fabs(t);
+        }
+        double e = fabs(c[(size_t)i * n + j] - ref) / (mag > 1e-30 ? mag : 1.0);
+        worst = e <= worst ? worst : (e == e ? e : INFINITY);
+    }
+    return worst;
+}
+
+/* Uploads x (rounded to f16 in place when half). */
+static kf_status upload(kf_buffer *buf, float *x, size_t count, bool half) {
+    if (!half) {
+        return kf_buffer_upload(buf, 0, x, 4 * count);
+    }
+    uint16_t *h = malloc(2 * count);
+    if (!h) {
+        return KF_ERROR_OUT_OF_MEMORY;
+    }
+    for (size_t i = 0; i < count; i++) {
+        h[i] = kf__half_from_float(x[i]);
+        x[i] = kf__half_to_float(h[i]);
+    }
+    kf_status st = kf_buffer_upload(buf, 0, h, 2 * count);
+    free(h);
+    return st;
+}
+
+static kf_status download(kf_buffer *buf, float *x, size_t count, bool half) {
+    if (!half) {
+        return kf_buffer_download(buf, 0, x, 4 * count);
+    }
+    uint16_t *h = malloc(2 * count);
+    if (!h) {
+        return KF_ERROR_OUT_OF_MEMORY;
+    }
+    kf_status st = kf_buffer_download(buf, 0, h, 2 * count);
+    for (size_t i = 0; i < count; i++) {
+        x[i] = kf__half_to_float(h[i]);
+    }
+    free(h);
+    return st;
+}
+
+static void sweep(kf_context *ctx, uint32_t m, uint32_t kd, uint32_t n, bool half) {
+    size_t es = half ? 2 : 4;
+    float *a = malloc(4ull * m * kd), *b = malloc(4ull * kd * n), *c = malloc(4ull * m * n);
+    kf_buffer *bufs[3] = {0};
+    uint64_t seed = 42u + m + kd + n;
+    bool ok = a && b && c && kf_buffer_create(ctx, es * m * kd, &bufs[0]) == KF_OK &&
+              kf_buffer_create(ctx, es * kd * n, &bufs[1]) == KF_OK &&
+              kf_buffer_create(ctx, es * m * n, &bufs[2]) == KF_OK;
+    for (size_t i = 0; ok && i < (size_t)m * kd; i++) {
+        a[i] = next_uniform(&seed);
+    }
+    for (size_t i = 0; ok && i < (size_t)kd * n; i++) {
+        b[i] = next_uniform(&seed);
+    }
+    ok = ok && upload(bufs[0], a, (size_t)m * kd, half) == KF_OK &&
+         upload(bufs[1], b, (size_t)kd * n, half) == KF_OK;
+    if (!ok) {
+        printf("%ux%ux%u: could not set up (%s)\n", m, kd, n, kf_context_last_error(ctx));
+    }
+    for (size_t i = 0; ok && i < sizeof g_configs / sizeof g_configs[0]; i++) {
+        const kf__mm_config *cfg = &g_configs[i];
+        char name[48];
+        snprintf(name, sizeof name, "%ux%ux%u/%ux%u s%u", cfg->bm, cfg->bn, cfg->bk, cfg->tm,
+                 cfg->tn, cfg->stages ? cfg->stages : 1);
+        kf_kernel *k = kf__matmul_blocked_typed(m, kd, n, cfg, half ? KF_DTYPE_F16 : KF_DTYPE_F32);
+        if (!k) {
+            printf("%ux%ux%u %-20s invalid\n", m, kd, n, name);
+            continue;
+        }
+        kf_kernel_launch launch = {.buffers = bufs, .buffer_count = 3};
+        kf_dispatch d;
+        kf_timing t;
+        if (kf_buffer_fill_u32(bufs[2], 0x7fc07fc0u) != KF_OK || /* NaN in f32 and f16 */
+            kf_kernel_dispatch(ctx, k, &launch, &d) != KF_OK ||
+            kf_context_time(ctx, &d, 1, 10, &t) != KF_OK ||
+            download(bufs[2], c, (size_t)m * n, half) != KF_OK) {
+            printf("%ux%ux%u %-20s failed: %s\n", m, kd, n, name, kf_context_last_error(ctx));
+            kf_kernel_destroy(k);
+            continue;
+        }
+        double err = sampled_error(a, b, c, m, kd, n);
+        printf("%ux%ux%u %-20s %9.3f ms %7.2f TFLOP/s  err %.2e%s\n", m, kd, n, name, t.median_ms,
+               2.0 * m * n * (double)kd / (t.median_ms * 1e9), err,
+               err > (half ? 2e-3 : 1e-5) ? "  WRONG" : "");
+        fflush(stdout);
+        kf_kernel_destroy(k);
+    }
+    for (int i = 0; i < 3; i++) {
+        kf_buffer_destroy(bufs[i]);
+    }
+    free(a);
+    free(b);
+    free(c);
+}
+
+int main(int argc, char **argv) {
+    bool half = false;
+    uint32_t shapes[16][3] = {
+        {1024, 1024, 1024}, {4096, 4096, 4096}, {8192, 8192, 8192}, {4095, 4093, 4097}};
+    int count = 4, given = 0;
+    for (int i = 1; i < argc; i++) {
+        uint32_t s[3];
+        if (!strcmp(argv[i], "f16") || !strcmp(argv[i], "f32")) {
+            half = argv[i][1] == '1';
+        } else if (sscanf(argv[i], "%ux%ux%u", &s[0], &s[1], &s[2]) == 3 && s[0] && s[1] && s[2] &&
+                   given < 16) {
+            memcpy(shapes[given++], s, sizeof s);
+        } else {
+            fprintf(stderr, "usage: kfuse_matmul_sweep [f32|f16] [MxKxN ...]\n");
+            return 2;
+        }
+    }
+    count = given ? given : count;
+    kf_context *ctx = NULL;
+    kf_context_desc desc = {0};
+    if (kf_context_create(&desc, &ctx) != KF_OK) {
+        fprintf(stderr, "kfuse_matmul_sweep: no device\n");
+        return 1;
+    }
+    kf_adapter_info info;
+    kf_context_adapter_info(ctx, &info);
+    printf("%s (%s), %s, bounds clamping %s\n", info.device, info.backend, half ? "f16" : "f32",
+           info.unchecked_access ? "off" : "on");
+    if (half && !info.has_f16) {
+        printf("the device has no shader-f16\n");
+    } else {
+        for (int i = 0; i < count; i++) {
+            sweep(ctx, shapes[i][0], shapes[i][1], shapes[i][2], half);
+        }
+    }
+    kf_context_destroy(ctx);
+    return 0;
+}
