@@ -80,13 +80,22 @@ bool kf__sgmat_config_valid(const kf__sgmat_config *c, uint32_t sg) {
     return c->direct <= 3 && store_cols(c, stages_for(c, true, true), true, true) > 0;
 }
 
-const kf__sgmat_config *kf__sgmat_default_config(uint32_t m, uint32_t k, uint32_t n) {
-    /* 128x128 tiles of 2x4 subgroups (64x32 each) for large products; 64x64 tiles (4 subgroups,
-     * 32x32 each) below 2048x2048 outputs, where 128x128 would leave multiprocessors idle. */
-    static const kf__sgmat_config big = {128, 128, 32, 2, 4, 2, 8, 0};
+const kf__sgmat_config *kf__sgmat_default_config(uint32_t m, uint32_t k, uint32_t n, bool checked) {
+    /* Measured on an H200 (bench/results/h200-sgmat-*.txt). Robustness off: 128x256 tiles of
+     * 2x4 subgroups (64x64 each, 16 result matrices) single-buffered reach 221 TFLOP/s at 4096^3
+     * and 231 at 8192^3, against 185 for 128x128 double-buffered (64x32 each); two stages of
+     * 128x256x32 tiles do not fit in 48 KiB beside the scratch. Robustness on, Tint wraps every
+     * subgroup-matrix load in a bounds test, and fewer matrices per subgroup do better: 128x128
+     * double-buffered 73 TFLOP/s, 128x256 53. Below 2048x2048 outputs, 64x64 tiles keep every
+     * multiprocessor busy. */
+    static const kf__sgmat_config big = {128, 256, 32, 2, 4, 1, 8, 0};
+    static const kf__sgmat_config big_checked = {128, 128, 32, 2, 4, 2, 8, 0};
     static const kf__sgmat_config small = {64, 64, 32, 2, 2, 2, 0, 0};
     (void)k;
-    return (uint64_t)m * n >= 2048ull * 2048ull ? &big : &small;
+    if ((uint64_t)m * n < 2048ull * 2048ull) {
+        return &small;
+    }
+    return checked ? &big_checked : &big;
 }
 
 static kf_val u32(kf_kernel *k, uint32_t v) {
@@ -155,7 +164,7 @@ static void fetch4(kf_kernel *k, kf_binding b, bool wide, bool checked, kf_val i
 kf_kernel *kf__matmul_sgmat(uint32_t m, uint32_t kdim, uint32_t n, const kf__sgmat_config *cfg,
                             uint32_t sg) {
     if (!cfg) {
-        cfg = kf__sgmat_default_config(m, kdim, n);
+        cfg = kf__sgmat_default_config(m, kdim, n, false);
     }
     if (!kf__sgmat_config_valid(cfg, sg) || !m || !kdim || !n) {
         return NULL;
@@ -496,5 +505,8 @@ kf_kernel *kf__matmul_sgmat_for(kf_context *ctx, uint32_t m, uint32_t k, uint32_
     const char *env = getenv("KF_SGMAT_CONFIG");
     bool forced =
         env && *env && kf__sgmat_config_parse(env, &chosen) && kf__sgmat_config_valid(&chosen, sg);
-    return kf__matmul_sgmat(m, k, n, forced ? &chosen : NULL, sg);
+    kf_adapter_info info;
+    bool checked = kf_context_adapter_info(ctx, &info) != KF_OK || !info.unchecked_access;
+    return kf__matmul_sgmat(m, k, n, forced ? &chosen : kf__sgmat_default_config(m, k, n, checked),
+                            sg);
 }

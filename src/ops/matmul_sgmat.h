@@ -21,8 +21,10 @@ typedef struct kf__sgmat_config {
     uint32_t direct;
 } kf__sgmat_config;
 
-/* The configuration used when none is given. */
-const kf__sgmat_config *kf__sgmat_default_config(uint32_t m, uint32_t k, uint32_t n);
+/* The configuration for a product of this shape on a device whose bounds checks (Dawn's
+ * robustness) are on (`checked`) or off; kf__matmul_sgmat with no configuration uses the
+ * unchecked one. */
+const kf__sgmat_config *kf__sgmat_default_config(uint32_t m, uint32_t k, uint32_t n, bool checked);
 
 /* Whether the generator accepts the configuration for subgroups of sg invocations: bm, bn
  * multiples of 16 * wm, 16 * wn; bk a multiple of 16; whole vec4 loads of both tiles per
@@ -34,7 +36,8 @@ bool kf__sgmat_config_valid(const kf__sgmat_config *cfg, uint32_t sg);
  * (rounded to f16), so element-wise tails fuse. Any m, k, n: tiles are zero-padded when staged
  * and the store phase is bounds-checked. sg is the device's subgroup size (subgroups are taken
  * to be consecutive local indices, as on every GPU that has subgroup matrices). cfg NULL: the
- * default. The grid is recorded on the kernel. NULL for an invalid configuration or zero sizes. */
+ * default (robustness off). The grid is recorded on the kernel. NULL for an invalid configuration
+ * or zero sizes. */
 kf_kernel *kf__matmul_sgmat(uint32_t m, uint32_t k, uint32_t n, const kf__sgmat_config *cfg,
                             uint32_t sg);
 
