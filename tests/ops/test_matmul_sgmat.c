@@ -105,7 +105,8 @@ static bool run_case(kf_context *ctx, uint32_t sg, uint32_t m, uint32_t kd, uint
     }
     /* f32 accumulation, then one rounding to f16 (2^-11 relative) and, with the tail, its f16
      * rounding again: relative to the result, or to the sum of |products| where the sum
-     * cancels. */
+     * cancels, or to f16's smallest normal where the result is subnormal in f16 (a 1x1x1
+     * product of two small inputs: the H200 found one). */
     for (uint32_t i = 0; ok && i < m; i++) {
         for (uint32_t j = 0; j < n; j++) {
             double ref = 0.0, mag = 0.0;
@@ -113,7 +114,8 @@ static bool run_case(kf_context *ctx, uint32_t sg, uint32_t m, uint32_t kd, uint
                 ref += fa[(size_t)i * kd + q] * fb[(size_t)q * n + j];
                 mag += fabs(fa[(size_t)i * kd + q] * fb[(size_t)q * n + j]);
             }
-            double scale = fmax(fabs(ref), 1e-3 * mag) + 1e-30;
+            /* 2^-14, f16's smallest normal: below it the rounding step is absolute */
+            double scale = fmax(fmax(fabs(ref), 1e-3 * mag), 0x1p-14);
             if (tail) { /* near silu's zeros: relative to its input (rounded to f16 first) */
                 scale = fmax(scale, fabs(ref));
                 ref = ref / (1.0 + exp(-ref));

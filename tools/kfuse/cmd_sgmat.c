@@ -247,7 +247,7 @@ int kf_cmd_sgmat(int argc, char **argv) {
                             ref = y;
                         }
                         double got = kf__half_to_float(c[(uint64_t)i * s.n + j]);
-                        double err = fabs(got - ref) / (scale + 1e-30);
+                        double err = fabs(got - ref) / fmax(scale, 0x1p-14);
                         worst = err > worst || err != err ? err : worst;
                     }
                 }
