@@ -29,6 +29,13 @@ STATE=${STATE:-/tmp/kfuse-bench}
 mkdir -p "$OUT" "$STATE"
 part=${1:-all}
 
+# kfuse's vendor-mask Vulkan layer (docs/runtime.md), built beside the binary: with it this Dawn
+# offers shader-f16 on NVIDIA, so the f16 cases run (VKMASK=0 leaves it out).
+VKMASK_DIR=$(dirname "$KFUSE")/vkmask
+if [ "${VKMASK:-1}" != 0 ] && [ -f "$VKMASK_DIR/VkLayer_kfuse_vendor_mask.json" ]; then
+    export VK_LAYER_PATH=$(cd "$VKMASK_DIR" && pwd) VK_INSTANCE_LAYERS=VK_LAYER_KFUSE_vendor_mask
+fi
+
 run_kfuse() {
     { nvidia-smi || true; } >"$OUT/nvidia-smi.txt" 2>&1
     "$KFUSE" info >"$OUT/kfuse-info.txt" 2>&1
@@ -40,6 +47,11 @@ run_kfuse() {
     echo "kfuse bench exit $?"
     cp "$OUT/kfuse.jsonl" "$OUT/kfuse.txt" "$STATE/" 2>/dev/null || true
     cat "$OUT/kfuse.txt" "$OUT/kfuse.err"
+    # The matmuls again with Dawn's bounds clamping off (docs/runtime.md, KF_UNCHECKED).
+    KF_UNCHECKED=1 timeout "$PART_LIMIT" "$KFUSE" bench --size "$SIZE" --filter '^matmul' \
+        --json-file "$OUT/kfuse-unchecked.jsonl" >"$OUT/kfuse-unchecked.txt" 2>&1
+    echo "kfuse bench (unchecked) exit $?"
+    cat "$OUT/kfuse-unchecked.txt"
 }
 
 run_torch() { # name, extra torch_compare.py arguments...
