@@ -95,6 +95,28 @@ static void load4(kf_kernel *k, kf_binding b, bool wide, bool checked, kf_val r,
     kf_assign(k, into, kf_vec(k, v4, vals, LANES));
 }
 
+void kf__mm_staging_init(kf_kernel *k, kf_val local, uint32_t threads, uint32_t bk, uint32_t bn,
+                         uint32_t loads_a, uint32_t loads_b, kf_type vec, kf__mm_staging *st) {
+    for (uint32_t v = 0; v < loads_a && v < KF__MM_MAX_LOADS; v++) {
+        kf_val flat = kf_add(k, local, u32(k, v * threads));
+        st->a_row[v] = kf_let(k, "ar", kf_div(k, flat, u32(k, bk / LANES)));
+        st->a_k[v] = kf_let(
+            k, "ak", kf_mul(k, kf_binary(k, KF_OP_MOD, flat, u32(k, bk / LANES)), u32(k, LANES)));
+    }
+    for (uint32_t v = 0; v < loads_b && v < KF__MM_MAX_LOADS; v++) {
+        kf_val flat = kf_add(k, local, u32(k, v * threads));
+        st->b_k[v] = kf_let(k, "bkr", kf_div(k, flat, u32(k, bn / LANES)));
+        st->b_col[v] = kf_let(
+            k, "bc", kf_mul(k, kf_binary(k, KF_OP_MOD, flat, u32(k, bn / LANES)), u32(k, LANES)));
+    }
+    for (uint32_t v = 0; v < loads_a && v < KF__MM_MAX_LOADS; v++) {
+        st->next_a[v] = kf_declare(k, "next_a", vec, (kf_val){0});
+    }
+    for (uint32_t v = 0; v < loads_b && v < KF__MM_MAX_LOADS; v++) {
+        st->next_b[v] = kf_declare(k, "next_b", vec, (kf_val){0});
+    }
+}
+
 kf_kernel *kf__matmul_blocked(uint32_t m, uint32_t kdim, uint32_t n, const kf__mm_config *cfg) {
     return kf__matmul_blocked_typed(m, kdim, n, cfg, KF_DTYPE_F32);
 }
@@ -147,27 +169,10 @@ kf_kernel *kf__matmul_blocked_typed(uint32_t m, uint32_t kdim, uint32_t n, const
     kf_val col0 =
         kf_let(k, "col0", kf_mul(k, kf_binary(k, KF_OP_MOD, tile, u32(k, tiles_n)), u32(k, bn)));
 
-    /* Where each invocation's vec4s of the two tiles come from: a along k, b along n. */
-    kf_val a_row[8], a_k[8], b_k[8], b_col[8];
-    for (uint32_t v = 0; v < loads_a; v++) {
-        kf_val flat = kf_add(k, local, u32(k, v * threads));
-        a_row[v] = kf_let(k, "ar", kf_div(k, flat, u32(k, bk / LANES)));
-        a_k[v] = kf_let(
-            k, "ak", kf_mul(k, kf_binary(k, KF_OP_MOD, flat, u32(k, bk / LANES)), u32(k, LANES)));
-    }
-    for (uint32_t v = 0; v < loads_b; v++) {
-        kf_val flat = kf_add(k, local, u32(k, v * threads));
-        b_k[v] = kf_let(k, "bkr", kf_div(k, flat, u32(k, bn / LANES)));
-        b_col[v] = kf_let(
-            k, "bc", kf_mul(k, kf_binary(k, KF_OP_MOD, flat, u32(k, bn / LANES)), u32(k, LANES)));
-    }
-    kf_var next_a[8], next_b[8];
-    for (uint32_t v = 0; v < loads_a; v++) {
-        next_a[v] = kf_declare(k, "next_a", v4, (kf_val){0});
-    }
-    for (uint32_t v = 0; v < loads_b; v++) {
-        next_b[v] = kf_declare(k, "next_b", v4, (kf_val){0});
-    }
+    kf__mm_staging st;
+    kf__mm_staging_init(k, local, threads, bk, bn, loads_a, loads_b, v4, &st);
+    kf_val *a_row = st.a_row, *a_k = st.a_k, *b_k = st.b_k, *b_col = st.b_col;
+    kf_var *next_a = st.next_a, *next_b = st.next_b;
     bool check_a = ragged_m || ragged_k, check_b = ragged_k || ragged_n;
     /* Fetches the tiles starting at k0 into the next_* registers. */
 #define FETCH(k0)                                                                                  \

@@ -25,6 +25,19 @@ kf_kernel *kf__matmul_blocked(uint32_t m, uint32_t k, uint32_t n, const kf__mm_c
  * kernel needs the device's shader-f16. NULL for other dtypes. */
 kf_kernel *kf__matmul_blocked_typed(uint32_t m, uint32_t k, uint32_t n, const kf__mm_config *cfg,
                                     kf_dtype dtype);
+/* How a workgroup stages its two tiles: invocation `local` of `threads` loads vec4 v of a's
+ * bm x bk tile from row a_row[v], columns a_k[v]..+3 (along k), and vec4 v of b's bk x bn tile
+ * from row b_k[v], columns b_col[v]..+3 (along n), into the registers next_a[v], next_b[v] (of
+ * type vec). Shared by the register-blocked and the subgroup-matrix kernels. */
+#define KF__MM_MAX_LOADS 16u
+typedef struct kf__mm_staging {
+    kf_val a_row[KF__MM_MAX_LOADS], a_k[KF__MM_MAX_LOADS];
+    kf_val b_k[KF__MM_MAX_LOADS], b_col[KF__MM_MAX_LOADS];
+    kf_var next_a[KF__MM_MAX_LOADS], next_b[KF__MM_MAX_LOADS];
+} kf__mm_staging;
+void kf__mm_staging_init(kf_kernel *k, kf_val local, uint32_t threads, uint32_t bk, uint32_t bn,
+                         uint32_t loads_a, uint32_t loads_b, kf_type vec, kf__mm_staging *st);
+
 /* Whether kf__matmul_blocked accepts the configuration. */
 bool kf__matmul_blocked_valid(const kf__mm_config *cfg);
 /* The tile tuned for this shape class on ctx's adapter (kf_matmul_tune, this process or the

@@ -19,6 +19,8 @@
  */
 #include "ops/matmul_sgmat.h"
 
+#include "ops/matmul_blocked.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,7 +76,8 @@ bool kf__sgmat_config_valid(const kf__sgmat_config *c, uint32_t sg) {
     }
     uint32_t loads_a = c->bm * c->bk, loads_b = c->bk * c->bn;
     if (loads_a % (LANES * threads) || loads_b % (LANES * threads) ||
-        loads_a / (LANES * threads) > 16 || loads_b / (LANES * threads) > 16) {
+        loads_a / (LANES * threads) > KF__MM_MAX_LOADS ||
+        loads_b / (LANES * threads) > KF__MM_MAX_LOADS) {
         return false; /* whole vec4s per invocation, at most 16 of each tile */
     }
     return c->direct <= 3 && store_cols(c, stages_for(c, true, true), true, true) > 0;
@@ -237,26 +240,10 @@ kf_kernel *kf__matmul_sgmat(uint32_t m, uint32_t kdim, uint32_t n, const kf__sgm
         kf_let(k, "sub_col", kf_mul(k, kf_binary(k, KF_OP_MOD, sgi, u32(k, wn)), u32(k, bn / wn)));
 
     /* Where each invocation's vec4s of the two tiles come from: a along k, b along n. */
-    kf_val a_row[16], a_k[16], b_k[16], b_col[16];
-    for (uint32_t v = 0; v < loads_a; v++) {
-        kf_val flat = kf_add(k, local, u32(k, v * threads));
-        a_row[v] = kf_let(k, "ar", kf_div(k, flat, u32(k, bk / LANES)));
-        a_k[v] = kf_let(
-            k, "ak", kf_mul(k, kf_binary(k, KF_OP_MOD, flat, u32(k, bk / LANES)), u32(k, LANES)));
-    }
-    for (uint32_t v = 0; v < loads_b; v++) {
-        kf_val flat = kf_add(k, local, u32(k, v * threads));
-        b_k[v] = kf_let(k, "bkr", kf_div(k, flat, u32(k, bn / LANES)));
-        b_col[v] = kf_let(
-            k, "bc", kf_mul(k, kf_binary(k, KF_OP_MOD, flat, u32(k, bn / LANES)), u32(k, LANES)));
-    }
-    kf_var next_a[16], next_b[16];
-    for (uint32_t v = 0; v < loads_a; v++) {
-        next_a[v] = kf_declare(k, "next_a", h4, (kf_val){0});
-    }
-    for (uint32_t v = 0; v < loads_b; v++) {
-        next_b[v] = kf_declare(k, "next_b", h4, (kf_val){0});
-    }
+    kf__mm_staging st;
+    kf__mm_staging_init(k, local, threads, bk, bn, loads_a, loads_b, h4, &st);
+    kf_val *a_row = st.a_row, *a_k = st.a_k, *b_k = st.b_k, *b_col = st.b_col;
+    kf_var *next_a = st.next_a, *next_b = st.next_b;
     const bool check_a = ragged_m || ragged_k, check_b = ragged_k || ragged_n;
     /* Whether this workgroup's row of tiles, and its column, lie inside m and n: only the
      * tiles at the edges (and the last step of K) need checked loads. */
