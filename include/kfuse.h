@@ -783,8 +783,9 @@ kf_status kf_op_shape(const kf_operator *op, const kf_shape *in, const kf_op_par
 
 /* The matmul autotuner. Times the register-blocked f32 kernel's tile configurations on this
  * device for an m x k x n product and remembers the fastest for that shape class (powers of two
- * of m*n and of k): in the context, and in a cache file keyed by the adapter (vendor, device,
- * driver, backend): $KF_CACHE_DIR/matmul-tiles.txt, else $XDG_CACHE_HOME/kfuse/..., else
+ * of m*n and of k, and whether K and N are multiples of 4): in the context, and in a cache file
+ * keyed by the adapter (vendor, device, driver, backend): $KF_CACHE_DIR/matmul-tiles.txt, else
+ * $XDG_CACHE_HOME/kfuse/..., else
  * ~/.cache/kfuse/.... Plans compiled afterwards (kf_graph_compile) use the tuned tiles for
  * matmuls of that class, in this and later processes; untuned classes use built-in choices
  * measured on an H200. A cache that cannot be written is not an error (the context keeps it). */

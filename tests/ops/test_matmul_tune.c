@@ -33,6 +33,11 @@ KT_TEST(ops, matmul_tune_caches_and_plans_use_it) {
     KT_CHECK(again && !memcmp(again, &chosen, sizeof chosen), "the cached tile was not found");
     KT_CHECK(kf__matmul_config_for(fresh, 4096, 4096, 4096) == NULL,
              "an untuned shape class found a tile");
+    /* Same sizes but rows that are not whole vec4s: another class (other tiles win there). */
+    KT_CHECK(kf__matmul_config_for(fresh, 96, 81, 128) == NULL,
+             "96x81x128 (K not a multiple of 4) found 96x80x128's tile");
+    KT_CHECK(kf__matmul_config_for(fresh, 96, 80, 127) == NULL,
+             "96x80x127 (N not a multiple of 4) found 96x80x128's tile");
 
     /* A plan for that class uses it, and still matches the CPU specs. */
     const char *text = "x: f32[96, 80]\nw: f32[80, 128]\ny = matmul(x, w) |> relu\n";
