@@ -14,8 +14,8 @@ typedef struct kf__mm_config {
     uint32_t stages;
 } kf__mm_config;
 
-/* The configuration used when none is given: the 128x128 tile for large products, 32x32 below
- * (enough workgroups to fill a large GPU). */
+/* The configuration used when none is given: the double-buffered 128x128x8 tile of 8x8 for
+ * large products, 64x64x16 of 8x8 below (enough workgroups to fill a large GPU). */
 const kf__mm_config *kf__mm_default_config(uint32_t m, uint32_t k, uint32_t n);
 
 /* c[m,n] = a[m,k] * b[k,n] (bindings a, b, then out), every element yielded to the store phase;

@@ -74,6 +74,9 @@ bool kf__sgmat_config_valid(const kf__sgmat_config *c, uint32_t sg) {
     if (threads > 1024 || (c->bm / c->wm / MAT) * (c->bn / c->wn / MAT) > 32) {
         return false; /* at most 32 result matrices per subgroup */
     }
+    if (c->bm / c->wm / MAT > 8 || c->bn / c->wn / MAT > 8) {
+        return false; /* at most 8 left and 8 right matrices per slice of K */
+    }
     uint32_t loads_a = c->bm * c->bk, loads_b = c->bk * c->bn;
     if (loads_a % (LANES * threads) || loads_b % (LANES * threads) ||
         loads_a / (LANES * threads) > KF__MM_MAX_LOADS ||

@@ -653,7 +653,7 @@ static kf_status create(kf_context *ctx, const kf_context_desc *desc) {
         return st;
     }
 
-    ctx->unchecked = want_unchecked(desc);
+    ctx->unchecked = ctx->is_dawn && want_unchecked(desc); /* a Dawn toggle */
     wg_dawn_toggles toggles = {{NULL, WG_STYPE_DAWN_TOGGLES},
                                ctx->unchecked ? 4 : 3,
                                g_enabled_toggles,

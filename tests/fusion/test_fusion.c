@@ -133,6 +133,25 @@ KT_TEST(fusion, chain_with_scalar_row_and_column_broadcasts) {
                       1, 5);
 }
 
+/* Large enough (2^19 elements, 2^17 vec4s) for the kernel to compute two vec4s per invocation
+ * (n/2 apart): both halves, with row and column broadcasts, checked against the CPU specs. */
+KT_TEST(fusion, large_chain_two_vec4s_per_invocation) {
+    const char *program = "x: f32[1024,512]\nb: f32[512]\nc: f32[1024,1]\n"
+                          "y = x |> mul(0.5) |> add(b) |> sub(c) |> tanh |> gelu\n";
+    expect_dispatches(program, 1, 5);
+    kf_context *ctx = kt_context();
+    kf_graph *g = ctx ? parse(program) : NULL;
+    kf_plan *plan = NULL;
+    if (g && kf_graph_compile(ctx, g, NULL, &plan) == KF_OK) {
+        char *text = kf_plan_explain(plan, true);
+        KT_CHECK(text && strstr(text, "vidx2"), "the kernel does not take two vec4s:\n%s",
+                 text ? text : "");
+        kf_free(text);
+    }
+    kf_plan_destroy(plan);
+    kf_graph_destroy(g);
+}
+
 KT_TEST(fusion, matmul_bias_gelu_is_one_dispatch) {
     expect_dispatches("x: f32[67,129]\nw: f32[129,93]\nb: f32[93]\n"
                       "y = matmul(x, w) |> add(b) |> gelu\n",

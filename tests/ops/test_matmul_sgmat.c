@@ -220,11 +220,13 @@ KT_TEST(ops, matmul_sgmat_wgsl) {
 
 KT_TEST(ops, matmul_sgmat_refuses_bad_configs) {
     kf__sgmat_config bad[] = {
-        {0, 64, 32, 2, 2, 2, 0, 0},  {64, 64, 24, 2, 2, 2, 0, 0},   {48, 64, 32, 2, 2, 2, 0, 0},
-        {64, 64, 32, 2, 2, 3, 0, 0}, {256, 256, 64, 2, 2, 2, 0, 0}, {512, 512, 32, 4, 4, 1, 0, 0},
-        {16, 16, 16, 2, 2, 1, 0, 0}, /* 16 rows cannot be split over two subgroups */
-        {16, 64, 16, 1, 4, 1, 0, 0}, /* 128 invocations, a's 16x16 tile is 64 vec4s */
-        {64, 64, 32, 2, 2, 2, 0, 4}, /* no such operand */
+        {0, 64, 32, 2, 2, 2, 0, 0},   {64, 64, 24, 2, 2, 2, 0, 0},   {48, 64, 32, 2, 2, 2, 0, 0},
+        {64, 64, 32, 2, 2, 3, 0, 0},  {256, 256, 64, 2, 2, 2, 0, 0}, {512, 512, 32, 4, 4, 1, 0, 0},
+        {16, 16, 16, 2, 2, 1, 0, 0},  /* 16 rows cannot be split over two subgroups */
+        {16, 64, 16, 1, 4, 1, 0, 0},  /* 128 invocations, a's 16x16 tile is 64 vec4s */
+        {64, 64, 32, 2, 2, 2, 0, 4},  /* no such operand */
+        {256, 32, 16, 1, 2, 1, 0, 0}, /* 16 left matrices per subgroup */
+        {32, 256, 16, 2, 1, 1, 0, 0}, /* 16 right matrices per subgroup */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         KT_CHECK(!kf__sgmat_config_valid(&bad[i], 32), "config %zu accepted", i);
