@@ -3,21 +3,35 @@
  * keep whatever f16 the adapter has. Only meaningful on a Vulkan adapter with f16 (lavapipe). */
 #include "harness.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* Creates a context with the layer on, masking the vendor as `vendor`, and restores the three
+ * environment variables to what they were (set or unset) afterwards. */
 static bool masked_context(const char *vendor, kf_adapter_info *info) {
-    setenv("VK_LAYER_PATH", KF_VKMASK_DIR, 1);
-    setenv("VK_INSTANCE_LAYERS", "VK_LAYER_KFUSE_vendor_mask", 1);
-    setenv("KF_VKMASK_VENDOR", vendor, 1);
+    static const char *const names[3] = {"VK_LAYER_PATH", "VK_INSTANCE_LAYERS", "KF_VKMASK_VENDOR"};
+    const char *values[3] = {KF_VKMASK_DIR, "VK_LAYER_KFUSE_vendor_mask", vendor};
+    char saved[3][1024];
+    bool had[3];
+    for (int i = 0; i < 3; i++) {
+        const char *old = getenv(names[i]);
+        had[i] = old != NULL;
+        snprintf(saved[i], sizeof saved[i], "%s", old ? old : "");
+        setenv(names[i], values[i], 1);
+    }
     kf_context *ctx = NULL;
     kf_context_desc desc = {0};
     bool ok =
         kf_context_create(&desc, &ctx) == KF_OK && kf_context_adapter_info(ctx, info) == KF_OK;
     kf_context_destroy(ctx);
-    unsetenv("VK_LAYER_PATH");
-    unsetenv("VK_INSTANCE_LAYERS");
-    unsetenv("KF_VKMASK_VENDOR");
+    for (int i = 0; i < 3; i++) {
+        if (had[i]) {
+            setenv(names[i], saved[i], 1);
+        } else {
+            unsetenv(names[i]);
+        }
+    }
     return ok;
 }
 
