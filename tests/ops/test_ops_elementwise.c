@@ -412,6 +412,45 @@ KT_TEST(ops, elementwise_nan_and_inf_on_device) {
     }
 }
 
+/* tanh keeps its relative accuracy (the op's 1e-4) for tiny arguments, where a driver computing
+ * (e^2x - 1) / (e^2x + 1) loses it (lavapipe: 2.7e-3 near 1e-5; found by a random graph). */
+KT_TEST(ops, tanh_is_accurate_for_tiny_arguments) {
+    KT_NEED_GPU(ctx);
+    const kf_operator *op = kf_op_find("tanh");
+    enum { N = 4096 };
+    kf_shape s = kf_shape_1d(N);
+    kf_tensor *x = NULL, *y = NULL;
+    kf_gpu_tensor *gx = NULL, *gy = NULL;
+    KT_CHECK_OK(kf_tensor_create(&s, &x));
+    KT_CHECK_OK(kf_tensor_create(&s, &y));
+    for (int i = 0; i < N; i++) { /* |x| from 1e-7 to 0.3, both signs, log-spaced */
+        double mag = pow(10.0, -7.0 + 6.5 * (double)(i / 2) / (N / 2));
+        x->data[i] = (float)(i % 2 ? -mag : mag) * kt_rand_f32(0.9f, 1.1f);
+    }
+    KT_CHECK_OK(kf_gpu_tensor_from(ctx, x, KF_DTYPE_F32, &gx));
+    KT_CHECK_OK(kf_gpu_tensor_create(ctx, &s, KF_DTYPE_F32, &gy));
+    KT_CHECK_OK(kf_buffer_fill_u32(gy->buffer, 0x7fc00000u));
+    const kf_gpu_tensor *in[1] = {gx};
+    KT_CHECK_OK(kf_op_run_forward(ctx, op, NULL, in, gy));
+    KT_CHECK_OK(kf_gpu_tensor_to(gy, y));
+    double worst = 0.0;
+    int at = 0;
+    for (int i = 0; i < N; i++) {
+        double want = tanh((double)x->data[i]);
+        double e = fabs(y->data[i] - want) / fabs(want);
+        if (!(e <= worst)) {
+            worst = e;
+            at = i;
+        }
+    }
+    KT_CHECK(worst <= 1e-4, "tanh(%g) = %g: relative error %.3g (want <= 1e-4)",
+             (double)x->data[at], (double)y->data[at], worst);
+    kf_tensor_destroy(x);
+    kf_tensor_destroy(y);
+    kf_gpu_tensor_destroy(gx);
+    kf_gpu_tensor_destroy(gy);
+}
+
 KT_TEST(ops, run_forward_checks_its_arguments) {
     KT_NEED_GPU(ctx);
     kf_shape a = kf_shape_2d(7, 13), b = kf_shape_2d(13, 7);
