@@ -40,12 +40,14 @@ const kf__mm_config *kf__mm_default_config(uint32_t m, uint32_t k, uint32_t n) {
     /* Measured on an H200 (bench/results/h200-sweep-f32-*.txt): the double-buffered 128x128x8
      * tile reaches 40 TFLOP/s at 4096^3 and 8192^3 (47 with KF_UNCHECKED); at 1024^3 it leaves
      * multiprocessors idle, and 64x64x16 tiles of 8x8 do best there (27.6 TFLOP/s, 17 for
-     * 128x128). */
+     * 128x128). Where K or N is not a multiple of 4 the tiles load as scalars, and the
+     * single-buffered 128x128x16 tile does best (34.9 TFLOP/s at 4095x4093x4097 against 28.4
+     * for the aligned choice; bench/results/h200-sweep2-f32-checked.txt). */
     static const kf__mm_config big = {128, 128, 8, 8, 8, 2};
+    static const kf__mm_config big_ragged = {128, 128, 16, 8, 8, 1};
     static const kf__mm_config small = {64, 64, 16, 8, 8, 2};
-    (void)k;
     if ((uint64_t)m * n >= 2048ull * 2048ull) {
-        return &big;
+        return k % 4 || n % 4 ? &big_ragged : &big;
     }
     return &small;
 }

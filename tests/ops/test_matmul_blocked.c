@@ -8,14 +8,15 @@
 
 #include "ops/matmul_blocked.h"
 
-/* The built-in choices first: they run every shape; the others a rotating third of them (each
- * (configuration, shape) pair is a kernel of its own for the driver to compile). */
+/* The built-in choices first: they run every shape; the others a third of them, a different
+ * third for neighbouring configurations (each (configuration, shape) pair is a kernel of its
+ * own for the driver to compile). */
 static const kf__mm_config configs[] = {
-    {128, 128, 8, 8, 8, 2}, {64, 64, 16, 8, 8, 2},  {128, 128, 8, 8, 8, 0},
-    {64, 64, 16, 4, 4, 0},  {64, 128, 16, 4, 8, 2}, {32, 32, 8, 4, 4, 0},
-    {64, 32, 8, 8, 4, 2},   {64, 32, 8, 16, 8, 2},  {32, 64, 8, 8, 16, 1},
+    {128, 128, 8, 8, 8, 2}, {64, 64, 16, 8, 8, 2},  {128, 128, 16, 8, 8, 1}, {128, 128, 8, 8, 8, 0},
+    {64, 64, 16, 4, 4, 0},  {64, 128, 16, 4, 8, 2}, {32, 32, 8, 4, 4, 0},    {64, 32, 8, 8, 4, 2},
+    {64, 32, 8, 16, 8, 2},  {32, 64, 8, 8, 16, 1},
 };
-enum { BUILTIN_CONFIGS = 2 };
+enum { BUILTIN_CONFIGS = 3 };
 
 static const uint32_t shapes[][3] = {
     {1, 1, 1},     {7, 13, 5},     {64, 64, 64}, {65, 33, 17}, {128, 256, 128},
