@@ -56,10 +56,8 @@ static kf_val u32(kf_kernel *k, uint32_t v) {
     return kf_lit_u32(k, v);
 }
 
-/* Loads one vec4 of a row-major matrix [rows, cols] at (r, c..c+3) into `into`, zero outside.
- * `wide` says the binding is array<vec4<f32>> (cols % 4 == 0); `checked` adds the bounds test. */
-static kf_val widen(kf_kernel *k, kf_val v, bool half) {
-    if (!half) {
+static kf_val widen(kf_kernel *k, kf_val v, bool to_f32) {
+    if (!to_f32) {
         return v;
     }
     kf_type t = kf_val_type(k, v);
@@ -67,19 +65,22 @@ static kf_val widen(kf_kernel *k, kf_val v, bool half) {
         k, t.lanes > 1 ? kf_type_vec(KF_SCALAR_F32, t.lanes) : kf_type_scalar(KF_SCALAR_F32), v);
 }
 
-static void load4(kf_kernel *k, kf_binding b, bool wide, bool checked, kf_val r, kf_val c,
-                  uint32_t rows, uint32_t cols, kf_var into, bool half) {
-    kf_type v4 = kf_type_vec(KF_SCALAR_F32, LANES);
+void kf__mm_load4(kf_kernel *k, kf_binding b, bool wide, bool checked, kf_val r, kf_val c,
+                  uint32_t rows, uint32_t cols, kf_var into, kf_scalar stored, bool to_f32) {
+    const bool w = stored == KF_SCALAR_F16 && to_f32; /* f16 storage widened on load */
+    const bool half_out = stored == KF_SCALAR_F16 && !to_f32;
+    kf_type v4 = kf_type_vec(half_out ? KF_SCALAR_F16 : KF_SCALAR_F32, LANES);
+    kf_val zero = half_out ? kf_lit_f16(k, 0.0f) : kf_lit_f32(k, 0.0f);
     kf_val base = kf_add(k, kf_mul(k, r, u32(k, cols)), c);
     if (wide) {
         if (checked) {
-            kf_assign(k, into, kf_splat(k, v4, kf_lit_f32(k, 0.0f)));
+            kf_assign(k, into, kf_splat(k, v4, zero));
             kf_if(k, kf_binary(k, KF_OP_AND, kf_binary(k, KF_OP_LT, r, u32(k, rows)),
                                kf_binary(k, KF_OP_LT, c, u32(k, cols))));
-            kf_assign(k, into, widen(k, kf_load(k, b, kf_div(k, base, u32(k, LANES))), half));
+            kf_assign(k, into, widen(k, kf_load(k, b, kf_div(k, base, u32(k, LANES))), w));
             kf_end(k);
         } else {
-            kf_assign(k, into, widen(k, kf_load(k, b, kf_div(k, base, u32(k, LANES))), half));
+            kf_assign(k, into, widen(k, kf_load(k, b, kf_div(k, base, u32(k, LANES))), w));
         }
         return;
     }
@@ -92,7 +93,7 @@ static void load4(kf_kernel *k, kf_binding b, bool wide, bool checked, kf_val r,
         kf_val inside = kf_binary(k, KF_OP_AND, kf_binary(k, KF_OP_LT, r, u32(k, rows)),
                                   kf_binary(k, KF_OP_LT, cl, u32(k, cols)));
         kf_val at = kf_call2(k, KF_FN_MIN, kf_add(k, base, u32(k, l)), last);
-        vals[l] = kf_select(k, kf_lit_f32(k, 0.0f), widen(k, kf_load(k, b, at), half), inside);
+        vals[l] = kf_select(k, zero, widen(k, kf_load(k, b, at), w), inside);
     }
     kf_assign(k, into, kf_vec(k, v4, vals, LANES));
 }
@@ -180,12 +181,12 @@ kf_kernel *kf__matmul_blocked_typed(uint32_t m, uint32_t kdim, uint32_t n, const
 #define FETCH(k0)                                                                                  \
     do {                                                                                           \
         for (uint32_t v = 0; v < loads_a; v++) {                                                   \
-            load4(k, a, wide_a, check_a, kf_add(k, row0, a_row[v]), kf_add(k, (k0), a_k[v]), m,    \
-                  kdim, next_a[v], half);                                                          \
+            kf__mm_load4(k, a, wide_a, check_a, kf_add(k, row0, a_row[v]),                         \
+                         kf_add(k, (k0), a_k[v]), m, kdim, next_a[v], stored, true);               \
         }                                                                                          \
         for (uint32_t v = 0; v < loads_b; v++) {                                                   \
-            load4(k, b, wide_b, check_b, kf_add(k, (k0), b_k[v]), kf_add(k, col0, b_col[v]), kdim, \
-                  n, next_b[v], half);                                                             \
+            kf__mm_load4(k, b, wide_b, check_b, kf_add(k, (k0), b_k[v]),                           \
+                         kf_add(k, col0, b_col[v]), kdim, n, next_b[v], stored, true);             \
         }                                                                                          \
     } while (0)
     /* Registers -> workgroup memory at the stage whose offsets (in vec4s) are oa, ob: a's vec4

@@ -38,6 +38,13 @@ typedef struct kf__mm_staging {
 void kf__mm_staging_init(kf_kernel *k, kf_val local, uint32_t threads, uint32_t bk, uint32_t bn,
                          uint32_t loads_a, uint32_t loads_b, kf_type vec, kf__mm_staging *st);
 
+/* Loads one vec4 of the row-major rows x cols matrix bound at b, at (r, c..c+3), into `into`:
+ * the matrix holds `stored` (f32 or f16) elements, widened to f32 when to_f32. `wide`: b is
+ * bound as vec4s (cols % 4 == 0); `checked`: zero outside the matrix (wide: one bounds test;
+ * else scalar loads from clamped indices, zeroed by a select, without branches). */
+void kf__mm_load4(kf_kernel *k, kf_binding b, bool wide, bool checked, kf_val r, kf_val c,
+                  uint32_t rows, uint32_t cols, kf_var into, kf_scalar stored, bool to_f32);
+
 /* Whether kf__matmul_blocked accepts the configuration. */
 bool kf__matmul_blocked_valid(const kf__mm_config *cfg);
 /* The tile tuned for this shape class on ctx's adapter (kf_matmul_tune, this process or the

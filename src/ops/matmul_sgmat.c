@@ -125,33 +125,6 @@ static void fetch4_inside(kf_kernel *k, kf_binding b, bool wide, kf_val r, kf_va
     kf_assign(k, into, kf_vec(k, h4, vals, LANES));
 }
 
-/* The same, zero outside the matrix. */
-static void fetch4_checked(kf_kernel *k, kf_binding b, bool wide, kf_val r, kf_val c, uint32_t rows,
-                           uint32_t cols, kf_var into) {
-    kf_type h4 = kf_type_vec(KF_SCALAR_F16, LANES);
-    kf_val base = kf_add(k, kf_mul(k, r, u32(k, cols)), c);
-    if (wide) {
-        kf_assign(k, into, kf_splat(k, h4, kf_lit_f16(k, 0.0f)));
-        kf_if(k, kf_binary(k, KF_OP_AND, kf_binary(k, KF_OP_LT, r, u32(k, rows)),
-                           kf_binary(k, KF_OP_LT, c, u32(k, cols))));
-        kf_assign(k, into, kf_load(k, b, kf_div(k, base, u32(k, LANES))));
-        kf_end(k);
-        return;
-    }
-    /* Rows whose length is not a multiple of 4: scalar loads from clamped (always valid)
-     * indices, zeroed outside the matrix by a select, with no branches. */
-    kf_val vals[LANES];
-    kf_val last = u32(k, rows * cols - 1u);
-    for (uint32_t l = 0; l < LANES; l++) {
-        kf_val cl = kf_add(k, c, u32(k, l));
-        kf_val inside = kf_binary(k, KF_OP_AND, kf_binary(k, KF_OP_LT, r, u32(k, rows)),
-                                  kf_binary(k, KF_OP_LT, cl, u32(k, cols)));
-        kf_val at = kf_call2(k, KF_FN_MIN, kf_add(k, base, u32(k, l)), last);
-        vals[l] = kf_select(k, kf_lit_f16(k, 0.0f), kf_load(k, b, at), inside);
-    }
-    kf_assign(k, into, kf_vec(k, h4, vals, LANES));
-}
-
 /* Fetches one vec4 of a tile: checked only where the tile crosses the matrix's edge (`interior`,
  * a bool uniform over the workgroup, says it does not; the invalid handle: it may). */
 static void fetch4(kf_kernel *k, kf_binding b, bool wide, bool checked, kf_val interior, kf_val r,
@@ -163,7 +136,7 @@ static void fetch4(kf_kernel *k, kf_binding b, bool wide, bool checked, kf_val i
     kf_if(k, interior);
     fetch4_inside(k, b, wide, r, c, cols, into);
     kf_else(k);
-    fetch4_checked(k, b, wide, r, c, rows, cols, into);
+    kf__mm_load4(k, b, wide, true, r, c, rows, cols, into, KF_SCALAR_F16, false);
     kf_end(k);
 }
 
