@@ -12,7 +12,6 @@
 
 #include "kfuse.h"
 #include "ops/matmul_blocked.h"
-#include "util/half.h"
 
 static const kf__mm_config g_configs[] = {
     {128, 128, 8, 8, 8, 1},  {128, 128, 8, 8, 8, 2},  {128, 128, 16, 8, 8, 1},
@@ -49,65 +48,45 @@ static double sampled_error(const float *a, const float *b, const float *c, uint
     return worst;
 }
 
-/* Uploads x (rounded to f16 in place when half). */
-static kf_status upload(kf_buffer *buf, float *x, size_t count, bool half) {
-    if (!half) {
-        return kf_buffer_upload(buf, 0, x, 4 * count);
+/* A random m x k (or k x n) matrix on the device as dtype, and on the host as the values the
+ * device holds (rounded to f16 by a round trip when dtype is f16). */
+static kf_gpu_tensor *random_matrix(kf_context *ctx, uint32_t rows, uint32_t cols, kf_dtype dtype,
+                                    uint64_t *seed, kf_tensor **host) {
+    kf_shape shape = kf_shape_2d(rows, cols);
+    kf_gpu_tensor *g = NULL;
+    if (kf_tensor_create(&shape, host) != KF_OK) {
+        return NULL;
     }
-    uint16_t *h = malloc(2 * count);
-    if (!h) {
-        return KF_ERROR_OUT_OF_MEMORY;
+    for (uint64_t i = 0; i < kf_tensor_size(*host); i++) {
+        (*host)->data[i] = next_uniform(seed);
     }
-    for (size_t i = 0; i < count; i++) {
-        h[i] = kf__half_from_float(x[i]);
-        x[i] = kf__half_to_float(h[i]);
+    if (kf_gpu_tensor_from(ctx, *host, dtype, &g) != KF_OK || kf_gpu_tensor_to(g, *host) != KF_OK) {
+        kf_gpu_tensor_destroy(g);
+        return NULL;
     }
-    kf_status st = kf_buffer_upload(buf, 0, h, 2 * count);
-    free(h);
-    return st;
-}
-
-static kf_status download(kf_buffer *buf, float *x, size_t count, bool half) {
-    if (!half) {
-        return kf_buffer_download(buf, 0, x, 4 * count);
-    }
-    uint16_t *h = malloc(2 * count);
-    if (!h) {
-        return KF_ERROR_OUT_OF_MEMORY;
-    }
-    kf_status st = kf_buffer_download(buf, 0, h, 2 * count);
-    for (size_t i = 0; i < count; i++) {
-        x[i] = kf__half_to_float(h[i]);
-    }
-    free(h);
-    return st;
+    return g;
 }
 
 static void sweep(kf_context *ctx, uint32_t m, uint32_t kd, uint32_t n, bool half) {
-    size_t es = half ? 2 : 4;
-    float *a = malloc(4ull * m * kd), *b = malloc(4ull * kd * n), *c = malloc(4ull * m * n);
-    kf_buffer *bufs[3] = {0};
+    kf_dtype dtype = half ? KF_DTYPE_F16 : KF_DTYPE_F32;
     uint64_t seed = 42u + m + kd + n;
-    bool ok = a && b && c && kf_buffer_create(ctx, es * m * kd, &bufs[0]) == KF_OK &&
-              kf_buffer_create(ctx, es * kd * n, &bufs[1]) == KF_OK &&
-              kf_buffer_create(ctx, es * m * n, &bufs[2]) == KF_OK;
-    for (size_t i = 0; ok && i < (size_t)m * kd; i++) {
-        a[i] = next_uniform(&seed);
-    }
-    for (size_t i = 0; ok && i < (size_t)kd * n; i++) {
-        b[i] = next_uniform(&seed);
-    }
-    ok = ok && upload(bufs[0], a, (size_t)m * kd, half) == KF_OK &&
-         upload(bufs[1], b, (size_t)kd * n, half) == KF_OK;
+    kf_tensor *a = NULL, *b = NULL, *c = NULL;
+    kf_gpu_tensor *ga = random_matrix(ctx, m, kd, dtype, &seed, &a);
+    kf_gpu_tensor *gb = random_matrix(ctx, kd, n, dtype, &seed, &b);
+    kf_gpu_tensor *gc = NULL;
+    kf_shape cs = kf_shape_2d(m, n);
+    bool ok = ga && gb && kf_tensor_create(&cs, &c) == KF_OK &&
+              kf_gpu_tensor_create(ctx, &cs, dtype, &gc) == KF_OK;
     if (!ok) {
         printf("%ux%ux%u: could not set up (%s)\n", m, kd, n, kf_context_last_error(ctx));
     }
+    kf_buffer *bufs[3] = {ga ? ga->buffer : NULL, gb ? gb->buffer : NULL, gc ? gc->buffer : NULL};
     for (size_t i = 0; ok && i < sizeof g_configs / sizeof g_configs[0]; i++) {
         const kf__mm_config *cfg = &g_configs[i];
         char name[48];
         snprintf(name, sizeof name, "%ux%ux%u/%ux%u s%u", cfg->bm, cfg->bn, cfg->bk, cfg->tm,
                  cfg->tn, cfg->stages ? cfg->stages : 1);
-        kf_kernel *k = kf__matmul_blocked_typed(m, kd, n, cfg, half ? KF_DTYPE_F16 : KF_DTYPE_F32);
+        kf_kernel *k = kf__matmul_blocked_typed(m, kd, n, cfg, dtype);
         if (!k) {
             printf("%ux%ux%u %-20s invalid\n", m, kd, n, name);
             continue;
@@ -117,25 +96,24 @@ static void sweep(kf_context *ctx, uint32_t m, uint32_t kd, uint32_t n, bool hal
         kf_timing t;
         if (kf_buffer_fill_u32(bufs[2], 0x7fc07fc0u) != KF_OK || /* NaN in f32 and f16 */
             kf_kernel_dispatch(ctx, k, &launch, &d) != KF_OK ||
-            kf_context_time(ctx, &d, 1, 10, &t) != KF_OK ||
-            download(bufs[2], c, (size_t)m * n, half) != KF_OK) {
+            kf_context_time(ctx, &d, 1, 10, &t) != KF_OK || kf_gpu_tensor_to(gc, c) != KF_OK) {
             printf("%ux%ux%u %-20s failed: %s\n", m, kd, n, name, kf_context_last_error(ctx));
             kf_kernel_destroy(k);
             continue;
         }
-        double err = sampled_error(a, b, c, m, kd, n);
+        double err = sampled_error(a->data, b->data, c->data, m, kd, n);
         printf("%ux%ux%u %-20s %9.3f ms %7.2f TFLOP/s  err %.2e%s\n", m, kd, n, name, t.median_ms,
                2.0 * m * n * (double)kd / (t.median_ms * 1e9), err,
                err > (half ? 2e-3 : 1e-5) ? "  WRONG" : "");
         fflush(stdout);
         kf_kernel_destroy(k);
     }
-    for (int i = 0; i < 3; i++) {
-        kf_buffer_destroy(bufs[i]);
-    }
-    free(a);
-    free(b);
-    free(c);
+    kf_gpu_tensor_destroy(ga);
+    kf_gpu_tensor_destroy(gb);
+    kf_gpu_tensor_destroy(gc);
+    kf_tensor_destroy(a);
+    kf_tensor_destroy(b);
+    kf_tensor_destroy(c);
 }
 
 int main(int argc, char **argv) {

@@ -654,11 +654,10 @@ static kf_status create(kf_context *ctx, const kf_context_desc *desc) {
     }
 
     ctx->unchecked = ctx->is_dawn && want_unchecked(desc); /* a Dawn toggle */
-    wg_dawn_toggles toggles = {{NULL, WG_STYPE_DAWN_TOGGLES},
-                               ctx->unchecked ? 4 : 3,
-                               g_enabled_toggles,
-                               1,
-                               g_disabled_toggles};
+    /* disable_robustness is the last of the enabled toggles: left out unless asked for. */
+    size_t enabled = sizeof g_enabled_toggles / sizeof g_enabled_toggles[0] - !ctx->unchecked;
+    wg_dawn_toggles toggles = {
+        {NULL, WG_STYPE_DAWN_TOGGLES}, enabled, g_enabled_toggles, 1, g_disabled_toggles};
     wg_dawn_toggles *chain = ctx->is_dawn ? &toggles : NULL;
     wg_instance_desc id;
     memset(&id, 0, sizeof id);
