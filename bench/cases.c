@@ -240,7 +240,7 @@ static kf_tensor *spec(const char *op_name, const kf_tensor *const *in, uint32_t
         shapes[i] = in[i]->shape;
     }
     kf_tensor *out = NULL;
-    *st = op && op->spec_forward ? KF_OK : KF_ERROR_UNSUPPORTED;
+    *st = op ? KF_OK : KF_ERROR_UNSUPPORTED;
     if (*st == KF_OK) {
         *st = kf_op_shape(op, shapes, &p, &shape, msg, msg_size);
     }
@@ -248,7 +248,7 @@ static kf_tensor *spec(const char *op_name, const kf_tensor *const *in, uint32_t
         *st = kf_tensor_create(&shape, &out);
     }
     if (*st == KF_OK) {
-        *st = op->spec_forward(in, &p, out);
+        *st = kf_op_spec_forward(op, in, &p, out);
     }
     if (*st != KF_OK) {
         if (!msg[0]) {

@@ -725,53 +725,28 @@ typedef struct kf_op_case {
     const char *note; /* what the case is for: "prime", "bias row", "large" (NULL: none) */
 } kf_op_case;
 
-/* Element-wise ops express themselves as IR so any fused kernel can inline them:
- * inputs[i] is the value of input i at this element; returns the output value. */
-typedef kf_val (*kf_op_expr_fn)(kf_kernel *k, const kf_val *inputs, const kf_op_params *p);
-/* The gradient of the output w.r.t. input `which`, times grad_out, at this element. */
-typedef kf_val (*kf_op_expr_backward_fn)(kf_kernel *k, const kf_val *inputs, kf_val out,
-                                         kf_val grad_out, uint32_t which, const kf_op_params *p);
-
-struct kf_operator {
-    const char *name;  /* "matmul", "gelu", ... */
-    const char *about; /* one line for --help and tables */
-    kf_op_class op_class;
-    uint32_t arity; /* tensor inputs (inputs a norm takes depend on params: see arity_for) */
-    uint32_t (*arity_for)(const kf_op_params *p); /* NULL: arity */
-    /* Output shape from input shapes; KF_ERROR_SHAPE with a message naming the shapes. */
-    kf_status (*shape)(const kf_shape *in, const kf_op_params *p, kf_shape *out, char *msg,
-                       size_t msg_size);
-    /* The specification: plain loops, float64 accumulation, readable first. */
-    kf_status (*spec_forward)(const kf_tensor *const *in, const kf_op_params *p, kf_tensor *out);
-    /* grad_in[i] (shaped as in[i], allocated by the caller) from inputs, output and grad_out. */
-    kf_status (*spec_backward)(const kf_tensor *const *in, const kf_tensor *out,
-                               const kf_tensor *grad_out, const kf_op_params *p,
-                               kf_tensor *const *grad_in);
-    /* Forward kernel for these shapes; bindings: the inputs in order, then "out". Every op hands
-     * each output element to kf_kernel_yield (its store phase), and records its grid on the
-     * kernel. NULL when the shapes do not fit (check them with `shape` first) or out of memory. */
-    kf_kernel *(*kernel_forward)(const kf_shape *in, const kf_op_params *p, kf_dtype dtype);
-    /* Backward kernel producing grad of input `which`; bindings: the inputs in order, "out"
-     * (the forward output), "grad_out", then "grad_in". */
-    kf_kernel *(*kernel_backward)(const kf_shape *in, const kf_op_params *p, kf_dtype dtype,
-                                  uint32_t which);
-    kf_op_expr_fn expr;                   /* element-wise ops only */
-    kf_op_expr_backward_fn expr_backward; /* element-wise ops only */
-    double tolerance_f32;                 /* max relative error accepted, documented at the op */
-    double tolerance_f16;
-    float input_lo, input_hi; /* the range verification draws inputs from (log: positive) */
-    /* Workgroups to dispatch kernel_forward (which < 0) or kernel_backward(which) with. */
-    void (*grid)(const kf_shape *in, const kf_op_params *p, int32_t which, uint32_t groups[3]);
-    /* Bit i set: input i holds integer class indices (cross_entropy labels): KF_DTYPE_I32 on the
-     * GPU whatever the dtype, drawn in [0, last dim of input 0) by verification, no gradient. */
-    uint32_t index_inputs;
-    /* Bit i set: input i is drawn away from zero (div's denominator): |x| in [m/4, m) with a
-     * random sign, m = max(|input_lo|, |input_hi|), instead of uniformly in [input_lo, input_hi).
-     */
-    uint32_t nonzero_inputs;
-    const kf_op_case *cases; /* the verification table: edge shapes, primes, a large case */
-    uint32_t case_count;
-};
+/* An operator is opaque (its table of functions is kfuse's own, src/ops/operator.h); these
+ * accessors read what callers need. Every accessor takes NULL and then returns NULL, 0 or an
+ * error status. */
+const char *kf_op_name(const kf_operator *op);  /* "matmul", "gelu", ... */
+const char *kf_op_about(const kf_operator *op); /* one line for --help and tables */
+kf_op_class kf_op_class_of(const kf_operator *op);
+/* The verification table (kf_op_case): `kfuse verify` and the test suite run every entry. */
+uint32_t kf_op_case_count(const kf_operator *op);
+const kf_op_case *kf_op_case_at(const kf_operator *op, uint32_t index); /* NULL out of range */
+/* The relative error kf_op_verify accepts for this dtype (documented at each op). */
+double kf_op_tolerance(const kf_operator *op, kf_dtype dtype);
+/* The operator's forward kernel for these input shapes (kf_op_arity of them) and dtype: bindings
+ * are the inputs in order, then "out"; every output element goes through kf_kernel_yield (its
+ * store phase), so kf_kernel_then composes onto it, and the kernel records its grid. NULL when
+ * the shapes do not fit (check them with kf_op_shape) or out of memory; destroy it with
+ * kf_kernel_destroy. */
+kf_kernel *kf_op_kernel_forward(const kf_operator *op, const kf_shape *in, const kf_op_params *p,
+                                kf_dtype dtype);
+/* The operator's CPU specification (float64 loops) on tensors: out must have kf_op_shape's shape.
+ */
+kf_status kf_op_spec_forward(const kf_operator *op, const kf_tensor *const *in,
+                             const kf_op_params *p, kf_tensor *out);
 
 uint32_t kf_op_count(void);
 const kf_operator *kf_op_at(uint32_t index);

@@ -3,6 +3,7 @@
 #define KF_FUSE_INTERNAL_H
 
 #include "kfuse.h"
+#include "ops/operator.h"
 
 #define KF_NODE_MAX_INPUTS 4
 #define KF_NAME_MAX 64

@@ -19,6 +19,7 @@
 #define KF_OPS_INTERNAL_H
 
 #include "kfuse.h"
+#include "ops/operator.h"
 
 #include <stdarg.h>
 

@@ -82,3 +82,48 @@ kf_status kf_op_shape(const kf_operator *op, const kf_shape *in, const kf_op_par
     kf_op_params zero = {0};
     return op->shape(in, p ? p : &zero, out, msg, msg_size);
 }
+
+const char *kf_op_name(const kf_operator *op) {
+    return op ? op->name : NULL;
+}
+
+const char *kf_op_about(const kf_operator *op) {
+    return op ? op->about : NULL;
+}
+
+kf_op_class kf_op_class_of(const kf_operator *op) {
+    return op ? op->op_class : (kf_op_class)0;
+}
+
+uint32_t kf_op_case_count(const kf_operator *op) {
+    return op ? op->case_count : 0;
+}
+
+const kf_op_case *kf_op_case_at(const kf_operator *op, uint32_t index) {
+    return op && index < op->case_count ? &op->cases[index] : NULL;
+}
+
+double kf_op_tolerance(const kf_operator *op, kf_dtype dtype) {
+    if (!op) {
+        return 0.0;
+    }
+    return dtype == KF_DTYPE_F16 ? op->tolerance_f16 : op->tolerance_f32;
+}
+
+kf_kernel *kf_op_kernel_forward(const kf_operator *op, const kf_shape *in, const kf_op_params *p,
+                                kf_dtype dtype) {
+    if (!op || !in || !op->kernel_forward) {
+        return NULL;
+    }
+    kf_op_params zero = {0};
+    return op->kernel_forward(in, p ? p : &zero, dtype);
+}
+
+kf_status kf_op_spec_forward(const kf_operator *op, const kf_tensor *const *in,
+                             const kf_op_params *p, kf_tensor *out) {
+    if (!op || !in || !out || !op->spec_forward) {
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    kf_op_params zero = {0};
+    return op->spec_forward(in, p ? p : &zero, out);
+}

@@ -13,6 +13,7 @@
  *
  * docs/graph-language.md is the user's description; this file follows it. */
 #include "spec/spec_internal.h"
+#include "ops/operator.h"
 
 #include <errno.h>
 #include <float.h>

@@ -1,6 +1,7 @@
 /* Fusion: each rule's canonical case (fewer dispatches, same numbers as the unfused plan and the
  * CPU specs), the planner's legality limits, manual composition, and random graphs. */
 #include "harness.h"
+#include "ops/operator.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -295,7 +296,7 @@ KT_TEST(fusion, manual_composition_matches_the_planner) {
     const kf_operator *mm = kf_op_find("matmul");
     kf_shape shapes[2] = {kf_shape_2d(M, K), kf_shape_2d(K, N)};
     kf_op_params params = {0};
-    kf_kernel *a = mm->kernel_forward(shapes, &params, KF_DTYPE_F32);
+    kf_kernel *a = kf_op_kernel_forward(mm, shapes, &params, KF_DTYPE_F32);
     uint32_t wg[3];
     kf_kernel_workgroup_size(a, wg);
     kf_type f32 = kf_type_scalar(KF_SCALAR_F32);

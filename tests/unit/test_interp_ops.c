@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ir_testing.h"
+#include "ops/operator.h"
 #include "util/half.h"
 
 #define MAX_ELEMENTS 20000u /* the interpreter is for small inputs */

@@ -140,7 +140,7 @@ static int parse_args(int argc, char **argv, options *o) {
         } else if (!strcmp(a, "--list")) {
             for (uint32_t k = 0; k < kf_op_count(); k++) {
                 const kf_operator *op = kf_op_at(k);
-                printf("%-14s %s\n", op->name, op->about);
+                printf("%-14s %s\n", kf_op_name(op), kf_op_about(op));
             }
             return -1;
         } else if (a[0] == '-') {
@@ -171,7 +171,7 @@ static bool op_selected(const options *o, const kf_operator *op) {
         return true;
     }
     for (int i = 0; i < o->op_count; i++) {
-        if (!strcmp(o->ops[i], op->name)) {
+        if (!strcmp(o->ops[i], kf_op_name(op))) {
             return true;
         }
     }
@@ -195,7 +195,7 @@ static void note_failure(run_state *r, const kf_operator *op, direction dir, con
     size_t used = strlen(r->failures);
     if (used + 128 < sizeof r->failures) {
         snprintf(r->failures + used, sizeof r->failures - used, "%s%s (%s %s %s)", used ? ", " : "",
-                 op->name, direction_names[dir], shapes, dtype);
+                 kf_op_name(op), direction_names[dir], shapes, dtype);
     } else if (!strstr(r->failures, "...")) {
         snprintf(r->failures + used, sizeof r->failures - used, ", ...");
     }
@@ -216,7 +216,7 @@ static void report(run_state *r, const kf_operator *op, const kf_op_case *c, dir
     }
     if (r->o->json) {
         printf("{\"op\":");
-        json_string(stdout, op->name);
+        json_string(stdout, kf_op_name(op));
         printf(",\"direction\":\"%s\",\"shapes\":", direction_names[dir]);
         json_string(stdout, shapes);
         printf(",\"note\":");
@@ -232,9 +232,9 @@ static void report(run_state *r, const kf_operator *op, const kf_op_case *c, dir
         json_string(stdout, res->message);
         printf("}\n");
     } else {
-        printf("%-13s %-9s %-24s %-4s %11.3g %9.3g  %-6s %s\n", op->name, direction_names[dir],
-               shapes, dtype, res->max_rel_error, res->tolerance, passed ? "pass" : "FAIL",
-               c->note ? c->note : "");
+        printf("%-13s %-9s %-24s %-4s %11.3g %9.3g  %-6s %s\n", kf_op_name(op),
+               direction_names[dir], shapes, dtype, res->max_rel_error, res->tolerance,
+               passed ? "pass" : "FAIL", c->note ? c->note : "");
         if (!passed) {
             printf("    %s (case seed %llu)\n", res->message[0] ? res->message : kf_status_str(st),
                    (unsigned long long)seed);
@@ -250,7 +250,7 @@ static void show_progress(run_state *r, const kf_operator *op, direction dir, co
     }
     char shapes[160];
     shapes_str(op, c, shapes, sizeof shapes);
-    fprintf(stderr, "\r\033[K[%u/%u] %s %s %s %s", r->done + 1, r->total, op->name,
+    fprintf(stderr, "\r\033[K[%u/%u] %s %s %s %s", r->done + 1, r->total, kf_op_name(op),
             direction_names[dir], shapes, dtype);
     fflush(stderr);
 }
@@ -263,8 +263,8 @@ static void run_all(run_state *r, bool has_f16, bool count_only) {
         if (!op_selected(o, op)) {
             continue;
         }
-        for (uint32_t ci = 0; ci < op->case_count; ci++) {
-            const kf_op_case *c = &op->cases[ci];
+        for (uint32_t ci = 0; ci < kf_op_case_count(op); ci++) {
+            const kf_op_case *c = kf_op_case_at(op, ci);
             if (!case_selected(o, c)) {
                 continue;
             }
@@ -288,7 +288,7 @@ static void run_all(run_state *r, bool has_f16, bool count_only) {
                     memcpy(vc.shapes, c->shapes, sizeof vc.shapes);
                     vc.dtype = dt ? KF_DTYPE_F16 : KF_DTYPE_F32;
                     vc.backward = dir == DIR_BACKWARD;
-                    vc.seed = case_seed(o->seed, op->name, ci, dir, dt);
+                    vc.seed = case_seed(o->seed, kf_op_name(op), ci, dir, dt);
                     show_progress(r, op, (direction)dir, dtype, c);
                     kf_verify_result res;
                     kf_status st = dir == DIR_GRADIENT ? kf_op_check_gradient(&vc, &res)

@@ -25,7 +25,7 @@ static void list(void) {
         printf("%s\n", kf__example_at(i)->name);
     }
     for (uint32_t i = 0; i < kf_op_count(); i++) {
-        printf("%s\n", kf_op_at(i)->name);
+        printf("%s\n", kf_op_name(kf_op_at(i)));
     }
 }
 
@@ -61,17 +61,18 @@ static kf_kernel *op_kernel(const kf_operator *op, const kf_shape *shape) {
     for (uint32_t i = 0; i < 4; i++) {
         in[i] = *shape;
     }
-    if (arity > 4 || !op->kernel_forward) {
-        fprintf(stderr, "kfuse wgsl: operator '%s' has no forward kernel to show\n", op->name);
+    if (arity > 4) {
+        fprintf(stderr, "kfuse wgsl: operator '%s' has no forward kernel to show\n",
+                kf_op_name(op));
         return NULL;
     }
     kf_shape out;
     char msg[256] = {0};
     if (kf_op_shape(op, in, &params, &out, msg, sizeof msg) != KF_OK) {
-        fprintf(stderr, "kfuse wgsl: %s: %s (try another --shape)\n", op->name, msg);
+        fprintf(stderr, "kfuse wgsl: %s: %s (try another --shape)\n", kf_op_name(op), msg);
         return NULL;
     }
-    return op->kernel_forward(in, &params, KF_DTYPE_F32);
+    return kf_op_kernel_forward(op, in, &params, KF_DTYPE_F32);
 }
 
 int kf_cmd_wgsl(int argc, char **argv) {
@@ -113,7 +114,7 @@ int kf_cmd_wgsl(int argc, char **argv) {
             }
             fprintf(stderr, "and the operators:");
             for (uint32_t i = 0; i < kf_op_count(); i++) {
-                fprintf(stderr, " %s", kf_op_at(i)->name);
+                fprintf(stderr, " %s", kf_op_name(kf_op_at(i)));
             }
             fprintf(stderr, "\n");
             return 2;
