@@ -33,7 +33,7 @@ static const chain_step chain_steps[8] = {
 
 static kf_node chain(kf_graph *g, kf_node x, uint32_t ops) {
     for (uint32_t i = 0; i < ops && i < 8; i++) {
-        kf_graph_arg arg = {NULL, chain_steps[i].number};
+        kf_graph_arg arg = {.number = chain_steps[i].number};
         x = kf_graph_call(g, chain_steps[i].op, &x, 1, &arg, chain_steps[i].kind ? 1 : 0);
     }
     return x;

@@ -696,17 +696,28 @@ kf_status kf_gpu_tensor_from(kf_context *ctx, const kf_tensor *t, kf_dtype dtype
 kf_status kf_gpu_tensor_to(const kf_gpu_tensor *g, kf_tensor *t);
 void kf_gpu_tensor_destroy(kf_gpu_tensor *g);
 
-/* Parameters an operator may read; zero means each op's documented default. */
+/* Parameters an operator may read. Each operator describes the ones it takes (name, type, default,
+ * valid range: kf_op_param_info_at); kf_op_param_set sets one by name, validated. A field whose
+ * bit in `given` is clear and whose value is zero means the op's default (so `{0}` is every
+ * default); a field whose bit is set is used as it is, zero included (scale by 0). */
 typedef struct kf_op_params {
     float alpha;      /* leaky_relu slope (0.01), scale / affine factor (1), */
     float beta;       /* affine offset (0) */
     float eps;        /* norms (1e-5) */
     bool exact;       /* gelu: the erf form instead of the tanh approximation */
-    bool has_weight;  /* rmsnorm / layernorm: input 1 is a weight row */
-    bool has_bias;    /* layernorm: input 2 (or 1 without weight) is a bias row */
+    bool has_weight;  /* rmsnorm / layernorm: the optional input "weight" is there */
+    bool has_bias;    /* rmsnorm / layernorm: the optional input "bias" is there */
     bool transpose_a; /* matmul: use a^T */
     bool transpose_b; /* matmul: use b^T */
+    uint32_t given;   /* KF_PARAM_* bits: the parameters set on purpose */
 } kf_op_params;
+
+#define KF_PARAM_ALPHA (1u << 0)
+#define KF_PARAM_BETA (1u << 1)
+#define KF_PARAM_EPS (1u << 2)
+#define KF_PARAM_EXACT (1u << 3)
+#define KF_PARAM_TRANSPOSE_A (1u << 4)
+#define KF_PARAM_TRANSPOSE_B (1u << 5)
 
 typedef enum kf_op_class {
     KF_OP_CLASS_ELEMENTWISE = 1, /* out[i] = f(in0[i'], in1[i''], ...) with broadcasting */
@@ -752,6 +763,51 @@ uint32_t kf_op_count(void);
 const kf_operator *kf_op_at(uint32_t index);
 const kf_operator *kf_op_find(const char *name); /* NULL when unknown */
 uint32_t kf_op_arity(const kf_operator *op, const kf_op_params *p);
+typedef enum kf_param_type {
+    KF_PARAM_TYPE_FLOAT = 1, /* any value in range, held as an f32 */
+    KF_PARAM_TYPE_BOOL,      /* 0 or 1 (the language's false / true) */
+    KF_PARAM_TYPE_INT        /* a whole number in range */
+} kf_param_type;
+
+/* One parameter as its operator describes it: the language (positional numbers in index order,
+ * keywords by name), kf_op_param_set, the messages and kf_graph_format all read this. */
+typedef struct kf_op_param_info {
+    const char *name; /* "alpha", "eps", ... (the keyword) */
+    const char *about;
+    kf_param_type type;
+    double default_value;
+    double min, max;    /* the valid range, inclusive, */
+    bool min_exclusive; /* except min itself when set (eps > 0) */
+    uint32_t given;     /* its KF_PARAM_* bit in kf_op_params.given */
+} kf_op_param_info;
+
+/* The operator's parameters, in the order the language takes them positionally. */
+uint32_t kf_op_param_count(const kf_operator *op);
+/* KF_ERROR_INVALID_ARGUMENT for an index past kf_op_param_count. */
+kf_status kf_op_param_info_at(const kf_operator *op, uint32_t index, kf_op_param_info *out);
+/* Sets parameter `name` of op in *p to value and marks it given. KF_ERROR_INVALID_ARGUMENT, with
+ * msg (may be NULL) naming the op, the parameter and what is valid, for a name op does not take,
+ * a value out of range, a bool other than 0 or 1, or an int that is not whole; *p is then
+ * unchanged. */
+kf_status kf_op_param_set(const kf_operator *op, kf_op_params *p, const char *name, double value,
+                          char *msg, size_t msg_size);
+/* The value op uses for parameter `index` under p: the field when given or nonzero, else the
+ * default (NaN for a bad index). */
+double kf_op_param_value(const kf_operator *op, const kf_op_params *p, uint32_t index);
+/* Checks every parameter p gives or sets for op (range, type) and that p gives none op lacks:
+ * KF_ERROR_INVALID_ARGUMENT with msg as kf_op_param_set. kf_graph_op runs it. */
+kf_status kf_op_params_check(const kf_operator *op, const kf_op_params *p, char *msg,
+                             size_t msg_size);
+
+/* The operator's tensor inputs, in order: all of them (kf_op_input_count), of which those marked
+ * optional are there only when p says so (a norm's "weight" and "bias": has_weight, has_bias);
+ * kf_op_arity counts those present. The present inputs are passed in this order. */
+uint32_t kf_op_input_count(const kf_operator *op);
+/* Name ("x", "weight", ...) and whether the input is optional. KF_ERROR_INVALID_ARGUMENT past
+ * the count. */
+kf_status kf_op_input_info(const kf_operator *op, uint32_t index, const char **name,
+                           bool *optional);
+
 /* The output shape of op on these inputs; KF_ERROR_SHAPE with the reason in msg. */
 kf_status kf_op_shape(const kf_operator *op, const kf_shape *in, const kf_op_params *p,
                       kf_shape *out, char *msg, size_t msg_size);
@@ -835,16 +891,22 @@ kf_node kf_graph_scalar(kf_graph *g, float value);
 kf_node kf_graph_op(kf_graph *g, const char *op, const kf_node *inputs, uint32_t count,
                     const kf_op_params *params);
 
-/* A number argument of kf_graph_call: by name (alpha, beta, eps, exact, transpose_a,
- * transpose_b) or positional (name NULL). */
+/* A named or positional argument of kf_graph_call after its tensors. name NULL: a positional
+ * number. Otherwise by name: a parameter of the op (kf_op_param_info: alpha, eps, exact, ...)
+ * set to `number`, or, when tensor.id is not 0, one of the op's tensor inputs by its name
+ * (layernorm(x, bias=b): an optional input without the ones before it). */
 typedef struct kf_graph_arg {
     const char *name;
     double number;
+    kf_node tensor;
 } kf_graph_arg;
-/* An operator call as the graph language writes it: tensors first, then numbers. A positional
- * number becomes a scalar operand where the op takes one more tensor (add(x, 1)), else the op's
- * next parameter in its documented order (leaky_relu(x, 0.1), affine(x, 2, 1), rmsnorm(x, w,
- * 1e-6)). */
+/* An operator call as the graph language writes it: tensors first (the op's inputs in order,
+ * kf_op_input_info), then numbers and named arguments. A positional number becomes a scalar
+ * operand where an element-wise op takes one more tensor (add(x, 1)), else the op's next
+ * parameter in its described order (leaky_relu(x, 0.1), affine(x, 2, 1), rmsnorm(x, w, 1e-6)).
+ * Every parameter given is validated (kf_op_param_set's rules) and marked given; an unknown
+ * name, a parameter given twice or a number the op does not take is KF_ERROR_INVALID_ARGUMENT
+ * naming the op and the argument. */
 kf_node kf_graph_call(kf_graph *g, const char *op, const kf_node *tensors, uint32_t tensor_count,
                       const kf_graph_arg *numbers, uint32_t number_count);
 

@@ -94,8 +94,13 @@ static uint32_t add_node(kf_graph *g, const kf__node *n) {
     return g->node_count++;
 }
 
+/* A name the graph language can write: letters, digits and '_', not a reserved word (so that
+ * kf_graph_format's text parses back). */
 static bool valid_name(const char *name) {
     if (!name || !*name || strlen(name) >= KF_NAME_MAX) {
+        return false;
+    }
+    if (!strcmp(name, "out") || !strcmp(name, "true") || !strcmp(name, "false")) {
         return false;
     }
     for (const char *c = name; *c; c++) {
@@ -115,7 +120,8 @@ kf_node kf_graph_input(kf_graph *g, const char *name, const kf_shape *shape, kf_
     }
     if (!valid_name(name)) {
         graph_fail(g, KF_ERROR_INVALID_ARGUMENT,
-                   "input: '%s' is not a valid name (letters, digits, '_'; at most %d chars)",
+                   "input: '%s' is not a valid name (letters, digits, '_'; at most %d chars; "
+                   "not out, true or false)",
                    name ? name : "(null)", KF_NAME_MAX - 1);
         return none;
     }
@@ -158,6 +164,34 @@ kf_node kf_graph_scalar(kf_graph *g, float value) {
     return (kf_node){add_node(g, &n)};
 }
 
+/* The tensor inputs op takes under p, for messages: "x, weight". */
+static const char *input_names(const kf_operator *op, const kf_op_params *p, char *buf,
+                               size_t size) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (uint32_t i = 0, n = 0; i < kf_op_input_count(op) && used < size; i++) {
+        const char *name = NULL;
+        kf_op_input_info(op, i, &name, NULL);
+        if (!p || kf__input_present(op, i, p)) {
+            used += (size_t)snprintf(buf + used, size - used, "%s%s", n++ ? ", " : "", name);
+        }
+    }
+    return buf;
+}
+
+/* The name of the index-th input present under p. */
+static const char *present_input_name(const kf_operator *op, const kf_op_params *p,
+                                      uint32_t index) {
+    for (uint32_t i = 0, n = 0; i < kf_op_input_count(op); i++) {
+        if (kf__input_present(op, i, p) && n++ == index) {
+            const char *name = NULL;
+            kf_op_input_info(op, i, &name, NULL);
+            return name;
+        }
+    }
+    return "?";
+}
+
 kf_node kf_graph_op(kf_graph *g, const char *op_name, const kf_node *inputs, uint32_t count,
                     const kf_op_params *params) {
     kf_node none = {0};
@@ -174,10 +208,23 @@ kf_node kf_graph_op(kf_graph *g, const char *op_name, const kf_node *inputs, uin
     if (params) {
         p = *params;
     }
+    char msg[256] = {0};
+    kf_status st = kf_op_params_check(op, &p, msg, sizeof msg);
+    if (st != KF_OK) {
+        graph_fail(g, st, "%s", msg);
+        return none;
+    }
     uint32_t arity = kf_op_arity(op, &p);
-    if (count != arity || count > KF_NODE_MAX_INPUTS || (count && !inputs)) {
-        graph_fail(g, KF_ERROR_INVALID_ARGUMENT, "%s: takes %u tensor input%s, got %u", op->name,
-                   arity, arity == 1 ? "" : "s", count);
+    if (count && !inputs) {
+        graph_fail(g, KF_ERROR_INVALID_ARGUMENT, "%s: inputs is NULL with a count of %u", op->name,
+                   count);
+        return none;
+    }
+    if (count != arity || count > KF_NODE_MAX_INPUTS) {
+        char names[128];
+        graph_fail(g, KF_ERROR_INVALID_ARGUMENT, "%s: takes %u tensor input%s (%s), got %u",
+                   op->name, arity, arity == 1 ? "" : "s", input_names(op, &p, names, sizeof names),
+                   count);
         return none;
     }
     kf__node n = {.kind = KF__NODE_OP, .op = op, .params = p, .input_count = count};
@@ -186,8 +233,8 @@ kf_node kf_graph_op(kf_graph *g, const char *op_name, const kf_node *inputs, uin
     for (uint32_t i = 0; i < count; i++) {
         const kf__node *in = kf__graph_node(g, inputs[i].id);
         if (!in) {
-            graph_fail(g, KF_ERROR_INVALID_ARGUMENT, "%s: input %u is not a node of this graph",
-                       op->name, i);
+            graph_fail(g, KF_ERROR_INVALID_ARGUMENT, "%s: input %s is not a node of this graph",
+                       op->name, present_input_name(op, &p, i));
             return none;
         }
         n.inputs[i] = inputs[i].id;
@@ -206,17 +253,17 @@ kf_node kf_graph_op(kf_graph *g, const char *op_name, const kf_node *inputs, uin
                    op->name);
         return none;
     }
-    char msg[256] = {0};
     for (uint32_t i = 0; i < count; i++) {
         const kf__node *in = &g->nodes[inputs[i].id];
         bool index = (op->index_inputs & (1u << i)) != 0;
         if (index != (in->dtype == KF_DTYPE_I32) || (index && in->kind == KF__NODE_SCALAR)) {
-            graph_fail(g, KF_ERROR_TYPE, "%s: input %u must be %s", op->name, i,
+            graph_fail(g, KF_ERROR_TYPE, "%s: input %s must be %s", op->name,
+                       present_input_name(op, &p, i),
                        index ? "an i32 tensor of class indices" : "f32 or f16, not i32");
             return none;
         }
     }
-    kf_status st = kf_op_shape(op, shapes, &p, &n.shape, msg, sizeof msg);
+    st = kf_op_shape(op, shapes, &p, &n.shape, msg, sizeof msg);
     if (st != KF_OK) {
         graph_fail(g, st, "%s", msg[0] ? msg : kf_status_str(st));
         return none;
@@ -224,36 +271,46 @@ kf_node kf_graph_op(kf_graph *g, const char *op_name, const kf_node *inputs, uin
     return (kf_node){add_node(g, &n)};
 }
 
-/* The numeric parameters each operator takes positionally, in order. */
-typedef struct param_slot {
-    const char *op;
-    const char *names[3];
-} param_slot;
+/* "leaky_relu takes alpha" or "relu takes no parameters", for messages. */
+static const char *param_names(const kf_operator *op, char *buf, size_t size) {
+    uint32_t count = kf_op_param_count(op);
+    if (!count) {
+        snprintf(buf, size, "%s takes no parameters", op->name);
+        return buf;
+    }
+    size_t used = (size_t)snprintf(buf, size, "%s takes", op->name);
+    for (uint32_t i = 0; i < count && used < size; i++) {
+        kf_op_param_info info;
+        kf_op_param_info_at(op, i, &info);
+        used += (size_t)snprintf(buf + used, size - used, "%s %s", i ? "," : "", info.name);
+    }
+    return buf;
+}
 
-static const param_slot positional_params[] = {
-    {"leaky_relu", {"alpha"}},
-    {"scale", {"alpha"}},
-    {"affine", {"alpha", "beta"}},
-    {"rmsnorm", {"eps"}},
-    {"layernorm", {"eps"}},
-    {"gelu", {"exact"}},
-    {"matmul", {"transpose_a", "transpose_b"}},
-};
+/* The index of op's input `name`, or -1. */
+static int32_t find_input(const kf_operator *op, const char *name) {
+    for (uint32_t i = 0; i < kf_op_input_count(op); i++) {
+        const char *in = NULL;
+        kf_op_input_info(op, i, &in, NULL);
+        if (!strcmp(in, name)) {
+            return (int32_t)i;
+        }
+    }
+    return -1;
+}
 
-static bool set_param(kf_op_params *p, const char *name, double v) {
-    if (!strcmp(name, "alpha")) {
-        p->alpha = (float)v;
-    } else if (!strcmp(name, "beta")) {
-        p->beta = (float)v;
-    } else if (!strcmp(name, "eps")) {
-        p->eps = (float)v;
-    } else if (!strcmp(name, "exact")) {
-        p->exact = v != 0.0;
-    } else if (!strcmp(name, "transpose_a")) {
-        p->transpose_a = v != 0.0;
-    } else if (!strcmp(name, "transpose_b")) {
-        p->transpose_b = v != 0.0;
-    } else {
+/* Parameter d of op set from an argument, once. */
+static bool call_set_param(kf_graph *g, const kf_operator *op, kf_op_params *p, const kf__param *d,
+                           double value) {
+    if (p->given & d->given) {
+        graph_fail(g, KF_ERROR_INVALID_ARGUMENT, "%s: parameter '%s' is given twice", op->name,
+                   d->name);
+        return false;
+    }
+    char msg[256];
+    kf_status st = kf_op_param_set(op, p, d->name, value, msg, sizeof msg);
+    if (st != KF_OK) {
+        graph_fail(g, st, "%s", msg);
         return false;
     }
     return true;
@@ -271,52 +328,92 @@ kf_node kf_graph_call(kf_graph *g, const char *op_name, const kf_node *tensors,
                    op_name ? op_name : "(null)");
         return none;
     }
-    if (tensor_count > KF_NODE_MAX_INPUTS || number_count > 8) {
-        graph_fail(g, KF_ERROR_INVALID_ARGUMENT, "%s: too many arguments", op->name);
+    if ((tensor_count && !tensors) || (number_count && !numbers)) {
+        graph_fail(g, KF_ERROR_INVALID_ARGUMENT, "%s: %s is NULL with a count", op->name,
+                   tensor_count && !tensors ? "tensors" : "numbers");
         return none;
     }
-    kf_node args[KF_NODE_MAX_INPUTS + 1];
-    for (uint32_t i = 0; i < tensor_count; i++) {
-        args[i] = tensors[i];
-    }
-    uint32_t count = tensor_count;
+    /* The op's inputs by position: positional tensors fill them in order, named ones by name,
+     * and an element-wise op takes a positional number as a scalar operand in the next slot. */
+    uint32_t slots_total = kf_op_input_count(op);
+    kf_node slots[KF_NODE_MAX_INPUTS] = {{0}};
     kf_op_params p = {0};
-    /* Norms take their optional weight and bias as tensors: the count says which are there. */
-    if (!strcmp(op->name, "rmsnorm")) {
-        p.has_weight = tensor_count >= 2;
-    } else if (!strcmp(op->name, "layernorm")) {
-        p.has_weight = tensor_count >= 2;
-        p.has_bias = tensor_count >= 3;
+    char names[128];
+    if (tensor_count > slots_total || slots_total > KF_NODE_MAX_INPUTS) {
+        graph_fail(g, KF_ERROR_INVALID_ARGUMENT, "%s: takes at most %u tensor input%s (%s), got %u",
+                   op->name, slots_total, slots_total == 1 ? "" : "s",
+                   input_names(op, NULL, names, sizeof names), tensor_count);
+        return none;
     }
-    const param_slot *slot = NULL;
-    for (size_t i = 0; i < sizeof positional_params / sizeof positional_params[0]; i++) {
-        if (!strcmp(positional_params[i].op, op->name)) {
-            slot = &positional_params[i];
-        }
+    for (uint32_t i = 0; i < tensor_count; i++) {
+        slots[i] = tensors[i];
+        kf__input_set_present(op, i, &p);
     }
-    uint32_t next_param = 0;
+    uint32_t next_slot = tensor_count, next_param = 0;
     for (uint32_t i = 0; i < number_count; i++) {
         const kf_graph_arg *a = &numbers[i];
-        if (a->name) {
-            if (!set_param(&p, a->name, a->number)) {
+        if (a->name && a->tensor.id) {
+            int32_t s = find_input(op, a->name);
+            if (s < 0 && kf__param_find(op, a->name)) {
                 graph_fail(g, KF_ERROR_INVALID_ARGUMENT,
-                           "%s: unknown parameter '%s' (known: alpha, beta, eps, exact, "
-                           "transpose_a, transpose_b)",
-                           op->name, a->name);
+                           "%s: parameter '%s' takes a number, not a tensor", op->name, a->name);
+                return none;
+            }
+            if (s < 0) {
+                graph_fail(g, KF_ERROR_INVALID_ARGUMENT,
+                           "%s: no tensor input named '%s' (its inputs: %s)", op->name, a->name,
+                           input_names(op, NULL, names, sizeof names));
+                return none;
+            }
+            if (slots[s].id) {
+                graph_fail(g, KF_ERROR_INVALID_ARGUMENT, "%s: input %s is given twice", op->name,
+                           a->name);
+                return none;
+            }
+            slots[s] = a->tensor;
+            kf__input_set_present(op, (uint32_t)s, &p);
+            continue;
+        }
+        if (a->name) {
+            const kf__param *d = kf__param_find(op, a->name);
+            if (!d) {
+                char known[256];
+                graph_fail(g, KF_ERROR_INVALID_ARGUMENT, "%s: unknown parameter '%s' (%s)%s",
+                           op->name, a->name, param_names(op, known, sizeof known),
+                           find_input(op, a->name) >= 0 ? "; it is a tensor input" : "");
+                return none;
+            }
+            if (!call_set_param(g, op, &p, d, a->number)) {
                 return none;
             }
             continue;
         }
-        if (count < kf_op_arity(op, &p) && kf__op_is_elementwise(op)) {
-            args[count++] = kf_graph_scalar(g, (float)a->number);
+        if (kf__op_is_elementwise(op) && next_slot < kf_op_arity(op, &p)) {
+            slots[next_slot++] = kf_graph_scalar(g, (float)a->number);
             continue;
         }
-        if (!slot || next_param >= 3 || !slot->names[next_param]) {
-            graph_fail(g, KF_ERROR_INVALID_ARGUMENT, "%s: unexpected number argument %g", op->name,
-                       a->number);
+        if (next_param >= kf_op_param_count(op)) {
+            char known[256];
+            graph_fail(g, KF_ERROR_INVALID_ARGUMENT, "%s: unexpected number argument %g (%s)",
+                       op->name, a->number, param_names(op, known, sizeof known));
             return none;
         }
-        set_param(&p, slot->names[next_param++], a->number);
+        if (!call_set_param(g, op, &p, &op->params[next_param++], a->number)) {
+            return none;
+        }
+    }
+    kf_node args[KF_NODE_MAX_INPUTS];
+    uint32_t count = 0;
+    for (uint32_t i = 0; i < slots_total; i++) {
+        if (slots[i].id) {
+            args[count++] = slots[i];
+        } else if (kf__input_present(op, i, &p)) {
+            const char *name = NULL;
+            kf_op_input_info(op, i, &name, NULL);
+            graph_fail(g, KF_ERROR_INVALID_ARGUMENT, "%s: input %s is missing (%s takes %s)",
+                       op->name, name, op->name, input_names(op, &p, names, sizeof names));
+            return none;
+        }
     }
     return kf_graph_op(g, op->name, args, count, &p);
 }
@@ -356,8 +453,10 @@ kf_status kf_graph_output(kf_graph *g, const char *name, kf_node node) {
         return g->status;
     }
     if (!valid_name(name)) {
-        graph_fail(g, KF_ERROR_INVALID_ARGUMENT, "output: '%s' is not a valid name",
-                   name ? name : "(null)");
+        graph_fail(g, KF_ERROR_INVALID_ARGUMENT,
+                   "output: '%s' is not a valid name (letters, digits, '_'; at most %d chars; "
+                   "not out, true or false)",
+                   name ? name : "(null)", KF_NAME_MAX - 1);
         return g->status;
     }
     if (n->kind == KF__NODE_SCALAR) {
@@ -367,6 +466,14 @@ kf_status kf_graph_output(kf_graph *g, const char *name, kf_node node) {
     for (uint32_t i = 0; i < g->output_count; i++) {
         if (!strcmp(g->outputs[i].name, name)) {
             graph_fail(g, KF_ERROR_INVALID_ARGUMENT, "output %s: named twice", name);
+            return g->status;
+        }
+    }
+    /* One name, one tensor: an output may share an input's name only by being that input. */
+    for (uint32_t i = 1; i < g->node_count; i++) {
+        if (g->nodes[i].kind == KF__NODE_INPUT && i != node.id && !strcmp(g->nodes[i].name, name)) {
+            graph_fail(g, KF_ERROR_INVALID_ARGUMENT,
+                       "output %s: the name of another tensor (input %s)", name, name);
             return g->status;
         }
     }
@@ -481,90 +588,142 @@ static void append(char **buf, size_t *len, size_t *cap, const char *fmt, ...) {
     *len += (size_t)n;
 }
 
-static void append_operand(const kf_graph *g, uint32_t id, char **buf, size_t *len, size_t *cap) {
-    const kf__node *n = &g->nodes[id];
-    if (n->kind == KF__NODE_INPUT) {
-        append(buf, len, cap, "%s", n->name);
-    } else if (n->kind == KF__NODE_SCALAR) {
-        append(buf, len, cap, "%.9g", (double)n->scalar);
-    } else {
-        for (uint32_t o = 0; o < g->output_count; o++) {
-            if (g->outputs[o].node == id) {
-                append(buf, len, cap, "%s", g->outputs[o].name);
-                return;
+/* The prefix of kf_graph_format's names for unnamed intermediate results: "t", or "t_", "t__",
+ * ... when an input or output is already called t<digits>. */
+static void temp_prefix(const kf_graph *g, char *prefix, size_t size) {
+    for (size_t len = 1; len + 1 < size; len++) {
+        memset(prefix, '_', len);
+        prefix[0] = 't';
+        prefix[len] = '\0';
+        bool clash = false;
+        for (uint32_t i = 1; i < g->node_count + g->output_count && !clash; i++) {
+            const char *name =
+                i < g->node_count ? g->nodes[i].name : g->outputs[i - g->node_count].name;
+            if (i < g->node_count && g->nodes[i].kind != KF__NODE_INPUT) {
+                continue;
+            }
+            if (!strncmp(name, prefix, len) && name[len]) {
+                const char *c = name + len;
+                while (*c >= '0' && *c <= '9') {
+                    c++;
+                }
+                clash = *c == '\0';
             }
         }
-        append(buf, len, cap, "t%u", id);
+        if (!clash) {
+            return;
+        }
     }
+}
+
+typedef struct formatter {
+    const kf_graph *g;
+    char *buf;
+    size_t len, cap;
+    char prefix[16];
+    uint32_t *name_of; /* node id -> output index + 1 naming it (0: none) */
+} formatter;
+
+static void append_operand(formatter *f, uint32_t id) {
+    const kf__node *n = &f->g->nodes[id];
+    if (n->kind == KF__NODE_INPUT) {
+        append(&f->buf, &f->len, &f->cap, "%s", n->name);
+    } else if (n->kind == KF__NODE_SCALAR) {
+        append(&f->buf, &f->len, &f->cap, "%.9g", (double)n->scalar);
+    } else if (f->name_of && f->name_of[id]) {
+        append(&f->buf, &f->len, &f->cap, "%s", f->g->outputs[f->name_of[id] - 1].name);
+    } else {
+        append(&f->buf, &f->len, &f->cap, "%s%u", f->prefix, id);
+    }
+}
+
+/* op(inputs..., params...): the inputs positionally while none before them is left out, by
+ * name after a gap (layernorm(x, bias=b)); every parameter given or set by keyword. */
+static void append_call(formatter *f, const kf__node *n) {
+    const kf_operator *op = n->op;
+    const kf_op_params *p = &n->params;
+    append(&f->buf, &f->len, &f->cap, "%s(", op->name);
+    bool gap = false;
+    for (uint32_t i = 0, k = 0; i < kf_op_input_count(op) && k < n->input_count; i++) {
+        if (!kf__input_present(op, i, p)) {
+            gap = true;
+            continue;
+        }
+        const char *name = NULL;
+        kf_op_input_info(op, i, &name, NULL);
+        append(&f->buf, &f->len, &f->cap, "%s%s%s", k ? ", " : "", gap ? name : "", gap ? "=" : "");
+        append_operand(f, n->inputs[k++]);
+    }
+    for (uint32_t i = 0; i < op->param_count; i++) {
+        const kf__param *d = &op->params[i];
+        kf_op_params bare = *p;
+        bare.given = 0;
+        bool given = (p->given & d->given) != 0;
+        double v = kf__param_value(given ? p : &bare, d);
+        if (!given && v == d->default_value) {
+            continue; /* a zero field meaning the default */
+        }
+        if (d->type == KF_PARAM_TYPE_BOOL) {
+            append(&f->buf, &f->len, &f->cap, ", %s=%s", d->name, v != 0.0 ? "true" : "false");
+        } else {
+            append(&f->buf, &f->len, &f->cap, ", %s=%.9g", d->name, v);
+        }
+    }
+    append(&f->buf, &f->len, &f->cap, ")");
 }
 
 char *kf_graph_format(const kf_graph *g) {
     if (!g) {
         return NULL;
     }
-    size_t len = 0, cap = 1024;
-    char *buf = malloc(cap);
-    if (buf) {
-        buf[0] = '\0';
+    formatter f = {.g = g, .cap = 1024};
+    f.buf = malloc(f.cap);
+    f.name_of = calloc(g->node_count, sizeof *f.name_of);
+    if (!f.buf || !f.name_of) {
+        free(f.buf);
+        free(f.name_of);
+        return NULL;
+    }
+    f.buf[0] = '\0';
+    temp_prefix(g, f.prefix, sizeof f.prefix);
+    /* An operator's result takes the name of its first output, so that `out` names it. */
+    for (uint32_t o = 0; o < g->output_count; o++) {
+        uint32_t id = g->outputs[o].node;
+        if (g->nodes[id].kind == KF__NODE_OP && !f.name_of[id]) {
+            f.name_of[id] = o + 1;
+        }
     }
     static const char *dtypes[] = {"f32", "f16", "i32"};
     for (uint32_t id = 1; id < g->node_count; id++) {
         const kf__node *n = &g->nodes[id];
         if (n->kind == KF__NODE_INPUT) {
-            append(&buf, &len, &cap, "%s: %s[", n->name, dtypes[n->dtype]);
+            append(&f.buf, &f.len, &f.cap, "%s: %s[", n->name, dtypes[n->dtype]);
             for (uint32_t d = 0; d < n->shape.rank; d++) {
-                append(&buf, &len, &cap, "%s%u", d ? ", " : "", n->shape.dims[d]);
+                append(&f.buf, &f.len, &f.cap, "%s%u", d ? ", " : "", n->shape.dims[d]);
             }
-            append(&buf, &len, &cap, "]\n");
+            append(&f.buf, &f.len, &f.cap, "]\n");
         } else if (n->kind == KF__NODE_OP) {
-            const kf_op_params *p = &n->params;
-            append_operand(g, id, &buf, &len, &cap);
-            append(&buf, &len, &cap, " = %s(", n->op->name);
-            for (uint32_t i = 0; i < n->input_count; i++) {
-                if (i) {
-                    append(&buf, &len, &cap, ", ");
-                }
-                append_operand(g, n->inputs[i], &buf, &len, &cap);
-            }
-            if (p->alpha != 0.0f) {
-                append(&buf, &len, &cap, ", alpha=%.9g", (double)p->alpha);
-            }
-            if (p->beta != 0.0f) {
-                append(&buf, &len, &cap, ", beta=%.9g", (double)p->beta);
-            }
-            if (p->eps != 0.0f) {
-                append(&buf, &len, &cap, ", eps=%.9g", (double)p->eps);
-            }
-            if (p->exact) {
-                append(&buf, &len, &cap, ", exact=1");
-            }
-            if (p->transpose_a) {
-                append(&buf, &len, &cap, ", transpose_a=1");
-            }
-            if (p->transpose_b) {
-                append(&buf, &len, &cap, ", transpose_b=1");
-            }
-            append(&buf, &len, &cap, ")\n");
+            append_operand(&f, id);
+            append(&f.buf, &f.len, &f.cap, " = ");
+            append_call(&f, n);
+            append(&f.buf, &f.len, &f.cap, "\n");
+        }
+    }
+    /* Every other output name is an alias of its tensor (y2 = y), then all are listed in order. */
+    for (uint32_t o = 0; o < g->output_count; o++) {
+        uint32_t id = g->outputs[o].node;
+        const kf__node *n = &g->nodes[id];
+        bool own = n->kind == KF__NODE_INPUT ? !strcmp(n->name, g->outputs[o].name)
+                                             : f.name_of[id] == o + 1;
+        if (!own) {
+            append(&f.buf, &f.len, &f.cap, "%s = ", g->outputs[o].name);
+            append_operand(&f, id);
+            append(&f.buf, &f.len, &f.cap, "\n");
         }
     }
     for (uint32_t o = 0; o < g->output_count; o++) {
-        /* The language names an output by its variable: a node output under a second name, or
-         * an input output under another name, is noted in a comment. */
-        const kf__node *n = &g->nodes[g->outputs[o].node];
-        bool first = true;
-        for (uint32_t e = 0; e < o; e++) {
-            first &= g->outputs[e].node != g->outputs[o].node;
-        }
-        bool renamed = n->kind == KF__NODE_INPUT && strcmp(n->name, g->outputs[o].name) != 0;
-        if (first && !renamed) {
-            append(&buf, &len, &cap, "out ");
-            append_operand(g, g->outputs[o].node, &buf, &len, &cap);
-            append(&buf, &len, &cap, "\n");
-        } else {
-            append(&buf, &len, &cap, "# output %s is ", g->outputs[o].name);
-            append_operand(g, g->outputs[o].node, &buf, &len, &cap);
-            append(&buf, &len, &cap, "\n");
-        }
+        append(&f.buf, &f.len, &f.cap, "out %s\n", g->outputs[o].name);
     }
-    return buf;
+    free(f.name_of);
+    return f.buf;
 }

@@ -368,21 +368,30 @@ static kf_val relu_expr_backward(kf_kernel *k, const kf_val *x, kf_val y, kf_val
 }
 
 /* leaky_relu(x) = x < 0 ? alpha x : x, alpha = 0.01 by default. */
+static const kf__param leaky_relu_params[] = {
+    {.name = "alpha",
+     .about = "slope for x < 0",
+     .type = KF_PARAM_TYPE_FLOAT,
+     KF__FIELD(alpha, ALPHA),
+     .default_value = 0.01,
+     KF__ANY_FLOAT},
+};
+#define LEAKY_ALPHA(p) ((float)kf__param_value(p, &leaky_relu_params[0]))
 static double leaky_relu_f(const double *x, const kf_op_params *p) {
-    return x[0] < 0 ? (double)kf__param_or(p->alpha, 0.01f) * x[0] : x[0];
+    return x[0] < 0 ? (double)LEAKY_ALPHA(p) * x[0] : x[0];
 }
 static double leaky_relu_df(const double *x, double y, uint32_t which, const kf_op_params *p) {
     (void)y, (void)which;
-    return x[0] > 0 ? 1.0 : (double)kf__param_or(p->alpha, 0.01f);
+    return x[0] > 0 ? 1.0 : (double)LEAKY_ALPHA(p);
 }
 static kf_val leaky_relu_expr(kf_kernel *k, const kf_val *x, const kf_op_params *p) {
-    kf_val a = kf_lit_f32(k, kf__param_or(p->alpha, 0.01f));
+    kf_val a = kf_lit_f32(k, LEAKY_ALPHA(p));
     return kf_select(k, x[0], kf_mul(k, a, x[0]), lt(k, x[0], lit(k, 0.0)));
 }
 static kf_val leaky_relu_expr_backward(kf_kernel *k, const kf_val *x, kf_val y, kf_val g,
                                        uint32_t which, const kf_op_params *p) {
     (void)y, (void)which;
-    kf_val a = kf_lit_f32(k, kf__param_or(p->alpha, 0.01f));
+    kf_val a = kf_lit_f32(k, LEAKY_ALPHA(p));
     return kf_mul(k, kf_select(k, a, lit(k, 1.0), gt(k, x[0], lit(k, 0.0))), g);
 }
 
@@ -907,17 +916,26 @@ const kf_operator kf__op_leaky_relu = {.name = "leaky_relu",
                                        .about = "x < 0 ? alpha x : x (alpha 0.01)",
                                        .arity = 1,
                                        KF__EW_FIELDS(leaky_relu),
+                                       KF__PARAMS(leaky_relu_params),
                                        .tolerance_f32 = 1e-6,
                                        .tolerance_f16 = 2e-3,
                                        .input_lo = -4.0f,
                                        .input_hi = 4.0f,
                                        CASES(leaky_relu_cases)};
 
+static const kf__param gelu_params[] = {
+    {.name = "exact",
+     .about = "the erf form instead of the tanh approximation",
+     KF__BOOL,
+     KF__FIELD(exact, EXACT)},
+};
+
 const kf_operator kf__op_gelu = {.name = "gelu",
                                  .about = "0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); "
                                           "params.exact: the erf form",
                                  .arity = 1,
                                  KF__EW_FIELDS(gelu),
+                                 KF__PARAMS(gelu_params),
                                  /* measured 3.6e-5 over [-8, 8) since the stable form */
                                  .tolerance_f32 = 1e-4,
                                  .tolerance_f16 = 2e-3,

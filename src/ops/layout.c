@@ -8,39 +8,65 @@
 /* scale, affine, copy                                                                      */
 /* ---------------------------------------------------------------------------------------- */
 
-/* scale(x) = alpha x. alpha = 0 in params means the default 1 (use mul for a zero factor). */
+/* scale(x) = alpha x (alpha 1 by default; a given 0 scales by 0). */
+static const kf__param scale_params[] = {
+    {.name = "alpha",
+     .about = "the factor",
+     .type = KF_PARAM_TYPE_FLOAT,
+     KF__FIELD(alpha, ALPHA),
+     .default_value = 1.0,
+     KF__ANY_FLOAT},
+};
+#define SCALE_ALPHA(p) ((float)kf__param_value(p, &scale_params[0]))
+/* affine(x) = alpha x + beta (alpha default 1, beta default 0). */
+static const kf__param affine_params[] = {
+    {.name = "alpha",
+     .about = "the factor",
+     .type = KF_PARAM_TYPE_FLOAT,
+     KF__FIELD(alpha, ALPHA),
+     .default_value = 1.0,
+     KF__ANY_FLOAT},
+    {.name = "beta",
+     .about = "the offset",
+     .type = KF_PARAM_TYPE_FLOAT,
+     KF__FIELD(beta, BETA),
+     .default_value = 0.0,
+     KF__ANY_FLOAT},
+};
+#define AFFINE_ALPHA(p) ((float)kf__param_value(p, &affine_params[0]))
+#define AFFINE_BETA(p) ((float)kf__param_value(p, &affine_params[1]))
+
 static double scale_f(const double *x, const kf_op_params *p) {
-    return (double)kf__param_or(p->alpha, 1.0f) * x[0];
+    return (double)SCALE_ALPHA(p) * x[0];
 }
 static double scale_df(const double *x, double y, uint32_t which, const kf_op_params *p) {
     (void)x, (void)y, (void)which;
-    return (double)kf__param_or(p->alpha, 1.0f);
+    return (double)SCALE_ALPHA(p);
 }
 static kf_val scale_expr(kf_kernel *k, const kf_val *x, const kf_op_params *p) {
-    return kf_mul(k, kf_lit_f32(k, kf__param_or(p->alpha, 1.0f)), x[0]);
+    return kf_mul(k, kf_lit_f32(k, SCALE_ALPHA(p)), x[0]);
 }
 static kf_val scale_expr_backward(kf_kernel *k, const kf_val *x, kf_val y, kf_val g, uint32_t which,
                                   const kf_op_params *p) {
     (void)x, (void)y, (void)which;
-    return kf_mul(k, kf_lit_f32(k, kf__param_or(p->alpha, 1.0f)), g);
+    return kf_mul(k, kf_lit_f32(k, SCALE_ALPHA(p)), g);
 }
 
-/* affine(x) = alpha x + beta (alpha default 1, beta default 0). */
 static double affine_f(const double *x, const kf_op_params *p) {
-    return (double)kf__param_or(p->alpha, 1.0f) * x[0] + (double)p->beta;
+    return (double)AFFINE_ALPHA(p) * x[0] + (double)AFFINE_BETA(p);
 }
 static double affine_df(const double *x, double y, uint32_t which, const kf_op_params *p) {
     (void)x, (void)y, (void)which;
-    return (double)kf__param_or(p->alpha, 1.0f);
+    return (double)AFFINE_ALPHA(p);
 }
 static kf_val affine_expr(kf_kernel *k, const kf_val *x, const kf_op_params *p) {
-    kf_val ax = kf_mul(k, kf_lit_f32(k, kf__param_or(p->alpha, 1.0f)), x[0]);
-    return kf_add(k, ax, kf_lit_f32(k, p->beta));
+    kf_val ax = kf_mul(k, kf_lit_f32(k, AFFINE_ALPHA(p)), x[0]);
+    return kf_add(k, ax, kf_lit_f32(k, AFFINE_BETA(p)));
 }
 static kf_val affine_expr_backward(kf_kernel *k, const kf_val *x, kf_val y, kf_val g,
                                    uint32_t which, const kf_op_params *p) {
     (void)x, (void)y, (void)which;
-    return kf_mul(k, kf_lit_f32(k, kf__param_or(p->alpha, 1.0f)), g);
+    return kf_mul(k, kf_lit_f32(k, AFFINE_ALPHA(p)), g);
 }
 
 /* copy(x) = x, bit for bit (NaN payloads aside). */
@@ -256,6 +282,7 @@ const kf_operator kf__op_scale = {.name = "scale",
                                   .about = "alpha x (alpha 1)",
                                   .arity = 1,
                                   KF__EW_FIELDS(scale),
+                                  KF__PARAMS(scale_params),
                                   .tolerance_f32 = 1e-6,
                                   .tolerance_f16 = 2e-3,
                                   .input_lo = -4.0f,
@@ -266,6 +293,7 @@ const kf_operator kf__op_affine = {.name = "affine",
                                    .about = "alpha x + beta (alpha 1, beta 0)",
                                    .arity = 1,
                                    KF__EW_FIELDS(affine),
+                                   KF__PARAMS(affine_params),
                                    .tolerance_f32 = 1e-6,
                                    .tolerance_f16 = 2e-3,
                                    .input_lo = -4.0f,

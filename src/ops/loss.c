@@ -327,11 +327,14 @@ static const kf_op_case ce_cases[] = {
  * backward: softmax - onehot cancels for the label's class when its probability is near 1, an
  * absolute error ~ulp(1) / N against the floor (measured 2e-5): 1e-4. f16: the gradient's
  * rounding to f16 and a one-ulp flip (2^-10), 2e-3. */
+static const kf__input ce_inputs[] = {{.name = "logits"}, {.name = "labels"}};
+
 const kf_operator kf__op_cross_entropy = {
     .name = "cross_entropy",
     .about = "mean over rows of logsumexp(logits) - logits[label] (labels: class indices)",
     .op_class = KF_OP_CLASS_ROW_REDUCTION,
     .arity = 2,
+    KF__INPUTS(ce_inputs),
     .shape = ce_shape,
     .spec_forward = ce_spec_forward,
     .spec_backward = ce_spec_backward,

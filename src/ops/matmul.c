@@ -385,11 +385,19 @@ static const kf_op_case mm_cases[] = {
  * them, and the spec's output is rounded to f16 too, so what remains is the f32 sum's error and,
  * where it straddles an f16 rounding boundary, a one-ulp difference (2^-10 ~ 9.8e-4 of the value
  * at worst): 2e-3. */
+static const kf__param mm_params[] = {
+    {.name = "transpose_a", .about = "use a^T", KF__BOOL, KF__FIELD(transpose_a, TRANSPOSE_A)},
+    {.name = "transpose_b", .about = "use b^T", KF__BOOL, KF__FIELD(transpose_b, TRANSPOSE_B)},
+};
+static const kf__input mm_inputs[] = {{.name = "a"}, {.name = "b"}};
+
 const kf_operator kf__op_matmul = {
     .name = "matmul",
     .about = "matrix product op(a) * op(b), op = transpose where transpose_a / transpose_b",
     .op_class = KF_OP_CLASS_MATMUL,
     .arity = 2,
+    KF__INPUTS(mm_inputs),
+    KF__PARAMS(mm_params),
     .shape = mm_shape,
     .spec_forward = mm_spec_forward,
     .spec_backward = mm_spec_backward,

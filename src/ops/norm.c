@@ -30,12 +30,26 @@ typedef struct norm_kind {
 static const norm_kind RMSNORM = {"rmsnorm", false};
 static const norm_kind LAYERNORM = {"layernorm", true};
 
-static float norm_eps(const kf_op_params *p) {
-    return p && p->eps > 0 ? p->eps : NORM_DEFAULT_EPS;
-}
+static const kf__param norm_params[] = {
+    {.name = "eps",
+     .about = "added to the mean square (variance) under the root",
+     .type = KF_PARAM_TYPE_FLOAT,
+     KF__FIELD(eps, EPS),
+     .default_value = NORM_DEFAULT_EPS,
+     .min = 0.0,
+     .min_exclusive = true,
+     .max = 3.4028234663852886e38},
+};
+/* x, then the optional weight and bias rows: rmsnorm(x, w, b), layernorm(x, bias=b). */
+static const kf__input norm_inputs[] = {
+    {.name = "x"},
+    {.name = "weight", KF__OPTIONAL(has_weight)},
+    {.name = "bias", KF__OPTIONAL(has_bias)},
+};
 
-static uint32_t norm_arity(const kf_op_params *p) {
-    return 1u + (p && p->has_weight ? 1u : 0u) + (p && p->has_bias ? 1u : 0u);
+static float norm_eps(const kf_op_params *p) {
+    kf_op_params none = {0};
+    return (float)kf__param_value(p ? p : &none, &norm_params[0]);
 }
 
 /* Input positions of weight and bias (0: absent). */
@@ -587,7 +601,7 @@ static kf_kernel *norm_kernel_backward(const norm_kind *kind, const kf_shape *in
     if (which == 0) {
         return norm_kernel_backward_x(kind, in, p, dtype);
     }
-    if (which >= norm_arity(p)) {
+    if (which >= 1u + weight_index(p) + (p && p->has_bias ? 1u : 0u)) {
         return NULL; /* no such input */
     }
     bool is_bias = which == bias_index(p);
@@ -691,7 +705,8 @@ const kf_operator kf__op_rmsnorm = {
     .about = "x / sqrt(mean(x^2) + eps) over the last axis, optional weight and bias rows",
     .op_class = KF_OP_CLASS_ROW_REDUCTION,
     .arity = 1,
-    .arity_for = norm_arity,
+    KF__INPUTS(norm_inputs),
+    KF__PARAMS(norm_params),
     .shape = rmsnorm_shape,
     .spec_forward = rmsnorm_spec_forward,
     .spec_backward = rmsnorm_spec_backward,
@@ -711,7 +726,8 @@ const kf_operator kf__op_layernorm = {
     .about = "(x - mean) / sqrt(var + eps) over the last axis, optional weight and bias rows",
     .op_class = KF_OP_CLASS_ROW_REDUCTION,
     .arity = 1,
-    .arity_for = norm_arity,
+    KF__INPUTS(norm_inputs),
+    KF__PARAMS(norm_params),
     .shape = layernorm_shape,
     .spec_forward = layernorm_spec_forward,
     .spec_backward = layernorm_spec_backward,

@@ -8,6 +8,52 @@
 
 #include "kfuse.h"
 
+#include <stddef.h>
+
+/* One parameter, declared once next to its operator: the language, kf_op_param_set, validation,
+ * messages and kf_graph_format read it (registry.c). Position in the op's array is the position
+ * the language takes it in. */
+typedef struct kf__param {
+    const char *name; /* the keyword */
+    const char *about;
+    kf_param_type type;
+    size_t offset;  /* the kf_op_params field it sets: float, bool (or int32_t for INT) */
+    uint32_t given; /* its KF_PARAM_* bit */
+    double default_value;
+    double min, max; /* valid range, inclusive */
+    bool min_exclusive;
+} kf__param;
+
+/* The field of kf_op_params a parameter sets and its given bit: KF__FIELD(alpha, ALPHA). */
+#define KF__FIELD(FIELD, BIT) .offset = offsetof(kf_op_params, FIELD), .given = KF_PARAM_##BIT
+/* The range of a float that may be any finite f32. */
+#define KF__ANY_FLOAT .min = -3.4028234663852886e38, .max = 3.4028234663852886e38
+/* A bool parameter (range 0..1, default false). */
+#define KF__BOOL .type = KF_PARAM_TYPE_BOOL, .min = 0, .max = 1
+
+/* One tensor input. An optional input is there when its bool field of kf_op_params is true. */
+typedef struct kf__input {
+    const char *name;
+    bool optional;
+    size_t present; /* optional: offset of the kf_op_params bool that says it is there */
+} kf__input;
+
+#define KF__OPTIONAL(FIELD) .optional = true, .present = offsetof(kf_op_params, FIELD)
+
+/* .params / .param_count (and .inputs / .input_count) of an operator record from an array. */
+#define KF__PARAMS(ARRAY)                                                                          \
+    .params = (ARRAY), .param_count = (uint32_t)(sizeof(ARRAY) / sizeof(ARRAY)[0])
+#define KF__INPUTS(ARRAY)                                                                          \
+    .inputs = (ARRAY), .input_count = (uint32_t)(sizeof(ARRAY) / sizeof(ARRAY)[0])
+
+/* The value of parameter d under p: the field when given or nonzero, else the default. */
+double kf__param_value(const kf_op_params *p, const kf__param *d);
+/* The description of op's parameter `name`, or NULL. */
+const kf__param *kf__param_find(const kf_operator *op, const char *name);
+/* Whether input `index` of op's described inputs is there under p; marks it there. */
+bool kf__input_present(const kf_operator *op, uint32_t index, const kf_op_params *p);
+void kf__input_set_present(const kf_operator *op, uint32_t index, kf_op_params *p);
+
 /* Element-wise ops express themselves as IR so any fused kernel can inline them:
  * inputs[i] is the value of input i at this element; returns the output value. */
 typedef kf_val (*kf_op_expr_fn)(kf_kernel *k, const kf_val *inputs, const kf_op_params *p);
@@ -19,8 +65,13 @@ struct kf_operator {
     const char *name;  /* "matmul", "gelu", ... */
     const char *about; /* one line for --help and tables */
     kf_op_class op_class;
-    uint32_t arity; /* tensor inputs (inputs a norm takes depend on params: see arity_for) */
-    uint32_t (*arity_for)(const kf_op_params *p); /* NULL: arity */
+    uint32_t arity; /* tensor inputs, when `inputs` does not describe them */
+    /* The tensor inputs (NULL: `arity` required inputs named a, b, c, d). */
+    const kf__input *inputs;
+    uint32_t input_count;
+    /* The parameters, in positional order (NULL: none). */
+    const kf__param *params;
+    uint32_t param_count;
     /* Output shape from input shapes; KF_ERROR_SHAPE with a message naming the shapes. */
     kf_status (*shape)(const kf_shape *in, const kf_op_params *p, kf_shape *out, char *msg,
                        size_t msg_size);

@@ -163,11 +163,6 @@ kf_status kf__ew_spec_backward(kf__ew_scalar_grad_fn df, uint32_t arity, const k
     .kernel_forward = NAME##_kernel_forward, .kernel_backward = NAME##_kernel_backward,            \
     .expr = NAME##_expr, .expr_backward = NAME##_expr_backward, .grid = NAME##_grid
 
-/* A parameter with "zero means default". */
-static inline float kf__param_or(float value, float default_value) {
-    return value != 0.0f ? value : default_value;
-}
-
 /* ---------------------------------------------------------------------------------------- */
 /* Tensors                                                                                  */
 /* ---------------------------------------------------------------------------------------- */

@@ -1,6 +1,9 @@
 /* The operator table: every verified operator, in the order `kfuse verify` lists them. */
 #include "ops/ops_internal.h"
 
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 static const kf_operator *const table[] = {
@@ -60,15 +63,28 @@ const kf_operator *kf_op_find(const char *name) {
     return NULL;
 }
 
+static bool input_present(const kf__input *in, const kf_op_params *p) {
+    if (!in->optional) {
+        return true;
+    }
+    bool present = false;
+    memcpy(&present, (const char *)p + in->present, sizeof present);
+    return present;
+}
+
 uint32_t kf_op_arity(const kf_operator *op, const kf_op_params *p) {
     if (!op) {
         return 0;
     }
-    if (op->arity_for) {
-        kf_op_params zero = {0};
-        return op->arity_for(p ? p : &zero);
+    if (!op->inputs) {
+        return op->arity;
     }
-    return op->arity;
+    kf_op_params zero = {0};
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < op->input_count; i++) {
+        n += input_present(&op->inputs[i], p ? p : &zero);
+    }
+    return n;
 }
 
 kf_status kf_op_shape(const kf_operator *op, const kf_shape *in, const kf_op_params *p,
@@ -126,4 +142,234 @@ kf_status kf_op_spec_forward(const kf_operator *op, const kf_tensor *const *in,
     }
     kf_op_params zero = {0};
     return op->spec_forward(in, p ? p : &zero, out);
+}
+
+/* ---- parameter descriptions ------------------------------------------------------------------ */
+
+static double field_get(const kf_op_params *p, const kf__param *d) {
+    const char *base = (const char *)p + d->offset;
+    if (d->type == KF_PARAM_TYPE_FLOAT) {
+        float f;
+        memcpy(&f, base, sizeof f);
+        return (double)f;
+    }
+    if (d->type == KF_PARAM_TYPE_BOOL) {
+        bool b;
+        memcpy(&b, base, sizeof b);
+        return b ? 1.0 : 0.0;
+    }
+    int32_t i;
+    memcpy(&i, base, sizeof i);
+    return (double)i;
+}
+
+static void field_set(kf_op_params *p, const kf__param *d, double v) {
+    char *base = (char *)p + d->offset;
+    if (d->type == KF_PARAM_TYPE_FLOAT) {
+        float f = (float)v;
+        memcpy(base, &f, sizeof f);
+    } else if (d->type == KF_PARAM_TYPE_BOOL) {
+        bool b = v != 0.0;
+        memcpy(base, &b, sizeof b);
+    } else {
+        int32_t i = (int32_t)v;
+        memcpy(base, &i, sizeof i);
+    }
+    p->given |= d->given;
+}
+
+double kf__param_value(const kf_op_params *p, const kf__param *d) {
+    double v = field_get(p, d);
+    return (p->given & d->given) || v != 0.0 ? v : d->default_value;
+}
+
+static void say(char *msg, size_t msg_size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void say(char *msg, size_t msg_size, const char *fmt, ...) {
+    if (!msg || !msg_size) {
+        return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, msg_size, fmt, ap);
+    va_end(ap);
+}
+
+/* "eps > 0", "alpha is a finite number", "exact is 0 or 1" into buf. */
+static const char *range_str(const kf__param *d, char *buf, size_t size) {
+    if (d->type == KF_PARAM_TYPE_BOOL) {
+        snprintf(buf, size, "%s is 0 or 1", d->name);
+    } else if (d->min <= -3.4e38 && d->max >= 3.4e38) {
+        snprintf(buf, size, "%s is any finite %s", d->name,
+                 d->type == KF_PARAM_TYPE_INT ? "whole number" : "number");
+    } else if (d->max >= 3.4e38) {
+        snprintf(buf, size, "%s %s %.9g%s", d->name, d->min_exclusive ? ">" : ">=", d->min,
+                 d->type == KF_PARAM_TYPE_INT ? ", whole" : "");
+    } else {
+        snprintf(buf, size, "%.9g %s %s <= %.9g%s", d->min, d->min_exclusive ? "<" : "<=", d->name,
+                 d->max, d->type == KF_PARAM_TYPE_INT ? ", whole" : "");
+    }
+    return buf;
+}
+
+/* "alpha, beta" or "no parameters", for messages. */
+static const char *names_str(const kf_operator *op, char *buf, size_t size) {
+    if (!op->param_count) {
+        snprintf(buf, size, "%s takes no parameters", op->name);
+        return buf;
+    }
+    size_t used = (size_t)snprintf(buf, size, "%s takes", op->name);
+    for (uint32_t i = 0; i < op->param_count && used < size; i++) {
+        used +=
+            (size_t)snprintf(buf + used, size - used, "%s %s", i ? "," : "", op->params[i].name);
+    }
+    return buf;
+}
+
+/* Whether v is a valid value of d; msg says why not. */
+static bool param_valid(const kf_operator *op, const kf__param *d, double v, char *msg,
+                        size_t msg_size) {
+    char range[128];
+    bool whole = v == floor(v);
+    bool in_range = v <= d->max && (d->min_exclusive ? v > d->min : v >= d->min);
+    if (d->type == KF_PARAM_TYPE_BOOL && !(v == 0.0 || v == 1.0)) {
+        say(msg, msg_size, "%s: %s = %.9g is not a bool (%s)", op->name, d->name, v,
+            range_str(d, range, sizeof range));
+        return false;
+    }
+    if (d->type == KF_PARAM_TYPE_INT && !whole) {
+        say(msg, msg_size, "%s: %s = %.9g is not a whole number (%s)", op->name, d->name, v,
+            range_str(d, range, sizeof range));
+        return false;
+    }
+    if (!in_range) { /* NaN lands here too */
+        say(msg, msg_size, "%s: %s = %.9g is out of range (%s)", op->name, d->name, v,
+            range_str(d, range, sizeof range));
+        return false;
+    }
+    return true;
+}
+
+const kf__param *kf__param_find(const kf_operator *op, const char *name) {
+    for (uint32_t i = 0; op && name && i < op->param_count; i++) {
+        if (!strcmp(op->params[i].name, name)) {
+            return &op->params[i];
+        }
+    }
+    return NULL;
+}
+
+uint32_t kf_op_param_count(const kf_operator *op) {
+    return op ? op->param_count : 0;
+}
+
+kf_status kf_op_param_info_at(const kf_operator *op, uint32_t index, kf_op_param_info *out) {
+    if (!op || !out || index >= op->param_count) {
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    const kf__param *d = &op->params[index];
+    *out = (kf_op_param_info){.name = d->name,
+                              .about = d->about,
+                              .type = d->type,
+                              .default_value = d->default_value,
+                              .min = d->min,
+                              .max = d->max,
+                              .min_exclusive = d->min_exclusive,
+                              .given = d->given};
+    return KF_OK;
+}
+
+kf_status kf_op_param_set(const kf_operator *op, kf_op_params *p, const char *name, double value,
+                          char *msg, size_t msg_size) {
+    say(msg, msg_size, "%s", "");
+    if (!op || !p || !name) {
+        say(msg, msg_size, "kf_op_param_set: %s is NULL", !op ? "op" : !p ? "params" : "name");
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    const kf__param *d = kf__param_find(op, name);
+    if (!d) {
+        char names[256];
+        say(msg, msg_size, "%s: unknown parameter '%s' (%s)", op->name, name,
+            names_str(op, names, sizeof names));
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    if (!param_valid(op, d, value, msg, msg_size)) {
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    field_set(p, d, value);
+    return KF_OK;
+}
+
+double kf_op_param_value(const kf_operator *op, const kf_op_params *p, uint32_t index) {
+    if (!op || index >= op->param_count) {
+        return NAN;
+    }
+    kf_op_params zero = {0};
+    return kf__param_value(p ? p : &zero, &op->params[index]);
+}
+
+kf_status kf_op_params_check(const kf_operator *op, const kf_op_params *p, char *msg,
+                             size_t msg_size) {
+    say(msg, msg_size, "%s", "");
+    if (!op) {
+        say(msg, msg_size, "kf_op_params_check: op is NULL");
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    if (!p) {
+        return KF_OK;
+    }
+    uint32_t known = 0;
+    for (uint32_t i = 0; i < op->param_count; i++) {
+        const kf__param *d = &op->params[i];
+        known |= d->given;
+        double v = field_get(p, d);
+        if (((p->given & d->given) || v != 0.0) && !param_valid(op, d, v, msg, msg_size)) {
+            return KF_ERROR_INVALID_ARGUMENT;
+        }
+    }
+    if (p->given & ~known) {
+        char names[256];
+        say(msg, msg_size, "%s: kf_op_params.given marks parameters 0x%x it does not take (%s)",
+            op->name, p->given & ~known, names_str(op, names, sizeof names));
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    return KF_OK;
+}
+
+uint32_t kf_op_input_count(const kf_operator *op) {
+    if (!op) {
+        return 0;
+    }
+    return op->inputs ? op->input_count : op->arity;
+}
+
+kf_status kf_op_input_info(const kf_operator *op, uint32_t index, const char **name,
+                           bool *optional) {
+    static const char *const generic[] = {"a", "b", "c", "d"};
+    if (!op || index >= kf_op_input_count(op)) {
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    if (name) {
+        *name = op->inputs ? op->inputs[index].name : index < 4 ? generic[index] : "input";
+    }
+    if (optional) {
+        *optional = op->inputs ? op->inputs[index].optional : false;
+    }
+    return KF_OK;
+}
+
+bool kf__input_present(const kf_operator *op, uint32_t index, const kf_op_params *p) {
+    if (!op->inputs) {
+        return index < op->arity;
+    }
+    kf_op_params zero = {0};
+    return index < op->input_count && input_present(&op->inputs[index], p ? p : &zero);
+}
+
+void kf__input_set_present(const kf_operator *op, uint32_t index, kf_op_params *p) {
+    if (op->inputs && index < op->input_count && op->inputs[index].optional) {
+        bool yes = true;
+        memcpy((char *)p + op->inputs[index].present, &yes, sizeof yes);
+    }
 }

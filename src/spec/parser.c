@@ -8,7 +8,7 @@
  *     term      := NAME | number | call | '(' expr ')'
  *     call      := NAME '(' (arg (',' arg)*)? ')'
  *     callee    := NAME | call                       a |> f(b) is f(a, b); a |> f is f(a)
- *     arg       := NAME '=' number | number | expr
+ *     arg       := NAME '=' (number | expr) | number | expr     a keyword: a parameter or an input
  *     number    := '-'? NUMBER | 'true' | 'false'
  *
  * docs/graph-language.md is the user's description; this file follows it. */
@@ -59,14 +59,14 @@ typedef struct parser {
 
 /* An argument of a call, gathered before the call is made (numbers' roles depend on where the
  * last tensor argument is). */
-typedef enum arg_kind { ARG_TENSOR = 1, ARG_NUMBER, ARG_KEYWORD } arg_kind;
+typedef enum arg_kind { ARG_TENSOR = 1, ARG_NUMBER, ARG_KEYWORD, ARG_KEYWORD_TENSOR } arg_kind;
 
 typedef struct call_arg {
     arg_kind kind;
     kf_node node;
     double number;
     const kf__token *token;
-    char name[KF__SPEC_MAX_TOKEN + 1]; /* ARG_KEYWORD */
+    char name[KF__SPEC_MAX_TOKEN + 1]; /* ARG_KEYWORD, ARG_KEYWORD_TENSOR */
 } call_arg;
 
 static bool fail_at(parser *p, const kf__token *t, kf_status st, const char *fmt, ...)
@@ -363,22 +363,37 @@ static const kf_operator *resolve_op(parser *p, const kf__token *name) {
     return NULL;
 }
 
+/* Whether a number literal stands alone here (followed by ',' or ')'): a number argument rather
+ * than the start of an expression (2 |> f). */
+static bool number_alone(const parser *p) {
+    uint32_t span = 0;
+    if (!number_ahead(p, &span)) {
+        return false;
+    }
+    uint32_t i = span;
+    while (is_newline(peek_at(p, i))) {
+        i++;
+    }
+    kf__tok_kind next = peek_at(p, i)->kind;
+    return next == KF__TOK_COMMA || next == KF__TOK_RPAREN;
+}
+
 static bool parse_arg(parser *p, const kf__token *op_name, call_arg *arg, bool after_keyword) {
     skip_newlines(p);
     const kf__token *t = cur(p);
     arg->token = t;
-    uint32_t span = 0;
     if (t->kind == KF__TOK_NAME && peek_at(p, 1)->kind == KF__TOK_EQUALS) {
-        arg->kind = ARG_KEYWORD;
         token_copy(t, arg->name, sizeof arg->name);
         advance(p);
         advance(p);
-        if (!number_ahead(p, &span)) {
-            char what[96];
-            snprintf(what, sizeof what, "a number after '%s='", arg->name);
-            return expected(p, what);
+        skip_newlines(p);
+        /* name=NUMBER sets a parameter; name=EXPRESSION passes a tensor input by its name. */
+        if (number_alone(p)) {
+            arg->kind = ARG_KEYWORD;
+            return parse_number(p, &arg->number);
         }
-        return parse_number(p, &arg->number);
+        arg->kind = ARG_KEYWORD_TENSOR;
+        return parse_expr(p, &arg->node);
     }
     if (after_keyword) {
         return fail_at(p, t, KF_ERROR_PARSE,
@@ -387,16 +402,9 @@ static bool parse_arg(parser *p, const kf__token *op_name, call_arg *arg, bool a
                        (int)op_name->length, op_name->text);
     }
     /* A number standing alone is a number argument; anything longer (2 |> f) is an expression. */
-    if (number_ahead(p, &span)) {
-        uint32_t i = span;
-        while (is_newline(peek_at(p, i))) {
-            i++;
-        }
-        kf__tok_kind next = peek_at(p, i)->kind;
-        if (next == KF__TOK_COMMA || next == KF__TOK_RPAREN) {
-            arg->kind = ARG_NUMBER;
-            return parse_number(p, &arg->number);
-        }
+    if (number_alone(p)) {
+        arg->kind = ARG_NUMBER;
+        return parse_number(p, &arg->number);
     }
     arg->kind = ARG_TENSOR;
     return parse_expr(p, &arg->node);
@@ -430,9 +438,11 @@ static bool parse_call(parser *p, const kf_node *piped, kf_node *out) {
                 if (!parse_arg(p, name, a, any_keyword)) {
                     return false;
                 }
-                if (a->kind == ARG_KEYWORD) {
+                if (a->kind == ARG_KEYWORD || a->kind == ARG_KEYWORD_TENSOR) {
                     for (uint32_t i = 0; i + 1 < arg_count; i++) {
-                        if (args[i].kind == ARG_KEYWORD && !strcmp(args[i].name, a->name)) {
+                        bool keyword =
+                            args[i].kind == ARG_KEYWORD || args[i].kind == ARG_KEYWORD_TENSOR;
+                        if (keyword && !strcmp(args[i].name, a->name)) {
                             return fail_at(p, a->token, KF_ERROR_PARSE,
                                            "'%s' is given twice in %s(...)", a->name, op->name);
                         }
@@ -481,9 +491,13 @@ static bool parse_call(parser *p, const kf_node *piped, kf_node *out) {
             }
             tensors[tensor_count++] = s;
         } else {
-            numbers[number_count].name = a->kind == ARG_KEYWORD ? a->name : NULL;
-            numbers[number_count].number = a->number;
-            number_count++;
+            kf_graph_arg *n = &numbers[number_count++];
+            memset(n, 0, sizeof *n);
+            n->name = a->kind == ARG_NUMBER ? NULL : a->name;
+            n->number = a->number;
+            if (a->kind == ARG_KEYWORD_TENSOR) {
+                n->tensor = a->node;
+            }
         }
     }
     *out = kf_graph_call(p->g, op->name, tensors, tensor_count, numbers, number_count);
@@ -626,11 +640,14 @@ static bool parse_input(parser *p) {
         dtype = KF_DTYPE_F32;
     } else if (is_word(dt, "f16")) {
         dtype = KF_DTYPE_F16;
+    } else if (is_word(dt, "i32")) {
+        dtype = KF_DTYPE_I32;
     } else if (dt->kind == KF__TOK_NAME) {
-        return fail_at(p, dt, KF_ERROR_PARSE, "unknown dtype '%.*s' (the dtypes are f32 and f16)",
-                       (int)dt->length, dt->text);
+        return fail_at(p, dt, KF_ERROR_PARSE,
+                       "unknown dtype '%.*s' (the dtypes are f32, f16 and i32)", (int)dt->length,
+                       dt->text);
     } else {
-        return expected(p, "a dtype (f32 or f16) after ':'");
+        return expected(p, "a dtype (f32, f16 or i32) after ':'");
     }
     advance(p);
     if (cur(p)->kind != KF__TOK_LBRACKET) {

@@ -459,7 +459,7 @@ static kf_graph *random_graph(char *desc, size_t desc_size) {
             out = kf_graph_unary(g, name, src);
         } else {
             name = "scale";
-            kf_graph_arg alpha = {NULL, 0.5};
+            kf_graph_arg alpha = {.number = 0.5};
             out = kf_graph_call(g, name, &src, 1, &alpha, 1);
         }
         if (out.id == 0) {
@@ -469,7 +469,7 @@ static kf_graph *random_graph(char *desc, size_t desc_size) {
         nodes[count++] = out;
         last = out;
     }
-    kf_graph_output(g, "out", last);
+    kf_graph_output(g, "result", last);
     if (count > 3 && pick(2)) {
         kf_graph_output(g, "side", nodes[2 + pick(count - 2)]);
     }
