@@ -1,21 +1,72 @@
 /* kfuse: composable, fused and verified GPU compute kernels on WebGPU.
  *
- * A short tour (the full example is docs/builder.md and tools/kfuse/demo.c):
+ * A short tour: a fused matmul + bias + GELU built, run and verified (it compiles and runs as
+ * tests/unit/test_header_tour.c; docs/builder.md and docs/graph-language.md go further):
  *
+ * static kf_val relu(kf_kernel *k, kf_val x, void *user) { // the body of an element-wise stage
+ *     (void)user;
+ *     return kf_call2(k, KF_FN_MAX, x, kf_lit_f32(k, 0.0f));
+ * }
+ *
+ * static int tour(void) {
  *     kf_context *ctx;
- *     kf_context_desc desc = {0};                  // zero means default everywhere
- *     if (kf_context_create(&desc, &ctx) != KF_OK) ...
+ *     kf_context_desc desc = {0}; // zero means default everywhere
+ *     if (kf_context_create(&desc, &ctx) != KF_OK) {
+ *         return 1; // desc.error_out, when given, says what to install
+ *     }
+ *     // Kernels are values: an operator's kernel composed with a stage is one kernel.
+ *     kf_shape mm_shapes[2] = {kf_shape_2d(64, 128), kf_shape_2d(128, 256)};
+ *     kf_kernel *mm = kf_op_kernel_forward(kf_op_find("matmul"), mm_shapes, NULL, KF_DTYPE_F32);
+ *     uint32_t wg[3];
+ *     kf_kernel_workgroup_size(mm, wg);
+ *     kf_type f32 = kf_type_scalar(KF_SCALAR_F32);
+ *     kf_kernel *act = kf_kernel_map("relu", f32, f32, wg, relu, NULL);
+ *     kf_kernel *fused = kf_kernel_then(mm, act); // matmul |> relu, one kernel
+ *     char *wgsl = kf_kernel_emit_wgsl(fused);    // or kf_kernel_run(ctx, fused, &launch)
  *
- *     // Kernels are values: build one, compose it, print it, run it.
- *     kf_kernel *mm = kf_op_kernel_forward(...);   // matmul with an open store phase
- *     kf_kernel *act = kf_kernel_map(...gelu...);  // an element-wise kernel
- *     kf_kernel *fused = kf_kernel_then(mm, act);  // matmul |> gelu: one kernel
- *     char *wgsl = kf_kernel_emit_wgsl(fused);
- *
- *     // Or let the planner fuse a lazy graph and prove its plan against the CPU specs.
- *     kf_graph *g = kf_graph_create(ctx);
- *     ... y = kf_graph_gelu(g, kf_graph_add(g, kf_graph_matmul(g, x, w), b)) ...
- *     kf_plan *p; kf_graph_compile(g, &p); kf_plan_verify(p, seed, &report);
+ *     // Or let the planner fuse a lazy graph, run it, and prove it against the CPU specs.
+ *     kf_graph *g = kf_graph_create();
+ *     kf_shape xs = kf_shape_2d(64, 128), ws = kf_shape_2d(128, 256), bs = kf_shape_1d(256);
+ *     kf_node x = kf_graph_input(g, "x", &xs, KF_DTYPE_F32);
+ *     kf_node w = kf_graph_input(g, "w", &ws, KF_DTYPE_F32);
+ *     kf_node b = kf_graph_input(g, "b", &bs, KF_DTYPE_F32);
+ *     kf_node h = kf_graph_add(g, kf_graph_matmul(g, x, w), b);
+ *     kf_graph_output(g, "y", kf_graph_unary(g, "gelu", h));
+ *     kf_plan *plan = NULL;
+ *     kf_status st = kf_graph_compile(ctx, g, NULL, &plan); // gelu runs in the store phase
+ *     kf_plan_report report;
+ *     if (st == KF_OK) {
+ *         st = kf_plan_verify(plan, 42, &report); // fresh inputs, outputs poisoned, all compared
+ *     }
+ *     // Then run it on your data as often as you like.
+ *     kf_tensor *xt = NULL, *y = NULL;
+ *     kf_shape ys = kf_shape_2d(64, 256);
+ *     if (st == KF_OK) {
+ *         st = kf_plan_random_input(plan, "x", 1, &xt); // stands for your tensor
+ *     }
+ *     if (st == KF_OK) {
+ *         st = kf_plan_set_input(plan, "x", xt); // w and b keep the values verify drew
+ *     }
+ *     if (st == KF_OK) {
+ *         st = kf_plan_run(plan);
+ *     }
+ *     if (st == KF_OK && (st = kf_tensor_create(&ys, &y)) == KF_OK) {
+ *         st = kf_plan_get_output(plan, "y", y);
+ *     }
+ *     if (st != KF_OK) {
+ *         fprintf(stderr, "%s: %s\n", kf_status_str(st), kf_context_last_error(ctx));
+ *     }
+ *     kf_tensor_destroy(xt);
+ *     kf_tensor_destroy(y);
+ *     kf_plan_destroy(plan);
+ *     kf_graph_destroy(g);
+ *     kf_free(wgsl);
+ *     kf_kernel_destroy(fused);
+ *     kf_kernel_destroy(act);
+ *     kf_kernel_destroy(mm);
+ *     kf_context_destroy(ctx);
+ *     return st == KF_OK && wgsl ? 0 : 1;
+ * }
  *
  * Threading: contexts are independent of each other; one context, and every object made from it,
  * is used by one thread at a time. Kernels (kf_kernel) need no context and follow the same rule.
@@ -36,6 +87,23 @@
 
 #ifdef __cplusplus
 extern "C" {
+#endif
+
+/* The version of this header; kf_version() says which library is loaded (libuv's scheme). */
+#define KF_VERSION_MAJOR 0
+#define KF_VERSION_MINOR 1
+#define KF_VERSION_PATCH 0
+#define KF_VERSION_HEX ((KF_VERSION_MAJOR << 16) | (KF_VERSION_MINOR << 8) | KF_VERSION_PATCH)
+
+/* Marks the public API: libkfuse.so is built with hidden visibility and exports only these. */
+#if defined(_WIN32) && defined(KF_BUILDING_SHARED)
+#define KF_API __declspec(dllexport)
+#elif defined(_WIN32) && defined(KF_USING_SHARED)
+#define KF_API __declspec(dllimport)
+#elif defined(__GNUC__)
+#define KF_API __attribute__((visibility("default")))
+#else
+#define KF_API
 #endif
 
 /* ======================================================================================== */
@@ -63,10 +131,15 @@ typedef enum kf_status {
 } kf_status;
 
 /* The status's name in words ("compile error"). Never NULL. */
-const char *kf_status_str(kf_status status);
+KF_API const char *kf_status_str(kf_status status);
+
+/* The library's version, KF_VERSION_HEX as it was built ((major << 16) | (minor << 8) | patch),
+ * and as text ("0.1.0"). A program may compare it with the header's KF_VERSION_HEX. */
+KF_API uint32_t kf_version(void);
+KF_API const char *kf_version_string(void);
 
 /* Frees a string or array the library returned to the caller. NULL is a no-op. */
-void kf_free(void *ptr);
+KF_API void kf_free(void *ptr);
 
 /* ======================================================================================== */
 /* Runtime: context, buffers, pipelines, dispatch, timing (src/runtime)                      */
@@ -109,13 +182,13 @@ typedef struct kf_context_desc {
  * queue. desc NULL means all defaults. On failure *out is NULL and desc->error_out (if given)
  * says what to install or set: KF_ERROR_NO_LIBRARY, KF_ERROR_NO_ADAPTER, KF_ERROR_NO_DEVICE, or
  * KF_ERROR_INVALID_ARGUMENT for an unknown KF_BACKEND. docs/runtime.md has the details. */
-kf_status kf_context_create(const kf_context_desc *desc, kf_context **out);
+KF_API kf_status kf_context_create(const kf_context_desc *desc, kf_context **out);
 /* Destroys the context and its pipelines. Destroy its buffers first. NULL is a no-op. */
-void kf_context_destroy(kf_context *ctx);
+KF_API void kf_context_destroy(kf_context *ctx);
 /* The message of the most recent failed call on this context ("" before any failure). Valid
  * until the next call on ctx. Once the device is lost, every call fails with
  * KF_ERROR_DEVICE_LOST and this says why (docs/errors.md). */
-const char *kf_context_last_error(const kf_context *ctx);
+KF_API const char *kf_context_last_error(const kf_context *ctx);
 
 typedef struct kf_adapter_info {
     char vendor[128];
@@ -143,7 +216,7 @@ typedef struct kf_adapter_info {
     uint32_t max_compute_workgroups_per_dimension;
 } kf_adapter_info;
 
-kf_status kf_context_adapter_info(const kf_context *ctx, kf_adapter_info *out);
+KF_API kf_status kf_context_adapter_info(const kf_context *ctx, kf_adapter_info *out);
 
 typedef struct kf_context_stats {
     uint64_t pipelines_compiled; /* shader modules + pipelines actually created */
@@ -152,20 +225,20 @@ typedef struct kf_context_stats {
     uint64_t submissions; /* queue submissions */
 } kf_context_stats;
 
-kf_status kf_context_stats_get(const kf_context *ctx, kf_context_stats *out);
+KF_API kf_status kf_context_stats_get(const kf_context *ctx, kf_context_stats *out);
 
 /* A device buffer usable as storage, uniform, copy source and destination. Any byte size >= 1
  * (rounded up to 4 internally); above the device limit -> KF_ERROR_LIMIT with the limit named.
  * Its contents start as zeros. Destroy buffers before their context; destroying NULL is a no-op. */
-kf_status kf_buffer_create(kf_context *ctx, uint64_t size, kf_buffer **out);
-void kf_buffer_destroy(kf_buffer *buf);
-uint64_t kf_buffer_size(const kf_buffer *buf); /* the size asked for */
+KF_API kf_status kf_buffer_create(kf_context *ctx, uint64_t size, kf_buffer **out);
+KF_API void kf_buffer_destroy(kf_buffer *buf);
+KF_API uint64_t kf_buffer_size(const kf_buffer *buf); /* the size asked for */
 /* Copies bytes host -> device. Any offset and size inside the buffer (no alignment needed). */
-kf_status kf_buffer_upload(kf_buffer *buf, uint64_t offset, const void *data, uint64_t size);
+KF_API kf_status kf_buffer_upload(kf_buffer *buf, uint64_t offset, const void *data, uint64_t size);
 /* Copies bytes device -> host and waits for them. */
-kf_status kf_buffer_download(kf_buffer *buf, uint64_t offset, void *data, uint64_t size);
+KF_API kf_status kf_buffer_download(kf_buffer *buf, uint64_t offset, void *data, uint64_t size);
 /* Fills the whole buffer with a repeated 32-bit pattern (0x7fc00000 poisons f32 with NaN). */
-kf_status kf_buffer_fill_u32(kf_buffer *buf, uint32_t pattern);
+KF_API kf_status kf_buffer_fill_u32(kf_buffer *buf, uint32_t pattern);
 
 typedef enum kf_binding_kind {
     KF_BINDING_STORAGE_READ = 0, /* var<storage, read> */
@@ -192,7 +265,7 @@ typedef struct kf_pipeline_desc {
  * bindings) a compute pipeline. The pipeline belongs to the context. A compile error is
  * KF_ERROR_COMPILE with the compiler's message, line and column, on the context; so is WGSL that
  * compiles but makes no pipeline (no such entry point, bindings unlike `bindings`). */
-kf_status kf_pipeline_get(kf_context *ctx, const kf_pipeline_desc *desc, kf_pipeline **out);
+KF_API kf_status kf_pipeline_get(kf_context *ctx, const kf_pipeline_desc *desc, kf_pipeline **out);
 
 typedef struct kf_dispatch {
     kf_pipeline *pipeline;
@@ -209,7 +282,7 @@ typedef struct kf_dispatch {
  * one buffer of this context per binding (else KF_ERROR_INVALID_ARGUMENT), each within the
  * binding size limit and the grid within the workgroup limits (else KF_ERROR_LIMIT). WebGPU
  * validation errors come back as KF_ERROR_VALIDATION with its message. */
-kf_status kf_context_run(kf_context *ctx, const kf_dispatch *dispatches, uint32_t count);
+KF_API kf_status kf_context_run(kf_context *ctx, const kf_dispatch *dispatches, uint32_t count);
 
 typedef struct kf_timing {
     double median_ms; /* of `repeat` submissions of the whole sequence */
@@ -221,8 +294,8 @@ typedef struct kf_timing {
  * at most 200 runs), then `repeat` times (0 means 10), each its own
  * submission, and times each: GPU timestamps around the pass where the device has them, else
  * the wall clock from submission to completion. Never a substitute for checking results. */
-kf_status kf_context_time(kf_context *ctx, const kf_dispatch *dispatches, uint32_t count,
-                          uint32_t repeat, kf_timing *out);
+KF_API kf_status kf_context_time(kf_context *ctx, const kf_dispatch *dispatches, uint32_t count,
+                                 uint32_t repeat, kf_timing *out);
 
 /* ======================================================================================== */
 /* Kernel IR: typed values, statements, bindings, workgroup memory (src/ir)                  */
@@ -281,12 +354,12 @@ typedef struct kf_type {
     uint32_t count; /* 0: not an array */
 } kf_type;
 
-kf_type kf_type_scalar(kf_scalar scalar);
-kf_type kf_type_vec(kf_scalar scalar, uint32_t lanes);
-kf_type kf_type_array(kf_type elem, uint32_t count);
-bool kf_type_eq(kf_type a, kf_type b);
+KF_API kf_type kf_type_scalar(kf_scalar scalar);
+KF_API kf_type kf_type_vec(kf_scalar scalar, uint32_t lanes);
+KF_API kf_type kf_type_array(kf_type elem, uint32_t count);
+KF_API bool kf_type_eq(kf_type a, kf_type b);
 /* "f32", "vec4<f16>", "array<u32, 8>" into buf; returns buf. */
-const char *kf_type_str(kf_type type, char *buf, size_t size);
+KF_API const char *kf_type_str(kf_type type, char *buf, size_t size);
 
 /* Handles: id 0 is invalid; `kernel` ties the handle to its kernel. */
 typedef struct kf_val {
@@ -315,28 +388,28 @@ typedef struct kf_kernel_desc {
 
 /* A new kernel (desc NULL: every default). NULL only when out of memory; a bad desc (a bool
  * input or output, a workgroup above 1024 invocations) is the kernel's first error. */
-kf_kernel *kf_kernel_create(const kf_kernel_desc *desc);
-void kf_kernel_destroy(kf_kernel *k);
+KF_API kf_kernel *kf_kernel_create(const kf_kernel_desc *desc);
+KF_API void kf_kernel_destroy(kf_kernel *k);
 /* A deep copy (bindings, body, first error). The copy has handles of its own: values, bindings
  * and variables of k are not valid in it. */
-kf_kernel *kf_kernel_clone(const kf_kernel *k);
+KF_API kf_kernel *kf_kernel_clone(const kf_kernel *k);
 /* KF_OK, or the first error met while building (or emitting: an if, for or while left open). */
-kf_status kf_kernel_status(const kf_kernel *k);
+KF_API kf_status kf_kernel_status(const kf_kernel *k);
 /* The first build error's message; if none, the message of the last failed kf_kernel_run,
  * kf_kernel_dispatch or kf_kernel_interpret on k; "" when none. Valid until the next call on k. */
-const char *kf_kernel_error(const kf_kernel *k);
-const char *kf_kernel_name(const kf_kernel *k);
-kf_type kf_kernel_input_type(const kf_kernel *k);
-kf_type kf_kernel_output_type(const kf_kernel *k);
-void kf_kernel_workgroup_size(const kf_kernel *k, uint32_t out[3]);
+KF_API const char *kf_kernel_error(const kf_kernel *k);
+KF_API const char *kf_kernel_name(const kf_kernel *k);
+KF_API kf_type kf_kernel_input_type(const kf_kernel *k);
+KF_API kf_type kf_kernel_output_type(const kf_kernel *k);
+KF_API void kf_kernel_workgroup_size(const kf_kernel *k, uint32_t out[3]);
 
 /* --- values --- */
-kf_val kf_lit_f32(kf_kernel *k, float v);
-kf_val kf_lit_f16(kf_kernel *k, float v);
-kf_val kf_lit_i32(kf_kernel *k, int32_t v);
-kf_val kf_lit_u32(kf_kernel *k, uint32_t v);
-kf_val kf_lit_bool(kf_kernel *k, bool v);
-kf_type kf_val_type(const kf_kernel *k, kf_val v);
+KF_API kf_val kf_lit_f32(kf_kernel *k, float v);
+KF_API kf_val kf_lit_f16(kf_kernel *k, float v);
+KF_API kf_val kf_lit_i32(kf_kernel *k, int32_t v);
+KF_API kf_val kf_lit_u32(kf_kernel *k, uint32_t v);
+KF_API kf_val kf_lit_bool(kf_kernel *k, bool v);
+KF_API kf_type kf_val_type(const kf_kernel *k, kf_val v);
 
 typedef enum kf_op {
     KF_OP_NONE = 0,
@@ -368,12 +441,12 @@ typedef enum kf_op {
     KF_OP_BIT_NOT
 } kf_op;
 
-kf_val kf_binary(kf_kernel *k, kf_op op, kf_val a, kf_val b);
-kf_val kf_unary(kf_kernel *k, kf_op op, kf_val a);
-kf_val kf_add(kf_kernel *k, kf_val a, kf_val b);
-kf_val kf_sub(kf_kernel *k, kf_val a, kf_val b);
-kf_val kf_mul(kf_kernel *k, kf_val a, kf_val b);
-kf_val kf_div(kf_kernel *k, kf_val a, kf_val b);
+KF_API kf_val kf_binary(kf_kernel *k, kf_op op, kf_val a, kf_val b);
+KF_API kf_val kf_unary(kf_kernel *k, kf_op op, kf_val a);
+KF_API kf_val kf_add(kf_kernel *k, kf_val a, kf_val b);
+KF_API kf_val kf_sub(kf_kernel *k, kf_val a, kf_val b);
+KF_API kf_val kf_mul(kf_kernel *k, kf_val a, kf_val b);
+KF_API kf_val kf_div(kf_kernel *k, kf_val a, kf_val b);
 
 typedef enum kf_fn {
     KF_FN_NONE = 0,
@@ -399,16 +472,16 @@ typedef enum kf_fn {
     KF_FN_SELECT /* select(f, t, cond): t where cond */
 } kf_fn;
 
-kf_val kf_call(kf_kernel *k, kf_fn fn, const kf_val *args, uint32_t count);
-kf_val kf_call1(kf_kernel *k, kf_fn fn, kf_val a);
-kf_val kf_call2(kf_kernel *k, kf_fn fn, kf_val a, kf_val b);
-kf_val kf_call3(kf_kernel *k, kf_fn fn, kf_val a, kf_val b, kf_val c);
-kf_val kf_select(kf_kernel *k, kf_val if_false, kf_val if_true, kf_val cond);
-kf_val kf_cast(kf_kernel *k, kf_type to, kf_val v);    /* value conversion, f32(x) */
-kf_val kf_bitcast(kf_kernel *k, kf_type to, kf_val v); /* bitcast<T>(x) */
-kf_val kf_splat(kf_kernel *k, kf_type vec, kf_val scalar);
-kf_val kf_vec(kf_kernel *k, kf_type vec, const kf_val *lanes, uint32_t count);
-kf_val kf_extract(kf_kernel *k, kf_val vec_or_array, uint32_t lane);
+KF_API kf_val kf_call(kf_kernel *k, kf_fn fn, const kf_val *args, uint32_t count);
+KF_API kf_val kf_call1(kf_kernel *k, kf_fn fn, kf_val a);
+KF_API kf_val kf_call2(kf_kernel *k, kf_fn fn, kf_val a, kf_val b);
+KF_API kf_val kf_call3(kf_kernel *k, kf_fn fn, kf_val a, kf_val b, kf_val c);
+KF_API kf_val kf_select(kf_kernel *k, kf_val if_false, kf_val if_true, kf_val cond);
+KF_API kf_val kf_cast(kf_kernel *k, kf_type to, kf_val v);    /* value conversion, f32(x) */
+KF_API kf_val kf_bitcast(kf_kernel *k, kf_type to, kf_val v); /* bitcast<T>(x) */
+KF_API kf_val kf_splat(kf_kernel *k, kf_type vec, kf_val scalar);
+KF_API kf_val kf_vec(kf_kernel *k, kf_type vec, const kf_val *lanes, uint32_t count);
+KF_API kf_val kf_extract(kf_kernel *k, kf_val vec_or_array, uint32_t lane);
 
 typedef enum kf_builtin {
     KF_BUILTIN_NONE = 0,
@@ -421,11 +494,11 @@ typedef enum kf_builtin {
     KF_BUILTIN_SUBGROUP_SIZE           /* u32; needs subgroups */
 } kf_builtin;
 
-kf_val kf_builtin_get(kf_kernel *k, kf_builtin which);
+KF_API kf_val kf_builtin_get(kf_kernel *k, kf_builtin which);
 /* The linear workgroup index (workgroup_id.x + workgroup_id.y * num_workgroups.x), which stays
  * right when the runtime folds a large 1-D grid into 2-D, and the matching global linear id. */
-kf_val kf_workgroup_linear(kf_kernel *k);
-kf_val kf_global_linear(kf_kernel *k);
+KF_API kf_val kf_workgroup_linear(kf_kernel *k);
+KF_API kf_val kf_global_linear(kf_kernel *k);
 
 typedef enum kf_subgroup_op {
     KF_SUBGROUP_NONE = 0,
@@ -436,23 +509,24 @@ typedef enum kf_subgroup_op {
 } kf_subgroup_op;
 /* lane is ignored (pass an invalid handle) for ADD and MAX. Producers only (see above); the
  * device needs subgroups (kf_adapter_info.has_subgroups) for the kernel to compile. */
-kf_val kf_subgroup(kf_kernel *k, kf_subgroup_op op, kf_val v, kf_val lane);
+KF_API kf_val kf_subgroup(kf_kernel *k, kf_subgroup_op op, kf_val v, kf_val lane);
 
 /* --- bindings (group 0, numbered in the order declared) --- */
 typedef enum kf_access { KF_ACCESS_READ = 0, KF_ACCESS_READ_WRITE } kf_access;
 /* var<storage, ...> name: array<elem>. */
-kf_binding kf_kernel_storage(kf_kernel *k, const char *name, kf_type elem, kf_access access);
+KF_API kf_binding kf_kernel_storage(kf_kernel *k, const char *name, kf_type elem, kf_access access);
 /* var<uniform> name: type (a scalar, vector or array of vec4 as WGSL's layout rules allow). */
-kf_binding kf_kernel_uniform(kf_kernel *k, const char *name, kf_type type);
+KF_API kf_binding kf_kernel_uniform(kf_kernel *k, const char *name, kf_type type);
 /* `override name: type = default;` -> its value. */
-kf_val kf_kernel_override(kf_kernel *k, const char *name, kf_type type, double default_value);
+KF_API kf_val kf_kernel_override(kf_kernel *k, const char *name, kf_type type,
+                                 double default_value);
 /* storage: b[index]; uniform: the whole of b when index is the invalid handle {0, 0}, else
  * b[index] for a uniform array. */
-kf_val kf_load(kf_kernel *k, kf_binding b, kf_val index);
-void kf_store(kf_kernel *k, kf_binding b, kf_val index, kf_val value);
-kf_val kf_binding_length(kf_kernel *k, kf_binding b); /* arrayLength(&b), u32 */
+KF_API kf_val kf_load(kf_kernel *k, kf_binding b, kf_val index);
+KF_API void kf_store(kf_kernel *k, kf_binding b, kf_val index, kf_val value);
+KF_API kf_val kf_binding_length(kf_kernel *k, kf_binding b); /* arrayLength(&b), u32 */
 /* The bindings in emission order ("in", declared ones, "out"; see above). */
-uint32_t kf_kernel_binding_count(const kf_kernel *k);
+KF_API uint32_t kf_kernel_binding_count(const kf_kernel *k);
 
 typedef struct kf_binding_info {
     const char *name;
@@ -460,16 +534,17 @@ typedef struct kf_binding_info {
     kf_type elem;
 } kf_binding_info;
 /* out->name is valid until k changes or is destroyed. */
-kf_status kf_kernel_binding_info(const kf_kernel *k, uint32_t index, kf_binding_info *out);
+KF_API kf_status kf_kernel_binding_info(const kf_kernel *k, uint32_t index, kf_binding_info *out);
 
 /* --- workgroup memory --- */
-kf_shared kf_kernel_workgroup(kf_kernel *k, const char *name, kf_type elem, uint32_t count);
-kf_val kf_shared_load(kf_kernel *k, kf_shared s, kf_val index);
-void kf_shared_store(kf_kernel *k, kf_shared s, kf_val index, kf_val value);
+KF_API kf_shared kf_kernel_workgroup(kf_kernel *k, const char *name, kf_type elem, uint32_t count);
+KF_API kf_val kf_shared_load(kf_kernel *k, kf_shared s, kf_val index);
+KF_API void kf_shared_store(kf_kernel *k, kf_shared s, kf_val index, kf_val value);
 /* Stores a scalar into one lane of the vector element at index: `s[index][lane] = value`; lane
  * is a u32 or i32 value (0..lanes-1; outside, the store is undefined as WGSL's is). */
-void kf_shared_store_lane(kf_kernel *k, kf_shared s, kf_val index, kf_val lane, kf_val value);
-void kf_barrier(kf_kernel *k); /* workgroupBarrier() */
+KF_API void kf_shared_store_lane(kf_kernel *k, kf_shared s, kf_val index, kf_val lane,
+                                 kf_val value);
+KF_API void kf_barrier(kf_kernel *k); /* workgroupBarrier() */
 
 /* --- subgroup matrices (Dawn's chromium_experimental_subgroup_matrix) --- */
 /* A subgroup matrix is a small matrix held jointly by the invocations of one subgroup (tensor
@@ -502,48 +577,48 @@ typedef struct kf_sgmat {
 
 /* `var name: subgroup_matrix_<kind><component, cols, rows>;` in the current block, zero-filled.
  * component: f32, f16, i32 or u32; cols, rows 1..64. */
-kf_sgmat kf_sgmat_declare(kf_kernel *k, const char *name, kf_sgmat_kind kind, kf_scalar component,
-                          uint32_t cols, uint32_t rows);
+KF_API kf_sgmat kf_sgmat_declare(kf_kernel *k, const char *name, kf_sgmat_kind kind,
+                                 kf_scalar component, uint32_t cols, uint32_t rows);
 /* m = subgroupMatrixLoad(&src, offset, col_major, stride): element (r, c) of m is
  * src[offset + r * stride + c] (row-major) or src[offset + c * stride + r] (col_major). src holds
  * scalars of m's component type; offset and stride are u32 (stride at least m's cols, or rows
  * when col_major). _storage reads a storage binding instead of a workgroup array. */
-void kf_sgmat_load(kf_kernel *k, kf_sgmat m, kf_shared src, kf_val offset, bool col_major,
-                   kf_val stride);
-void kf_sgmat_load_storage(kf_kernel *k, kf_sgmat m, kf_binding src, kf_val offset, bool col_major,
-                           kf_val stride);
+KF_API void kf_sgmat_load(kf_kernel *k, kf_sgmat m, kf_shared src, kf_val offset, bool col_major,
+                          kf_val stride);
+KF_API void kf_sgmat_load_storage(kf_kernel *k, kf_sgmat m, kf_binding src, kf_val offset,
+                                  bool col_major, kf_val stride);
 /* subgroupMatrixStore(&dst, offset, m, col_major, stride): the layout of kf_sgmat_load. The
  * binding of _storage must be read_write. */
-void kf_sgmat_store(kf_kernel *k, kf_shared dst, kf_val offset, kf_sgmat m, bool col_major,
-                    kf_val stride);
-void kf_sgmat_store_storage(kf_kernel *k, kf_binding dst, kf_val offset, kf_sgmat m, bool col_major,
-                            kf_val stride);
+KF_API void kf_sgmat_store(kf_kernel *k, kf_shared dst, kf_val offset, kf_sgmat m, bool col_major,
+                           kf_val stride);
+KF_API void kf_sgmat_store_storage(kf_kernel *k, kf_binding dst, kf_val offset, kf_sgmat m,
+                                   bool col_major, kf_val stride);
 /* acc = subgroupMatrixMultiplyAccumulate(left, right, acc): acc += left * right. left is M x K,
  * right K x N of one component type, acc a result M x N. */
-void kf_sgmat_mma(kf_kernel *k, kf_sgmat acc, kf_sgmat left, kf_sgmat right);
+KF_API void kf_sgmat_mma(kf_kernel *k, kf_sgmat acc, kf_sgmat left, kf_sgmat right);
 
 /* --- statements --- */
 /* Names a value (`let name = ...;`); returns the named value. */
-kf_val kf_let(kf_kernel *k, const char *name, kf_val v);
+KF_API kf_val kf_let(kf_kernel *k, const char *name, kf_val v);
 /* `var name: type = init;` (init the invalid handle {0, 0}: zero). */
-kf_var kf_declare(kf_kernel *k, const char *name, kf_type type, kf_val init);
-void kf_assign(kf_kernel *k, kf_var var, kf_val value);
-kf_val kf_read(kf_kernel *k, kf_var var); /* the variable's value at this point */
-void kf_if(kf_kernel *k, kf_val cond);    /* if cond { ... kf_else ... kf_end */
-void kf_else(kf_kernel *k);
+KF_API kf_var kf_declare(kf_kernel *k, const char *name, kf_type type, kf_val init);
+KF_API void kf_assign(kf_kernel *k, kf_var var, kf_val value);
+KF_API kf_val kf_read(kf_kernel *k, kf_var var); /* the variable's value at this point */
+KF_API void kf_if(kf_kernel *k, kf_val cond);    /* if cond { ... kf_else ... kf_end */
+KF_API void kf_else(kf_kernel *k);
 /* for (var name = start; name < end; name += step) { ... kf_end }; returns the loop variable. */
-kf_val kf_for(kf_kernel *k, const char *name, kf_val start, kf_val end, kf_val step);
-void kf_while(kf_kernel *k);                   /* loop { ... kf_while_cond(cond) ... kf_end } */
-void kf_while_cond(kf_kernel *k, kf_val cond); /* leaves the loop when cond is false */
-void kf_break(kf_kernel *k);
-void kf_continue(kf_kernel *k);
-void kf_end(kf_kernel *k); /* closes the innermost if, for or while */
+KF_API kf_val kf_for(kf_kernel *k, const char *name, kf_val start, kf_val end, kf_val step);
+KF_API void kf_while(kf_kernel *k); /* loop { ... kf_while_cond(cond) ... kf_end } */
+KF_API void kf_while_cond(kf_kernel *k, kf_val cond); /* leaves the loop when cond is false */
+KF_API void kf_break(kf_kernel *k);
+KF_API void kf_continue(kf_kernel *k);
+KF_API void kf_end(kf_kernel *k); /* closes the innermost if, for or while */
 
 /* --- composition --- */
-kf_val kf_kernel_input(kf_kernel *k); /* the In value of a stage */
-kf_val kf_kernel_index(kf_kernel *k); /* the element's linear index (u32) in a stage */
+KF_API kf_val kf_kernel_input(kf_kernel *k); /* the In value of a stage */
+KF_API kf_val kf_kernel_index(kf_kernel *k); /* the element's linear index (u32) in a stage */
 /* The store phase: out[index] = value, through whatever kernels were composed after this one. */
-void kf_kernel_yield(kf_kernel *k, kf_val value, kf_val index);
+KF_API void kf_kernel_yield(kf_kernel *k, kf_val value, kf_val index);
 
 /* a |> b: a new kernel running b on each value a yields, at the point it yields it. b must be a
  * stage whose input type is a's output type, with the same workgroup size, and must not use
@@ -553,31 +628,32 @@ void kf_kernel_yield(kf_kernel *k, kf_val value, kf_val index);
  * grid; (a |> b) |> c and a |> (b |> c) compute the same. Neither a nor b is consumed. NULL only
  * when out of memory; otherwise check kf_kernel_status() of the result, which names the
  * mismatch. */
-kf_kernel *kf_kernel_then(const kf_kernel *a, const kf_kernel *b);
+KF_API kf_kernel *kf_kernel_then(const kf_kernel *a, const kf_kernel *b);
 
 typedef kf_val (*kf_map_fn)(kf_kernel *k, kf_val x, void *user);
 /* The seeds' mapK: a stage computing fn(In) for each element, in -> out. */
-kf_kernel *kf_kernel_map(const char *name, kf_type input, kf_type output,
-                         const uint32_t workgroup_size[3], kf_map_fn fn, void *user);
+KF_API kf_kernel *kf_kernel_map(const char *name, kf_type input, kf_type output,
+                                const uint32_t workgroup_size[3], kf_map_fn fn, void *user);
 /* The stage that yields its input unchanged: neutral for kf_kernel_then. */
-kf_kernel *kf_kernel_identity(kf_type type, const uint32_t workgroup_size[3]);
+KF_API kf_kernel *kf_kernel_identity(kf_type type, const uint32_t workgroup_size[3]);
 
 /* --- dispatch size --- */
 /* A producer's builder records the grid (workgroups per dimension) its shapes need, so whoever
  * runs it (kf_kernel_run with zero groups, the planner, verification) launches it right.
  * kf_kernel_then keeps a's grid. All zero (the default) means: a stage or 1-D element-wise
  * producer covered by ceil(elements / workgroup size) groups. */
-void kf_kernel_set_grid(kf_kernel *k, const uint32_t groups[3]);
-void kf_kernel_grid(const kf_kernel *k, uint32_t out[3]);
+KF_API void kf_kernel_set_grid(kf_kernel *k, const uint32_t groups[3]);
+KF_API void kf_kernel_grid(const kf_kernel *k, uint32_t out[3]);
 
 /* --- emission and running --- */
 /* Deterministic, readable WGSL; NULL (and the kernel's error set) if the kernel is invalid. The
  * caller frees it with kf_free. A stage is emitted as run on its own (bindings in, ..., out).
  * The entry point is "main"; `enable f16;` / `enable subgroups;` appear only when used, and so
  * does `enable chromium_experimental_subgroup_matrix;` (with its uniformity diagnostic off). */
-char *kf_kernel_emit_wgsl(kf_kernel *k);
+KF_API char *kf_kernel_emit_wgsl(kf_kernel *k);
 /* The binding kinds of the emitted kernel, in binding order (for kf_pipeline_desc). */
-uint32_t kf_kernel_binding_kinds(const kf_kernel *k, kf_binding_kind *out, uint32_t capacity);
+KF_API uint32_t kf_kernel_binding_kinds(const kf_kernel *k, kf_binding_kind *out,
+                                        uint32_t capacity);
 
 typedef struct kf_kernel_launch {
     kf_buffer *const *buffers; /* one per binding, in binding order */
@@ -594,11 +670,11 @@ typedef struct kf_kernel_launch {
  * count that differs from the binding count, a stage whose "in" or "out" holds fewer than
  * `elements`, and a constant that is not an override of the kernel (message: kf_kernel_error;
  * a compile or device error is also on kf_context_last_error). */
-kf_status kf_kernel_run(kf_context *ctx, kf_kernel *k, const kf_kernel_launch *launch);
+KF_API kf_status kf_kernel_run(kf_context *ctx, kf_kernel *k, const kf_kernel_launch *launch);
 /* The same launch as a kf_dispatch (pipeline compiled and cached), for batching and timing.
  * The dispatch points into `launch->buffers`, which must outlive it. */
-kf_status kf_kernel_dispatch(kf_context *ctx, kf_kernel *k, const kf_kernel_launch *launch,
-                             kf_dispatch *out);
+KF_API kf_status kf_kernel_dispatch(kf_context *ctx, kf_kernel *k, const kf_kernel_launch *launch,
+                                    kf_dispatch *out);
 
 /* --- the CPU interpreter --- */
 typedef struct kf_host_buffer {
@@ -625,7 +701,7 @@ typedef struct kf_interp_desc {
  * clamp or drop it), a barrier some invocations skip, a subgroup shuffle from an inactive or
  * absent lane, a loop past 2^22 iterations. Meant for small inputs (tens of thousands of
  * elements): a way to check the emitter and every fusion rewrite without a GPU. */
-kf_status kf_kernel_interpret(kf_kernel *k, const kf_interp_desc *desc);
+KF_API kf_status kf_kernel_interpret(kf_kernel *k, const kf_interp_desc *desc);
 
 /* ======================================================================================== */
 /* Tensors and verified operators (src/ops)                                                  */
@@ -639,20 +715,20 @@ typedef enum kf_dtype {
     KF_DTYPE_I32  /* integer indices (cross_entropy labels); a CPU tensor holds them as floats */
 } kf_dtype;
 
-const char *kf_dtype_str(kf_dtype dtype); /* "f32", "f16", "i32" */
-uint32_t kf_dtype_size(kf_dtype dtype);   /* bytes per element: 4, 2, 4 */
+KF_API const char *kf_dtype_str(kf_dtype dtype); /* "f32", "f16", "i32" */
+KF_API uint32_t kf_dtype_size(kf_dtype dtype);   /* bytes per element: 4, 2, 4 */
 
 typedef struct kf_shape {
     uint32_t rank; /* 0..KF_MAX_DIMS; rank 0 is a scalar of one element */
     uint32_t dims[KF_MAX_DIMS];
 } kf_shape;
 
-kf_shape kf_shape_1d(uint32_t n);
-kf_shape kf_shape_2d(uint32_t rows, uint32_t cols);
-uint64_t kf_shape_elements(const kf_shape *s);
-bool kf_shape_eq(const kf_shape *a, const kf_shape *b);
+KF_API kf_shape kf_shape_1d(uint32_t n);
+KF_API kf_shape kf_shape_2d(uint32_t rows, uint32_t cols);
+KF_API uint64_t kf_shape_elements(const kf_shape *s);
+KF_API bool kf_shape_eq(const kf_shape *a, const kf_shape *b);
 /* "64x128" into buf; returns buf. */
-const char *kf_shape_str(const kf_shape *s, char *buf, size_t size);
+KF_API const char *kf_shape_str(const kf_shape *s, char *buf, size_t size);
 
 /* A CPU tensor (the seeds' TensorData): row-major f32 data the tensor owns. */
 typedef struct kf_tensor {
@@ -662,20 +738,20 @@ typedef struct kf_tensor {
 
 /* A tensor of zeros. KF_ERROR_SHAPE for rank > 4, a dim of 0 or 2^32 elements or more (kernels
  * index in u32). */
-kf_status kf_tensor_create(const kf_shape *shape, kf_tensor **out);
-kf_status kf_tensor_constant(const kf_shape *shape, float value, kf_tensor **out);
-void kf_tensor_destroy(kf_tensor *t);
-uint64_t kf_tensor_size(const kf_tensor *t);
-float kf_tensor_get(const kf_tensor *t, uint64_t index); /* NaN when out of range */
-kf_status kf_tensor_set(kf_tensor *t, uint64_t index, float value);
+KF_API kf_status kf_tensor_create(const kf_shape *shape, kf_tensor **out);
+KF_API kf_status kf_tensor_constant(const kf_shape *shape, float value, kf_tensor **out);
+KF_API void kf_tensor_destroy(kf_tensor *t);
+KF_API uint64_t kf_tensor_size(const kf_tensor *t);
+KF_API float kf_tensor_get(const kf_tensor *t, uint64_t index); /* NaN when out of range */
+KF_API kf_status kf_tensor_set(kf_tensor *t, uint64_t index, float value);
 /* Uniform random values in [lo, hi) from a seed (splitmix64); never all zeros. */
-void kf_tensor_fill_random(kf_tensor *t, uint64_t seed, float lo, float hi);
+KF_API void kf_tensor_fill_random(kf_tensor *t, uint64_t seed, float lo, float hi);
 /* max over elements of |a-b| / max(|b|, floor): the relative error kfuse reports everywhere. A
  * NaN where the other has a number counts as infinite error; NaN against NaN and equal
  * infinities as zero. floor defaults to 1e-6 when 0. */
-double kf_max_rel_error(const float *a, const float *b, uint64_t n, double floor);
+KF_API double kf_max_rel_error(const float *a, const float *b, uint64_t n, double floor);
 /* true when shapes are equal and kf_max_rel_error <= tolerance. */
-bool kf_tensor_approx_eq(const kf_tensor *a, const kf_tensor *b, double tolerance);
+KF_API bool kf_tensor_approx_eq(const kf_tensor *a, const kf_tensor *b, double tolerance);
 
 /* A GPU tensor (the seeds' GPUHandle): a buffer with a shape and an element type. */
 typedef struct kf_gpu_tensor {
@@ -685,16 +761,16 @@ typedef struct kf_gpu_tensor {
     kf_dtype dtype;
 } kf_gpu_tensor;
 
-kf_status kf_gpu_tensor_create(kf_context *ctx, const kf_shape *shape, kf_dtype dtype,
-                               kf_gpu_tensor **out); /* zeros */
+KF_API kf_status kf_gpu_tensor_create(kf_context *ctx, const kf_shape *shape, kf_dtype dtype,
+                                      kf_gpu_tensor **out); /* zeros */
 /* Uploads t as dtype: f16 rounds to nearest, ties to even (KF_ERROR_UNSUPPORTED without the
  * device's shader-f16); i32 needs every value to be an integer (KF_ERROR_INVALID_ARGUMENT naming
  * the first that is not). Failures leave a message on ctx. */
-kf_status kf_gpu_tensor_from(kf_context *ctx, const kf_tensor *t, kf_dtype dtype,
-                             kf_gpu_tensor **out);
+KF_API kf_status kf_gpu_tensor_from(kf_context *ctx, const kf_tensor *t, kf_dtype dtype,
+                                    kf_gpu_tensor **out);
 /* Downloads into t, whose shape must equal g's (the message names both shapes). */
-kf_status kf_gpu_tensor_to(const kf_gpu_tensor *g, kf_tensor *t);
-void kf_gpu_tensor_destroy(kf_gpu_tensor *g);
+KF_API kf_status kf_gpu_tensor_to(const kf_gpu_tensor *g, kf_tensor *t);
+KF_API void kf_gpu_tensor_destroy(kf_gpu_tensor *g);
 
 /* Parameters an operator may read. Each operator describes the ones it takes (name, type, default,
  * valid range: kf_op_param_info_at); kf_op_param_set sets one by name, validated. A field whose
@@ -739,30 +815,31 @@ typedef struct kf_op_case {
 /* An operator is opaque (its table of functions is kfuse's own, src/ops/operator.h); these
  * accessors read what callers need. Every accessor takes NULL and then returns NULL, 0 or an
  * error status. */
-const char *kf_op_name(const kf_operator *op);  /* "matmul", "gelu", ... */
-const char *kf_op_about(const kf_operator *op); /* one line for --help and tables */
-kf_op_class kf_op_class_of(const kf_operator *op);
+KF_API const char *kf_op_name(const kf_operator *op);  /* "matmul", "gelu", ... */
+KF_API const char *kf_op_about(const kf_operator *op); /* one line for --help and tables */
+KF_API kf_op_class kf_op_class_of(const kf_operator *op);
 /* The verification table (kf_op_case): `kfuse verify` and the test suite run every entry. */
-uint32_t kf_op_case_count(const kf_operator *op);
-const kf_op_case *kf_op_case_at(const kf_operator *op, uint32_t index); /* NULL out of range */
+KF_API uint32_t kf_op_case_count(const kf_operator *op);
+KF_API const kf_op_case *kf_op_case_at(const kf_operator *op,
+                                       uint32_t index); /* NULL out of range */
 /* The relative error kf_op_verify accepts for this dtype (documented at each op). */
-double kf_op_tolerance(const kf_operator *op, kf_dtype dtype);
+KF_API double kf_op_tolerance(const kf_operator *op, kf_dtype dtype);
 /* The operator's forward kernel for these input shapes (kf_op_arity of them) and dtype: bindings
  * are the inputs in order, then "out"; every output element goes through kf_kernel_yield (its
  * store phase), so kf_kernel_then composes onto it, and the kernel records its grid. NULL when
  * the shapes do not fit (check them with kf_op_shape) or out of memory; destroy it with
  * kf_kernel_destroy. */
-kf_kernel *kf_op_kernel_forward(const kf_operator *op, const kf_shape *in, const kf_op_params *p,
-                                kf_dtype dtype);
+KF_API kf_kernel *kf_op_kernel_forward(const kf_operator *op, const kf_shape *in,
+                                       const kf_op_params *p, kf_dtype dtype);
 /* The operator's CPU specification (float64 loops) on tensors: out must have kf_op_shape's shape.
  */
-kf_status kf_op_spec_forward(const kf_operator *op, const kf_tensor *const *in,
-                             const kf_op_params *p, kf_tensor *out);
+KF_API kf_status kf_op_spec_forward(const kf_operator *op, const kf_tensor *const *in,
+                                    const kf_op_params *p, kf_tensor *out);
 
-uint32_t kf_op_count(void);
-const kf_operator *kf_op_at(uint32_t index);
-const kf_operator *kf_op_find(const char *name); /* NULL when unknown */
-uint32_t kf_op_arity(const kf_operator *op, const kf_op_params *p);
+KF_API uint32_t kf_op_count(void);
+KF_API const kf_operator *kf_op_at(uint32_t index);
+KF_API const kf_operator *kf_op_find(const char *name); /* NULL when unknown */
+KF_API uint32_t kf_op_arity(const kf_operator *op, const kf_op_params *p);
 typedef enum kf_param_type {
     KF_PARAM_TYPE_FLOAT = 1, /* any value in range, held as an f32 */
     KF_PARAM_TYPE_BOOL,      /* 0 or 1 (the language's false / true) */
@@ -782,35 +859,35 @@ typedef struct kf_op_param_info {
 } kf_op_param_info;
 
 /* The operator's parameters, in the order the language takes them positionally. */
-uint32_t kf_op_param_count(const kf_operator *op);
+KF_API uint32_t kf_op_param_count(const kf_operator *op);
 /* KF_ERROR_INVALID_ARGUMENT for an index past kf_op_param_count. */
-kf_status kf_op_param_info_at(const kf_operator *op, uint32_t index, kf_op_param_info *out);
+KF_API kf_status kf_op_param_info_at(const kf_operator *op, uint32_t index, kf_op_param_info *out);
 /* Sets parameter `name` of op in *p to value and marks it given. KF_ERROR_INVALID_ARGUMENT, with
  * msg (may be NULL) naming the op, the parameter and what is valid, for a name op does not take,
  * a value out of range, a bool other than 0 or 1, or an int that is not whole; *p is then
  * unchanged. */
-kf_status kf_op_param_set(const kf_operator *op, kf_op_params *p, const char *name, double value,
-                          char *msg, size_t msg_size);
+KF_API kf_status kf_op_param_set(const kf_operator *op, kf_op_params *p, const char *name,
+                                 double value, char *msg, size_t msg_size);
 /* The value op uses for parameter `index` under p: the field when given or nonzero, else the
  * default (NaN for a bad index). */
-double kf_op_param_value(const kf_operator *op, const kf_op_params *p, uint32_t index);
+KF_API double kf_op_param_value(const kf_operator *op, const kf_op_params *p, uint32_t index);
 /* Checks every parameter p gives or sets for op (range, type) and that p gives none op lacks:
  * KF_ERROR_INVALID_ARGUMENT with msg as kf_op_param_set. kf_graph_op runs it. */
-kf_status kf_op_params_check(const kf_operator *op, const kf_op_params *p, char *msg,
-                             size_t msg_size);
+KF_API kf_status kf_op_params_check(const kf_operator *op, const kf_op_params *p, char *msg,
+                                    size_t msg_size);
 
 /* The operator's tensor inputs, in order: all of them (kf_op_input_count), of which those marked
  * optional are there only when p says so (a norm's "weight" and "bias": has_weight, has_bias);
  * kf_op_arity counts those present. The present inputs are passed in this order. */
-uint32_t kf_op_input_count(const kf_operator *op);
+KF_API uint32_t kf_op_input_count(const kf_operator *op);
 /* Name ("x", "weight", ...) and whether the input is optional. KF_ERROR_INVALID_ARGUMENT past
  * the count. */
-kf_status kf_op_input_info(const kf_operator *op, uint32_t index, const char **name,
-                           bool *optional);
+KF_API kf_status kf_op_input_info(const kf_operator *op, uint32_t index, const char **name,
+                                  bool *optional);
 
 /* The output shape of op on these inputs; KF_ERROR_SHAPE with the reason in msg. */
-kf_status kf_op_shape(const kf_operator *op, const kf_shape *in, const kf_op_params *p,
-                      kf_shape *out, char *msg, size_t msg_size);
+KF_API kf_status kf_op_shape(const kf_operator *op, const kf_shape *in, const kf_op_params *p,
+                             kf_shape *out, char *msg, size_t msg_size);
 
 /* The matmul autotuner. Times the register-blocked f32 kernel's tile configurations on this
  * device for an m x k x n product and remembers the fastest for that shape class (powers of two
@@ -829,12 +906,12 @@ typedef struct kf_matmul_tuning {
     bool saved;                  /* written to the cache file */
 } kf_matmul_tuning;
 
-kf_status kf_matmul_tune(kf_context *ctx, uint32_t m, uint32_t k, uint32_t n,
-                         kf_matmul_tuning *out);
+KF_API kf_status kf_matmul_tune(kf_context *ctx, uint32_t m, uint32_t k, uint32_t n,
+                                kf_matmul_tuning *out);
 
 /* Runs the forward kernel now: out must have the op's output shape. */
-kf_status kf_op_run_forward(kf_context *ctx, const kf_operator *op, const kf_op_params *p,
-                            const kf_gpu_tensor *const *in, kf_gpu_tensor *out);
+KF_API kf_status kf_op_run_forward(kf_context *ctx, const kf_operator *op, const kf_op_params *p,
+                                   const kf_gpu_tensor *const *in, kf_gpu_tensor *out);
 
 typedef struct kf_verify_result {
     double max_rel_error;
@@ -858,11 +935,11 @@ typedef struct kf_verify_case {
  * relative to max(|expected|, 1% of the expected tensor's rms) (docs/operators.md). Returns
  * KF_OK when it passed, KF_ERROR_MISMATCH when it ran and failed (out->message names the element
  * and both values), another status when it could not run (out->message says why). */
-kf_status kf_op_verify(kf_context *ctx, const kf_verify_case *c, kf_verify_result *out);
+KF_API kf_status kf_op_verify(kf_context *ctx, const kf_verify_case *c, kf_verify_result *out);
 /* spec_backward against central finite differences of spec_forward, in float64, on the CPU (the
  * case's dtype is ignored): every element of small inputs, a sample of large ones, each within
  * the differences' own error bound plus a relative 1e-2. Returns as kf_op_verify. */
-kf_status kf_op_check_gradient(const kf_verify_case *c, kf_verify_result *out);
+KF_API kf_status kf_op_check_gradient(const kf_verify_case *c, kf_verify_result *out);
 
 /* ======================================================================================== */
 /* Lazy graphs and fusion plans (src/fuse)                                                   */
@@ -879,17 +956,17 @@ typedef struct kf_node {
 } kf_node;
 
 /* A graph records its first error like a kernel does; later calls return invalid nodes. */
-kf_graph *kf_graph_create(void);
-void kf_graph_destroy(kf_graph *g);
-kf_status kf_graph_status(const kf_graph *g);
-const char *kf_graph_error(const kf_graph *g);
+KF_API kf_graph *kf_graph_create(void);
+KF_API void kf_graph_destroy(kf_graph *g);
+KF_API kf_status kf_graph_status(const kf_graph *g);
+KF_API const char *kf_graph_error(const kf_graph *g);
 
-kf_node kf_graph_input(kf_graph *g, const char *name, const kf_shape *shape, kf_dtype dtype);
+KF_API kf_node kf_graph_input(kf_graph *g, const char *name, const kf_shape *shape, kf_dtype dtype);
 /* A scalar constant, broadcast by element-wise operators. */
-kf_node kf_graph_scalar(kf_graph *g, float value);
+KF_API kf_node kf_graph_scalar(kf_graph *g, float value);
 /* Any registered operator (kf_op_find) on nodes; params may be NULL. */
-kf_node kf_graph_op(kf_graph *g, const char *op, const kf_node *inputs, uint32_t count,
-                    const kf_op_params *params);
+KF_API kf_node kf_graph_op(kf_graph *g, const char *op, const kf_node *inputs, uint32_t count,
+                           const kf_op_params *params);
 
 /* A named or positional argument of kf_graph_call after its tensors. name NULL: a positional
  * number. Otherwise by name: a parameter of the op (kf_op_param_info: alpha, eps, exact, ...)
@@ -907,37 +984,38 @@ typedef struct kf_graph_arg {
  * Every parameter given is validated (kf_op_param_set's rules) and marked given; an unknown
  * name, a parameter given twice or a number the op does not take is KF_ERROR_INVALID_ARGUMENT
  * naming the op and the argument. */
-kf_node kf_graph_call(kf_graph *g, const char *op, const kf_node *tensors, uint32_t tensor_count,
-                      const kf_graph_arg *numbers, uint32_t number_count);
+KF_API kf_node kf_graph_call(kf_graph *g, const char *op, const kf_node *tensors,
+                             uint32_t tensor_count, const kf_graph_arg *numbers,
+                             uint32_t number_count);
 
-kf_node kf_graph_matmul(kf_graph *g, kf_node a, kf_node b);
-kf_node kf_graph_add(kf_graph *g, kf_node a, kf_node b);
-kf_node kf_graph_mul(kf_graph *g, kf_node a, kf_node b);
-kf_node kf_graph_unary(kf_graph *g, const char *op, kf_node x); /* relu, gelu, exp, ... */
+KF_API kf_node kf_graph_matmul(kf_graph *g, kf_node a, kf_node b);
+KF_API kf_node kf_graph_add(kf_graph *g, kf_node a, kf_node b);
+KF_API kf_node kf_graph_mul(kf_graph *g, kf_node a, kf_node b);
+KF_API kf_node kf_graph_unary(kf_graph *g, const char *op, kf_node x); /* relu, gelu, exp, ... */
 
 /* Marks a node as an output under a name (a node may be output under several names). */
-kf_status kf_graph_output(kf_graph *g, const char *name, kf_node node);
+KF_API kf_status kf_graph_output(kf_graph *g, const char *name, kf_node node);
 /* The graph written in the graph language (parseable by kf_spec_parse): for bug reports and
  * reproducing a failing case. Caller frees with kf_free. */
-char *kf_graph_format(const kf_graph *g);
-kf_shape kf_graph_shape(const kf_graph *g, kf_node node);
-kf_dtype kf_graph_dtype(const kf_graph *g, kf_node node);
-uint32_t kf_graph_input_count(const kf_graph *g);
-uint32_t kf_graph_output_count(const kf_graph *g);
+KF_API char *kf_graph_format(const kf_graph *g);
+KF_API kf_shape kf_graph_shape(const kf_graph *g, kf_node node);
+KF_API kf_dtype kf_graph_dtype(const kf_graph *g, kf_node node);
+KF_API uint32_t kf_graph_input_count(const kf_graph *g);
+KF_API uint32_t kf_graph_output_count(const kf_graph *g);
 /* Name, shape and dtype of input / output i. */
-kf_status kf_graph_input_info(const kf_graph *g, uint32_t i, const char **name, kf_shape *shape,
-                              kf_dtype *dtype);
-kf_status kf_graph_output_info(const kf_graph *g, uint32_t i, const char **name, kf_shape *shape,
-                               kf_dtype *dtype);
+KF_API kf_status kf_graph_input_info(const kf_graph *g, uint32_t i, const char **name,
+                                     kf_shape *shape, kf_dtype *dtype);
+KF_API kf_status kf_graph_output_info(const kf_graph *g, uint32_t i, const char **name,
+                                      kf_shape *shape, kf_dtype *dtype);
 
 typedef struct kf_compile_options {
     bool no_fuse; /* one dispatch per operator (the baseline fusion is compared against) */
 } kf_compile_options;
 
 /* Plans and compiles the graph for ctx. The plan copies what it needs from g. */
-kf_status kf_graph_compile(kf_context *ctx, const kf_graph *g, const kf_compile_options *opts,
-                           kf_plan **out);
-void kf_plan_destroy(kf_plan *p);
+KF_API kf_status kf_graph_compile(kf_context *ctx, const kf_graph *g,
+                                  const kf_compile_options *opts, kf_plan **out);
+KF_API void kf_plan_destroy(kf_plan *p);
 
 typedef struct kf_plan_summary {
     uint32_t groups; /* fusion groups = dispatches of one run */
@@ -947,19 +1025,19 @@ typedef struct kf_plan_summary {
     uint64_t unfused_bytes;      /* the same for one kernel per operator */
 } kf_plan_summary;
 
-kf_status kf_plan_summary_get(const kf_plan *p, kf_plan_summary *out);
+KF_API kf_status kf_plan_summary_get(const kf_plan *p, kf_plan_summary *out);
 /* The plan in words: each group, its rule, its ops, its bytes; with_wgsl adds each group's
  * WGSL. Caller frees with kf_free. */
-char *kf_plan_explain(const kf_plan *p, bool with_wgsl);
+KF_API char *kf_plan_explain(const kf_plan *p, bool with_wgsl);
 
 /* Inputs by name (shapes must match the graph's: the message names both). */
-kf_status kf_plan_set_input(kf_plan *p, const char *name, const kf_tensor *value);
+KF_API kf_status kf_plan_set_input(kf_plan *p, const char *name, const kf_tensor *value);
 /* Runs every group once (one submission) and waits. */
-kf_status kf_plan_run(kf_plan *p);
+KF_API kf_status kf_plan_run(kf_plan *p);
 /* Times `repeat` runs (0 means 10) of the whole plan. */
-kf_status kf_plan_time(kf_plan *p, uint32_t repeat, kf_timing *out);
+KF_API kf_status kf_plan_time(kf_plan *p, uint32_t repeat, kf_timing *out);
 /* Downloads output `name` into out (shape checked). */
-kf_status kf_plan_get_output(const kf_plan *p, const char *name, kf_tensor *out);
+KF_API kf_status kf_plan_get_output(const kf_plan *p, const char *name, kf_tensor *out);
 
 #define KF_PLAN_MAX_REPORTED 16
 typedef struct kf_plan_report {
@@ -976,15 +1054,16 @@ typedef struct kf_plan_report {
 /* Fills the inputs with fresh random data from seed, runs the plan (outputs poisoned first), runs
  * the unfused composition of CPU specs in float64-accumulating loops, and compares every output
  * element. KF_ERROR_MISMATCH when any output is outside its tolerance. */
-kf_status kf_plan_verify(kf_plan *p, uint64_t seed, kf_plan_report *out);
+KF_API kf_status kf_plan_verify(kf_plan *p, uint64_t seed, kf_plan_report *out);
 
 /* kf_plan_verify with chosen inputs: values[i] for the input named names[i]; inputs not named
  * are drawn at random from seed. */
-kf_status kf_plan_check(kf_plan *p, const char *const *names, const kf_tensor *const *values,
-                        uint32_t count, uint64_t seed, kf_plan_report *out);
+KF_API kf_status kf_plan_check(kf_plan *p, const char *const *names, const kf_tensor *const *values,
+                               uint32_t count, uint64_t seed, kf_plan_report *out);
 /* Random data for input `name` as verification draws it: the range its consumers accept (log:
  * positive), whole class indices for labels, rounded to f16 for f16 inputs. Caller destroys. */
-kf_status kf_plan_random_input(const kf_plan *p, const char *name, uint64_t seed, kf_tensor **out);
+KF_API kf_status kf_plan_random_input(const kf_plan *p, const char *name, uint64_t seed,
+                                      kf_tensor **out);
 
 /* The seeds' fused activation saves: copies src[i] -> dst[i] for any number of pairs of any sizes
  * in as few dispatches as the device's storage-buffer limit allows (one for the seeds' attention
@@ -994,14 +1073,15 @@ typedef struct kf_copy_pair {
     kf_buffer *dst;
     uint64_t size;
 } kf_copy_pair;
-kf_status kf_save_activations(kf_context *ctx, const kf_copy_pair *pairs, uint32_t count,
-                              uint32_t *dispatches);
+KF_API kf_status kf_save_activations(kf_context *ctx, const kf_copy_pair *pairs, uint32_t count,
+                                     uint32_t *dispatches);
 /* The dispatches kf_save_activations would run, recorded but not run (to time them with
  * kf_context_time, or batch them with other work). `bindings` (2 * count entries, the caller's)
  * holds the buffers the dispatches point to and must outlive them; out needs room for count
  * dispatches; *dispatches receives how many were recorded. */
-kf_status kf_save_activations_record(kf_context *ctx, const kf_copy_pair *pairs, uint32_t count,
-                                     kf_buffer **bindings, kf_dispatch *out, uint32_t *dispatches);
+KF_API kf_status kf_save_activations_record(kf_context *ctx, const kf_copy_pair *pairs,
+                                            uint32_t count, kf_buffer **bindings, kf_dispatch *out,
+                                            uint32_t *dispatches);
 
 /* ======================================================================================== */
 /* The graph language (src/spec; docs/graph-language.md)                                     */
@@ -1023,9 +1103,9 @@ typedef struct kf_spec_error {
  * *out is NULL and err (may be NULL) holds the first error: KF_ERROR_PARSE for the language,
  * or the graph's status (KF_ERROR_SHAPE, KF_ERROR_TYPE, ...) placed at the call that caused it.
  * Never crashes on malformed input. */
-kf_status kf_spec_parse(const char *text, size_t length, kf_graph **out, kf_spec_error *err);
+KF_API kf_status kf_spec_parse(const char *text, size_t length, kf_graph **out, kf_spec_error *err);
 /* Reads and parses a file (KF_ERROR_IO with the path and the reason when unreadable, line 0). */
-kf_status kf_spec_parse_file(const char *path, kf_graph **out, kf_spec_error *err);
+KF_API kf_status kf_spec_parse_file(const char *path, kf_graph **out, kf_spec_error *err);
 
 /* ======================================================================================== */
 /* .npy files (numpy's format; f32, f16 and i32, C order; src/util/npy.c)                   */
@@ -1035,12 +1115,12 @@ kf_status kf_spec_parse_file(const char *path, kf_graph **out, kf_spec_error *er
  * '<f4', '<f2' (converted to f32 exactly) and '<i4' (integers within +-2^24, held as floats);
  * C order; rank 0 to 4; no empty dimension. A missing, damaged or unsupported file is
  * KF_ERROR_IO with msg (may be NULL) naming the path and what is wrong; *out is then NULL. */
-kf_status kf_npy_read(const char *path, kf_tensor **out, char *msg, size_t msg_size);
+KF_API kf_status kf_npy_read(const char *path, kf_tensor **out, char *msg, size_t msg_size);
 /* Writes t as a .npy file byte-identical to numpy's np.save: dtype F32 '<f4', F16 '<f2' (round
  * to nearest even; overflow gives infinity), I32 '<i4' (values must be whole numbers in range,
  * else KF_ERROR_INVALID_ARGUMENT). KF_ERROR_IO when the file cannot be written (errno says why;
  * no partial file is left). */
-kf_status kf_npy_write(const char *path, const kf_tensor *t, kf_dtype dtype);
+KF_API kf_status kf_npy_write(const char *path, const kf_tensor *t, kf_dtype dtype);
 
 #ifdef __cplusplus
 }

@@ -45,3 +45,14 @@ const char *kf_status_str(kf_status status) {
 void kf_free(void *ptr) {
     free(ptr);
 }
+
+#define KF__STR2(x) #x
+#define KF__STR(x) KF__STR2(x)
+
+uint32_t kf_version(void) {
+    return KF_VERSION_HEX;
+}
+
+const char *kf_version_string(void) {
+    return KF__STR(KF_VERSION_MAJOR) "." KF__STR(KF_VERSION_MINOR) "." KF__STR(KF_VERSION_PATCH);
+}
