@@ -4,6 +4,7 @@
 #include "fuse/fuse_internal.h"
 #include "fusion/graph_equal.h"
 #include "harness.h"
+#include "ops/operator.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -326,5 +327,38 @@ KT_TEST(unit, params_graph_equal_sees_differences) {
         KT_CHECK(kt_graph_equal(a, a, why, sizeof why), "pair %zu: %s", i, why);
         kf_graph_destroy(a);
         kf_graph_destroy(b);
+    }
+}
+
+/* The int type, which no registered operator uses yet: a test operator with one int parameter in
+ * [1, 8] (held in the alpha slot, which only this test reads) set, read back and refused. */
+static const kf__param int_params[] = {
+    {.name = "ways",
+     .about = "a count",
+     .type = KF_PARAM_TYPE_INT,
+     .offset = offsetof(kf_op_params, alpha),
+     .given = KF_PARAM_ALPHA,
+     .default_value = 2,
+     .min = 1,
+     .max = 8},
+};
+static const kf_operator int_op = {.name = "counted", .arity = 1, KF__PARAMS(int_params)};
+
+KT_TEST(unit, params_int_type) {
+    kf_op_params p = {0};
+    char msg[256];
+    KT_CHECK(kf_op_param_value(&int_op, &p, 0) == 2.0, "default");
+    KT_CHECK_OK(kf_op_param_set(&int_op, &p, "ways", 5, msg, sizeof msg));
+    KT_CHECK(kf_op_param_value(&int_op, &p, 0) == 5.0 && (p.given & KF_PARAM_ALPHA), "set 5");
+    KT_CHECK_OK(kf_op_params_check(&int_op, &p, msg, sizeof msg));
+    static const double bad[] = {2.5, 0, 9, -1};
+    static const char *why[] = {"not a whole number", "out of range", "out of range",
+                                "out of range"};
+    for (int i = 0; i < 4; i++) {
+        kf_status st = kf_op_param_set(&int_op, &p, "ways", bad[i], msg, sizeof msg);
+        KT_CHECK(st == KF_ERROR_INVALID_ARGUMENT && strstr(msg, "counted") && strstr(msg, "ways") &&
+                     strstr(msg, why[i]) && strstr(msg, "1 <= ways <= 8"),
+                 "ways = %g: %s", bad[i], msg);
+        KT_CHECK(kf_op_param_value(&int_op, &p, 0) == 5.0, "a refused value was stored");
     }
 }
