@@ -1,5 +1,6 @@
 /* A plan in words: what fuses, why, and what it saves. */
 #include "fuse/plan_internal.h"
+#include "fuse/rules/rule.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -104,22 +105,7 @@ static const char *rule_of(const kf_plan *p, const kf__group *grp) {
     if (p->no_fuse) {
         return "unfused";
     }
-    switch (grp->kind) {
-    case KF__GROUP_HORIZONTAL:
-        return "horizontal fusion";
-    case KF__GROUP_ELEMENTWISE:
-        return grp->node_count > 1 ? "element-wise chain" : "element-wise";
-    case KF__GROUP_PRODUCER:
-        if (grp->node_count == 0) {
-            return grp->rule;
-        }
-        return p->graph->nodes[grp->root].op->op_class == KF_OP_CLASS_MATMUL
-                   ? "matmul epilogue"
-                   : "reduction -> element-wise";
-    case KF__GROUP_DEAD:
-        break;
-    }
-    return "?";
+    return grp->fuser->explain(p, grp);
 }
 
 static void put_group_line(text *t, const kf_plan *p, const kf__group *grp) {

@@ -1,12 +1,12 @@
-/* The fusion planner: groups a graph's operators into kernels, compiles them and runs them.
+/* The fusion planner's driver: groups a graph's operators into kernels, compiles them and runs
+ * them.
  *
- * Rules, in the order the planner applies them while walking the graph in topological order:
- *   1. element-wise chains: an element-wise op joins the group of an operand whose value is that
- *      group's result, read by nothing else, not an output, of the same shape and dtype;
- *   2. matmul epilogue and 3. reduction tails: the same, where the group is a matmul or a row
- *      reduction: the element-wise ops run in its store phase (kf_kernel_then on its yield);
- *   4. horizontal fusion: independent element-wise groups of one level (copies included) share
- *      one dispatch, split only where the device's storage-buffer limit forces it.
+ * The rules themselves are records in src/fuse/rules/ (rule.h says how the planner asks them).
+ * Walking the graph in topological order, an operator joins the group of an operand when the
+ * operand is that group's result, read by nothing else, not an output, of the same shape and
+ * dtype, and the group's rule accepts it; otherwise the first rule that opens a group at it does.
+ * Groups get levels (1 + the deepest level they read from), then plan-wide rules run (horizontal
+ * fusion), then each group's rule builds its kernel.
  * What must be kept is kept: a value read twice, an output, or one broadcast into another shape
  * ends its group and is written to memory.
  */
@@ -18,23 +18,31 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/matmul_blocked.h"
-#include "ops/matmul_sgmat.h"
+#include "fuse/rules/rule.h"
 #include "util/half.h"
 
-#define KF_WORKGROUP 256u
+static void plan_failv(kf_plan *p, kf_status st, const char *fmt, va_list ap) {
+    if (p->status != KF_OK) {
+        return;
+    }
+    p->status = st;
+    vsnprintf(p->error, sizeof p->error, fmt, ap);
+}
 
 static void plan_fail(kf_plan *p, kf_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 static void plan_fail(kf_plan *p, kf_status st, const char *fmt, ...) {
-    if (p->status != KF_OK) {
-        return;
-    }
-    p->status = st;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(p->error, sizeof p->error, fmt, ap);
+    plan_failv(p, st, fmt, ap);
+    va_end(ap);
+}
+
+void kf__plan_fail(kf_plan *p, kf_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    plan_failv(p, st, fmt, ap);
     va_end(ap);
 }
 
@@ -42,7 +50,7 @@ static uint64_t node_bytes(const kf__node *n) {
     return kf_shape_elements(&n->shape) * kf_dtype_size(n->dtype);
 }
 
-static kf__group *new_group(kf_plan *p, kf__group_kind kind) {
+kf__group *kf__plan_new_group(kf_plan *p, const kf__fusion_rule *rule, kf__group_kind kind) {
     if (p->group_count == p->group_capacity) {
         uint32_t cap = p->group_capacity ? p->group_capacity * 2 : 8;
         kf__group *gs = realloc(p->groups, sizeof *gs * cap);
@@ -56,6 +64,8 @@ static kf__group *new_group(kf_plan *p, kf__group_kind kind) {
     kf__group *grp = &p->groups[p->group_count++];
     memset(grp, 0, sizeof *grp);
     grp->kind = kind;
+    grp->fuser = rule;
+    snprintf(grp->rule, sizeof grp->rule, "%s", rule->name);
     return grp;
 }
 
@@ -68,7 +78,24 @@ static bool group_push_node(kf_plan *p, kf__group *grp, uint32_t node) {
     return true;
 }
 
-/* May an element-wise node join the group whose result is its operand `operand`? */
+kf__group *kf__plan_open_group(kf_plan *p, const kf__fusion_rule *rule, kf__group_kind kind,
+                               uint32_t node) {
+    kf__group *grp = kf__plan_new_group(p, rule, kind);
+    if (!grp) {
+        return NULL;
+    }
+    if (kind == KF__GROUP_PRODUCER) {
+        grp->root = node;
+        p->group_of[node] = (int32_t)(grp - p->groups);
+    } else {
+        group_push_node(p, grp, node);
+    }
+    grp->result = node;
+    return grp;
+}
+
+/* May node join the group whose result is its operand `operand`? What every rule needs, then
+ * what the group's rule says. */
 static bool can_extend(const kf_plan *p, uint32_t operand, uint32_t node) {
     const kf_graph *g = p->graph;
     const kf__node *a = &g->nodes[operand], *n = &g->nodes[node];
@@ -88,11 +115,19 @@ static bool can_extend(const kf_plan *p, uint32_t operand, uint32_t node) {
     if (grp->node_count == KF_GROUP_MAX_NODES) {
         return false;
     }
-    if (grp->kind == KF__GROUP_PRODUCER) {
-        kf_op_class c = g->nodes[grp->root].op->op_class;
-        return c == KF_OP_CLASS_MATMUL || c == KF_OP_CLASS_ROW_REDUCTION;
+    return grp->fuser->accepts && grp->fuser->accepts(p, grp, node);
+}
+
+/* The first registered rule that opens a group at node. */
+static void open_group(kf_plan *p, uint32_t node) {
+    for (uint32_t r = 0; r < kf__fusion_rule_count; r++) {
+        const kf__fusion_rule *rule = kf__fusion_rules[r];
+        if (rule->open && (rule->open(p, node) || p->status != KF_OK)) {
+            return;
+        }
     }
-    return true;
+    plan_fail(p, KF_ERROR_INTERNAL, "no fusion rule takes %s (node %u)",
+              p->graph->nodes[node].op->name, node);
 }
 
 static void plan_vertical(kf_plan *p) {
@@ -102,20 +137,8 @@ static void plan_vertical(kf_plan *p) {
         if (n->kind != KF__NODE_OP) {
             continue;
         }
-        if (!kf__op_is_elementwise(n->op)) {
-            kf__group *grp = new_group(p, KF__GROUP_PRODUCER);
-            if (!grp) {
-                return;
-            }
-            grp->root = id;
-            grp->result = id;
-            p->group_of[id] = (int32_t)(grp - p->groups);
-            snprintf(grp->rule, sizeof grp->rule, "%s",
-                     n->op->op_class == KF_OP_CLASS_MATMUL          ? "matmul"
-                     : n->op->op_class == KF_OP_CLASS_ROW_REDUCTION ? "reduction"
-                                                                    : "layout");
-            continue;
-        }
+        /* The group it joins: a rooted (producer) operand group first, since a group has one
+         * root; the other operands' element-wise groups merge into it. */
         int32_t base = -1;
         int32_t merge[KF_NODE_MAX_INPUTS];
         uint32_t merge_count = 0;
@@ -141,13 +164,7 @@ static void plan_vertical(kf_plan *p) {
             }
         }
         if (base < 0) {
-            kf__group *grp = new_group(p, KF__GROUP_ELEMENTWISE);
-            if (!grp) {
-                return;
-            }
-            snprintf(grp->rule, sizeof grp->rule, "element-wise");
-            group_push_node(p, grp, id);
-            grp->result = id;
+            open_group(p, id);
             continue;
         }
         kf__group *grp = &p->groups[base];
@@ -183,7 +200,7 @@ static bool node_in_group(const kf__group *grp, uint32_t id) {
     return false;
 }
 
-static uint32_t group_reads(const kf_plan *p, const kf__group *grp, uint32_t *out, uint32_t cap) {
+uint32_t kf__group_reads(const kf_plan *p, const kf__group *grp, uint32_t *out, uint32_t cap) {
     const kf_graph *g = p->graph;
     uint32_t count = 0;
     uint32_t list[KF_GROUP_MAX_NODES + 1];
@@ -230,7 +247,7 @@ static void plan_levels(kf_plan *p) {
                 continue;
             }
             uint32_t reads[KF_GROUP_MAX_SLOTS];
-            uint32_t n = group_reads(p, grp, reads, KF_GROUP_MAX_SLOTS);
+            uint32_t n = kf__group_reads(p, grp, reads, KF_GROUP_MAX_SLOTS);
             for (uint32_t i = 0; i < n; i++) {
                 int32_t src = p->group_of[reads[i]];
                 if (src >= 0 && p->groups[src].level + 1 > grp->level) {
@@ -242,416 +259,13 @@ static void plan_levels(kf_plan *p) {
     }
 }
 
-static void plan_horizontal(kf_plan *p) {
-    uint32_t limit = p->max_storage_buffers;
-    uint32_t max_level = 0;
-    for (uint32_t gi = 0; gi < p->group_count; gi++) {
-        if (p->groups[gi].level > max_level) {
-            max_level = p->groups[gi].level;
+/* Plan-wide rules, in table order. */
+static void plan_passes(kf_plan *p) {
+    for (uint32_t r = 0; r < kf__fusion_rule_count && p->status == KF_OK; r++) {
+        if (kf__fusion_rules[r]->pass) {
+            kf__fusion_rules[r]->pass(p);
         }
     }
-    for (uint32_t level = 1; level <= max_level && p->status == KF_OK; level++) {
-        int32_t open = -1;
-        uint32_t open_slots = 0;
-        uint32_t count = p->group_count; /* groups added below are horizontal: not candidates */
-        for (uint32_t gi = 0; gi < count; gi++) {
-            kf__group *grp = &p->groups[gi];
-            if (grp->kind != KF__GROUP_ELEMENTWISE || grp->level != level) {
-                continue;
-            }
-            uint32_t reads[KF_GROUP_MAX_SLOTS];
-            uint32_t need = group_reads(p, grp, reads, KF_GROUP_MAX_SLOTS) + 1;
-            if (open >= 0 && (open_slots + need > limit ||
-                              p->groups[open].member_count == KF_GROUP_MAX_MEMBERS)) {
-                open = -1;
-            }
-            if (open < 0) {
-                /* Start a batch only when another candidate exists at this level. */
-                bool another = false;
-                for (uint32_t gj = gi + 1; gj < count; gj++) {
-                    another |=
-                        p->groups[gj].kind == KF__GROUP_ELEMENTWISE && p->groups[gj].level == level;
-                }
-                if (!another || need >= limit) {
-                    continue;
-                }
-                kf__group *h = new_group(p, KF__GROUP_HORIZONTAL);
-                if (!h) {
-                    return;
-                }
-                grp = &p->groups[gi]; /* new_group may have moved the array */
-                h->level = level;
-                snprintf(h->rule, sizeof h->rule, "horizontal");
-                open = (int32_t)(h - p->groups);
-                open_slots = 0;
-            }
-            kf__group *h = &p->groups[open];
-            h->members[h->member_count++] = gi;
-            grp->absorbed = true;
-            open_slots += need;
-        }
-    }
-    /* A batch that ended up with one member gives it back. */
-    for (uint32_t gi = 0; gi < p->group_count; gi++) {
-        kf__group *h = &p->groups[gi];
-        if (h->kind == KF__GROUP_HORIZONTAL && h->member_count == 1) {
-            p->groups[h->members[0]].absorbed = false;
-            h->kind = KF__GROUP_DEAD;
-        }
-    }
-}
-
-/* ---- code generation ---- */
-
-static kf_type scalar_type(kf_dtype d) {
-    return kf_type_scalar(d == KF_DTYPE_F16   ? KF_SCALAR_F16
-                          : d == KF_DTYPE_I32 ? KF_SCALAR_I32
-                                              : KF_SCALAR_F32);
-}
-
-typedef struct emit_state {
-    kf_plan *p;
-    kf_kernel *k;
-    kf__group *grp; /* the group being emitted (a member, inside horizontal kernels) */
-    kf__compiled *c;
-    kf_val in;    /* the producer's yielded value (tails) */
-    kf_val index; /* the element's linear index */
-    uint32_t computed_ids[KF_GROUP_MAX_NODES];
-    kf_val computed[KF_GROUP_MAX_NODES];
-    uint32_t computed_count;
-    /* Vectorized element-wise kernels: each invocation owns KF_LANES consecutive elements,
-     * loads and stores them as one vec4 and computes lane by lane. */
-    bool vectorized;
-    uint32_t lane;
-    kf_val vindex; /* the vec4's index */
-    uint32_t wide_ids[KF_GROUP_MAX_SLOTS];
-    kf_val wide[KF_GROUP_MAX_SLOTS]; /* vec4 loads made so far */
-    uint32_t wide_count;
-} emit_state;
-
-#define KF_LANES 4u
-
-static kf_binding binding_for(emit_state *s, uint32_t node, kf_type elem) {
-    kf__compiled *c = s->c;
-    for (uint32_t i = 0; i < c->read_count; i++) {
-        if (c->read_nodes[i] == node) {
-            return c->read_bindings[i];
-        }
-    }
-    const kf__node *n = &s->p->graph->nodes[node];
-    char name[KF_NAME_MAX + 16];
-    if (n->kind == KF__NODE_INPUT) {
-        snprintf(name, sizeof name, "%s", n->name);
-    } else {
-        snprintf(name, sizeof name, "%s_%u", n->op->name, node);
-    }
-    kf_binding b = kf_kernel_storage(s->k, name, elem, KF_ACCESS_READ);
-    if (c->read_count < KF_GROUP_MAX_SLOTS) {
-        c->read_nodes[c->read_count] = node;
-        c->read_bindings[c->read_count] = b;
-        c->read_count++;
-        c->slots[c->slot_count++] = node;
-    }
-    return b;
-}
-
-/* The operand's linear index for an output element, numpy-style right-aligned broadcasting. */
-static kf_val broadcast_index(kf_kernel *k, const kf_shape *out, const kf_shape *in, kf_val idx) {
-    uint64_t in_elems = kf_shape_elements(in);
-    if (kf_shape_eq(out, in) || in_elems == kf_shape_elements(out)) {
-        return idx;
-    }
-    if (in_elems == 1) {
-        return kf_lit_u32(k, 0);
-    }
-    kf_val result = {0};
-    uint64_t out_stride = 1, in_stride = 1;
-    uint32_t r_out = out->rank, r_in = in->rank;
-    for (uint32_t d = 0; d < r_out; d++) {
-        uint32_t od = out->dims[r_out - 1 - d];
-        uint32_t id = d < r_in ? in->dims[r_in - 1 - d] : 1;
-        if (id != 1) {
-            kf_val coord = idx;
-            if (out_stride != 1) {
-                coord = kf_div(k, coord, kf_lit_u32(k, (uint32_t)out_stride));
-            }
-            if (out_stride * od < kf_shape_elements(out)) {
-                coord = kf_binary(k, KF_OP_MOD, coord, kf_lit_u32(k, od));
-            }
-            kf_val term =
-                in_stride == 1 ? coord : kf_mul(k, coord, kf_lit_u32(k, (uint32_t)in_stride));
-            result = result.id ? kf_add(k, result, term) : term;
-            in_stride *= id;
-        }
-        out_stride *= od;
-    }
-    return result.id ? result : kf_lit_u32(k, 0);
-}
-
-static kf_val to_f32(kf_kernel *k, kf_val v) {
-    kf_type t = kf_val_type(k, v);
-    if (t.scalar == KF_SCALAR_F32) {
-        return v;
-    }
-    return kf_cast(k, kf_type_scalar(KF_SCALAR_F32), v);
-}
-
-static kf_val operand_value(emit_state *s, uint32_t id, const kf_shape *out_shape) {
-    const kf__node *n = &s->p->graph->nodes[id];
-    if (id == s->grp->root) {
-        return to_f32(s->k, s->in);
-    }
-    for (uint32_t i = 0; i < s->computed_count; i++) {
-        if (s->computed_ids[i] == id) {
-            return s->computed[i];
-        }
-    }
-    if (n->kind == KF__NODE_SCALAR) {
-        return kf_lit_f32(s->k, n->scalar);
-    }
-    if (s->vectorized && kf_shape_elements(&n->shape) == kf_shape_elements(out_shape)) {
-        /* A full-size operand: one vec4 load per invocation, shared by the lanes. */
-        kf_val wide = {0};
-        for (uint32_t i = 0; i < s->wide_count; i++) {
-            if (s->wide_ids[i] == id) {
-                wide = s->wide[i];
-            }
-        }
-        if (!wide.id) {
-            kf_binding b = binding_for(s, id, kf_type_vec(KF_SCALAR_F32, KF_LANES));
-            wide = kf_load(s->k, b, s->vindex);
-            s->wide_ids[s->wide_count] = id;
-            s->wide[s->wide_count++] = wide;
-        }
-        return kf_extract(s->k, wide, s->lane);
-    }
-    kf_binding b = binding_for(s, id, scalar_type(n->dtype));
-    kf_val at = broadcast_index(s->k, out_shape, &n->shape, s->index);
-    return to_f32(s->k, kf_load(s->k, b, at));
-}
-
-/* Emits the group's element-wise nodes for one element; returns the result (f32). */
-static kf_val emit_elementwise(emit_state *s) {
-    const kf_graph *g = s->p->graph;
-    kf_val v = s->in.id ? to_f32(s->k, s->in) : (kf_val){0};
-    for (uint32_t i = 0; i < s->grp->node_count; i++) {
-        uint32_t id = s->grp->nodes[i];
-        const kf__node *n = &g->nodes[id];
-        kf_val args[KF_NODE_MAX_INPUTS];
-        for (uint32_t j = 0; j < n->input_count; j++) {
-            args[j] = operand_value(s, n->inputs[j], &n->shape);
-        }
-        v = n->op->expr(s->k, args, &n->params);
-        s->computed_ids[s->computed_count] = id;
-        s->computed[s->computed_count++] = v;
-    }
-    return v;
-}
-
-static kf_val from_f32(kf_kernel *k, kf_val v, kf_dtype d) {
-    return d == KF_DTYPE_F16 ? kf_cast(k, kf_type_scalar(KF_SCALAR_F16), v) : v;
-}
-
-static void grid_for(uint64_t elements, uint32_t wg, uint32_t out[3]) {
-    uint64_t groups = (elements + wg - 1) / wg;
-    out[0] = (uint32_t)(groups ? groups : 1);
-    out[1] = 1;
-    out[2] = 1;
-}
-
-/* Vector loads and stores need f32 everywhere and a length the vector divides. */
-static bool can_vectorize(const kf_plan *p, const kf__group *grp) {
-    const kf__node *res = &p->graph->nodes[grp->result];
-    uint64_t n = kf_shape_elements(&res->shape);
-    if (res->dtype != KF_DTYPE_F32 || n % KF_LANES != 0) {
-        return false;
-    }
-    uint32_t reads[KF_GROUP_MAX_SLOTS];
-    uint32_t count = group_reads(p, grp, reads, KF_GROUP_MAX_SLOTS);
-    for (uint32_t i = 0; i < count; i++) {
-        if (p->graph->nodes[reads[i]].dtype != KF_DTYPE_F32) {
-            return false;
-        }
-    }
-    return true;
-}
-
-/* The group's value at one invocation: the element at `at`, or with `vectorized` the KF_LANES
- * elements of vec4 number `at` (loads and the store are vec4, the chain runs lane by lane).
- * Returns the value to store, in the stored type. */
-static kf_val emit_invocation(emit_state *s, kf_val at, bool vectorized) {
-    kf_kernel *k = s->k;
-    kf_dtype dtype = s->p->graph->nodes[s->grp->result].dtype;
-    if (!vectorized) {
-        s->index = at;
-        return from_f32(k, emit_elementwise(s), dtype);
-    }
-    s->vectorized = true;
-    s->vindex = at;
-    s->wide_count = 0;
-    kf_val lanes[KF_LANES];
-    kf_val first = kf_mul(k, at, kf_lit_u32(k, KF_LANES));
-    for (uint32_t l = 0; l < KF_LANES; l++) {
-        s->lane = l;
-        s->index = l ? kf_add(k, first, kf_lit_u32(k, l)) : first;
-        s->computed_count = 0; /* each lane computes its own chain */
-        lanes[l] = emit_elementwise(s);
-    }
-    return kf_vec(k, kf_type_vec(KF_SCALAR_F32, KF_LANES), lanes, KF_LANES);
-}
-
-/* From this many vec4s up, an element-wise kernel computes two vec4s per invocation. */
-#define KF_TWO_PER_INVOCATION (1u << 16)
-
-static kf_kernel *compile_elementwise(kf_plan *p, kf__group *grp, kf__compiled *c) {
-    const kf__node *res = &p->graph->nodes[grp->result];
-    char name[96];
-    snprintf(name, sizeof name, "group%u_elementwise", (unsigned)(grp - p->groups));
-    bool vectorized = can_vectorize(p, grp);
-    uint32_t per = vectorized ? KF_LANES : 1u;
-    kf_type out_type = vectorized ? kf_type_vec(KF_SCALAR_F32, KF_LANES) : scalar_type(res->dtype);
-    kf_kernel_desc desc = {
-        .name = name, .workgroup_size = {KF_WORKGROUP, 1, 1}, .output = out_type};
-    kf_kernel *k = kf_kernel_create(&desc);
-    if (!k) {
-        return NULL;
-    }
-    emit_state s = {.p = p, .k = k, .grp = grp, .c = c};
-    uint64_t n = kf_shape_elements(&res->shape) / per;
-    /* Large even vec4 counts: two vec4s per invocation, n/2 apart, both loaded before either
-     * is stored, so twice the bytes are in flight per invocation (a long chain's arithmetic
-     * then hides behind memory: measured on an H200, bench/results/h200-chainexp.txt). */
-    uint32_t twice = vectorized && n % 2 == 0 && n >= 2u * KF_TWO_PER_INVOCATION ? 2u : 1u;
-    uint64_t invocations = n / twice;
-    kf_val at = kf_let(k, vectorized ? "vidx" : "idx", kf_global_linear(k));
-    kf_if(k, kf_binary(k, KF_OP_LT, at, kf_lit_u32(k, (uint32_t)invocations)));
-    if (twice == 2) {
-        kf_val at2 = kf_let(k, "vidx2", kf_add(k, at, kf_lit_u32(k, (uint32_t)invocations)));
-        kf_val first = emit_invocation(&s, at, true);
-        kf_val second = emit_invocation(&s, at2, true);
-        kf_kernel_yield(k, first, at);
-        kf_kernel_yield(k, second, at2);
-    } else {
-        kf_kernel_yield(k, emit_invocation(&s, at, vectorized), at);
-    }
-    kf_end(k);
-    grid_for(invocations, KF_WORKGROUP, c->grid);
-    c->slots[c->slot_count++] = grp->result;
-    return k;
-}
-
-static kf_kernel *compile_producer(kf_plan *p, kf__group *grp, kf__compiled *c) {
-    const kf_graph *g = p->graph;
-    const kf__node *root = &g->nodes[grp->root];
-    kf_shape shapes[KF_NODE_MAX_INPUTS];
-    for (uint32_t i = 0; i < root->input_count; i++) {
-        shapes[i] = g->nodes[root->inputs[i]].shape;
-    }
-    kf_kernel *base = NULL;
-    if (!strcmp(root->op->name, "matmul") && root->dtype == KF_DTYPE_F32 &&
-        !root->params.transpose_a && !root->params.transpose_b) {
-        /* A tile the autotuner measured on this adapter (kf_matmul_tune) beats the built-in
-         * choice; same bindings, same store phase. */
-        uint32_t m = shapes[0].dims[0], k = shapes[0].dims[1], n = shapes[1].dims[1];
-        const kf__mm_config *tuned = kf__matmul_config_for(p->ctx, m, k, n);
-        if (tuned && (uint64_t)m * n >= 64u * 64u) {
-            base = kf__matmul_blocked(m, k, n, tuned);
-        }
-    }
-    if (!strcmp(root->op->name, "matmul") && root->dtype == KF_DTYPE_F16 &&
-        !root->params.transpose_a && !root->params.transpose_b) {
-        /* Tensor cores where the device has subgroup matrices ($KF_NO_SGMAT=1: never); same
-         * bindings, same store phase. */
-        base =
-            kf__matmul_sgmat_for(p->ctx, shapes[0].dims[0], shapes[0].dims[1], shapes[1].dims[1]);
-    }
-    if (!base) {
-        base = root->op->kernel_forward(shapes, &root->params, root->dtype);
-    }
-    if (!base) {
-        plan_fail(p, KF_ERROR_OUT_OF_MEMORY, "%s: no kernel", root->op->name);
-        return NULL;
-    }
-    if (kf_kernel_status(base) != KF_OK) {
-        plan_fail(p, kf_kernel_status(base), "%s kernel: %s", root->op->name,
-                  kf_kernel_error(base));
-        kf_kernel_destroy(base);
-        return NULL;
-    }
-    for (uint32_t i = 0; i < root->input_count; i++) {
-        c->slots[c->slot_count++] = root->inputs[i];
-    }
-    kf_kernel *k = base;
-    if (grp->node_count > 0) {
-        uint32_t wg[3];
-        kf_kernel_workgroup_size(base, wg);
-        char name[96];
-        snprintf(name, sizeof name, "group%u_tail", (unsigned)(grp - p->groups));
-        kf_type t = kf_kernel_output_type(base);
-        kf_kernel_desc desc = {
-            .name = name, .workgroup_size = {wg[0], wg[1], wg[2]}, .input = t, .output = t};
-        kf_kernel *tail = kf_kernel_create(&desc);
-        if (!tail) {
-            kf_kernel_destroy(base);
-            return NULL;
-        }
-        emit_state s = {.p = p, .k = tail, .grp = grp, .c = c};
-        s.in = kf_kernel_input(tail);
-        s.index = kf_kernel_index(tail);
-        kf_val v = emit_elementwise(&s);
-        kf_kernel_yield(tail, from_f32(tail, v, g->nodes[grp->result].dtype), s.index);
-        k = kf_kernel_then(base, tail);
-        kf_kernel_destroy(base);
-        kf_kernel_destroy(tail);
-        if (!k) {
-            return NULL;
-        }
-    }
-    c->slots[c->slot_count++] = grp->result;
-    kf_kernel_grid(k, c->grid);
-    if (!c->grid[0] && !c->grid[1] && !c->grid[2]) {
-        uint32_t wg[3];
-        kf_kernel_workgroup_size(k, wg);
-        grid_for(kf_shape_elements(&g->nodes[grp->result].shape), wg[0] * wg[1] * wg[2], c->grid);
-    }
-    return k;
-}
-
-/* Independent element-wise groups side by side over one index space: member m owns the range
- * [offset_m, offset_m + n_m) of invocations (n_m in vec4s where it vectorizes). */
-static kf_kernel *compile_horizontal(kf_plan *p, kf__group *h, kf__compiled *c) {
-    char name[96];
-    snprintf(name, sizeof name, "group%u_horizontal", (unsigned)(h - p->groups));
-    kf_kernel_desc desc = {.name = name, .workgroup_size = {KF_WORKGROUP, 1, 1}};
-    kf_kernel *k = kf_kernel_create(&desc);
-    if (!k) {
-        return NULL;
-    }
-    kf_val idx = kf_let(k, "idx", kf_global_linear(k));
-    uint64_t offset = 0;
-    for (uint32_t m = 0; m < h->member_count; m++) {
-        kf__group *grp = &p->groups[h->members[m]];
-        const kf__node *res = &p->graph->nodes[grp->result];
-        bool vectorized = can_vectorize(p, grp);
-        uint64_t n = kf_shape_elements(&res->shape) / (vectorized ? KF_LANES : 1u);
-        kf_val lo = kf_lit_u32(k, (uint32_t)offset);
-        kf_val hi = kf_lit_u32(k, (uint32_t)(offset + n));
-        kf_if(k, kf_binary(k, KF_OP_AND, kf_binary(k, KF_OP_GE, idx, lo),
-                           kf_binary(k, KF_OP_LT, idx, hi)));
-        emit_state s = {.p = p, .k = k, .grp = grp, .c = c};
-        kf_val at = offset ? kf_let(k, "local", kf_sub(k, idx, lo)) : idx;
-        kf_val v = emit_invocation(&s, at, vectorized);
-        char out_name[KF_NAME_MAX + 16];
-        snprintf(out_name, sizeof out_name, "%s_%u", res->op->name, grp->result);
-        kf_type elem = vectorized ? kf_type_vec(KF_SCALAR_F32, KF_LANES) : scalar_type(res->dtype);
-        kf_binding out = kf_kernel_storage(k, out_name, elem, KF_ACCESS_READ_WRITE);
-        c->slots[c->slot_count++] = grp->result;
-        kf_store(k, out, at, v);
-        kf_end(k);
-        offset += n;
-    }
-    grid_for(offset, KF_WORKGROUP, c->grid);
-    return k;
 }
 
 static void compile_group(kf_plan *p, kf__group *grp) {
@@ -661,20 +275,7 @@ static void compile_group(kf_plan *p, kf__group *grp) {
         return;
     }
     grp->compiled = c;
-    kf_kernel *k = NULL;
-    switch (grp->kind) {
-    case KF__GROUP_ELEMENTWISE:
-        k = compile_elementwise(p, grp, c);
-        break;
-    case KF__GROUP_PRODUCER:
-        k = compile_producer(p, grp, c);
-        break;
-    case KF__GROUP_HORIZONTAL:
-        k = compile_horizontal(p, grp, c);
-        break;
-    case KF__GROUP_DEAD:
-        return;
-    }
+    kf_kernel *k = grp->fuser->build(p, grp, c);
     if (!k) {
         plan_fail(p, KF_ERROR_OUT_OF_MEMORY, "out of memory building group %s", grp->rule);
         return;
@@ -859,7 +460,7 @@ kf_status kf_graph_compile(kf_context *ctx, const kf_graph *g, const kf_compile_
     plan_vertical(p);
     plan_levels(p);
     if (!p->no_fuse) {
-        plan_horizontal(p);
+        plan_passes(p);
     }
     for (uint32_t gi = 0; gi < p->group_count && p->status == KF_OK; gi++) {
         kf__group *grp = &p->groups[gi];

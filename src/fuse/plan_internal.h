@@ -28,11 +28,14 @@ typedef struct kf__compiled {
     uint64_t bytes; /* compulsory bytes read and written */
 } kf__compiled;
 
+struct kf__fusion_rule; /* src/fuse/rules/rule.h */
+
 typedef struct kf__group {
     kf__group_kind kind;
-    char rule[32];
-    uint32_t root;                      /* producer node, 0 for element-wise groups */
-    uint32_t nodes[KF_GROUP_MAX_NODES]; /* element-wise nodes, in evaluation order */
+    const struct kf__fusion_rule *fuser; /* the rule that owns the group: builds and names it */
+    char rule[32];                       /* its name, for messages */
+    uint32_t root;                       /* producer node, 0 for element-wise groups */
+    uint32_t nodes[KF_GROUP_MAX_NODES];  /* element-wise nodes, in evaluation order */
     uint32_t node_count;
     uint32_t result; /* the node this group writes to memory */
     uint32_t level;  /* 1 + the deepest level it reads from; inputs are level 0 */

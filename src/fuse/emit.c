@@ -1,0 +1,243 @@
+/* Code generation the fusion rules share: a group's element-wise nodes as IR (scalar or vec4,
+ * with numpy-style broadcast loads), and a rooted group's kernel (the root's kernel with the
+ * element-wise nodes in its store phase). */
+#include <stdio.h>
+#include <string.h>
+
+#include "fuse/rules/rule.h"
+
+kf_type kf__scalar_type_of(kf_dtype d) {
+    return kf_type_scalar(d == KF_DTYPE_F16   ? KF_SCALAR_F16
+                          : d == KF_DTYPE_I32 ? KF_SCALAR_I32
+                                              : KF_SCALAR_F32);
+}
+
+void kf__grid_for(uint64_t elements, uint32_t wg, uint32_t out[3]) {
+    uint64_t groups = (elements + wg - 1) / wg;
+    out[0] = (uint32_t)(groups ? groups : 1);
+    out[1] = 1;
+    out[2] = 1;
+}
+
+bool kf__group_can_vectorize(const kf_plan *p, const kf__group *grp) {
+    const kf__node *res = &p->graph->nodes[grp->result];
+    uint64_t n = kf_shape_elements(&res->shape);
+    if (res->dtype != KF_DTYPE_F32 || n % KF__PLAN_LANES != 0) {
+        return false;
+    }
+    uint32_t reads[KF_GROUP_MAX_SLOTS];
+    uint32_t count = kf__group_reads(p, grp, reads, KF_GROUP_MAX_SLOTS);
+    for (uint32_t i = 0; i < count; i++) {
+        if (p->graph->nodes[reads[i]].dtype != KF_DTYPE_F32) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static kf_binding binding_for(kf__emit *s, uint32_t node, kf_type elem) {
+    kf__compiled *c = s->c;
+    for (uint32_t i = 0; i < c->read_count; i++) {
+        if (c->read_nodes[i] == node) {
+            return c->read_bindings[i];
+        }
+    }
+    const kf__node *n = &s->p->graph->nodes[node];
+    char name[KF_NAME_MAX + 16];
+    if (n->kind == KF__NODE_INPUT) {
+        snprintf(name, sizeof name, "%s", n->name);
+    } else {
+        snprintf(name, sizeof name, "%s_%u", n->op->name, node);
+    }
+    kf_binding b = kf_kernel_storage(s->k, name, elem, KF_ACCESS_READ);
+    if (c->read_count < KF_GROUP_MAX_SLOTS) {
+        c->read_nodes[c->read_count] = node;
+        c->read_bindings[c->read_count] = b;
+        c->read_count++;
+        c->slots[c->slot_count++] = node;
+    }
+    return b;
+}
+
+/* The operand's linear index for an output element, numpy-style right-aligned broadcasting. */
+static kf_val broadcast_index(kf_kernel *k, const kf_shape *out, const kf_shape *in, kf_val idx) {
+    uint64_t in_elems = kf_shape_elements(in);
+    if (kf_shape_eq(out, in) || in_elems == kf_shape_elements(out)) {
+        return idx;
+    }
+    if (in_elems == 1) {
+        return kf_lit_u32(k, 0);
+    }
+    kf_val result = {0};
+    uint64_t out_stride = 1, in_stride = 1;
+    uint32_t r_out = out->rank, r_in = in->rank;
+    for (uint32_t d = 0; d < r_out; d++) {
+        uint32_t od = out->dims[r_out - 1 - d];
+        uint32_t id = d < r_in ? in->dims[r_in - 1 - d] : 1;
+        if (id != 1) {
+            kf_val coord = idx;
+            if (out_stride != 1) {
+                coord = kf_div(k, coord, kf_lit_u32(k, (uint32_t)out_stride));
+            }
+            if (out_stride * od < kf_shape_elements(out)) {
+                coord = kf_binary(k, KF_OP_MOD, coord, kf_lit_u32(k, od));
+            }
+            kf_val term =
+                in_stride == 1 ? coord : kf_mul(k, coord, kf_lit_u32(k, (uint32_t)in_stride));
+            result = result.id ? kf_add(k, result, term) : term;
+            in_stride *= id;
+        }
+        out_stride *= od;
+    }
+    return result.id ? result : kf_lit_u32(k, 0);
+}
+
+static kf_val to_f32(kf_kernel *k, kf_val v) {
+    kf_type t = kf_val_type(k, v);
+    if (t.scalar == KF_SCALAR_F32) {
+        return v;
+    }
+    return kf_cast(k, kf_type_scalar(KF_SCALAR_F32), v);
+}
+
+static kf_val from_f32(kf_kernel *k, kf_val v, kf_dtype d) {
+    return d == KF_DTYPE_F16 ? kf_cast(k, kf_type_scalar(KF_SCALAR_F16), v) : v;
+}
+
+static kf_val operand_value(kf__emit *s, uint32_t id, const kf_shape *out_shape) {
+    const kf__node *n = &s->p->graph->nodes[id];
+    if (id == s->grp->root) {
+        return to_f32(s->k, s->in);
+    }
+    for (uint32_t i = 0; i < s->computed_count; i++) {
+        if (s->computed_ids[i] == id) {
+            return s->computed[i];
+        }
+    }
+    if (n->kind == KF__NODE_SCALAR) {
+        return kf_lit_f32(s->k, n->scalar);
+    }
+    if (s->vectorized && kf_shape_elements(&n->shape) == kf_shape_elements(out_shape)) {
+        /* A full-size operand: one vec4 load per invocation, shared by the lanes. */
+        kf_val wide = {0};
+        for (uint32_t i = 0; i < s->wide_count; i++) {
+            if (s->wide_ids[i] == id) {
+                wide = s->wide[i];
+            }
+        }
+        if (!wide.id) {
+            kf_binding b = binding_for(s, id, kf_type_vec(KF_SCALAR_F32, KF__PLAN_LANES));
+            wide = kf_load(s->k, b, s->vindex);
+            s->wide_ids[s->wide_count] = id;
+            s->wide[s->wide_count++] = wide;
+        }
+        return kf_extract(s->k, wide, s->lane);
+    }
+    kf_binding b = binding_for(s, id, kf__scalar_type_of(n->dtype));
+    kf_val at = broadcast_index(s->k, out_shape, &n->shape, s->index);
+    return to_f32(s->k, kf_load(s->k, b, at));
+}
+
+kf_val kf__emit_elementwise(kf__emit *s) {
+    const kf_graph *g = s->p->graph;
+    kf_val v = s->in.id ? to_f32(s->k, s->in) : (kf_val){0};
+    for (uint32_t i = 0; i < s->grp->node_count; i++) {
+        uint32_t id = s->grp->nodes[i];
+        const kf__node *n = &g->nodes[id];
+        kf_val args[KF_NODE_MAX_INPUTS];
+        for (uint32_t j = 0; j < n->input_count; j++) {
+            args[j] = operand_value(s, n->inputs[j], &n->shape);
+        }
+        v = n->op->expr(s->k, args, &n->params);
+        s->computed_ids[s->computed_count] = id;
+        s->computed[s->computed_count++] = v;
+    }
+    return v;
+}
+
+kf_val kf__emit_invocation(kf__emit *s, kf_val at, bool vectorized) {
+    kf_kernel *k = s->k;
+    kf_dtype dtype = s->p->graph->nodes[s->grp->result].dtype;
+    if (!vectorized) {
+        s->index = at;
+        return from_f32(k, kf__emit_elementwise(s), dtype);
+    }
+    s->vectorized = true;
+    s->vindex = at;
+    s->wide_count = 0;
+    kf_val lanes[KF__PLAN_LANES];
+    kf_val first = kf_mul(k, at, kf_lit_u32(k, KF__PLAN_LANES));
+    for (uint32_t l = 0; l < KF__PLAN_LANES; l++) {
+        s->lane = l;
+        s->index = l ? kf_add(k, first, kf_lit_u32(k, l)) : first;
+        s->computed_count = 0; /* each lane computes its own chain */
+        lanes[l] = kf__emit_elementwise(s);
+    }
+    return kf_vec(k, kf_type_vec(KF_SCALAR_F32, KF__PLAN_LANES), lanes, KF__PLAN_LANES);
+}
+
+kf_kernel *kf__root_kernel(kf_plan *p, const kf__group *grp) {
+    const kf_graph *g = p->graph;
+    const kf__node *root = &g->nodes[grp->root];
+    kf_shape shapes[KF_NODE_MAX_INPUTS];
+    for (uint32_t i = 0; i < root->input_count; i++) {
+        shapes[i] = g->nodes[root->inputs[i]].shape;
+    }
+    kf_kernel *base = root->op->kernel_forward(shapes, &root->params, root->dtype);
+    if (!base) {
+        kf__plan_fail(p, KF_ERROR_OUT_OF_MEMORY, "%s: no kernel", root->op->name);
+    }
+    return base;
+}
+
+kf_kernel *kf__build_rooted(kf_plan *p, kf__group *grp, kf__compiled *c, kf_kernel *base) {
+    const kf_graph *g = p->graph;
+    const kf__node *root = &g->nodes[grp->root];
+    if (!base) {
+        return NULL;
+    }
+    if (kf_kernel_status(base) != KF_OK) {
+        kf__plan_fail(p, kf_kernel_status(base), "%s kernel: %s", root->op->name,
+                      kf_kernel_error(base));
+        kf_kernel_destroy(base);
+        return NULL;
+    }
+    for (uint32_t i = 0; i < root->input_count; i++) {
+        c->slots[c->slot_count++] = root->inputs[i];
+    }
+    kf_kernel *k = base;
+    if (grp->node_count > 0) {
+        uint32_t wg[3];
+        kf_kernel_workgroup_size(base, wg);
+        char name[96];
+        snprintf(name, sizeof name, "group%u_tail", (unsigned)(grp - p->groups));
+        kf_type t = kf_kernel_output_type(base);
+        kf_kernel_desc desc = {
+            .name = name, .workgroup_size = {wg[0], wg[1], wg[2]}, .input = t, .output = t};
+        kf_kernel *tail = kf_kernel_create(&desc);
+        if (!tail) {
+            kf_kernel_destroy(base);
+            return NULL;
+        }
+        kf__emit s = {.p = p, .k = tail, .grp = grp, .c = c};
+        s.in = kf_kernel_input(tail);
+        s.index = kf_kernel_index(tail);
+        kf_val v = kf__emit_elementwise(&s);
+        kf_kernel_yield(tail, from_f32(tail, v, g->nodes[grp->result].dtype), s.index);
+        k = kf_kernel_then(base, tail);
+        kf_kernel_destroy(base);
+        kf_kernel_destroy(tail);
+        if (!k) {
+            return NULL;
+        }
+    }
+    c->slots[c->slot_count++] = grp->result;
+    kf_kernel_grid(k, c->grid);
+    if (!c->grid[0] && !c->grid[1] && !c->grid[2]) {
+        uint32_t wg[3];
+        kf_kernel_workgroup_size(k, wg);
+        kf__grid_for(kf_shape_elements(&g->nodes[grp->result].shape), wg[0] * wg[1] * wg[2],
+                     c->grid);
+    }
+    return k;
+}

@@ -1,0 +1,73 @@
+/* Element-wise chains: an element-wise operator joins the group of its operand (the planner
+ * checks that the operand is that group's result, read once, not an output, of the same shape
+ * and dtype); trees merge. The group is one kernel over the result's elements, vec4 where it can
+ * be (kf__group_can_vectorize), reading other operands with numpy-style broadcasting. */
+#include <stdio.h>
+
+#include "fuse/rules/rule.h"
+
+/* From this many vec4s up, an element-wise kernel computes two vec4s per invocation. */
+#define KF_TWO_PER_INVOCATION (1u << 16)
+
+static kf__group *elementwise_open(kf_plan *p, uint32_t node) {
+    if (!kf__op_is_elementwise(p->graph->nodes[node].op)) {
+        return NULL;
+    }
+    return kf__plan_open_group(p, &kf__rule_elementwise, KF__GROUP_ELEMENTWISE, node);
+}
+
+static bool elementwise_accepts(const kf_plan *p, const kf__group *grp, uint32_t node) {
+    (void)grp;
+    return kf__op_is_elementwise(p->graph->nodes[node].op);
+}
+
+static kf_kernel *elementwise_build(kf_plan *p, kf__group *grp, kf__compiled *c) {
+    const kf__node *res = &p->graph->nodes[grp->result];
+    char name[96];
+    snprintf(name, sizeof name, "group%u_elementwise", (unsigned)(grp - p->groups));
+    bool vectorized = kf__group_can_vectorize(p, grp);
+    uint32_t per = vectorized ? KF__PLAN_LANES : 1u;
+    kf_type out_type =
+        vectorized ? kf_type_vec(KF_SCALAR_F32, KF__PLAN_LANES) : kf__scalar_type_of(res->dtype);
+    kf_kernel_desc desc = {
+        .name = name, .workgroup_size = {KF__PLAN_WORKGROUP, 1, 1}, .output = out_type};
+    kf_kernel *k = kf_kernel_create(&desc);
+    if (!k) {
+        return NULL;
+    }
+    kf__emit s = {.p = p, .k = k, .grp = grp, .c = c};
+    uint64_t n = kf_shape_elements(&res->shape) / per;
+    /* Large even vec4 counts: two vec4s per invocation, n/2 apart, both loaded before either
+     * is stored, so twice the bytes are in flight per invocation (a long chain's arithmetic
+     * then hides behind memory: measured on an H200, bench/results/h200-chainexp.txt). */
+    uint32_t twice = vectorized && n % 2 == 0 && n >= 2u * KF_TWO_PER_INVOCATION ? 2u : 1u;
+    uint64_t invocations = n / twice;
+    kf_val at = kf_let(k, vectorized ? "vidx" : "idx", kf_global_linear(k));
+    kf_if(k, kf_binary(k, KF_OP_LT, at, kf_lit_u32(k, (uint32_t)invocations)));
+    if (twice == 2) {
+        kf_val at2 = kf_let(k, "vidx2", kf_add(k, at, kf_lit_u32(k, (uint32_t)invocations)));
+        kf_val first = kf__emit_invocation(&s, at, true);
+        kf_val second = kf__emit_invocation(&s, at2, true);
+        kf_kernel_yield(k, first, at);
+        kf_kernel_yield(k, second, at2);
+    } else {
+        kf_kernel_yield(k, kf__emit_invocation(&s, at, vectorized), at);
+    }
+    kf_end(k);
+    kf__grid_for(invocations, KF__PLAN_WORKGROUP, c->grid);
+    c->slots[c->slot_count++] = grp->result;
+    return k;
+}
+
+static const char *elementwise_explain(const kf_plan *p, const kf__group *grp) {
+    (void)p;
+    return grp->node_count > 1 ? "element-wise chain" : "element-wise";
+}
+
+const kf__fusion_rule kf__rule_elementwise = {
+    .name = "element-wise",
+    .open = elementwise_open,
+    .accepts = elementwise_accepts,
+    .build = elementwise_build,
+    .explain = elementwise_explain,
+};

@@ -1,0 +1,113 @@
+/* A fusion rule: one record per rule (one file each in src/fuse/rules/), registered in table.c.
+ *
+ * The planner (src/fuse/plan.c) walks the graph in topological order. For each operator node it
+ * first asks the groups of the node's operands whether the node may join them (`accepts`); when
+ * none does, it asks the rules in table order to open a group at the node (`open`). Once every
+ * node has a group and the groups have levels, it runs each rule's plan-wide `pass` (horizontal
+ * fusion batches independent groups). Each group is then built into one kernel by the rule that
+ * owns it (`build`), and kf_plan_explain names it with `explain`.
+ *
+ * Rules decide from what operators say about themselves (their class, their hooks), never from
+ * their names. A new rule is a new file defining a kf__fusion_rule plus one line in table.c.
+ */
+#ifndef KF_FUSE_RULES_RULE_H
+#define KF_FUSE_RULES_RULE_H
+
+#include "fuse/plan_internal.h"
+
+typedef struct kf__fusion_rule {
+    /* The group's name in messages ("group 3 (matmul): ..."): a word or two. */
+    const char *name;
+    /* Opens a group at operator node `node` when this rule owns such nodes, and returns it
+     * (made with kf__plan_open_group); NULL when the rule does not apply (or on failure, with the
+     * plan's status set). NULL hook: the rule opens no groups (a plan-wide rule). */
+    kf__group *(*open)(kf_plan *p, uint32_t node);
+    /* Legality: may `node` join grp, whose result is one of node's operands? The planner has
+     * already checked what every rule needs (the operand is the group's result, read by nothing
+     * else, not an output, of node's shape and dtype) and counts the binding budget itself
+     * (kf__group_bindings). NULL: nothing joins this rule's groups. */
+    bool (*accepts)(const kf_plan *p, const kf__group *grp, uint32_t node);
+    /* Plan-wide work after every node has its group and every group its level (horizontal
+     * fusion); skipped when fusion is off. NULL: none. */
+    void (*pass)(kf_plan *p);
+    /* Builds the group's kernel: records in c the node of each binding, in binding order
+     * (c->slots), and the grid. Returns NULL out of memory (a failing kernel keeps its error). */
+    kf_kernel *(*build)(kf_plan *p, kf__group *grp, kf__compiled *c);
+    /* The group's rule as kf_plan_explain prints it ("matmul epilogue"). */
+    const char *(*explain)(const kf_plan *p, const kf__group *grp);
+} kf__fusion_rule;
+
+/* The registered rules, in the order the planner asks them to open a group (table.c). */
+extern const kf__fusion_rule *const kf__fusion_rules[];
+extern const uint32_t kf__fusion_rule_count;
+
+extern const kf__fusion_rule kf__rule_matmul_epilogue;
+extern const kf__fusion_rule kf__rule_reduction_tail;
+extern const kf__fusion_rule kf__rule_layout;
+extern const kf__fusion_rule kf__rule_elementwise;
+extern const kf__fusion_rule kf__rule_horizontal;
+
+/* ---- planning helpers (plan.c) ---- */
+
+/* Records the first failure on the plan. */
+void kf__plan_fail(kf_plan *p, kf_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* A new group of `kind` owned by rule (NULL out of memory, with the plan's status set). May move
+ * p->groups: take group pointers again afterwards. */
+kf__group *kf__plan_new_group(kf_plan *p, const kf__fusion_rule *rule, kf__group_kind kind);
+/* A new group at operator node `node`: its root for KF__GROUP_PRODUCER, its first element-wise
+ * node for KF__GROUP_ELEMENTWISE; node is its result. */
+kf__group *kf__plan_open_group(kf_plan *p, const kf__fusion_rule *rule, kf__group_kind kind,
+                               uint32_t node);
+/* The group's materialized operands (graph inputs, other groups' results), each once, in the
+ * order its nodes read them; at most cap are written, the count is returned. */
+uint32_t kf__group_reads(const kf_plan *p, const kf__group *grp, uint32_t *out, uint32_t cap);
+
+/* ---- code generation the rules share (emit.c) ---- */
+
+#define KF__PLAN_WORKGROUP 256u
+#define KF__PLAN_LANES 4u
+
+kf_type kf__scalar_type_of(kf_dtype d);
+/* out[0] = the workgroups that cover `elements` invocations in workgroups of wg. */
+void kf__grid_for(uint64_t elements, uint32_t wg, uint32_t out[3]);
+/* Element-wise groups whose loads and stores can be vec4<f32>: f32 everywhere and a length the
+ * vector divides. */
+bool kf__group_can_vectorize(const kf_plan *p, const kf__group *grp);
+
+/* Emission of a group's element-wise nodes into kernel k: operands it reads from memory are
+ * declared as bindings of k the first time (and recorded in c's slots). */
+typedef struct kf__emit {
+    kf_plan *p;
+    kf_kernel *k;
+    kf__group *grp; /* the group being emitted (a member, inside horizontal kernels) */
+    kf__compiled *c;
+    kf_val in;    /* the producer's yielded value (tails) */
+    kf_val index; /* the element's linear index */
+    uint32_t computed_ids[KF_GROUP_MAX_NODES];
+    kf_val computed[KF_GROUP_MAX_NODES];
+    uint32_t computed_count;
+    /* Vectorized element-wise kernels: each invocation owns KF__PLAN_LANES consecutive elements,
+     * loads and stores them as one vec4 and computes lane by lane. */
+    bool vectorized;
+    uint32_t lane;
+    kf_val vindex; /* the vec4's index */
+    uint32_t wide_ids[KF_GROUP_MAX_SLOTS];
+    kf_val wide[KF_GROUP_MAX_SLOTS]; /* vec4 loads made so far */
+    uint32_t wide_count;
+} kf__emit;
+
+/* Emits the group's element-wise nodes for one element; returns the result (f32). */
+kf_val kf__emit_elementwise(kf__emit *s);
+/* The group's value at one invocation: the element at `at`, or with `vectorized` the KF__PLAN_LANES
+ * elements of vec4 number `at` (loads and the store are vec4, the chain runs lane by lane).
+ * Returns the value to store, in the stored type. */
+kf_val kf__emit_invocation(kf__emit *s, kf_val at, bool vectorized);
+/* A rooted group's kernel: the root operator's kernel (its inputs bound in order) with the
+ * group's element-wise nodes composed into its store phase (kf_kernel_then). */
+kf_kernel *kf__build_rooted(kf_plan *p, kf__group *grp, kf__compiled *c, kf_kernel *base);
+/* The root operator's own kernel for the group: kernel_forward on the root's input shapes;
+ * NULL with the plan's status set when there is none. */
+kf_kernel *kf__root_kernel(kf_plan *p, const kf__group *grp);
+
+#endif

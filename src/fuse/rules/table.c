@@ -1,0 +1,14 @@
+/* The fusion rules the planner knows, in the order it asks them to open a group at a node.
+ * A new rule: its file in this folder, its declaration in rule.h and one line here. */
+#include "fuse/rules/rule.h"
+
+const kf__fusion_rule *const kf__fusion_rules[] = {
+    &kf__rule_matmul_epilogue, /* matmul |> element-wise, in the matmul's store phase */
+    &kf__rule_reduction_tail,  /* row reduction |> element-wise */
+    &kf__rule_layout,          /* transpose: a group of its own */
+    &kf__rule_elementwise,     /* element-wise chains and trees */
+    &kf__rule_horizontal,      /* independent element-wise groups in one dispatch */
+};
+
+const uint32_t kf__fusion_rule_count =
+    (uint32_t)(sizeof kf__fusion_rules / sizeof kf__fusion_rules[0]);
