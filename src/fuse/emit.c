@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "fuse/rules/rule.h"
+#include "ops/ops_internal.h"
 
 kf_type kf__scalar_type_of(kf_dtype d) {
     return kf_type_scalar(d == KF_DTYPE_F16   ? KF_SCALAR_F16
@@ -183,7 +184,7 @@ kf_kernel *kf__root_kernel(kf_plan *p, const kf__group *grp) {
     for (uint32_t i = 0; i < root->input_count; i++) {
         shapes[i] = g->nodes[root->inputs[i]].shape;
     }
-    kf_kernel *base = root->op->kernel_forward(shapes, &root->params, root->dtype);
+    kf_kernel *base = kf__op_kernel_for(p->ctx, root->op, shapes, &root->params, root->dtype);
     if (!base) {
         kf__plan_fail(p, KF_ERROR_OUT_OF_MEMORY, "%s: no kernel", root->op->name);
     }

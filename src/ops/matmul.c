@@ -17,6 +17,7 @@
  * fuses into the store.
  */
 #include "ops/matmul_blocked.h"
+#include "ops/matmul_sgmat.h"
 #include "ops/ops_internal.h"
 
 #include <stdio.h>
@@ -294,6 +295,30 @@ static kf_kernel *mm_kernel_forward(const kf_shape *in, const kf_op_params *p, k
     return k;
 }
 
+/* The kernel a product runs on ctx, chosen here for plans and kf_op_verify alike. Plain (no
+ * transpose) products of 64x64 outputs and up: f32 on the tile kf_matmul_tune measured for their
+ * shape class on this adapter, when it did (same bindings, same store phase); f16 on subgroup
+ * matrices (tensor cores) where the device has them ($KF_NO_SGMAT=1: never). Everything else, and
+ * any of those that cannot be built: mm_kernel_forward. */
+static kf_kernel *mm_kernel_choose(kf_context *ctx, const kf_shape *in, const kf_op_params *p,
+                                   kf_dtype dtype) {
+    mm_dims d = {1, 1, 1};
+    bool plain = !(p && (p->transpose_a || p->transpose_b));
+    if (ctx && plain && mm_dims_of(in, p, &d, NULL, 0) == KF_OK) {
+        kf_kernel *k = NULL;
+        if (dtype == KF_DTYPE_F32 && (uint64_t)d.m * d.n >= BLOCKED_MIN_ELEMENTS) {
+            const kf__mm_config *tuned = kf__matmul_config_for(ctx, d.m, d.k, d.n);
+            k = tuned ? kf__matmul_blocked(d.m, d.k, d.n, tuned) : NULL;
+        } else if (dtype == KF_DTYPE_F16) {
+            k = kf__matmul_sgmat_for(ctx, d.m, d.k, d.n);
+        }
+        if (k) {
+            return k;
+        }
+    }
+    return mm_kernel_forward(in, p, dtype);
+}
+
 /* da and db as products of stored matrices (dc = grad_out, M x N):
  *   da = dc * op(b)^T            (a plain)       da^T = op(b) * dc^T    (a transposed)
  *   db = op(a)^T * dc            (b plain)       db^T = dc^T * op(a)    (b transposed)
@@ -402,6 +427,7 @@ const kf_operator kf__op_matmul = {
     .spec_forward = mm_spec_forward,
     .spec_backward = mm_spec_backward,
     .kernel_forward = mm_kernel_forward,
+    .kernel_choose = mm_kernel_choose,
     .kernel_backward = mm_kernel_backward,
     .tolerance_f32 = 3e-4,
     .tolerance_f16 = 2e-3,

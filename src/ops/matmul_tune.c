@@ -33,9 +33,12 @@ static const kf__mm_config candidates[] = {
     {64, 64, 16, 8, 8, 2},   {128, 256, 8, 8, 16, 1}, {256, 128, 8, 16, 8, 1},
 };
 
-void kf__matmul_tuning_free(struct kf__matmul_tuning *t) {
+static void tuning_free(void *t) {
     free(t);
 }
+
+/* The key of the context's slot for the table (kf__context_extension). */
+static const char tuning_slot = 0;
 
 static uint32_t ceil_log2(uint64_t v) {
     uint32_t r = 0;
@@ -92,20 +95,22 @@ static void put_entry(struct kf__matmul_tuning *t, const tune_entry *e) {
  * "mm3|key<TAB>mn k<TAB>bm bn bk tm tn stages<TAB>ms". The "mm3|" prefix is the generation of
  * the kernel and of the shape classes: lines with another prefix are ignored. */
 static struct kf__matmul_tuning *tuning_of(kf_context *ctx) {
-    if (!ctx->matmul_tuning) {
-        ctx->matmul_tuning = calloc(1, sizeof *ctx->matmul_tuning);
-        if (!ctx->matmul_tuning) {
+    struct kf__matmul_tuning *t = kf__context_extension(ctx, &tuning_slot);
+    if (!t) {
+        t = calloc(1, sizeof *t);
+        if (!t || kf__context_extension_set(ctx, &tuning_slot, t, tuning_free) != KF_OK) {
+            free(t);
             return NULL;
         }
     }
-    struct kf__matmul_tuning *t = ctx->matmul_tuning;
     if (t->loaded) {
         return t;
     }
     t->loaded = true;
-    const kf_adapter_info *info = &ctx->info;
-    snprintf(t->key, sizeof t->key, "mm3|%s|%s|%s|%s", info->vendor, info->device,
-             info->description, info->backend);
+    kf_adapter_info info = {0};
+    kf_context_adapter_info(ctx, &info);
+    snprintf(t->key, sizeof t->key, "mm3|%s|%s|%s|%s", info.vendor, info.device, info.description,
+             info.backend);
     for (char *c = t->key; *c; c++) {
         if (*c == '\t' || *c == '\n') {
             *c = ' ';

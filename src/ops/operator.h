@@ -85,6 +85,13 @@ struct kf_operator {
      * each output element to kf_kernel_yield (its store phase), and records its grid on the
      * kernel. NULL when the shapes do not fit (check them with `shape` first) or out of memory. */
     kf_kernel *(*kernel_forward)(const kf_shape *in, const kf_op_params *p, kf_dtype dtype);
+    /* The kernel the op runs for these shapes on ctx, where it has several (matmul: tiled,
+     * register-blocked, a tile kf_matmul_tune measured, subgroup matrices): the one place that
+     * choice is made, for plans, kf_op_run_forward and kf_op_verify alike (kf__op_kernel_for).
+     * Same bindings, store phase and grid convention as kernel_forward. NULL: kernel_forward is
+     * the only kernel. */
+    kf_kernel *(*kernel_choose)(kf_context *ctx, const kf_shape *in, const kf_op_params *p,
+                                kf_dtype dtype);
     /* Backward kernel producing grad of input `which`; bindings: the inputs in order, "out"
      * (the forward output), "grad_out", then "grad_in". */
     kf_kernel *(*kernel_backward)(const kf_shape *in, const kf_op_params *p, kf_dtype dtype,

@@ -114,6 +114,11 @@ kf_val kf__u32(kf_kernel *k, uint64_t v);
  */
 void kf__grid_1d(uint64_t invocations, uint32_t workgroup, uint32_t groups[3]);
 
+/* The forward kernel op runs for these shapes on ctx: op->kernel_choose where the op has one,
+ * else op->kernel_forward (kernel_choice.c). Plans and verification both build through it. */
+kf_kernel *kf__op_kernel_for(kf_context *ctx, const kf_operator *op, const kf_shape *in,
+                             const kf_op_params *p, kf_dtype dtype);
+
 /* ---------------------------------------------------------------------------------------- */
 /* Generic element-wise operators                                                           */
 /* ---------------------------------------------------------------------------------------- */

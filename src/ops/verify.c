@@ -312,7 +312,7 @@ kf_status kf_op_run_forward(kf_context *ctx, const kf_operator *op, const kf_op_
                               kf_shape_str(&expect, b, sizeof b));
         return KF_ERROR_SHAPE;
     }
-    kf_kernel *k = op->kernel_forward(shapes, p, out->dtype);
+    kf_kernel *k = kf__op_kernel_for(ctx, op, shapes, p, out->dtype);
     st = run_kernel(ctx, op, shapes, p, -1, k, buffers, arity + 1, msg, sizeof msg);
     kf_kernel_destroy(k);
     if (st != KF_OK) {
@@ -356,7 +356,7 @@ static kf_status verify_forward(kf_context *ctx, verify_state *s, kf_verify_resu
             buffers[i] = s->g_in[i]->buffer;
         }
         buffers[s->arity] = o.buffer;
-        kf_kernel *k = s->op->kernel_forward(c->shapes, &c->params, c->dtype);
+        kf_kernel *k = kf__op_kernel_for(ctx, s->op, c->shapes, &c->params, c->dtype);
         st = run_kernel(ctx, s->op, c->shapes, &c->params, -1, k, buffers, s->arity + 1, r->message,
                         sizeof r->message);
         kf_kernel_destroy(k);

@@ -731,7 +731,7 @@ void kf_context_destroy(kf_context *ctx) {
         return;
     }
     atomic_store(&ctx->destroying, true);
-    kf__matmul_tuning_free(ctx->matmul_tuning);
+    kf__context_extensions_release(ctx);
     if (ctx->device) {
         kf__pipeline_cache_destroy(ctx);
         kf__context_timing_destroy(ctx);

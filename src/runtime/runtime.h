@@ -80,12 +80,20 @@ struct kf_context {
     bool fake_oom; /* tests: the next buffer creation fails as out of memory (Dawn only) */
     /* Callback memory whose wait was abandoned (see kf__callback_release). */
     struct kf__callback_block *orphans;
-    /* Tuned matmul tiles (src/ops/matmul_tune.c), loaded from the cache file on first use. */
-    struct kf__matmul_tuning *matmul_tuning;
+    /* State layers above the runtime keep per context (extension.c). */
+    struct kf__context_extension *extensions;
+    uint32_t extension_count;
 };
 
-/* Frees the matmul tuning table (src/ops/matmul_tune.c); NULL is a no-op. */
-void kf__matmul_tuning_free(struct kf__matmul_tuning *t);
+/* extension.c: per-context state that a layer above the runtime keeps (the matmul tuner's table),
+ * without the runtime knowing what it is. Each slot is found by its key, the address of an object
+ * the owner defines; data is freed with free_data when the context is destroyed. */
+void *kf__context_extension(const kf_context *ctx, const void *key); /* NULL: none yet */
+/* Sets the key's slot (KF_ERROR_OUT_OF_MEMORY leaves it unset; data is not freed then). */
+kf_status kf__context_extension_set(kf_context *ctx, const void *key, void *data,
+                                    void (*free_data)(void *data));
+/* Frees every slot's data (kf_context_destroy). */
+void kf__context_extensions_release(kf_context *ctx);
 
 /* loader.c: finds and opens a webgpu.h library and resolves the entry points kfuse calls.
  * path: an explicit library (desc->library_path), or NULL for the search order documented at

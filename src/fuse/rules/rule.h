@@ -106,8 +106,9 @@ kf_val kf__emit_invocation(kf__emit *s, kf_val at, bool vectorized);
 /* A rooted group's kernel: the root operator's kernel (its inputs bound in order) with the
  * group's element-wise nodes composed into its store phase (kf_kernel_then). */
 kf_kernel *kf__build_rooted(kf_plan *p, kf__group *grp, kf__compiled *c, kf_kernel *base);
-/* The root operator's own kernel for the group: kernel_forward on the root's input shapes;
- * NULL with the plan's status set when there is none. */
+/* The root operator's kernel for the group, as the operator chooses it for the plan's context
+ * and the root's input shapes (kf__op_kernel_for); NULL with the plan's status set when there is
+ * none. */
 kf_kernel *kf__root_kernel(kf_plan *p, const kf__group *grp);
 
 #endif
