@@ -1031,6 +1031,12 @@ KF_API kf_status kf_graph_output_info(const kf_graph *g, uint32_t i, const char 
 
 typedef struct kf_compile_options {
     bool no_fuse; /* one dispatch per operator (the baseline fusion is compared against) */
+    /* The storage bindings one fused kernel may use. 0: the device's
+     * maxStorageBuffersPerShaderStage. A lower value splits groups sooner, as a device with that
+     * limit would (a test of small devices on a large one); a higher one is the device's. Every
+     * operator needs its inputs plus one: a value below what some operator of the graph needs is
+     * KF_ERROR_INVALID_ARGUMENT naming it. */
+    uint32_t max_storage_buffers;
 } kf_compile_options;
 
 /* Plans and compiles the graph for ctx. The plan copies what it needs from g. */

@@ -2,6 +2,7 @@
  * with numpy-style broadcast loads), and a rooted group's kernel (the root's kernel with the
  * element-wise nodes in its store phase). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fuse/rules/rule.h"
@@ -26,14 +27,32 @@ bool kf__group_can_vectorize(const kf_plan *p, const kf__group *grp) {
     if (res->dtype != KF_DTYPE_F32 || n % KF__PLAN_LANES != 0) {
         return false;
     }
-    uint32_t reads[KF_GROUP_MAX_SLOTS];
-    uint32_t count = kf__group_reads(p, grp, reads, KF_GROUP_MAX_SLOTS);
-    for (uint32_t i = 0; i < count; i++) {
-        if (p->graph->nodes[reads[i]].dtype != KF_DTYPE_F32) {
+    for (uint32_t i = 0; i < grp->read_count; i++) {
+        if (p->graph->nodes[grp->reads[i]].dtype != KF_DTYPE_F32) {
             return false;
         }
     }
     return true;
+}
+
+bool kf__emit_init(kf__emit *s, kf_plan *p, kf_kernel *k, kf__group *grp, kf__compiled *c) {
+    memset(s, 0, sizeof *s);
+    s->p = p;
+    s->k = k;
+    s->grp = grp;
+    s->c = c;
+    s->computed = calloc((size_t)grp->node_count + grp->read_count + 1, sizeof *s->computed);
+    if (!s->computed) {
+        kf__plan_fail(p, KF_ERROR_OUT_OF_MEMORY, "out of memory compiling a group");
+        return false;
+    }
+    s->wide = s->computed + grp->node_count;
+    return true;
+}
+
+void kf__emit_release(kf__emit *s) {
+    free(s->computed);
+    s->computed = s->wide = NULL;
 }
 
 static kf_binding binding_for(kf__emit *s, uint32_t node, kf_type elem) {
@@ -51,11 +70,24 @@ static kf_binding binding_for(kf__emit *s, uint32_t node, kf_type elem) {
         snprintf(name, sizeof name, "%s_%u", n->op->name, node);
     }
     kf_binding b = kf_kernel_storage(s->k, name, elem, KF_ACCESS_READ);
-    if (c->read_count < KF_GROUP_MAX_SLOTS) {
+    if (c->read_count == c->read_capacity) {
+        uint32_t cap = c->read_capacity ? c->read_capacity * 2 : 8;
+        uint32_t *nodes = realloc(c->read_nodes, sizeof *nodes * cap);
+        if (nodes) {
+            c->read_nodes = nodes;
+        }
+        kf_binding *bindings = nodes ? realloc(c->read_bindings, sizeof *bindings * cap) : NULL;
+        if (bindings) {
+            c->read_bindings = bindings;
+            c->read_capacity = cap;
+        }
+    }
+    if (c->read_count < c->read_capacity && kf__compiled_add_slot(s->p, c, node)) {
         c->read_nodes[c->read_count] = node;
         c->read_bindings[c->read_count] = b;
         c->read_count++;
-        c->slots[c->slot_count++] = node;
+    } else {
+        kf__plan_fail(s->p, KF_ERROR_OUT_OF_MEMORY, "out of memory compiling a group");
     }
     return b;
 }
@@ -111,7 +143,7 @@ static kf_val operand_value(kf__emit *s, uint32_t id, const kf_shape *out_shape)
         return to_f32(s->k, s->in);
     }
     for (uint32_t i = 0; i < s->computed_count; i++) {
-        if (s->computed_ids[i] == id) {
+        if (s->grp->nodes[i] == id) {
             return s->computed[i];
         }
     }
@@ -120,17 +152,17 @@ static kf_val operand_value(kf__emit *s, uint32_t id, const kf_shape *out_shape)
     }
     if (s->vectorized && kf_shape_elements(&n->shape) == kf_shape_elements(out_shape)) {
         /* A full-size operand: one vec4 load per invocation, shared by the lanes. */
-        kf_val wide = {0};
-        for (uint32_t i = 0; i < s->wide_count; i++) {
-            if (s->wide_ids[i] == id) {
-                wide = s->wide[i];
-            }
+        uint32_t j = 0;
+        while (j < s->grp->read_count && s->grp->reads[j] != id) {
+            j++;
         }
+        kf_val wide = j < s->grp->read_count ? s->wide[j] : (kf_val){0};
         if (!wide.id) {
             kf_binding b = binding_for(s, id, kf_type_vec(KF_SCALAR_F32, KF__PLAN_LANES));
             wide = kf_load(s->k, b, s->vindex);
-            s->wide_ids[s->wide_count] = id;
-            s->wide[s->wide_count++] = wide;
+            if (j < s->grp->read_count) {
+                s->wide[j] = wide;
+            }
         }
         return kf_extract(s->k, wide, s->lane);
     }
@@ -150,7 +182,6 @@ kf_val kf__emit_elementwise(kf__emit *s) {
             args[j] = operand_value(s, n->inputs[j], &n->shape);
         }
         v = n->op->expr(s->k, args, &n->params);
-        s->computed_ids[s->computed_count] = id;
         s->computed[s->computed_count++] = v;
     }
     return v;
@@ -165,7 +196,7 @@ kf_val kf__emit_invocation(kf__emit *s, kf_val at, bool vectorized) {
     }
     s->vectorized = true;
     s->vindex = at;
-    s->wide_count = 0;
+    memset(s->wide, 0, sizeof *s->wide * s->grp->read_count);
     kf_val lanes[KF__PLAN_LANES];
     kf_val first = kf_mul(k, at, kf_lit_u32(k, KF__PLAN_LANES));
     for (uint32_t l = 0; l < KF__PLAN_LANES; l++) {
@@ -204,7 +235,10 @@ kf_kernel *kf__build_rooted(kf_plan *p, kf__group *grp, kf__compiled *c, kf_kern
         return NULL;
     }
     for (uint32_t i = 0; i < root->input_count; i++) {
-        c->slots[c->slot_count++] = root->inputs[i];
+        if (!kf__compiled_add_slot(p, c, root->inputs[i])) {
+            kf_kernel_destroy(base);
+            return NULL;
+        }
     }
     kf_kernel *k = base;
     if (grp->node_count > 0) {
@@ -220,10 +254,16 @@ kf_kernel *kf__build_rooted(kf_plan *p, kf__group *grp, kf__compiled *c, kf_kern
             kf_kernel_destroy(base);
             return NULL;
         }
-        kf__emit s = {.p = p, .k = tail, .grp = grp, .c = c};
+        kf__emit s;
+        if (!kf__emit_init(&s, p, tail, grp, c)) {
+            kf_kernel_destroy(base);
+            kf_kernel_destroy(tail);
+            return NULL;
+        }
         s.in = kf_kernel_input(tail);
         s.index = kf_kernel_index(tail);
         kf_val v = kf__emit_elementwise(&s);
+        kf__emit_release(&s);
         kf_kernel_yield(tail, from_f32(tail, v, g->nodes[grp->result].dtype), s.index);
         k = kf_kernel_then(base, tail);
         kf_kernel_destroy(base);
@@ -232,7 +272,10 @@ kf_kernel *kf__build_rooted(kf_plan *p, kf__group *grp, kf__compiled *c, kf_kern
             return NULL;
         }
     }
-    c->slots[c->slot_count++] = grp->result;
+    if (!kf__compiled_add_slot(p, c, grp->result)) {
+        kf_kernel_destroy(k);
+        return NULL;
+    }
     kf_kernel_grid(k, c->grid);
     if (!c->grid[0] && !c->grid[1] && !c->grid[2]) {
         uint32_t wg[3];

@@ -50,6 +50,30 @@ static uint64_t node_bytes(const kf__node *n) {
     return kf_shape_elements(&n->shape) * kf_dtype_size(n->dtype);
 }
 
+/* Room for one more entry in a growing uint32_t list. */
+static bool grow_ids(uint32_t **ids, uint32_t *capacity, uint32_t count) {
+    if (count < *capacity) {
+        return true;
+    }
+    uint32_t cap = *capacity ? *capacity * 2 : 8;
+    uint32_t *grown = realloc(*ids, sizeof *grown * cap);
+    if (!grown) {
+        return false;
+    }
+    *ids = grown;
+    *capacity = cap;
+    return true;
+}
+
+static bool ids_contain(const uint32_t *ids, uint32_t count, uint32_t id) {
+    for (uint32_t i = 0; i < count; i++) {
+        if (ids[i] == id) {
+            return true;
+        }
+    }
+    return false;
+}
+
 kf__group *kf__plan_new_group(kf_plan *p, const kf__fusion_rule *rule, kf__group_kind kind) {
     if (p->group_count == p->group_capacity) {
         uint32_t cap = p->group_capacity ? p->group_capacity * 2 : 8;
@@ -69,12 +93,58 @@ kf__group *kf__plan_new_group(kf_plan *p, const kf__fusion_rule *rule, kf__group
     return grp;
 }
 
+static void group_release(kf__group *grp) {
+    free(grp->nodes);
+    free(grp->reads);
+    free(grp->members);
+    grp->nodes = grp->reads = grp->members = NULL;
+    grp->node_count = grp->read_count = grp->member_count = 0;
+    grp->node_capacity = grp->read_capacity = grp->member_capacity = 0;
+}
+
 static bool group_push_node(kf_plan *p, kf__group *grp, uint32_t node) {
-    if (grp->node_count == KF_GROUP_MAX_NODES) {
+    if (!grow_ids(&grp->nodes, &grp->node_capacity, grp->node_count)) {
+        plan_fail(p, KF_ERROR_OUT_OF_MEMORY, "out of memory planning groups");
         return false;
     }
     grp->nodes[grp->node_count++] = node;
     p->group_of[node] = (int32_t)(grp - p->groups);
+    return true;
+}
+
+/* Records that grp's element-wise nodes read `node` from memory (once). */
+static bool group_add_read(kf_plan *p, kf__group *grp, uint32_t node) {
+    if (ids_contain(grp->reads, grp->read_count, node)) {
+        return true;
+    }
+    if (!grow_ids(&grp->reads, &grp->read_capacity, grp->read_count)) {
+        plan_fail(p, KF_ERROR_OUT_OF_MEMORY, "out of memory planning groups");
+        return false;
+    }
+    grp->reads[grp->read_count++] = node;
+    return true;
+}
+
+bool kf__group_add_member(kf_plan *p, kf__group *h, uint32_t member) {
+    if (!grow_ids(&h->members, &h->member_capacity, h->member_count)) {
+        plan_fail(p, KF_ERROR_OUT_OF_MEMORY, "out of memory planning groups");
+        return false;
+    }
+    h->members[h->member_count++] = member;
+    return true;
+}
+
+/* The operands of element-wise node `node` that grp, with node in it, reads from memory. */
+static bool group_add_operands(kf_plan *p, kf__group *grp, uint32_t node) {
+    const kf__node *n = &p->graph->nodes[node];
+    int32_t self = (int32_t)(grp - p->groups);
+    for (uint32_t i = 0; i < n->input_count; i++) {
+        uint32_t a = n->inputs[i];
+        if (p->graph->nodes[a].kind != KF__NODE_SCALAR && p->group_of[a] != self &&
+            !group_add_read(p, grp, a)) {
+            return false;
+        }
+    }
     return true;
 }
 
@@ -87,11 +157,61 @@ kf__group *kf__plan_open_group(kf_plan *p, const kf__fusion_rule *rule, kf__grou
     if (kind == KF__GROUP_PRODUCER) {
         grp->root = node;
         p->group_of[node] = (int32_t)(grp - p->groups);
-    } else {
-        group_push_node(p, grp, node);
+    } else if (!group_push_node(p, grp, node) || !group_add_operands(p, grp, node)) {
+        return NULL;
     }
     grp->result = node;
     return grp;
+}
+
+uint32_t kf__group_bindings(const kf_plan *p, const kf__group *grp) {
+    uint32_t root_inputs = grp->root ? p->graph->nodes[grp->root].input_count : 0;
+    return root_inputs + grp->read_count + 1;
+}
+
+/* The bindings base's kernel would have with `node` joined and the groups with[0..count) merged
+ * into it: the root's inputs, each distinct operand read from memory, the result. */
+static uint32_t joined_bindings(kf_plan *p, int32_t base, const int32_t *with, uint32_t count,
+                                uint32_t node) {
+    const kf__group *grp = &p->groups[base];
+    uint32_t cap = grp->read_count + KF_NODE_MAX_INPUTS;
+    for (uint32_t m = 0; m < count; m++) {
+        cap += p->groups[with[m]].read_count;
+    }
+    if (cap > p->scratch_capacity) {
+        uint32_t *grown = realloc(p->scratch, sizeof *grown * cap);
+        if (!grown) {
+            plan_fail(p, KF_ERROR_OUT_OF_MEMORY, "out of memory planning groups");
+            return UINT32_MAX;
+        }
+        p->scratch = grown;
+        p->scratch_capacity = cap;
+    }
+    uint32_t *reads = p->scratch;
+    uint32_t n = grp->read_count;
+    memcpy(reads, grp->reads, sizeof *reads * n);
+    for (uint32_t m = 0; m < count; m++) {
+        const kf__group *other = &p->groups[with[m]];
+        for (uint32_t i = 0; i < other->read_count; i++) {
+            if (!ids_contain(reads, n, other->reads[i])) {
+                reads[n++] = other->reads[i];
+            }
+        }
+    }
+    const kf__node *nd = &p->graph->nodes[node];
+    for (uint32_t i = 0; i < nd->input_count; i++) {
+        uint32_t a = nd->inputs[i];
+        int32_t src = p->group_of[a];
+        bool computed = src == base;
+        for (uint32_t m = 0; m < count && !computed; m++) {
+            computed = src == with[m];
+        }
+        if (p->graph->nodes[a].kind != KF__NODE_SCALAR && !computed && !ids_contain(reads, n, a)) {
+            reads[n++] = a;
+        }
+    }
+    uint32_t root_inputs = grp->root ? p->graph->nodes[grp->root].input_count : 0;
+    return root_inputs + n + 1;
 }
 
 /* May node join the group whose result is its operand `operand`? What every rule needs, then
@@ -112,7 +232,7 @@ static bool can_extend(const kf_plan *p, uint32_t operand, uint32_t node) {
     if (!kf_shape_eq(&a->shape, &n->shape) || a->dtype != n->dtype) {
         return false; /* a broadcast that changes the shape ends the group */
     }
-    if (grp->node_count == KF_GROUP_MAX_NODES) {
+    if (grp->node_count >= KF_GROUP_MAX_NODES) {
         return false;
     }
     return grp->fuser->accepts && grp->fuser->accepts(p, grp, node);
@@ -128,6 +248,49 @@ static void open_group(kf_plan *p, uint32_t node) {
     }
     plan_fail(p, KF_ERROR_INTERNAL, "no fusion rule takes %s (node %u)",
               p->graph->nodes[node].op->name, node);
+}
+
+/* Node joins group `base`, merging as many of the groups others[0..count) as the node limit and
+ * the binding budget allow (greedily, in order: the rest stay separate and their results are
+ * read from memory). False when even the node alone does not fit. */
+static bool try_join(kf_plan *p, int32_t base, const int32_t *others, uint32_t count,
+                     uint32_t node) {
+    int32_t with[KF_NODE_MAX_INPUTS];
+    uint32_t with_count = 0;
+    uint32_t nodes = p->groups[base].node_count;
+    for (uint32_t m = 0; m < count; m++) {
+        const kf__group *other = &p->groups[others[m]];
+        if (nodes + other->node_count >= KF_GROUP_MAX_NODES) {
+            continue; /* too big to merge: the other group's result stays in memory */
+        }
+        with[with_count] = others[m];
+        if (joined_bindings(p, base, with, with_count + 1, node) > p->max_storage_buffers) {
+            continue; /* over the binding budget: the same */
+        }
+        with_count++;
+        nodes += other->node_count;
+    }
+    if (p->status != KF_OK ||
+        joined_bindings(p, base, with, with_count, node) > p->max_storage_buffers) {
+        return false;
+    }
+    kf__group *grp = &p->groups[base];
+    for (uint32_t m = 0; m < with_count; m++) {
+        kf__group *other = &p->groups[with[m]];
+        for (uint32_t j = 0; j < other->node_count; j++) {
+            group_push_node(p, grp, other->nodes[j]);
+        }
+        for (uint32_t j = 0; j < other->read_count; j++) {
+            group_add_read(p, grp, other->reads[j]);
+        }
+        other->kind = KF__GROUP_DEAD;
+        group_release(other);
+    }
+    if (group_push_node(p, grp, node)) {
+        group_add_operands(p, grp, node);
+    }
+    grp->result = node;
+    return true;
 }
 
 static void plan_vertical(kf_plan *p) {
@@ -163,71 +326,21 @@ static void plan_vertical(kf_plan *p) {
                 }
             }
         }
-        if (base < 0) {
+        bool joined = base >= 0 && try_join(p, base, merge, merge_count, id);
+        /* Over the binding budget: an element-wise operand group may still take it, with the
+         * others' results read from memory. */
+        for (uint32_t m = 0; !joined && m < merge_count && p->status == KF_OK; m++) {
+            int32_t rest[KF_NODE_MAX_INPUTS];
+            uint32_t rest_count = 0;
+            for (uint32_t j = m + 1; j < merge_count; j++) {
+                rest[rest_count++] = merge[j];
+            }
+            joined = try_join(p, merge[m], rest, rest_count, id);
+        }
+        if (!joined && p->status == KF_OK) {
             open_group(p, id);
-            continue;
-        }
-        kf__group *grp = &p->groups[base];
-        for (uint32_t m = 0; m < merge_count; m++) {
-            kf__group *other = &p->groups[merge[m]];
-            if (grp->node_count + other->node_count >= KF_GROUP_MAX_NODES) {
-                continue; /* too big to merge: the other group's result stays in memory */
-            }
-            for (uint32_t j = 0; j < other->node_count; j++) {
-                group_push_node(p, grp, other->nodes[j]);
-            }
-            other->kind = KF__GROUP_DEAD;
-            other->node_count = 0;
-        }
-        if (!group_push_node(p, grp, id)) {
-            plan_fail(p, KF_ERROR_INTERNAL, "group overflow at node %u", id);
-            return;
-        }
-        grp->result = id;
-    }
-}
-
-/* A group's materialized operands: nodes read from memory (graph inputs, other groups' results). */
-static bool node_in_group(const kf__group *grp, uint32_t id) {
-    if (grp->root == id) {
-        return true;
-    }
-    for (uint32_t i = 0; i < grp->node_count; i++) {
-        if (grp->nodes[i] == id) {
-            return true;
         }
     }
-    return false;
-}
-
-uint32_t kf__group_reads(const kf_plan *p, const kf__group *grp, uint32_t *out, uint32_t cap) {
-    const kf_graph *g = p->graph;
-    uint32_t count = 0;
-    uint32_t list[KF_GROUP_MAX_NODES + 1];
-    uint32_t list_count = 0;
-    if (grp->root) {
-        list[list_count++] = grp->root;
-    }
-    for (uint32_t i = 0; i < grp->node_count; i++) {
-        list[list_count++] = grp->nodes[i];
-    }
-    for (uint32_t i = 0; i < list_count; i++) {
-        const kf__node *n = &g->nodes[list[i]];
-        for (uint32_t j = 0; j < n->input_count; j++) {
-            uint32_t a = n->inputs[j];
-            if (g->nodes[a].kind == KF__NODE_SCALAR || node_in_group(grp, a)) {
-                continue;
-            }
-            bool seen = false;
-            for (uint32_t k = 0; k < count; k++) {
-                seen |= out[k] == a;
-            }
-            if (!seen && count < cap) {
-                out[count++] = a;
-            }
-        }
-    }
-    return count;
 }
 
 static void plan_levels(kf_plan *p) {
@@ -246,15 +359,45 @@ static void plan_levels(kf_plan *p) {
             if (grp->kind == KF__GROUP_DEAD) {
                 continue;
             }
-            uint32_t reads[KF_GROUP_MAX_SLOTS];
-            uint32_t n = kf__group_reads(p, grp, reads, KF_GROUP_MAX_SLOTS);
-            for (uint32_t i = 0; i < n; i++) {
-                int32_t src = p->group_of[reads[i]];
-                if (src >= 0 && p->groups[src].level + 1 > grp->level) {
+            const kf__node *root = grp->root ? &p->graph->nodes[grp->root] : NULL;
+            uint32_t root_inputs = root ? root->input_count : 0;
+            for (uint32_t i = 0; i < root_inputs + grp->read_count; i++) {
+                uint32_t read = i < root_inputs ? root->inputs[i] : grp->reads[i - root_inputs];
+                int32_t src = p->group_of[read];
+                if (src >= 0 && src != (int32_t)gi && p->groups[src].level + 1 > grp->level) {
                     grp->level = p->groups[src].level + 1;
                     changed = true;
                 }
             }
+        }
+    }
+}
+
+/* The bindings one kernel may use: the device's (8, WebGPU's minimum, when it does not say), or
+ * the caller's lower one, never above KF_GROUP_MAX_SLOTS; and enough for every operator alone. */
+static void set_binding_budget(kf_plan *p, const kf_compile_options *opts) {
+    kf_adapter_info info;
+    uint32_t device = 8;
+    if (kf_context_adapter_info(p->ctx, &info) == KF_OK && info.max_storage_buffers_per_stage) {
+        device = info.max_storage_buffers_per_stage;
+    }
+    uint32_t asked = opts ? opts->max_storage_buffers : 0;
+    p->max_storage_buffers = asked && asked < device ? asked : device;
+    if (p->max_storage_buffers > KF_GROUP_MAX_SLOTS) {
+        p->max_storage_buffers = KF_GROUP_MAX_SLOTS;
+    }
+    const kf_graph *g = p->graph;
+    for (uint32_t id = 1; id < g->node_count; id++) {
+        const kf__node *n = &g->nodes[id];
+        uint32_t need = n->kind == KF__NODE_OP ? 1 : 0;
+        for (uint32_t i = 0; need && i < n->input_count; i++) {
+            need += g->nodes[n->inputs[i]].kind != KF__NODE_SCALAR;
+        }
+        if (need > p->max_storage_buffers) {
+            plan_fail(p, asked ? KF_ERROR_INVALID_ARGUMENT : KF_ERROR_LIMIT,
+                      "max_storage_buffers %u is below what %s (node %u) needs: %u bindings",
+                      p->max_storage_buffers, n->op->name, id, need);
+            return;
         }
     }
 }
@@ -265,6 +408,27 @@ static void plan_passes(kf_plan *p) {
         if (kf__fusion_rules[r]->pass) {
             kf__fusion_rules[r]->pass(p);
         }
+    }
+}
+
+bool kf__compiled_add_slot(kf_plan *p, kf__compiled *c, uint32_t node) {
+    if (!grow_ids(&c->slots, &c->slot_capacity, c->slot_count)) {
+        plan_fail(p, KF_ERROR_OUT_OF_MEMORY, "out of memory compiling a group");
+        return false;
+    }
+    c->slots[c->slot_count++] = node;
+    return true;
+}
+
+static void compiled_free(kf__compiled *c) {
+    if (c) {
+        kf_kernel_destroy(c->kernel);
+        kf_free(c->wgsl);
+        free(c->slots);
+        free(c->buffers);
+        free(c->read_nodes);
+        free(c->read_bindings);
+        free(c);
     }
 }
 
@@ -291,11 +455,26 @@ static void compile_group(kf_plan *p, kf__group *grp) {
                   (unsigned)(grp - p->groups), kf_kernel_binding_count(k), c->slot_count);
         return;
     }
+    c->buffers = calloc(c->slot_count ? c->slot_count : 1, sizeof *c->buffers);
+    if (!c->buffers) {
+        plan_fail(p, KF_ERROR_OUT_OF_MEMORY, "out of memory compiling a group");
+        return;
+    }
     c->wgsl = kf_kernel_emit_wgsl(k);
     if (!c->wgsl) {
         plan_fail(p, KF_ERROR_INTERNAL, "group %u: %s", (unsigned)(grp - p->groups),
                   kf_kernel_error(k));
     }
+}
+
+/* Frees what planning made: groups, their lists, their compiled kernels. */
+static void groups_free(kf_plan *p) {
+    for (uint32_t gi = 0; gi < p->group_count; gi++) {
+        compiled_free(p->groups[gi].compiled);
+        group_release(&p->groups[gi]);
+    }
+    free(p->groups);
+    free(p->scratch);
 }
 
 /* ---- buffers, dispatches, run ---- */
@@ -449,14 +628,7 @@ kf_status kf_graph_compile(kf_context *ctx, const kf_graph *g, const kf_compile_
     for (uint32_t o = 0; o < g->output_count; o++) {
         p->is_output[g->outputs[o].node] = true;
     }
-    kf_adapter_info info;
-    p->max_storage_buffers = 8;
-    if (kf_context_adapter_info(ctx, &info) == KF_OK && info.max_storage_buffers_per_stage) {
-        p->max_storage_buffers = info.max_storage_buffers_per_stage;
-    }
-    if (p->max_storage_buffers > KF_GROUP_MAX_SLOTS) {
-        p->max_storage_buffers = KF_GROUP_MAX_SLOTS;
-    }
+    set_binding_budget(p, opts);
     plan_vertical(p);
     plan_levels(p);
     if (!p->no_fuse) {
@@ -489,20 +661,12 @@ void kf_plan_destroy(kf_plan *p) {
     if (!p) {
         return;
     }
-    for (uint32_t gi = 0; gi < p->group_count; gi++) {
-        kf__compiled *c = p->groups[gi].compiled;
-        if (c) {
-            kf_kernel_destroy(c->kernel);
-            kf_free(c->wgsl);
-            free(c);
-        }
-    }
     if (p->graph && p->buffers) {
         for (uint32_t id = 0; id < p->graph->node_count; id++) {
             kf_buffer_destroy(p->buffers[id]);
         }
     }
-    free(p->groups);
+    groups_free(p);
     free(p->group_of);
     free(p->uses);
     free(p->is_output);

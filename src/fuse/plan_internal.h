@@ -4,9 +4,13 @@
 
 #include "fuse/fuse_internal.h"
 
+/* A group holds at most this many element-wise nodes, so each kernel's size (and its shader
+ * compilation time) stays bounded: a longer chain splits into groups of this size, and those that
+ * compute the same share one pipeline. */
 #define KF_GROUP_MAX_NODES 64
+/* The most storage bindings a planned kernel has, whatever the device allows (execution sizes its
+ * lists of binding kinds with it). Not the size of any planner array: those grow. */
 #define KF_GROUP_MAX_SLOTS 64
-#define KF_GROUP_MAX_MEMBERS 32
 
 typedef enum kf__group_kind {
     KF__GROUP_DEAD = 0,    /* merged into another group */
@@ -18,12 +22,14 @@ typedef enum kf__group_kind {
 typedef struct kf__compiled {
     kf_kernel *kernel;
     char *wgsl;
-    uint32_t slots[KF_GROUP_MAX_SLOTS]; /* binding i reads/writes the buffer of node slots[i] */
+    uint32_t *slots; /* binding i reads/writes the buffer of node slots[i] */
     uint32_t slot_count;
-    kf_buffer *buffers[KF_GROUP_MAX_SLOTS];
-    uint32_t read_nodes[KF_GROUP_MAX_SLOTS]; /* bindings declared while emitting */
-    kf_binding read_bindings[KF_GROUP_MAX_SLOTS];
+    uint32_t slot_capacity;
+    kf_buffer **buffers;  /* slot_count entries, set when the dispatches are made */
+    uint32_t *read_nodes; /* bindings declared while emitting, and the node each reads */
+    kf_binding *read_bindings;
     uint32_t read_count;
+    uint32_t read_capacity;
     uint32_t grid[3];
     uint64_t bytes; /* compulsory bytes read and written */
 } kf__compiled;
@@ -35,13 +41,20 @@ typedef struct kf__group {
     const struct kf__fusion_rule *fuser; /* the rule that owns the group: builds and names it */
     char rule[32];                       /* its name, for messages */
     uint32_t root;                       /* producer node, 0 for element-wise groups */
-    uint32_t nodes[KF_GROUP_MAX_NODES];  /* element-wise nodes, in evaluation order */
+    uint32_t *nodes;                     /* element-wise nodes, in evaluation order */
     uint32_t node_count;
-    uint32_t result; /* the node this group writes to memory */
-    uint32_t level;  /* 1 + the deepest level it reads from; inputs are level 0 */
-    bool absorbed;   /* a member of a horizontal group */
-    uint32_t members[KF_GROUP_MAX_MEMBERS];
+    uint32_t node_capacity;
+    /* What its element-wise nodes read from memory (graph inputs, other groups' results), each
+     * once; a root's own inputs are the root node's. */
+    uint32_t *reads;
+    uint32_t read_count;
+    uint32_t read_capacity;
+    uint32_t result;   /* the node this group writes to memory */
+    uint32_t level;    /* 1 + the deepest level it reads from; inputs are level 0 */
+    bool absorbed;     /* a member of a horizontal group */
+    uint32_t *members; /* horizontal groups: the groups they run */
     uint32_t member_count;
+    uint32_t member_capacity;
     kf__compiled *compiled;
 } kf__group;
 
@@ -59,7 +72,9 @@ struct kf_plan {
     bool *is_output;     /* node id -> named as an output */
     kf_buffer **buffers; /* node id -> buffer, for materialized nodes */
     bool *inputs_set;
-    uint32_t max_storage_buffers;
+    uint32_t max_storage_buffers; /* the binding budget of one kernel */
+    uint32_t *scratch;            /* planning: a node list, grown on demand */
+    uint32_t scratch_capacity;
     kf_dispatch *dispatches;
     uint32_t *order; /* dispatch i runs group order[i] */
     uint32_t dispatch_count;

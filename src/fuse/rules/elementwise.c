@@ -35,7 +35,11 @@ static kf_kernel *elementwise_build(kf_plan *p, kf__group *grp, kf__compiled *c)
     if (!k) {
         return NULL;
     }
-    kf__emit s = {.p = p, .k = k, .grp = grp, .c = c};
+    kf__emit s;
+    if (!kf__emit_init(&s, p, k, grp, c)) {
+        kf_kernel_destroy(k);
+        return NULL;
+    }
     uint64_t n = kf_shape_elements(&res->shape) / per;
     /* Large even vec4 counts: two vec4s per invocation, n/2 apart, both loaded before either
      * is stored, so twice the bytes are in flight per invocation (a long chain's arithmetic
@@ -54,8 +58,12 @@ static kf_kernel *elementwise_build(kf_plan *p, kf__group *grp, kf__compiled *c)
         kf_kernel_yield(k, kf__emit_invocation(&s, at, vectorized), at);
     }
     kf_end(k);
+    kf__emit_release(&s);
     kf__grid_for(invocations, KF__PLAN_WORKGROUP, c->grid);
-    c->slots[c->slot_count++] = grp->result;
+    if (!kf__compiled_add_slot(p, c, grp->result)) {
+        kf_kernel_destroy(k);
+        return NULL;
+    }
     return k;
 }
 

@@ -59,9 +59,14 @@ kf__group *kf__plan_new_group(kf_plan *p, const kf__fusion_rule *rule, kf__group
  * node for KF__GROUP_ELEMENTWISE; node is its result. */
 kf__group *kf__plan_open_group(kf_plan *p, const kf__fusion_rule *rule, kf__group_kind kind,
                                uint32_t node);
-/* The group's materialized operands (graph inputs, other groups' results), each once, in the
- * order its nodes read them; at most cap are written, the count is returned. */
-uint32_t kf__group_reads(const kf_plan *p, const kf__group *grp, uint32_t *out, uint32_t cap);
+/* The storage bindings grp's kernel has: its root's inputs, what its element-wise nodes read from
+ * memory (grp->reads), its result. The planner keeps every vertical group within
+ * p->max_storage_buffers. */
+uint32_t kf__group_bindings(const kf_plan *p, const kf__group *grp);
+/* Appends a member to a horizontal group (false out of memory, with the plan's status set). */
+bool kf__group_add_member(kf_plan *p, kf__group *h, uint32_t member);
+/* Appends binding `node` to c->slots (false out of memory, with the plan's status set). */
+bool kf__compiled_add_slot(kf_plan *p, kf__compiled *c, uint32_t node);
 
 /* ---- code generation the rules share (emit.c) ---- */
 
@@ -82,21 +87,22 @@ typedef struct kf__emit {
     kf_kernel *k;
     kf__group *grp; /* the group being emitted (a member, inside horizontal kernels) */
     kf__compiled *c;
-    kf_val in;    /* the producer's yielded value (tails) */
-    kf_val index; /* the element's linear index */
-    uint32_t computed_ids[KF_GROUP_MAX_NODES];
-    kf_val computed[KF_GROUP_MAX_NODES];
+    kf_val in;        /* the producer's yielded value (tails) */
+    kf_val index;     /* the element's linear index */
+    kf_val *computed; /* computed[i]: the value of grp->nodes[i], once emitted */
     uint32_t computed_count;
     /* Vectorized element-wise kernels: each invocation owns KF__PLAN_LANES consecutive elements,
      * loads and stores them as one vec4 and computes lane by lane. */
     bool vectorized;
     uint32_t lane;
     kf_val vindex; /* the vec4's index */
-    uint32_t wide_ids[KF_GROUP_MAX_SLOTS];
-    kf_val wide[KF_GROUP_MAX_SLOTS]; /* vec4 loads made so far */
-    uint32_t wide_count;
+    kf_val *wide;  /* wide[j]: the vec4 load of grp->reads[j] made so far in this invocation */
 } kf__emit;
 
+/* Starts emitting grp into k (false out of memory, with the plan's status set); end with
+ * kf__emit_release. */
+bool kf__emit_init(kf__emit *s, kf_plan *p, kf_kernel *k, kf__group *grp, kf__compiled *c);
+void kf__emit_release(kf__emit *s);
 /* Emits the group's element-wise nodes for one element; returns the result (f32). */
 kf_val kf__emit_elementwise(kf__emit *s);
 /* The group's value at one invocation: the element at `at`, or with `vectorized` the KF__PLAN_LANES
