@@ -62,13 +62,10 @@ static kf_binding binding_for(kf__emit *s, uint32_t node, kf_type elem) {
             return c->read_bindings[i];
         }
     }
-    const kf__node *n = &s->p->graph->nodes[node];
-    char name[KF_NAME_MAX + 16];
-    if (n->kind == KF__NODE_INPUT) {
-        snprintf(name, sizeof name, "%s", n->name);
-    } else {
-        snprintf(name, sizeof name, "%s_%u", n->op->name, node);
-    }
+    /* Named by position, never by node or input name: kernels that compute the same are the
+     * same text, so they share one pipeline (kf_pipeline_get keys on the WGSL). */
+    char name[32];
+    snprintf(name, sizeof name, "in%u", c->read_count);
     kf_binding b = kf_kernel_storage(s->k, name, elem, KF_ACCESS_READ);
     if (c->read_count == c->read_capacity) {
         uint32_t cap = c->read_capacity ? c->read_capacity * 2 : 8;
@@ -244,11 +241,9 @@ kf_kernel *kf__build_rooted(kf_plan *p, kf__group *grp, kf__compiled *c, kf_kern
     if (grp->node_count > 0) {
         uint32_t wg[3];
         kf_kernel_workgroup_size(base, wg);
-        char name[96];
-        snprintf(name, sizeof name, "group%u_tail", (unsigned)(grp - p->groups));
         kf_type t = kf_kernel_output_type(base);
         kf_kernel_desc desc = {
-            .name = name, .workgroup_size = {wg[0], wg[1], wg[2]}, .input = t, .output = t};
+            .name = "tail", .workgroup_size = {wg[0], wg[1], wg[2]}, .input = t, .output = t};
         kf_kernel *tail = kf_kernel_create(&desc);
         if (!tail) {
             kf_kernel_destroy(base);

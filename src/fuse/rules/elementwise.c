@@ -2,8 +2,6 @@
  * checks that the operand is that group's result, read once, not an output, of the same shape
  * and dtype); trees merge. The group is one kernel over the result's elements, vec4 where it can
  * be (kf__group_can_vectorize), reading other operands with numpy-style broadcasting. */
-#include <stdio.h>
-
 #include "fuse/rules/rule.h"
 
 /* From this many vec4s up, an element-wise kernel computes two vec4s per invocation. */
@@ -23,14 +21,12 @@ static bool elementwise_accepts(const kf_plan *p, const kf__group *grp, uint32_t
 
 static kf_kernel *elementwise_build(kf_plan *p, kf__group *grp, kf__compiled *c) {
     const kf__node *res = &p->graph->nodes[grp->result];
-    char name[96];
-    snprintf(name, sizeof name, "group%u_elementwise", (unsigned)(grp - p->groups));
     bool vectorized = kf__group_can_vectorize(p, grp);
     uint32_t per = vectorized ? KF__PLAN_LANES : 1u;
     kf_type out_type =
         vectorized ? kf_type_vec(KF_SCALAR_F32, KF__PLAN_LANES) : kf__scalar_type_of(res->dtype);
     kf_kernel_desc desc = {
-        .name = name, .workgroup_size = {KF__PLAN_WORKGROUP, 1, 1}, .output = out_type};
+        .name = "elementwise", .workgroup_size = {KF__PLAN_WORKGROUP, 1, 1}, .output = out_type};
     kf_kernel *k = kf_kernel_create(&desc);
     if (!k) {
         return NULL;

@@ -88,9 +88,7 @@ static void horizontal_pass(kf_plan *p) {
 /* Member m owns the range [offset_m, offset_m + n_m) of invocations (n_m in vec4s where it
  * vectorizes). */
 static kf_kernel *horizontal_build(kf_plan *p, kf__group *h, kf__compiled *c) {
-    char name[96];
-    snprintf(name, sizeof name, "group%u_horizontal", (unsigned)(h - p->groups));
-    kf_kernel_desc desc = {.name = name, .workgroup_size = {KF__PLAN_WORKGROUP, 1, 1}};
+    kf_kernel_desc desc = {.name = "horizontal", .workgroup_size = {KF__PLAN_WORKGROUP, 1, 1}};
     kf_kernel *k = kf_kernel_create(&desc);
     if (!k) {
         return NULL;
@@ -114,8 +112,8 @@ static kf_kernel *horizontal_build(kf_plan *p, kf__group *h, kf__compiled *c) {
         kf_val at = offset ? kf_let(k, "local", kf_sub(k, idx, lo)) : idx;
         kf_val v = kf__emit_invocation(&s, at, vectorized);
         kf__emit_release(&s);
-        char out_name[KF_NAME_MAX + 16];
-        snprintf(out_name, sizeof out_name, "%s_%u", res->op->name, grp->result);
+        char out_name[32];
+        snprintf(out_name, sizeof out_name, "out%u", m);
         kf_type elem = vectorized ? kf_type_vec(KF_SCALAR_F32, KF__PLAN_LANES)
                                   : kf__scalar_type_of(res->dtype);
         kf_binding out = kf_kernel_storage(k, out_name, elem, KF_ACCESS_READ_WRITE);

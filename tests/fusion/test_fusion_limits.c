@@ -203,3 +203,65 @@ KT_TEST(fusion, merging_trees_respects_the_binding_budget) {
     }
     kf_graph_destroy(g);
 }
+
+/* A 2000-operator chain through the C API: groups of KF_GROUP_MAX_NODES (64) operators, all but
+ * the last the same kernel text, so they share one pipeline: two are compiled, not 32. */
+KT_TEST(fusion, long_repeated_chain_shares_pipelines) {
+    KT_NEED_GPU(ctx);
+    const uint32_t ops = 2000, per_group = 64;
+    kf_graph *g = kf_graph_create();
+    kf_shape shape = kf_shape_2d(64, 33);
+    kf_node v = kf_graph_input(g, "x", &shape, KF_DTYPE_F32);
+    for (uint32_t i = 0; i < ops; i++) {
+        v = kf_graph_unary(g, i % 2 ? "relu" : "neg", v);
+    }
+    kf_graph_output(g, "y", v);
+    KT_CHECK(kf_graph_status(g) == KF_OK, "graph: %s", kf_graph_error(g));
+    kf_context_stats before, after;
+    KT_CHECK_OK(kf_context_stats_get(ctx, &before));
+    kf_plan *plan = NULL;
+    kf_status st = kf_graph_compile(ctx, g, NULL, &plan);
+    kf_context_stats_get(ctx, &after);
+    kf_plan_summary s = {0};
+    kf_plan_summary_get(plan, &s);
+    kf_plan_report report;
+    kf_status checked = st == KF_OK ? kf_plan_verify(plan, kt_rand_u64(), &report) : st;
+    kf_plan_destroy(plan);
+    kf_graph_destroy(g);
+    KT_CHECK(st == KF_OK, "compile: %s: %s", kf_status_str(st), kf_context_last_error(ctx));
+    uint32_t groups = (ops + per_group - 1) / per_group;
+    KT_CHECK(s.dispatches == groups, "%u dispatches, want %u", s.dispatches, groups);
+    uint64_t compiled = after.pipelines_compiled - before.pipelines_compiled;
+    uint64_t hits = after.pipeline_cache_hits - before.pipeline_cache_hits;
+    KT_CHECK(compiled <= 2 && compiled + hits >= groups,
+             "%llu pipelines compiled and %llu found for %u identical groups",
+             (unsigned long long)compiled, (unsigned long long)hits, groups);
+    KT_CHECK(checked == KF_OK, "verify: %s", kf_status_str(checked));
+}
+
+/* Kernels are named by what they compute, not by where they came from: the same computation
+ * on inputs of other names, in another graph, compiles no new pipeline. */
+KT_TEST(fusion, same_computation_other_names_shares_the_pipeline) {
+    KT_NEED_GPU(ctx);
+    kf_graph *a = parse_text("p: f32[9, 31]\nq: f32[31]\nr = p |> mul(q) |> tanh\n");
+    kf_graph *b =
+        parse_text("left: f32[9, 31]\nright: f32[31]\nres = left |> mul(right) |> tanh\n");
+    KT_CHECK(a && b, "parse");
+    kf_plan *pa = NULL, *pb = NULL;
+    kf_status sa = kf_graph_compile(ctx, a, NULL, &pa);
+    kf_context_stats before, after;
+    kf_context_stats_get(ctx, &before);
+    kf_status sb = kf_graph_compile(ctx, b, NULL, &pb);
+    kf_context_stats_get(ctx, &after);
+    kf_plan_report report;
+    kf_status checked = sb == KF_OK ? kf_plan_verify(pb, kt_rand_u64(), &report) : sb;
+    kf_plan_destroy(pa);
+    kf_plan_destroy(pb);
+    kf_graph_destroy(a);
+    kf_graph_destroy(b);
+    KT_CHECK(sa == KF_OK && sb == KF_OK, "compile: %s, %s", kf_status_str(sa), kf_status_str(sb));
+    KT_CHECK(after.pipelines_compiled == before.pipelines_compiled,
+             "the second graph compiled %llu pipeline(s)",
+             (unsigned long long)(after.pipelines_compiled - before.pipelines_compiled));
+    KT_CHECK(checked == KF_OK, "verify: %s", kf_status_str(checked));
+}
