@@ -4,7 +4,8 @@
  * The rules themselves are records in src/fuse/rules/ (rule.h says how the planner asks them).
  * Walking the graph in topological order, an operator joins the group of an operand when the
  * operand is that group's result, read by nothing else, not an output, of the same shape and
- * dtype, and the group's rule accepts it; otherwise the first rule that opens a group at it does.
+ * dtype, and the group's rule accepts it, and the group stays within the storage-binding budget
+ * (the device's, or kf_compile_options'); otherwise the first rule that opens a group at it does.
  * Groups get levels (1 + the deepest level they read from), then plan-wide rules run (horizontal
  * fusion), then each group's rule builds its kernel.
  * What must be kept is kept: a value read twice, an output, or one broadcast into another shape
