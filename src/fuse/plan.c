@@ -190,7 +190,9 @@ static uint32_t joined_bindings(kf_plan *p, int32_t base, const int32_t *with, u
     }
     uint32_t *reads = p->scratch;
     uint32_t n = grp->read_count;
-    memcpy(reads, grp->reads, sizeof *reads * n);
+    if (n) {
+        memcpy(reads, grp->reads, sizeof *reads * n);
+    }
     for (uint32_t m = 0; m < count; m++) {
         const kf__group *other = &p->groups[with[m]];
         for (uint32_t i = 0; i < other->read_count; i++) {
