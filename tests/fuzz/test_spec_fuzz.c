@@ -190,7 +190,7 @@ static bool check_program(const char *buf, size_t len, int *parsed) {
     return true;
 }
 
-KT_TEST(fuzz, spec_parse_never_crashes) {
+KT_CPU_TEST(fuzz, spec_parse_never_crashes) {
     size_t corpus_size = sizeof fuzz_corpus / sizeof fuzz_corpus[0];
     int parsed = 0, programs = 0;
     for (size_t i = 0; i < corpus_size; i++) {
