@@ -218,6 +218,22 @@ typedef struct kf_adapter_info {
 
 KF_API kf_status kf_context_adapter_info(const kf_context *ctx, kf_adapter_info *out);
 
+/* What the device does with subnormal (denormal) numbers, which WGSL lets it flush to zero:
+ * measured by running a one-invocation kernel (a subnormal times 1; the smallest normal times
+ * 0.5), not assumed. Lavapipe keeps f32 subnormals; the H200 flushes them, so there 1 / 1e-40 is
+ * inf and a subnormal input counts as 0 (kfuse's log is exact on subnormals either way). */
+typedef struct kf_float_behaviour {
+    bool f32_subnormal_inputs_kept;  /* false: a subnormal operand is read as 0 */
+    bool f32_subnormal_results_kept; /* false: a result below 2^-126 is rounded to 0 */
+    bool f16_measured;              /* the device has shader-f16, so the two below mean something */
+    bool f16_subnormal_inputs_kept; /* the same for f16 (below 2^-14) */
+    bool f16_subnormal_results_kept;
+} kf_float_behaviour;
+
+/* Measures kf_float_behaviour on ctx's device (a few milliseconds: a pipeline and a dispatch).
+ * *out is zeroed on failure, whose message is on the context. */
+kf_status kf_context_float_behaviour(kf_context *ctx, kf_float_behaviour *out);
+
 typedef struct kf_context_stats {
     uint64_t pipelines_compiled; /* shader modules + pipelines actually created */
     uint64_t pipeline_cache_hits;

@@ -57,6 +57,24 @@ float kt_rand_f32(float lo, float hi) {
     return (float)(lo + (hi - lo) * u);
 }
 
+double kt_fuzz_seconds(double share) {
+    const char *env = getenv("KFUSE_FUZZ_SECONDS");
+    char *end = NULL;
+    double total = env ? strtod(env, &end) : 10.0;
+    if (env && (end == env || *end || !(total >= 0.0))) {
+        fprintf(stderr, "harness: KFUSE_FUZZ_SECONDS='%s' is not a number of seconds; using 10\n",
+                env);
+        total = 10.0;
+    }
+    return total * share;
+}
+
+double kt_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 kf_context *kt_context(void) {
     if (g_current && g_current->need == KT_NEEDS_CPU) {
         kt_fail(__FILE__, __LINE__,

@@ -37,6 +37,11 @@ uint64_t kt_rand_u64(void);
 float kt_rand_f32(float lo, float hi);
 /* Restarts the test's random stream from `seed` (a test mixing a fixed and a fresh stream). */
 void kt_reseed(uint64_t seed);
+/* A fuzz target's time budget: `share` of KFUSE_FUZZ_SECONDS (the fuzz suite's budget; CTest
+ * sets 60 s, 20 s under the sanitizers; 10 s when unset), in seconds of wall clock. */
+double kt_fuzz_seconds(double share);
+/* Seconds of wall clock from a fixed point (monotonic). */
+double kt_now(void);
 /* The shared GPU context, or NULL (with a message printed once) when there is none. */
 kf_context *kt_context(void);
 

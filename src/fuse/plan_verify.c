@@ -193,6 +193,7 @@ kf_status kf__plan_check(kf_plan *p, const kf_tensor *const *given, uint64_t see
                     if (n->dtype == KF_DTYPE_F16) {
                         round_to_half(values[id]);
                     }
+                    st = kf__match_device_subnormals(p->ctx, n->dtype, values[id]);
                 }
             } else {
                 st = kf__plan_random_input(p, id, seed, &values[id]);
