@@ -922,6 +922,10 @@ void kf_plan_destroy(kf_plan *p) {
 
 kf_status kf_plan_summary_get(const kf_plan *p, kf_plan_summary *out) {
     if (!p || !out) {
+        if (p) {
+            kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT,
+                                  "kf_plan_summary_get: out is NULL");
+        }
         return KF_ERROR_INVALID_ARGUMENT;
     }
     out->groups = p->dispatch_count;

@@ -66,11 +66,11 @@ static kf_node positive(fuzz_graph *f, kf_node x) {
 }
 
 /* A second operand for x's binary op: another value of x's shape, or a broadcast one. */
-static kf_node operand_for(fuzz_graph *f, kf_node x) {
+static kf_node operand_for(fuzz_graph *f, kf_node x, bool divisor) {
     kf_shape s = kf_graph_shape(f->g, x);
     switch (pick(6)) {
-    case 0:
-        return kf_graph_scalar(f->g, kt_rand_f32(-2.0f, 2.0f));
+    case 0: /* a constant (the language's add(x, 1)); a divisor stays away from 0 */
+        return kf_graph_scalar(f->g, divisor ? kt_rand_f32(0.5f, 2.0f) : kt_rand_f32(-2.0f, 2.0f));
     case 1: { /* [1]: a one-element tensor broadcast as a scalar */
         kf_shape one = kf_shape_1d(1);
         return keep(f, input(f, &one, f->dtype));
@@ -137,11 +137,12 @@ static kf_node grow(fuzz_graph *f, kf_node x) {
     }
     if (kind < 13) {
         const char *op = binary_ops[pick(sizeof binary_ops / sizeof binary_ops[0])];
-        kf_node in[2] = {x, operand_for(f, x)};
-        if (!strcmp(op, "div")) {
+        bool div = !strcmp(op, "div");
+        kf_node in[2] = {x, operand_for(f, x, div)};
+        if (div && kf_graph_shape(g, in[1]).rank > 0) {
             in[1] = positive(f, in[1]);
         }
-        if (pick(4) == 0 && kf_graph_shape(g, in[1]).rank > 0) {
+        if (!div && pick(4) == 0 && kf_graph_shape(g, in[1]).rank > 0) {
             kf_node t = in[0]; /* the broadcast one first: "b or a broadcast" */
             in[0] = in[1];
             in[1] = t;
@@ -224,7 +225,7 @@ static kf_graph *random_graph(fuzz_graph *f, bool f16_ok) {
             last = keep(f, y);
         }
     }
-    kf_graph_output(f->g, "out", last);
+    kf_graph_output(f->g, "y", last);
     /* other outputs: shared intermediates, sometimes an input, sometimes one node twice */
     uint32_t extra = pick(5);
     for (uint32_t i = 0; i < extra; i++) {
@@ -244,6 +245,7 @@ KT_TEST(fuzz, random_graphs_plan_run_and_verify) {
            (unsigned long long)kt_seed(), (unsigned long long)kt_seed());
     uint32_t graphs = 0, refused = 0, fused_fewer = 0;
     uint64_t nodes = 0;
+    char first_refusal[256] = "";
     while (graphs < 5 || kt_now() - start < seconds) {
         fuzz_graph f;
         kf_graph *g = random_graph(&f, info.has_f16);
@@ -251,7 +253,9 @@ KT_TEST(fuzz, random_graphs_plan_run_and_verify) {
         if (kf_graph_status(g) != KF_OK) {
             /* the generator's own mistake (a shape it should not have tried): not a finding,
              * but it must stay rare or the fuzzer tests nothing */
-            refused++;
+            if (!refused++) {
+                snprintf(first_refusal, sizeof first_refusal, "%s", kf_graph_error(g));
+            }
             bool too_often = refused * 4 > graphs + 20;
             if (too_often) {
                 kt_fail(__FILE__, __LINE__, "the generator is refused too often (%u of %u): %s",
@@ -295,5 +299,8 @@ KT_TEST(fuzz, random_graphs_plan_run_and_verify) {
     printf("    %u graphs (%llu values, %u refused by the builder), %u fused into fewer "
            "dispatches, in %.1f s\n",
            graphs, (unsigned long long)nodes, refused, fused_fewer, kt_now() - start);
+    if (refused) {
+        printf("    the first refusal: %s\n", first_refusal);
+    }
     KT_CHECK(fused_fewer > 0, "nothing ever fused");
 }

@@ -392,6 +392,22 @@ KT_TEST(unit, plan_refusals_have_messages) {
     char msg[512];
     snprintf(msg, sizeof msg, "%s", kf_context_last_error(ctx));
     kf_status null_out = kf_plan_get_output(plan, "y", NULL);
+    char null_out_msg[256];
+    snprintf(null_out_msg, sizeof null_out_msg, "%s", kf_context_last_error(ctx));
+    /* NULL out-parameters: each refusal names what was NULL on the plan's context */
+    static const char *const null_names[4] = {"kf_plan_summary_get", "report",
+                                              "kf_plan_random_input", "names"};
+    char null_msgs[4][256];
+    kf_status null_st[4];
+    kf_plan_report rep;
+    null_st[0] = kf_plan_summary_get(plan, NULL);
+    snprintf(null_msgs[0], sizeof null_msgs[0], "%s", kf_context_last_error(ctx));
+    null_st[1] = kf_plan_verify(plan, 1, NULL);
+    snprintf(null_msgs[1], sizeof null_msgs[1], "%s", kf_context_last_error(ctx));
+    null_st[2] = kf_plan_random_input(plan, "x", 1, NULL);
+    snprintf(null_msgs[2], sizeof null_msgs[2], "%s", kf_context_last_error(ctx));
+    null_st[3] = kf_plan_check(plan, NULL, NULL, 1, 1, &rep);
+    snprintf(null_msgs[3], sizeof null_msgs[3], "%s", kf_context_last_error(ctx));
     kf_status run = kf_plan_run(plan);
     kf_status after = kf_plan_get_output(plan, "y", out);
     bool equal = after == KF_OK;
@@ -406,9 +422,13 @@ KT_TEST(unit, plan_refusals_have_messages) {
     KT_CHECK(before == KF_ERROR_INVALID_ARGUMENT, "get_output before a run: %s",
              kf_status_str(before));
     KT_CHECK(strstr(msg, "y") && strstr(msg, "not run"), "message: %s", msg);
-    KT_CHECK(null_out == KF_ERROR_INVALID_ARGUMENT && strstr(kf_context_last_error(ctx), "out"),
-             "NULL out: %s", kf_context_last_error(ctx));
+    KT_CHECK(null_out == KF_ERROR_INVALID_ARGUMENT && strstr(null_out_msg, "out is NULL"),
+             "NULL out: %s", null_out_msg);
     KT_CHECK(run == KF_OK && equal, "after the run: %s", kf_status_str(after));
+    for (int i = 0; i < 4; i++) {
+        KT_CHECK(null_st[i] == KF_ERROR_INVALID_ARGUMENT && strstr(null_msgs[i], null_names[i]),
+                 "NULL case %d: %s: %s", i, kf_status_str(null_st[i]), null_msgs[i]);
+    }
 
     kf_shape huge = {4, {65536, 65536, 65536, 65536}};
     kf_gpu_tensor *gt = (kf_gpu_tensor *)1;

@@ -72,7 +72,7 @@ static void run_usage(FILE *f) {
                "  --repeat N         time N runs and print the median (default 10)\n"
                "  --seed S           seed of the random inputs (default: fresh, printed)\n"
                "  --input NAME=FILE  read input NAME from a .npy file\n"
-               "  --save DIR         write every output to DIR/NAME.npy\n"
+               "  --save DIR         write every output to DIR/NAME.npy (all or none)\n"
                "  --json             one JSON object: dispatches, unfused_dispatches, bytes,\n"
                "                     unfused_bytes, time_ms, max_rel_err (with --check)\n");
 }
@@ -199,7 +199,8 @@ static char *output_path(const char *dir, const char *name, bool staged) {
 /* All or nothing: every output is first written whole beside its final name (kf_npy_write
  * itself writes a temporary file and renames it), then each is renamed into place. A failed
  * write removes what this run wrote and leaves DIR's earlier files as they were; a kill leaves
- * at most hidden .NAME.npy.partial files, which the next --save replaces. */
+ * them as they were too, with at most hidden temporaries beside them (.NAME.npy.partial, which
+ * the next --save replaces, or kf_npy_write's .kfuse-*.npy.tmp). */
 static int save_outputs(const kf_graph *g, kf_tensor **outs, const char *dir) {
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
         fprintf(stderr, "kfuse run: --save: cannot create %s: %s\n", dir, strerror(errno));
