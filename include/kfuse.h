@@ -232,7 +232,7 @@ typedef struct kf_float_behaviour {
 
 /* Measures kf_float_behaviour on ctx's device (a few milliseconds: a pipeline and a dispatch).
  * *out is zeroed on failure, whose message is on the context. */
-kf_status kf_context_float_behaviour(kf_context *ctx, kf_float_behaviour *out);
+KF_API kf_status kf_context_float_behaviour(kf_context *ctx, kf_float_behaviour *out);
 
 typedef struct kf_context_stats {
     uint64_t pipelines_compiled; /* shader modules + pipelines actually created */
