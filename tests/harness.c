@@ -16,6 +16,8 @@ static uint64_t g_rng;
 static kf_context *g_ctx;
 static bool g_ctx_tried;
 static const kt_case *g_current;
+static bool g_probe_cpu; /* --probe-cpu: every test runs as if it were a KT_CPU_TEST */
+static bool g_candidate[KT_MAX_CASES]; /* a KT_TEST that passed under --probe-cpu */
 
 void kt_register(const char *suite, const char *name, kt_fn fn, kt_need need) {
     if (g_case_count < KT_MAX_CASES) {
@@ -76,10 +78,10 @@ double kt_now(void) {
 }
 
 kf_context *kt_context(void) {
-    if (g_current && g_current->need == KT_NEEDS_CPU) {
-        kt_fail(__FILE__, __LINE__,
-                "%s/%s is a KT_CPU_TEST but asked for the GPU context: declare it KT_TEST",
-                g_current->suite, g_current->name);
+    if (g_current && (g_current->need == KT_NEEDS_CPU || g_probe_cpu)) {
+        kt_fail(__FILE__, __LINE__, "%s/%s %s asked for the GPU context%s", g_current->suite,
+                g_current->name, g_probe_cpu ? "(probed as a CPU test)" : "is a KT_CPU_TEST but",
+                g_probe_cpu ? "" : ": declare it KT_TEST");
         return NULL;
     }
     if (!g_ctx_tried) {
@@ -152,6 +154,8 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "kfuse_tests: --seed takes a number, not '%s'\n", argv[i]);
                 return 2;
             }
+        } else if (!strcmp(argv[i], "--probe-cpu")) {
+            g_probe_cpu = true;
         } else if (!strcmp(argv[i], "--list")) {
             for (int c = 0; c < g_case_count; c++) {
                 printf("%s/%s %s\n", g_cases[c].suite, g_cases[c].name, need_name(g_cases[c].need));
@@ -159,7 +163,10 @@ int main(int argc, char **argv) {
             return 0;
         } else if (!strcmp(argv[i], "--help")) {
             printf("usage: kfuse_tests [--suite NAME] [--needs cpu|gpu] [--seed S] [--list] "
-                   "[FILTER]\n");
+                   "[--probe-cpu] [FILTER]\n"
+                   "  --probe-cpu  run the selected tests with the GPU context refused and list\n"
+                   "               the KT_TESTs that passed: candidates for KT_CPU_TEST (run it\n"
+                   "               with VK_DRIVER_FILES=/nonexistent to hide the driver too)\n");
             return 0;
         } else {
             filter = argv[i];
@@ -167,7 +174,7 @@ int main(int argc, char **argv) {
     }
     printf("seed: %llu (rerun with --seed %llu)\n", (unsigned long long)g_seed,
            (unsigned long long)g_seed);
-    int passed = 0, failed = 0, in_suite = 0;
+    int passed = 0, failed = 0, in_suite = 0, cpu_candidates = 0;
     for (int c = 0; c < g_case_count; c++) {
         kt_case *tc = &g_cases[c];
         if (suite && strcmp(suite, tc->suite) != 0) {
@@ -193,11 +200,25 @@ int main(int argc, char **argv) {
         } else {
             passed++;
             printf("ok   %s/%s (%.0f ms cpu)\n", tc->suite, tc->name, ms);
+            if (g_probe_cpu && tc->need == KT_NEEDS_GPU) {
+                g_candidate[c] = true;
+                cpu_candidates++;
+            }
         }
         fflush(stdout);
     }
     kf_context_destroy(g_ctx);
     printf("%d passed, %d failed\n", passed, failed);
+    if (g_probe_cpu) {
+        printf("%d KT_TEST%s passed without the GPU context%s\n", cpu_candidates,
+               cpu_candidates == 1 ? "" : "s",
+               cpu_candidates ? " (candidates for KT_CPU_TEST):" : "");
+        for (int c = 0; c < g_case_count; c++) {
+            if (g_candidate[c]) {
+                printf("  %s/%s\n", g_cases[c].suite, g_cases[c].name);
+            }
+        }
+    }
     if (passed + failed == 0) {
         /* A suite with no test of the need asked for is fine (CTest has an entry per suite and
          * need); a misspelt suite or a filter that matches nothing is a mistake. */

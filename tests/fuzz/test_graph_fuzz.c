@@ -5,8 +5,10 @@
  * outputs, f16, every broadcast (scalar constants, [1]-shaped, rows, columns, ranks 1 to 4),
  * matmuls with epilogues, row reductions with tails, norms with weight and bias, labels.
  *
- * Graph n of a run is a function of the run's seed alone (printed; --seed S reruns the same
- * sequence), and a failing graph is printed in the graph language, ready for kfuse run -e. */
+ * Each graph is also printed in the graph language (kf_graph_format) and parsed back; every
+ * other graph is planned from that program. Graph n of a run is a function of the run's seed alone
+ * (printed; --seed S reruns the same sequence), and a failing graph is printed in the graph
+ * language, ready for kfuse run -e. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -268,6 +270,30 @@ KT_TEST(fuzz, random_graphs_plan_run_and_verify) {
             continue;
         }
         nodes += f.count;
+        /* As a program too: the graph printed in the language must parse back, and every other
+         * graph is planned from the parsed program rather than the built one. */
+        char *program = kf_graph_format(g);
+        kf_graph *parsed = NULL;
+        kf_spec_error err = {0};
+        kf_status pst = program ? kf_spec_parse(program, strlen(program), &parsed, &err)
+                                : KF_ERROR_OUT_OF_MEMORY;
+        if (pst != KF_OK) {
+            kt_fail(__FILE__, __LINE__,
+                    "graph %u (seed %llu; %s): kf_graph_format printed a program that does not "
+                    "parse: %u:%u: %s\n%s",
+                    index, (unsigned long long)kt_seed(), f.desc, err.line, err.column, err.message,
+                    program ? program : "(format failed)");
+            kf_free(program);
+            kf_graph_destroy(g);
+            return;
+        }
+        kf_free(program);
+        if (index % 2) {
+            kf_graph_destroy(g);
+            g = parsed;
+        } else {
+            kf_graph_destroy(parsed);
+        }
         kf_plan *plan = NULL;
         kf_status st = kf_graph_compile(ctx, g, NULL, &plan);
         kf_plan_report rep = {0};

@@ -156,7 +156,7 @@ KT_CPU_TEST(ops, elementwise_specs_by_hand) {
     kf_tensor_destroy(t);
 }
 
-KT_TEST(ops, elementwise_gradients_match_finite_differences) {
+KT_CPU_TEST(ops, elementwise_gradients_match_finite_differences) {
     int checked = 0;
     for (uint32_t k = 0; k < kf_op_count(); k++) {
         const kf_operator *op = kf_op_at(k);
