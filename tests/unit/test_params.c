@@ -344,7 +344,7 @@ static const kf__param int_params[] = {
 };
 static const kf_operator int_op = {.name = "counted", .arity = 1, KF__PARAMS(int_params)};
 
-KT_TEST(unit, params_int_type) {
+KT_CPU_TEST(unit, params_int_type) {
     kf_op_params p = {0};
     char msg[256];
     KT_CHECK(kf_op_param_value(&int_op, &p, 0) == 2.0, "default");
