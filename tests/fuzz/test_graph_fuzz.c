@@ -73,9 +73,10 @@ static kf_node operand_for(fuzz_graph *f, kf_node x, bool divisor) {
     switch (pick(6)) {
     case 0: /* a constant (the language's add(x, 1)); a divisor stays away from 0 */
         return kf_graph_scalar(f->g, divisor ? kt_rand_f32(0.5f, 2.0f) : kt_rand_f32(-2.0f, 2.0f));
-    case 1: { /* [1]: a one-element tensor broadcast as a scalar */
+    case 1: { /* a one-element tensor broadcast as a scalar: [1] or rank 0 (f32[]) */
         kf_shape one = kf_shape_1d(1);
-        return keep(f, input(f, &one, f->dtype));
+        one.rank = pick(2);
+        return keep(f, divisor ? positive(f, input(f, &one, f->dtype)) : input(f, &one, f->dtype));
     }
     case 2: /* a row: the last dim, rank 1 or padded with ones to x's rank */
         if (s.rank >= 1) {

@@ -288,12 +288,15 @@ KT_CPU_TEST(unit, npy_write_survives_kill) {
                 write_vector(path, big, 1.0f);
             }
         }
-        /* Wait for the write to start: a second entry in the folder, or the file changing. */
+        /* Wait for the write to start: a new entry in the folder (kills leave temporaries
+         * behind, so count from what is there now), or the file changing. Up to 60 s: the
+         * machine may be busy. */
+        char names[1024];
+        int entries_before = dir_entries(dir, names, sizeof names);
         bool started = false;
-        for (int spin = 0; spin < 20000 && !started; spin++) {
-            char names[512];
+        for (int spin = 0; spin < 600000 && !started; spin++) {
             struct stat now;
-            started = dir_entries(dir, names, sizeof names) > 1 ||
+            started = dir_entries(dir, names, sizeof names) > entries_before ||
                       (stat(path, &now) == 0 && (now.st_size != before.st_size ||
                                                  now.st_mtim.tv_nsec != before.st_mtim.tv_nsec));
             if (!started) {
