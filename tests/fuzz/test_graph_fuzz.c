@@ -278,12 +278,21 @@ KT_TEST(fuzz, random_graphs_plan_run_and_verify) {
         kf_spec_error err = {0};
         kf_status pst = program ? kf_spec_parse(program, strlen(program), &parsed, &err)
                                 : KF_ERROR_OUT_OF_MEMORY;
-        if (pst != KF_OK) {
+        bool same_outputs =
+            pst == KF_OK && kf_graph_output_count(parsed) == kf_graph_output_count(g);
+        for (uint32_t o = 0; same_outputs && o < kf_graph_output_count(g); o++) {
+            const char *a = NULL, *b = NULL;
+            kf_graph_output_info(g, o, &a, NULL, NULL);
+            kf_graph_output_info(parsed, o, &b, NULL, NULL);
+            same_outputs = a && b && !strcmp(a, b);
+        }
+        if (!same_outputs) {
             kt_fail(__FILE__, __LINE__,
                     "graph %u (seed %llu; %s): kf_graph_format printed a program that does not "
-                    "parse: %u:%u: %s\n%s",
+                    "parse back to the same outputs: %u:%u: %s\n%s",
                     index, (unsigned long long)kt_seed(), f.desc, err.line, err.column, err.message,
                     program ? program : "(format failed)");
+            kf_graph_destroy(parsed);
             kf_free(program);
             kf_graph_destroy(g);
             return;
