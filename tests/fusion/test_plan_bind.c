@@ -275,6 +275,17 @@ static void sgd_in_place(kf_context *ctx, uint32_t n, uint32_t params) {
         double err = max_err(got, w[i]);
         KT_CHECK(err < 1e-5, "n %u param %u: w after 3 in-place steps off by %.3g", n, i, err);
     }
+    /* Unbinding the input undoes the in-place kernel: from host data, one more step lands in
+     * the output's tensor, w itself now a plan buffer. */
+    KT_CHECK_OK(kf_plan_bind_input(p, "w0", NULL));
+    KT_CHECK_OK(kf_plan_set_input(p, "w0", w[0]));
+    KT_CHECK_OK(kf_plan_run(p));
+    for (uint32_t e = 0; e < n; e++) {
+        w[0]->data[e] = w[0]->data[e] - dw[0]->data[e] * 0.125f;
+    }
+    KT_CHECK_OK(kf_gpu_tensor_to(wd[0], got));
+    KT_CHECK(max_err(got, w[0]) < 1e-5, "n %u: a step after unbinding off by %.3g", n,
+             max_err(got, w[0]));
     kf_tensor_destroy(got);
     kf_plan_destroy(p);
     for (uint32_t i = 0; i < params; i++) {
