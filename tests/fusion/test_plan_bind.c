@@ -239,6 +239,10 @@ static void sgd_in_place(kf_context *ctx, uint32_t n, uint32_t params) {
     }
     kf_plan *p = compile(ctx, text);
     KT_CHECK(p, "compile: %s", kf_context_last_error(ctx));
+    kf_plan_summary summary;
+    KT_CHECK_OK(kf_plan_summary_get(p, &summary));
+    KT_CHECK(summary.dispatches == 1, "%u dispatches: the updates are not one horizontal group",
+             summary.dispatches);
     kf_tensor *w[4], *dw[4];
     kf_gpu_tensor *wd[4], *dwd[4];
     for (uint32_t i = 0; i < params; i++) {
@@ -301,7 +305,7 @@ KT_TEST(fusion, in_place_update_of_a_parameter) {
     sgd_in_place(ctx, 1, 1);
     sgd_in_place(ctx, 1031, 1);     /* prime: scalar loads and stores */
     sgd_in_place(ctx, 4096, 1);     /* vec4 */
-    sgd_in_place(ctx, 1u << 18, 1); /* two vec4s per invocation */
+    sgd_in_place(ctx, 1u << 19, 1); /* two vec4s per invocation (from 2^17 vec4s) */
     sgd_in_place(ctx, 997, 3);      /* a horizontal group of three updates */
 }
 
