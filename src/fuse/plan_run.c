@@ -61,6 +61,13 @@ static kf_status gather(kf_plan *const *plans, uint32_t count, kf_dispatch **out
     return KF_OK;
 }
 
+/* After a successful run each plan's outputs hold results (kf_plan_get_output may read them). */
+static void mark_run(kf_plan *const *plans, uint32_t count, kf_status st) {
+    for (uint32_t i = 0; st == KF_OK && i < count; i++) {
+        plans[i]->has_run = true;
+    }
+}
+
 kf_status kf_plan_run_sequence(kf_plan *const *plans, uint32_t count) {
     kf_dispatch *all;
     uint32_t total;
@@ -68,6 +75,7 @@ kf_status kf_plan_run_sequence(kf_plan *const *plans, uint32_t count) {
     if (st == KF_OK && total > 0) {
         st = kf_context_run(plans[0]->ctx, all, total);
     }
+    mark_run(plans, count, st);
     free(all);
     return st;
 }
@@ -84,6 +92,7 @@ kf_status kf_plan_time_sequence(kf_plan *const *plans, uint32_t count, uint32_t 
     if (st == KF_OK && total > 0) {
         st = kf_context_time(plans[0]->ctx, all, total, repeat, out);
     }
+    mark_run(plans, count, st);
     free(all);
     return st;
 }
