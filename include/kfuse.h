@@ -884,6 +884,13 @@ KF_API uint32_t kf_op_input_count(const kf_operator *op);
  * the count. */
 KF_API kf_status kf_op_input_info(const kf_operator *op, uint32_t index, const char **name,
                                   bool *optional);
+/* Backward operators (gelu_grad, softmax_grad, ...; docs/training.md) compute the gradient of
+ * another operator for one of its inputs: kf_op_grad_of returns that forward operator (NULL for
+ * a forward operator) and *input (optional) the input's index. Their inputs are the forward's
+ * inputs followed by dy. kf_op_has_backward: whether the operator has a backward kernel of its
+ * own (kf_op_verify with backward); backward operators and sum_to have none. */
+KF_API const kf_operator *kf_op_grad_of(const kf_operator *op, uint32_t *input);
+KF_API bool kf_op_has_backward(const kf_operator *op);
 
 /* The output shape of op on these inputs; KF_ERROR_SHAPE with the reason in msg. */
 KF_API kf_status kf_op_shape(const kf_operator *op, const kf_shape *in, const kf_op_params *p,

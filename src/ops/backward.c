@@ -21,6 +21,17 @@ void kf__store_or_yield(kf_kernel *k, kf_binding grad_in, kf_val index, kf_val v
     }
 }
 
+const kf_operator *kf_op_grad_of(const kf_operator *op, uint32_t *input) {
+    if (input) {
+        *input = op && op->grad_of ? op->grad_input : 0;
+    }
+    return op ? op->grad_of : NULL;
+}
+
+bool kf_op_has_backward(const kf_operator *op) {
+    return op && op->kernel_backward && op->spec_backward;
+}
+
 uint32_t kf__grad_arity(const kf_operator *op, const kf_op_params *p) {
     return kf_op_arity(op->grad_of, p) + 1;
 }

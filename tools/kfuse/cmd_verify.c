@@ -274,7 +274,7 @@ static void run_all(run_state *r, bool has_f16, bool count_only) {
                 }
                 /* backward operators and sum_to have no backward kernel of their own (their
                  * gradient check compares them with their forward operator's differences) */
-                if (dir == DIR_BACKWARD && !op->kernel_backward) {
+                if (dir == DIR_BACKWARD && !kf_op_has_backward(op)) {
                     continue;
                 }
                 /* the gradient check is the spec against itself: once, in float64 */
