@@ -1002,6 +1002,20 @@ KF_API kf_node kf_graph_unary(kf_graph *g, const char *op, kf_node x); /* relu, 
 
 /* Marks a node as an output under a name (a node may be output under several names). */
 KF_API kf_status kf_graph_output(kf_graph *g, const char *name, kf_node node);
+/* Reverse-mode autodiff (docs/training.md): appends to g the nodes that compute the gradient of
+ * `loss` with respect to each of the `count` nodes wrt[i] (inputs or intermediate values), and
+ * writes those gradient nodes to grads_out[i] (shaped as wrt[i]; zeros where the loss does not
+ * depend on it). loss must be a rank-0 tensor (sum(sum(x)), mean(...), cross_entropy(...)).
+ * Gradients of a value read twice are summed; an input an element-wise op broadcast gets its
+ * gradient summed back to its shape. The gradient nodes are ordinary operator nodes (backward
+ * operators such as gelu_grad, or mul, matmul with transposes, ...): mark them as outputs, then
+ * compile, explain, run and verify g as any graph. Fails with the graph's error set (and every
+ * grads_out[i] invalid): KF_ERROR_SHAPE for a loss that is not rank 0, KF_ERROR_INVALID_ARGUMENT
+ * for a wrt that is a constant, an i32 tensor or not a node of g, KF_ERROR_UNSUPPORTED naming an
+ * operator on the path from wrt to loss that has no gradient (a backward operator: no second
+ * derivatives). */
+KF_API kf_status kf_graph_grad(kf_graph *g, kf_node loss, const kf_node *wrt, uint32_t count,
+                               kf_node *grads_out);
 /* The graph written in the graph language (parseable by kf_spec_parse): for bug reports and
  * reproducing a failing case. Caller frees with kf_free. */
 KF_API char *kf_graph_format(const kf_graph *g);
