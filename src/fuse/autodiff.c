@@ -245,6 +245,9 @@ kf_status kf_graph_grad(kf_graph *g, kf_node loss, const kf_node *wrt, uint32_t 
     if (!g) {
         return KF_ERROR_INVALID_ARGUMENT;
     }
+    for (uint32_t i = 0; grads_out && i < count; i++) {
+        grads_out[i] = (kf_node){0};
+    }
     kf_status st = check_args(g, loss, wrt, count, grads_out);
     if (st != KF_OK) {
         return st;
