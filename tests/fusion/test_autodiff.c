@@ -72,6 +72,8 @@ typedef struct random_case {
     kf_node wrt[16];
     uint32_t wrt_count;
     kf_node grads[16];
+    char names[16][KF_NAME_MAX]; /* the wrt inputs' names */
+    char *forward_text;          /* the graph before kf_graph_grad, in the language */
     char desc[512];
 } random_case;
 
@@ -143,12 +145,14 @@ static bool random_case_make(random_case *rc) {
     kf_node r = kf_graph_input(g, "r", &full, KF_DTYPE_F32);
     rc->loss = kf_graph_unary(g, "sum", kf_graph_unary(g, "sum", kf_graph_mul(g, last, r)));
     kf_graph_output(g, "loss", rc->loss);
+    rc->forward_text = kf_graph_format(g);
     if (kf_graph_grad(g, rc->loss, rc->wrt, rc->wrt_count, rc->grads) != KF_OK) {
         return false;
     }
     for (uint32_t i = 0; i < rc->wrt_count; i++) {
-        char name[32];
-        snprintf(name, sizeof name, "d_%u", i);
+        snprintf(rc->names[i], sizeof rc->names[i], "%s", g->nodes[rc->wrt[i].id].name);
+        char name[KF_NAME_MAX + 2];
+        snprintf(name, sizeof name, "d_%s", rc->names[i]);
         kf_graph_output(g, name, rc->grads[i]);
     }
     return kf_graph_status(g) == KF_OK;
@@ -256,6 +260,7 @@ KT_TEST(fusion, autodiff_random_graphs_match_finite_differences) {
             return;
         }
         bool ok = check_random_case(&rc, 6, &checked);
+        kf_free(rc.forward_text);
         kf_graph_destroy(rc.g);
         KT_CHECK(ok, "random graph %d failed (seed %llu)", i, (unsigned long long)kt_seed());
     }
@@ -358,6 +363,7 @@ KT_TEST(fusion, autodiff_random_graphs_verify_on_the_gpu) {
             fprintf(stderr, "    the failing graph (%s):\n%s", rc.desc, text ? text : "");
             kf_free(text);
         }
+        kf_free(rc.forward_text);
         kf_graph_destroy(rc.g);
         KT_CHECK(ok, "gradient graph %d failed", i);
         KT_CHECK(fused <= unfused, "graph %d: fused %u > unfused %u", i, fused, unfused);
@@ -370,7 +376,7 @@ KT_TEST(fusion, autodiff_random_graphs_verify_on_the_gpu) {
 
 /* The MLP of docs/training.md: x [64, 32] -> w1 [32, 48] + b1 -> gelu -> w2 [48, 10] + b2 ->
  * cross_entropy with labels, and the gradients of all four parameters. */
-static kf_graph *mlp_graph(void) {
+static kf_graph *mlp_graph(char **forward_text) {
     kf_graph *g = kf_graph_create();
     kf_shape xs = kf_shape_2d(64, 32), w1s = kf_shape_2d(32, 48), b1s = kf_shape_1d(48);
     kf_shape w2s = kf_shape_2d(48, 10), b2s = kf_shape_1d(10), ls = kf_shape_1d(64);
@@ -384,10 +390,13 @@ static kf_graph *mlp_graph(void) {
     kf_node logits = kf_graph_add(g, kf_graph_matmul(g, h, params[2]), params[3]);
     kf_node in[2] = {logits, labels};
     kf_node loss = kf_graph_op(g, "cross_entropy", in, 2, NULL);
+    kf_graph_output(g, "loss", loss);
+    if (forward_text) {
+        *forward_text = kf_graph_format(g);
+    }
     kf_node grads[4];
     kf_graph_grad(g, loss, params, 4, grads);
-    kf_graph_output(g, "loss", loss);
-    const char *names[4] = {"dw1", "db1", "dw2", "db2"};
+    const char *names[4] = {"d_w1", "d_b1", "d_w2", "d_b2"};
     for (int i = 0; i < 4; i++) {
         kf_graph_output(g, names[i], grads[i]);
     }
@@ -396,7 +405,7 @@ static kf_graph *mlp_graph(void) {
 
 KT_TEST(fusion, autodiff_mlp_training_graph_dispatches) {
     KT_NEED_GPU(ctx);
-    kf_graph *g = mlp_graph();
+    kf_graph *g = mlp_graph(NULL);
     KT_CHECK(kf_graph_status(g) == KF_OK, "%s", kf_graph_error(g));
     uint32_t fused = 0, unfused = 0;
     bool ok = verify_plan(ctx, g, false, &fused) && verify_plan(ctx, g, true, &unfused);
@@ -570,4 +579,104 @@ KT_TEST(fusion, backward_operators_verify_f32) {
 
 KT_TEST(fusion, backward_operators_verify_f16) {
     verify_backward_ops(KF_DTYPE_F16);
+}
+
+/* ---- against torch.autograd (Debian's python3-torch, CPU, float64) ---- */
+
+/* Runs g's fused plan on random inputs, writes inputs and gradients d_NAME as .npy files, and has
+ * tests/fusion/torch_autodiff.py differentiate forward_text with torch and compare. */
+static bool torch_compare(kf_context *ctx, kf_graph *g, const char *forward_text,
+                          char (*names)[KF_NAME_MAX], uint32_t count, const char *label) {
+    char dir[] = "/tmp/kfuse-torch-XXXXXX";
+    if (!mkdtemp(dir)) {
+        kt_fail(__FILE__, __LINE__, "mkdtemp failed");
+        return false;
+    }
+    char path[512];
+    snprintf(path, sizeof path, "%s/graph.kf", dir);
+    FILE *f = fopen(path, "w");
+    bool ok = f && fputs(forward_text, f) >= 0;
+    if (f) {
+        fclose(f);
+    }
+    kf_plan *p = NULL;
+    ok = ok && kf_graph_compile(ctx, g, NULL, &p) == KF_OK;
+    for (uint32_t i = 0; ok && i < kf_graph_input_count(g); i++) {
+        const char *name;
+        kf_dtype dtype;
+        kf_graph_input_info(g, i, &name, NULL, &dtype);
+        kf_tensor *t = NULL;
+        ok = kf_plan_random_input(p, name, kt_rand_u64(), &t) == KF_OK &&
+             kf_plan_set_input(p, name, t) == KF_OK;
+        snprintf(path, sizeof path, "%s/%s.npy", dir, name);
+        ok = ok && kf_npy_write(path, t, dtype) == KF_OK;
+        kf_tensor_destroy(t);
+    }
+    ok = ok && kf_plan_run(p) == KF_OK;
+    for (uint32_t i = 0; ok && i < count; i++) {
+        char out[KF_NAME_MAX + 2];
+        snprintf(out, sizeof out, "d_%s", names[i]);
+        kf_shape s = {0};
+        for (uint32_t o = 0; o < kf_graph_output_count(g); o++) {
+            const char *oname;
+            kf_shape os;
+            kf_graph_output_info(g, o, &oname, &os, NULL);
+            if (!strcmp(oname, out)) {
+                s = os;
+            }
+        }
+        kf_tensor *t = NULL;
+        ok = kf_tensor_create(&s, &t) == KF_OK && kf_plan_get_output(p, out, t) == KF_OK;
+        snprintf(path, sizeof path, "%s/%s.npy", dir, out);
+        ok = ok && kf_npy_write(path, t, KF_DTYPE_F32) == KF_OK;
+        kf_tensor_destroy(t);
+    }
+    kf_plan_destroy(p);
+    if (!ok) {
+        kt_fail(__FILE__, __LINE__, "%s: running the plan: %s", label, kf_context_last_error(ctx));
+        return false;
+    }
+    char cmd[2048];
+    int used = snprintf(cmd, sizeof cmd,
+                        "/usr/bin/python3 %s/tests/fusion/torch_autodiff.py %s/graph.kf %s loss",
+                        KF_SOURCE_DIR, dir, dir);
+    for (uint32_t i = 0; i < count && used > 0 && (size_t)used < sizeof cmd; i++) {
+        used += snprintf(cmd + used, sizeof cmd - (size_t)used, " %s", names[i]);
+    }
+    printf("    %s: ", label);
+    fflush(stdout);
+    int rc = system(cmd);
+    if (rc != 0) {
+        kt_fail(__FILE__, __LINE__,
+                "%s: kfuse's gradients differ from torch.autograd's, or torch is missing "
+                "(apt-get install python3-torch python3-numpy); files in %s\n%s",
+                label, dir, forward_text);
+        return false;
+    }
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) {
+        printf("    (could not remove %s)\n", dir);
+    }
+    return true;
+}
+
+KT_TEST(fusion, autodiff_matches_torch_autograd) {
+    KT_NEED_GPU(ctx);
+    char *text = NULL;
+    kf_graph *g = mlp_graph(&text);
+    char names[4][KF_NAME_MAX] = {"w1", "b1", "w2", "b2"};
+    bool ok = text && torch_compare(ctx, g, text, names, 4, "MLP (gelu, cross_entropy)");
+    kf_free(text);
+    kf_graph_destroy(g);
+    KT_CHECK(ok, "the MLP's gradients against torch");
+    for (int i = 0; i < 6; i++) {
+        random_case rc;
+        bool made = random_case_make(&rc);
+        char label[64];
+        snprintf(label, sizeof label, "random graph %d", i);
+        ok = made && torch_compare(ctx, rc.g, rc.forward_text, rc.names, rc.wrt_count, label);
+        kf_free(rc.forward_text);
+        kf_graph_destroy(rc.g);
+        KT_CHECK(ok, "%s (%s) against torch", label, rc.desc);
+    }
 }
