@@ -171,6 +171,13 @@ typedef struct kf_context_desc {
      * bounds (also $KF_UNCHECKED=1). Faster kernels; an out-of-bounds access is then undefined
      * behaviour. kfuse's own kernels bound-check what they touch; a kernel you build must too. */
     bool unchecked_access;
+    /* The persistent pipeline cache (Dawn's compiled shaders and pipeline caches, kept across
+     * processes): its folder; NULL: $KF_PIPELINE_CACHE, else $XDG_CACHE_HOME/kfuse/pipelines,
+     * else ~/.cache/kfuse/pipelines. "off" (here or in the variable) or disable_pipeline_cache
+     * turns it off. Entries are partitioned by implementation, adapter and driver; a damaged or
+     * truncated entry is a miss and is removed (docs/runtime.md). */
+    const char *pipeline_cache_dir;
+    bool disable_pipeline_cache;
     /* Optional: receives the message when kf_context_create fails (there is no context then). */
     char *error_out;
     size_t error_out_size;
@@ -214,6 +221,7 @@ typedef struct kf_adapter_info {
     uint32_t max_compute_invocations_per_workgroup;
     uint32_t max_compute_workgroup_size[3];
     uint32_t max_compute_workgroups_per_dimension;
+    char pipeline_cache[1024]; /* the pipeline cache's folder for this adapter, "" when off */
 } kf_adapter_info;
 
 KF_API kf_status kf_context_adapter_info(const kf_context *ctx, kf_adapter_info *out);
@@ -223,6 +231,17 @@ typedef struct kf_context_stats {
     uint64_t pipeline_cache_hits;
     uint64_t dispatches;  /* compute dispatches recorded */
     uint64_t submissions; /* queue submissions */
+    /* Bytes moved between host and device by kf_buffer_upload / kf_buffer_fill_u32 (and
+     * everything built on them: kf_plan_set_input, kf_gpu_tensor_from) and by
+     * kf_buffer_download (kf_plan_get_output, kf_gpu_tensor_to): the sizes asked for. Plans
+     * move nothing on their own: a run of a plan whose inputs are already on the device adds 0. */
+    uint64_t upload_bytes;
+    uint64_t download_bytes;
+    /* The persistent pipeline cache: entries Dawn found on disk, entries written, and damaged
+     * entries ignored and removed. */
+    uint64_t disk_cache_loads;
+    uint64_t disk_cache_stores;
+    uint64_t disk_cache_rejected;
 } kf_context_stats;
 
 KF_API kf_status kf_context_stats_get(const kf_context *ctx, kf_context_stats *out);
@@ -884,6 +903,13 @@ KF_API uint32_t kf_op_input_count(const kf_operator *op);
  * the count. */
 KF_API kf_status kf_op_input_info(const kf_operator *op, uint32_t index, const char **name,
                                   bool *optional);
+/* Backward operators (gelu_grad, softmax_grad, ...; docs/training.md) compute the gradient of
+ * another operator for one of its inputs: kf_op_grad_of returns that forward operator (NULL for
+ * a forward operator) and *input (optional) the input's index. Their inputs are the forward's
+ * inputs followed by dy. kf_op_has_backward: whether the operator has a backward kernel of its
+ * own (kf_op_verify with backward); backward operators and sum_to have none. */
+KF_API const kf_operator *kf_op_grad_of(const kf_operator *op, uint32_t *input);
+KF_API bool kf_op_has_backward(const kf_operator *op);
 
 /* The output shape of op on these inputs; KF_ERROR_SHAPE with the reason in msg. */
 KF_API kf_status kf_op_shape(const kf_operator *op, const kf_shape *in, const kf_op_params *p,
@@ -995,6 +1021,20 @@ KF_API kf_node kf_graph_unary(kf_graph *g, const char *op, kf_node x); /* relu, 
 
 /* Marks a node as an output under a name (a node may be output under several names). */
 KF_API kf_status kf_graph_output(kf_graph *g, const char *name, kf_node node);
+/* Reverse-mode autodiff (docs/training.md): appends to g the nodes that compute the gradient of
+ * `loss` with respect to each of the `count` nodes wrt[i] (inputs or intermediate values), and
+ * writes those gradient nodes to grads_out[i] (shaped as wrt[i]; zeros where the loss does not
+ * depend on it). loss must be a rank-0 tensor (sum(sum(x)), mean(...), cross_entropy(...)).
+ * Gradients of a value read twice are summed; an input an element-wise op broadcast gets its
+ * gradient summed back to its shape. The gradient nodes are ordinary operator nodes (backward
+ * operators such as gelu_grad, or mul, matmul with transposes, ...): mark them as outputs, then
+ * compile, explain, run and verify g as any graph. Fails with the graph's error set (and every
+ * grads_out[i] invalid): KF_ERROR_SHAPE for a loss that is not rank 0, KF_ERROR_INVALID_ARGUMENT
+ * for a wrt that is a constant, an i32 tensor or not a node of g, KF_ERROR_UNSUPPORTED naming an
+ * operator on the path from wrt to loss that has no gradient (a backward operator: no second
+ * derivatives). */
+KF_API kf_status kf_graph_grad(kf_graph *g, kf_node loss, const kf_node *wrt, uint32_t count,
+                               kf_node *grads_out);
 /* The graph written in the graph language (parseable by kf_spec_parse): for bug reports and
  * reproducing a failing case. Caller frees with kf_free. */
 KF_API char *kf_graph_format(const kf_graph *g);
@@ -1038,6 +1078,44 @@ KF_API kf_status kf_plan_run(kf_plan *p);
 KF_API kf_status kf_plan_time(kf_plan *p, uint32_t repeat, kf_timing *out);
 /* Downloads output `name` into out (shape checked). */
 KF_API kf_status kf_plan_get_output(const kf_plan *p, const char *name, kf_tensor *out);
+
+/* GPU tensors in and out of plans (docs/runtime.md, "Binding tensors to plans").
+ *
+ * kf_plan_bind_input makes the plan read input `name` straight from t, and kf_plan_bind_output
+ * makes it write output `name` straight into t: nothing is copied, each run uses the tensor's
+ * current contents. Shape and dtype must equal the graph's (KF_ERROR_SHAPE / KF_ERROR_TYPE, the
+ * message names both). One tensor may be bound to any number of plans (shared weights) and to
+ * several inputs of one plan. t NULL unbinds: the plan gets a zeroed buffer of its own again
+ * (an input must then be set or bound before the next run). While bound, kf_plan_set_input on
+ * that input fails (upload into the tensor instead); kf_plan_get_output still reads the output.
+ *
+ * In place: an output bound to the tensor of one of the plan's inputs (w = w - lr * dw) is
+ * accepted only where every element is read before it is written, by the invocation that writes
+ * it: the output's group is element-wise, reads the input at the index it writes (same shape,
+ * no broadcast), and no later group reads the input; the group is then recompiled (at bind
+ * time) with one read-write binding. Anything else is KF_ERROR_INVALID_ARGUMENT, the message
+ * naming the output, the input and the group that breaks the rule. Two outputs may not share a
+ * tensor.
+ *
+ * Ownership: a plan keeps the buffer of every tensor bound to it alive. kf_gpu_tensor_destroy
+ * on a bound tensor is safe: the tensor's handle is gone, its memory is freed when the last plan
+ * unbinds it or is destroyed (until then the plan keeps reading and writing it). Bindings are
+ * checked when made; a plan never rebinds on its own. */
+kf_status kf_plan_bind_input(kf_plan *p, const char *name, kf_gpu_tensor *t);
+kf_status kf_plan_bind_output(kf_plan *p, const char *name, kf_gpu_tensor *t);
+
+/* Runs plans[0], plans[1], ... in order as one compute pass and one submission, then waits once:
+ * no host synchronisation between them, each plan sees the writes of those before it (chain
+ * them through tensors bound to one's output and the next one's input). All plans belong to one
+ * context; every input of each must be set or bound. */
+kf_status kf_plan_run_sequence(kf_plan *const *plans, uint32_t count);
+/* kf_plan_time for a sequence: times `repeat` submissions of the whole sequence (0 means 10). */
+kf_status kf_plan_time_sequence(kf_plan *const *plans, uint32_t count, uint32_t repeat,
+                                kf_timing *out);
+/* The plan's dispatches, to record into a caller's own batch (kf_context_run / kf_context_time
+ * with others' dispatches). Valid until the plan is destroyed or a binding changes. Fails like
+ * kf_plan_run when an input is neither set nor bound. */
+kf_status kf_plan_dispatches(const kf_plan *p, const kf_dispatch **out, uint32_t *count);
 
 #define KF_PLAN_MAX_REPORTED 16
 typedef struct kf_plan_report {

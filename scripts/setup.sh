@@ -125,7 +125,9 @@ has_backports_source() {
 setup_debian() {
     local missing=()
     local p
-    for p in gcc make libc6-dev cmake clang-format-14 libvulkan1 ca-certificates; do
+    # python3-torch and python3-numpy: the external-reference tests (autodiff against torch.autograd)
+    for p in gcc make libc6-dev cmake clang-format-14 libvulkan1 ca-certificates python3-numpy \
+        python3-torch; do
         pkg_installed "$p" || missing+=("$p")
     done
     if ! have npm; then

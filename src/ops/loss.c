@@ -216,13 +216,19 @@ static kf_kernel *ce_kernel_forward(const kf_shape *in, const kf_op_params *p, k
 
 /* d logits: a row kernel (rowwise.h): the row's max and sum of exp(x - max), then
  * (exp(x - max) / sum - onehot) * grad_out / N per element. */
-static kf_kernel *ce_kernel_backward_logits(const kf_shape *in, kf_dtype dtype) {
+static kf_kernel *ce_kernel_backward_logits(const kf_shape *in, kf_dtype dtype, bool producer) {
     kf__rows r;
-    kf_kernel *k = kf__rows_begin(&r, "cross_entropy_backward_logits", &in[0], dtype, false);
+    kf_kernel *k =
+        kf__rows_begin(&r, producer ? "cross_entropy_grad" : "cross_entropy_backward_logits",
+                       &in[0], dtype, producer);
     if (!k) {
         return NULL;
     }
-    ce_bindings b = bind_ce(k, dtype, true);
+    /* a backward operator (reduce_backward.c) binds logits, labels, dy and yields the gradient */
+    ce_bindings b = bind_ce(k, dtype, !producer);
+    if (producer) {
+        b.grad_out = kf__bind(k, "dy", dtype, KF_ACCESS_READ);
+    }
     kf_type f32 = kf_type_scalar(KF_SCALAR_F32);
     kf_var m = kf_declare(k, "max_acc", f32, kf__load_f32(k, b.logits, r.base, dtype));
     kf_val i = kf__rows_for(&r, "i");
@@ -251,7 +257,7 @@ static kf_kernel *ce_kernel_backward_logits(const kf_shape *in, kf_dtype dtype) 
     kf_val onehot =
         kf_select(k, kf_lit_f32(k, 0), kf_lit_f32(k, 1), kf_binary(k, KF_OP_EQ, j, at_label));
     kf_val dx = kf_mul(k, kf_sub(k, p, onehot), scale);
-    kf__store_f32(k, b.grad_in, at, kf_select(k, nan, dx, ok), dtype);
+    kf__store_or_yield(k, b.grad_in, at, kf_select(k, nan, dx, ok), dtype);
     kf_end(k);
     kf_end(k);
     return k;
@@ -286,9 +292,13 @@ static kf_kernel *ce_kernel_backward(const kf_shape *in, const kf_op_params *p, 
                                      uint32_t which) {
     (void)p;
     if (which == 0) {
-        return ce_kernel_backward_logits(in, dtype);
+        return ce_kernel_backward_logits(in, dtype, false);
     }
     return which == 1 ? ce_kernel_backward_labels(in, dtype) : NULL;
+}
+
+kf_kernel *kf__cross_entropy_grad_kernel(const kf_shape *in, kf_dtype dtype) {
+    return ce_kernel_backward_logits(in, dtype, true);
 }
 
 static void ce_grid(const kf_shape *in, const kf_op_params *p, int32_t which, uint32_t groups[3]) {

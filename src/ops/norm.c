@@ -230,7 +230,11 @@ typedef struct norm_bindings {
     kf_binding out, grad_out, grad_in; /* backward only */
 } norm_bindings;
 
-static norm_bindings bind_norm(kf_kernel *k, const kf_op_params *p, kf_dtype dtype, bool backward) {
+/* backward: the old kernel_backward convention (out, grad_out, grad_in after the inputs); with
+ * producer, a backward operator's (norm_backward.c): the inputs, then dy, and the gradient is
+ * yielded. */
+static norm_bindings bind_norm(kf_kernel *k, const kf_op_params *p, kf_dtype dtype, bool backward,
+                               bool producer) {
     norm_bindings b = {0};
     b.x = kf__bind(k, "x", dtype, KF_ACCESS_READ);
     if (weight_index(p)) {
@@ -239,7 +243,9 @@ static norm_bindings bind_norm(kf_kernel *k, const kf_op_params *p, kf_dtype dty
     if (bias_index(p)) {
         b.bias = kf__bind(k, "bias", dtype, KF_ACCESS_READ);
     }
-    if (backward) {
+    if (backward && producer) {
+        b.grad_out = kf__bind(k, "dy", dtype, KF_ACCESS_READ);
+    } else if (backward) {
         b.out = kf__bind(k, "out", dtype, KF_ACCESS_READ);
         b.grad_out = kf__bind(k, "grad_out", dtype, KF_ACCESS_READ);
         b.grad_in = kf__bind(k, "grad_in", dtype, KF_ACCESS_READ_WRITE);
@@ -416,15 +422,15 @@ static void combine_sum3(kf_kernel *k, const kf_val *a, const kf_val *b, uint32_
 /* dx: one row per lane group; the mean first (layernorm), then one pass summing (x - mu)^2,
  * g and g * (x - mu) together, then the element-wise formula. */
 static kf_kernel *norm_kernel_backward_x(const norm_kind *kind, const kf_shape *in,
-                                         const kf_op_params *p, kf_dtype dtype) {
+                                         const kf_op_params *p, kf_dtype dtype, bool producer) {
     char name[64];
-    snprintf(name, sizeof name, "%s_backward_x", kind->name);
+    snprintf(name, sizeof name, producer ? "%s_grad_x" : "%s_backward_x", kind->name);
     kf__rows r;
-    kf_kernel *k = kf__rows_begin(&r, name, &in[0], dtype, false);
+    kf_kernel *k = kf__rows_begin(&r, name, &in[0], dtype, producer);
     if (!k) {
         return NULL;
     }
-    norm_bindings b = bind_norm(k, p, dtype, true);
+    norm_bindings b = bind_norm(k, p, dtype, true, producer);
     kf_type f32 = kf_type_scalar(KF_SCALAR_F32);
     kf_val mu = row_mean(&r, kind, b.x);
     kf_var sq = kf_declare(k, "sq_acc", f32, kf_lit_f32(k, 0));
@@ -476,7 +482,7 @@ static kf_kernel *norm_kernel_backward_x(const norm_kind *kind, const kf_shape *
         kf_val inner = kf_sub(k, kf_sub(k, g2, mean_g), kf_mul(k, xhat, mean_g_xhat));
         dx = kf_mul(k, rstd, inner);
     }
-    kf__store_f32(k, b.grad_in, at2, dx, dtype);
+    kf__store_or_yield(k, b.grad_in, at2, dx, dtype);
     kf_end(k);
     kf_end(k);
     return k;
@@ -506,18 +512,23 @@ static void blocked_sum_close(kf_kernel *k, kf_var total, kf_var part) {
  * row, no barriers) into workgroup memory, then every invocation accumulates its column over the
  * chunk's rows. Row statistics are recomputed once per 256 columns. */
 static kf_kernel *norm_kernel_backward_param(const norm_kind *kind, const kf_shape *in,
-                                             const kf_op_params *p, kf_dtype dtype, bool is_bias) {
+                                             const kf_op_params *p, kf_dtype dtype, bool is_bias,
+                                             bool producer) {
     uint64_t rows;
     uint32_t cols;
     kf__shape_rows_cols(&in[0], &rows, &cols);
     const uint32_t chunk = KF__WORKGROUP;
     char name[64];
-    snprintf(name, sizeof name, "%s_backward_%s", kind->name, is_bias ? "bias" : "weight");
+    if (producer) {
+        snprintf(name, sizeof name, "%s_grad_%s", kind->name, is_bias ? "b" : "w");
+    } else {
+        snprintf(name, sizeof name, "%s_backward_%s", kind->name, is_bias ? "bias" : "weight");
+    }
     kf_kernel_desc desc = {0};
     desc.name = name;
     desc.workgroup_size[0] = KF__WORKGROUP;
     desc.input = kf_type_scalar(KF_SCALAR_VOID);
-    desc.output = kf_type_scalar(KF_SCALAR_VOID);
+    desc.output = producer ? kf__dtype_type(dtype) : kf_type_scalar(KF_SCALAR_VOID);
     kf_kernel *k = kf_kernel_create(&desc);
     if (!k) {
         return NULL;
@@ -525,7 +536,7 @@ static kf_kernel *norm_kernel_backward_param(const norm_kind *kind, const kf_sha
     uint32_t groups[3];
     kf__grid_1d(cols, KF__WORKGROUP, groups);
     kf_kernel_set_grid(k, groups);
-    norm_bindings b = bind_norm(k, p, dtype, true);
+    norm_bindings b = bind_norm(k, p, dtype, true, producer);
     kf_type f32 = kf_type_scalar(KF_SCALAR_F32);
 
     kf_val lane = kf_let(k, "lane", kf_builtin_get(k, KF_BUILTIN_LOCAL_INDEX));
@@ -591,7 +602,7 @@ static kf_kernel *norm_kernel_backward_param(const norm_kind *kind, const kf_sha
     }
     kf_end(k);
     kf_if(k, valid);
-    kf__store_f32(k, b.grad_in, col, kf_read(k, acc), dtype);
+    kf__store_or_yield(k, b.grad_in, col, kf_read(k, acc), dtype);
     kf_end(k);
     return k;
 }
@@ -599,13 +610,22 @@ static kf_kernel *norm_kernel_backward_param(const norm_kind *kind, const kf_sha
 static kf_kernel *norm_kernel_backward(const norm_kind *kind, const kf_shape *in,
                                        const kf_op_params *p, kf_dtype dtype, uint32_t which) {
     if (which == 0) {
-        return norm_kernel_backward_x(kind, in, p, dtype);
+        return norm_kernel_backward_x(kind, in, p, dtype, false);
     }
     if (which >= 1u + weight_index(p) + (p && p->has_bias ? 1u : 0u)) {
         return NULL; /* no such input */
     }
     bool is_bias = which == bias_index(p);
-    return norm_kernel_backward_param(kind, in, p, dtype, is_bias);
+    return norm_kernel_backward_param(kind, in, p, dtype, is_bias, false);
+}
+
+kf_kernel *kf__norm_grad_kernel(bool center, const kf_shape *in, const kf_op_params *p,
+                                kf_dtype dtype, bool weight) {
+    const norm_kind *kind = center ? &LAYERNORM : &RMSNORM;
+    if (weight) {
+        return norm_kernel_backward_param(kind, in, p, dtype, false, true);
+    }
+    return norm_kernel_backward_x(kind, in, p, dtype, true);
 }
 
 static kf_kernel *rmsnorm_kernel_forward(const kf_shape *in, const kf_op_params *p,

@@ -105,6 +105,15 @@ struct kf_operator {
     uint32_t nonzero_inputs;
     const kf_op_case *cases; /* the verification table: edge shapes, primes, a large case */
     uint32_t case_count;
+    /* Backward operators (gelu_grad, softmax_grad, rmsnorm_grad_x, ...; docs/training.md): the
+     * forward operator whose gradient this one computes, and the input it is taken for. Their
+     * inputs are grad_of's inputs (for the same params) followed by dy, the gradient of grad_of's
+     * output; they yield d(sum(dy * grad_of(inputs))) / d(input grad_input), shaped as that input
+     * (element-wise ones: as the forward output, before any broadcast is summed away). They have
+     * no kernel_backward; kf_op_check_gradient checks their spec against central differences of
+     * grad_of's spec. NULL for forward operators. */
+    const kf_operator *grad_of;
+    uint32_t grad_input;
 };
 
 #endif

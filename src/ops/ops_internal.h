@@ -43,6 +43,20 @@ extern const kf_operator kf__op_sum, kf__op_mean, kf__op_max, kf__op_softmax, kf
 extern const kf_operator kf__op_rmsnorm, kf__op_layernorm;
 /* loss.c */
 extern const kf_operator kf__op_cross_entropy;
+/* reduce_backward.c: over leading axes, and the sum / broadcast pair of element-wise broadcasting
+ */
+extern const kf_operator kf__op_sum_leading, kf__op_sum_to, kf__op_broadcast_to;
+/* backward operators (kf_operator.grad_of; docs/training.md): elementwise_backward.c */
+extern const kf_operator kf__op_relu_grad, kf__op_leaky_relu_grad, kf__op_sigmoid_grad,
+    kf__op_tanh_grad, kf__op_gelu_grad, kf__op_gelu_exact_grad, kf__op_silu_grad, kf__op_exp_grad,
+    kf__op_log_grad, kf__op_abs_grad, kf__op_sqrt_grad, kf__op_square_grad, kf__op_reciprocal_grad,
+    kf__op_div_grad_b, kf__op_maximum_grad_a, kf__op_maximum_grad_b;
+/* reduce_backward.c */
+extern const kf_operator kf__op_sum_grad, kf__op_mean_grad, kf__op_max_grad, kf__op_softmax_grad,
+    kf__op_log_softmax_grad, kf__op_cross_entropy_grad;
+/* norm_backward.c */
+extern const kf_operator kf__op_rmsnorm_grad_x, kf__op_rmsnorm_grad_w, kf__op_layernorm_grad_x,
+    kf__op_layernorm_grad_w;
 
 /* ---------------------------------------------------------------------------------------- */
 /* Messages and shapes                                                                      */
@@ -89,6 +103,11 @@ kf_val kf__load_f32(kf_kernel *k, kf_binding b, kf_val index, kf_dtype dtype);
 void kf__store_f32(kf_kernel *k, kf_binding b, kf_val index, kf_val value, kf_dtype dtype);
 /* kf_kernel_yield of an f32 value, narrowed to the dtype (the kernel's output type). */
 void kf__yield_f32(kf_kernel *k, kf_val value, kf_val index, kf_dtype dtype);
+/* A backward kernel's result: kf__store_f32 into grad_in (the kernel_backward convention), or,
+ * when grad_in is the invalid handle (a backward operator's kernel), kf__yield_f32: its store
+ * phase, so epilogues fuse into it. */
+void kf__store_or_yield(kf_kernel *k, kf_binding grad_in, kf_val index, kf_val value,
+                        kf_dtype dtype);
 /* A u32 literal. */
 kf_val kf__u32(kf_kernel *k, uint64_t v);
 /* groups for `invocations` threads in workgroups of `workgroup` (1-D; the runtime folds > 65535).
@@ -162,6 +181,35 @@ kf_status kf__ew_spec_backward(kf__ew_scalar_grad_fn df, uint32_t arity, const k
     .spec_forward = NAME##_spec_forward, .spec_backward = NAME##_spec_backward,                    \
     .kernel_forward = NAME##_kernel_forward, .kernel_backward = NAME##_kernel_backward,            \
     .expr = NAME##_expr, .expr_backward = NAME##_expr_backward, .grid = NAME##_grid
+
+/* ---------------------------------------------------------------------------------------- */
+/* Backward operators (backward.c and the *_backward.c files)                               */
+/* ---------------------------------------------------------------------------------------- */
+
+/* The backward kernels of the forward operators, built as backward operators' forward kernels:
+ * the forward op's inputs, then "dy"; the gradient is yielded. */
+enum { KF__REDUCE_SUM = 0, KF__REDUCE_MEAN, KF__REDUCE_MAX };
+kf_kernel *kf__reduce_grad_kernel(const char *name, uint32_t kind, const kf_shape *x,
+                                  kf_dtype dtype);
+kf_kernel *kf__softmax_grad_kernel(const char *name, bool log_form, const kf_shape *x,
+                                   kf_dtype dtype);
+/* rmsnorm (center false) or layernorm: dx, or with `weight` dweight; in: x, [w], [b], dy. */
+kf_kernel *kf__norm_grad_kernel(bool center, const kf_shape *in, const kf_op_params *p,
+                                kf_dtype dtype, bool weight);
+kf_kernel *kf__cross_entropy_grad_kernel(const kf_shape *in, kf_dtype dtype);
+
+/* The shape rule every backward operator shares: in[0..n) must fit grad_of (n its arity for p),
+ * in[n] (dy) must have grad_of's output shape; out is in[grad_input]'s shape (element-wise
+ * grad_of: the output's shape). Messages name op. */
+kf_status kf__grad_shape(const kf_operator *op, const kf_shape *in, const kf_op_params *p,
+                         kf_shape *out, char *msg, size_t msg_size);
+/* The spec every backward operator shares: grad_of's spec_forward and spec_backward on the same
+ * inputs (float64 inside), keeping the gradient of input grad_input. An element-wise grad_of
+ * sees its inputs broadcast to the output's shape first, so nothing is summed. */
+kf_status kf__grad_spec_forward(const kf_operator *op, const kf_tensor *const *in,
+                                const kf_op_params *p, kf_tensor *out);
+/* grad_of's arity for p, plus one (dy). */
+uint32_t kf__grad_arity(const kf_operator *op, const kf_op_params *p);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Tensors                                                                                  */

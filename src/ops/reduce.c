@@ -361,9 +361,14 @@ typedef struct unary_backward_bindings {
     kf_binding x, out, grad_out, grad_in;
 } unary_backward_bindings;
 
-static unary_backward_bindings bind_unary_backward(kf_kernel *k, kf_dtype dtype) {
-    unary_backward_bindings b;
+static unary_backward_bindings bind_unary_backward(kf_kernel *k, kf_dtype dtype, bool producer) {
+    unary_backward_bindings b = {0};
     b.x = kf__bind(k, "x", dtype, KF_ACCESS_READ);
+    if (producer) {
+        /* a backward operator (reduce_backward.c): x, dy, then the yielded gradient */
+        b.grad_out = kf__bind(k, "dy", dtype, KF_ACCESS_READ);
+        return b;
+    }
     b.out = kf__bind(k, "out", dtype, KF_ACCESS_READ);
     b.grad_out = kf__bind(k, "grad_out", dtype, KF_ACCESS_READ);
     b.grad_in = kf__bind(k, "grad_in", dtype, KF_ACCESS_READ_WRITE);
@@ -372,7 +377,7 @@ static unary_backward_bindings bind_unary_backward(kf_kernel *k, kf_dtype dtype)
 
 /* sum and mean: dx[r, c] = dy[r] (/ cols): one invocation per element, no reduction. */
 static kf_kernel *broadcast_kernel_backward(const char *name, bool mean, const kf_shape *in,
-                                            kf_dtype dtype) {
+                                            kf_dtype dtype, bool producer) {
     uint64_t rows;
     uint32_t cols;
     kf__shape_rows_cols(&in[0], &rows, &cols);
@@ -381,7 +386,7 @@ static kf_kernel *broadcast_kernel_backward(const char *name, bool mean, const k
     desc.name = name;
     desc.workgroup_size[0] = KF__WORKGROUP;
     desc.input = kf_type_scalar(KF_SCALAR_VOID);
-    desc.output = kf_type_scalar(KF_SCALAR_VOID);
+    desc.output = producer ? kf__dtype_type(dtype) : kf_type_scalar(KF_SCALAR_VOID);
     kf_kernel *k = kf_kernel_create(&desc);
     if (!k) {
         return NULL;
@@ -389,14 +394,14 @@ static kf_kernel *broadcast_kernel_backward(const char *name, bool mean, const k
     uint32_t groups[3];
     kf__grid_1d(total, KF__WORKGROUP, groups);
     kf_kernel_set_grid(k, groups);
-    unary_backward_bindings b = bind_unary_backward(k, dtype);
+    unary_backward_bindings b = bind_unary_backward(k, dtype, producer);
     kf_val idx = kf_let(k, "idx", kf_global_linear(k));
     kf_if(k, kf_binary(k, KF_OP_LT, idx, kf__u32(k, total)));
     kf_val g = kf__load_f32(k, b.grad_out, kf_div(k, idx, kf__u32(k, cols)), dtype);
     if (mean) {
         g = kf_div(k, g, kf_lit_f32(k, (float)cols));
     }
-    kf__store_f32(k, b.grad_in, idx, g, dtype);
+    kf__store_or_yield(k, b.grad_in, idx, g, dtype);
     kf_end(k);
     return k;
 }
@@ -426,13 +431,14 @@ static void combine_argmax(kf_kernel *k, const kf_val *a, const kf_val *b, uint3
 }
 
 /* max: the row's gradient goes to its argmax (the spec's rule), zeros elsewhere. */
-static kf_kernel *max_kernel_backward_build(const kf_shape *in, kf_dtype dtype) {
+static kf_kernel *max_kernel_backward_build(const char *name, const kf_shape *in, kf_dtype dtype,
+                                            bool producer) {
     kf__rows r;
-    kf_kernel *k = kf__rows_begin(&r, "max_backward", &in[0], dtype, false);
+    kf_kernel *k = kf__rows_begin(&r, name, &in[0], dtype, producer);
     if (!k) {
         return NULL;
     }
-    unary_backward_bindings b = bind_unary_backward(k, dtype);
+    unary_backward_bindings b = bind_unary_backward(k, dtype, producer);
     kf_type f32 = kf_type_scalar(KF_SCALAR_F32), u32 = kf_type_scalar(KF_SCALAR_U32);
     kf_var best = kf_declare(k, "best", f32, kf__load_f32(k, b.x, r.base, dtype));
     kf_var best_at = kf_declare(k, "best_at", u32, kf__u32(k, 0));
@@ -453,7 +459,7 @@ static kf_kernel *max_kernel_backward_build(const kf_shape *in, kf_dtype dtype) 
     kf_if(k, r.valid);
     kf_val j = kf__rows_for(&r, "j");
     kf_val dx = kf_select(k, kf_lit_f32(k, 0), g, kf_binary(k, KF_OP_EQ, j, reduced[1]));
-    kf__store_f32(k, b.grad_in, kf_add(k, r.base, j), dx, dtype);
+    kf__store_or_yield(k, b.grad_in, kf_add(k, r.base, j), dx, dtype);
     kf_end(k);
     kf_end(k);
     return k;
@@ -463,19 +469,19 @@ static kf_kernel *sum_kernel_backward(const kf_shape *in, const kf_op_params *p,
                                       uint32_t which) {
     (void)p;
     (void)which;
-    return broadcast_kernel_backward("sum_backward", false, in, dtype);
+    return broadcast_kernel_backward("sum_backward", false, in, dtype, false);
 }
 static kf_kernel *mean_kernel_backward(const kf_shape *in, const kf_op_params *p, kf_dtype dtype,
                                        uint32_t which) {
     (void)p;
     (void)which;
-    return broadcast_kernel_backward("mean_backward", true, in, dtype);
+    return broadcast_kernel_backward("mean_backward", true, in, dtype, false);
 }
 static kf_kernel *max_kernel_backward(const kf_shape *in, const kf_op_params *p, kf_dtype dtype,
                                       uint32_t which) {
     (void)p;
     (void)which;
-    return max_kernel_backward_build(in, dtype);
+    return max_kernel_backward_build("max_backward", in, dtype, false);
 }
 
 static void reduce_grid(const kf_shape *in, const kf_op_params *p, int32_t which,
@@ -607,13 +613,13 @@ static kf_kernel *log_softmax_kernel_forward(const kf_shape *in, const kf_op_par
  * rounding into every gradient. Four passes over the row: max, sum of exp, the gradient's sum,
  * then the gradient. */
 static kf_kernel *softmax_kernel_backward_build(const char *name, bool log_form, const kf_shape *in,
-                                                kf_dtype dtype) {
+                                                kf_dtype dtype, bool producer) {
     kf__rows r;
-    kf_kernel *k = kf__rows_begin(&r, name, &in[0], dtype, false);
+    kf_kernel *k = kf__rows_begin(&r, name, &in[0], dtype, producer);
     if (!k) {
         return NULL;
     }
-    unary_backward_bindings b = bind_unary_backward(k, dtype);
+    unary_backward_bindings b = bind_unary_backward(k, dtype, producer);
     kf_val m = row_max(&r, b.x);
     kf_var e = kf_declare(k, "exp_acc", kf_type_scalar(KF_SCALAR_F32), kf_lit_f32(k, 0));
     kf_val i = kf__rows_for(&r, "i");
@@ -642,7 +648,7 @@ static kf_kernel *softmax_kernel_backward_build(const char *name, bool log_form,
         kf_div(k, kf_call1(k, KF_FN_EXP, kf_sub(k, kf__load_f32(k, b.x, at2, dtype), m)), es));
     kf_val dy2 = kf_let(k, "dy", kf__load_f32(k, b.grad_out, at2, dtype));
     kf_val dx = log_form ? kf_sub(k, dy2, kf_mul(k, y2, s)) : kf_mul(k, y2, kf_sub(k, dy2, s));
-    kf__store_f32(k, b.grad_in, at2, dx, dtype);
+    kf__store_or_yield(k, b.grad_in, at2, dx, dtype);
     kf_end(k);
     kf_end(k);
     return k;
@@ -652,13 +658,28 @@ static kf_kernel *softmax_kernel_backward(const kf_shape *in, const kf_op_params
                                           uint32_t which) {
     (void)p;
     (void)which;
-    return softmax_kernel_backward_build("softmax_backward", false, in, dtype);
+    return softmax_kernel_backward_build("softmax_backward", false, in, dtype, false);
 }
 static kf_kernel *log_softmax_kernel_backward(const kf_shape *in, const kf_op_params *p,
                                               kf_dtype dtype, uint32_t which) {
     (void)p;
     (void)which;
-    return softmax_kernel_backward_build("log_softmax_backward", true, in, dtype);
+    return softmax_kernel_backward_build("log_softmax_backward", true, in, dtype, false);
+}
+
+/* The backward kernels as backward operators build them (reduce_backward.c): x, dy, then the
+ * yielded gradient. */
+kf_kernel *kf__reduce_grad_kernel(const char *name, uint32_t kind, const kf_shape *x,
+                                  kf_dtype dtype) {
+    if (kind == KF__REDUCE_MAX) {
+        return max_kernel_backward_build(name, x, dtype, true);
+    }
+    return broadcast_kernel_backward(name, kind == KF__REDUCE_MEAN, x, dtype, true);
+}
+
+kf_kernel *kf__softmax_grad_kernel(const char *name, bool log_form, const kf_shape *x,
+                                   kf_dtype dtype) {
+    return softmax_kernel_backward_build(name, log_form, x, dtype, true);
 }
 
 /* ---------------------------------------------------------------------------------------- */

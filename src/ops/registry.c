@@ -43,6 +43,38 @@ static const kf_operator *const table[] = {
     &kf__op_rmsnorm,
     &kf__op_layernorm,
     &kf__op_cross_entropy,
+    /* reductions for training: over leading axes, and broadcasting's sum / broadcast pair */
+    &kf__op_sum_leading,
+    &kf__op_sum_to,
+    &kf__op_broadcast_to,
+    /* backward operators (kf_operator.grad_of): element-wise */
+    &kf__op_relu_grad,
+    &kf__op_leaky_relu_grad,
+    &kf__op_sigmoid_grad,
+    &kf__op_tanh_grad,
+    &kf__op_gelu_grad,
+    &kf__op_gelu_exact_grad,
+    &kf__op_silu_grad,
+    &kf__op_exp_grad,
+    &kf__op_log_grad,
+    &kf__op_abs_grad,
+    &kf__op_sqrt_grad,
+    &kf__op_square_grad,
+    &kf__op_reciprocal_grad,
+    &kf__op_div_grad_b,
+    &kf__op_maximum_grad_a,
+    &kf__op_maximum_grad_b,
+    /* backward operators: row reductions, norms, loss */
+    &kf__op_sum_grad,
+    &kf__op_mean_grad,
+    &kf__op_max_grad,
+    &kf__op_softmax_grad,
+    &kf__op_log_softmax_grad,
+    &kf__op_rmsnorm_grad_x,
+    &kf__op_rmsnorm_grad_w,
+    &kf__op_layernorm_grad_x,
+    &kf__op_layernorm_grad_w,
+    &kf__op_cross_entropy_grad,
 };
 #define TABLE_SIZE (sizeof table / sizeof table[0])
 

@@ -381,7 +381,9 @@ static kf_status verify_backward(kf_context *ctx, verify_state *s, kf_verify_res
     const kf_verify_case *c = s->c;
     const kf_operator *op = s->op;
     if (!op->kernel_backward || !op->spec_backward) {
-        snprintf(r->message, sizeof r->message, "%s has no backward", op->name);
+        snprintf(r->message, sizeof r->message,
+                 "%s has no backward kernel (a backward operator, or sum_to: docs/training.md)",
+                 op->name);
         return KF_ERROR_UNSUPPORTED;
     }
     /* grad_out from its own stream; grad_in for every input from the spec */
@@ -636,6 +638,107 @@ static kf_status check_one_input(gradient_state *g, uint32_t which, const kf_ten
     return st;
 }
 
+/* A backward operator B (op->grad_of = F, for input w): B(inputs, dy) must be the derivative of
+ * sum(dy * F(inputs)) with respect to input w, so its spec is checked against central
+ * differences of F's spec with dy as the weights. An element-wise B yields the unsummed
+ * gradient (a broadcast input's sum is another operator's), so it is summed here first. */
+static kf_status check_backward_operator(const kf_verify_case *c, kf_verify_result *out) {
+    const kf_operator *op = c->op, *fwd = op->grad_of;
+    uint32_t arity = kf_op_arity(op, &c->params), n = kf_op_arity(fwd, &c->params);
+    uint32_t which = op->grad_input;
+    if (arity > 4 || n + 1 != arity || which >= n) {
+        snprintf(out->message, sizeof out->message, "%s: inputs do not follow %s's", op->name,
+                 fwd->name);
+        return KF_ERROR_INTERNAL;
+    }
+    kf_verify_case fc = *c;
+    fc.op = fwd;
+    gradient_state g = {0};
+    g.c = &fc;
+    g.arity = n;
+    kf_tensor *drawn[4] = {0}, *analytic = NULL, *summed = NULL;
+    kf_shape grad_shape, y_shape;
+    kf_status st = op->shape(c->shapes, &c->params, &grad_shape, out->message, sizeof out->message);
+    if (st == KF_OK) {
+        st = fwd->shape(c->shapes, &c->params, &y_shape, out->message, sizeof out->message);
+    }
+    if (st == KF_OK) {
+        st = make_inputs(c, arity, KF_DTYPE_F32, drawn);
+    }
+    if (st == KF_OK) {
+        st = kf_tensor_create(&grad_shape, &analytic);
+    }
+    if (st == KF_OK) {
+        st = op->spec_forward((const kf_tensor *const *)drawn, &c->params, analytic);
+    }
+    if (st == KF_OK) {
+        st = kf_tensor_create(&c->shapes[which], &summed);
+    }
+    if (st == KF_OK) {
+        kf__bcast kind = kf__broadcast_kind(&c->shapes[which], &grad_shape);
+        uint32_t cols;
+        kf__shape_rows_cols(&grad_shape, NULL, &cols);
+        uint64_t m = kf_tensor_size(analytic);
+        double *acc = calloc((size_t)kf_tensor_size(summed), sizeof *acc);
+        st = acc ? KF_OK : KF_ERROR_OUT_OF_MEMORY;
+        for (uint64_t i = 0; acc && i < m; i++) {
+            uint64_t at = kind == KF__BCAST_SCALAR ? 0
+                          : kind == KF__BCAST_ROW  ? i % cols
+                          : kind == KF__BCAST_COL  ? i / cols
+                                                   : i;
+            acc[at] += analytic->data[i];
+        }
+        for (uint64_t j = 0; acc && j < kf_tensor_size(summed); j++) {
+            summed->data[j] = (float)acc[j];
+        }
+        free(acc);
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        g.in[i] = drawn[i];
+    }
+    g.weight = drawn[n];
+    if (st == KF_OK) {
+        st = kf_tensor_create(&y_shape, &g.base);
+    }
+    if (st == KF_OK) {
+        st = kf_tensor_create(&y_shape, &g.up);
+    }
+    if (st == KF_OK) {
+        st = kf_tensor_create(&y_shape, &g.down);
+    }
+    if (st == KF_OK) {
+        st = fwd->spec_forward((const kf_tensor *const *)g.in, &c->params, g.base);
+    }
+    if (st == KF_OK) {
+        uint64_t m = kf_tensor_size(g.base);
+        for (uint64_t i = 0; i < m; i++) {
+            double v = fabs((double)g.weight->data[i] * g.base->data[i]);
+            g.resolution = v > g.resolution ? v : g.resolution;
+        }
+        g.resolution *= 0x1p-23;
+        uint64_t work = kf_shape_elements(&y_shape);
+        for (uint32_t i = 0; i < n; i++) {
+            work += kf_tensor_size(g.in[i]);
+        }
+        out->passed = true;
+        st = check_one_input(&g, which, summed, work, out);
+    }
+    destroy_all(drawn, 4);
+    kf_tensor_destroy(analytic);
+    kf_tensor_destroy(summed);
+    kf_tensor_destroy(g.base);
+    kf_tensor_destroy(g.up);
+    kf_tensor_destroy(g.down);
+    if (st != KF_OK) {
+        out->passed = false;
+        if (!out->message[0]) {
+            snprintf(out->message, sizeof out->message, "%s: %s", op->name, kf_status_str(st));
+        }
+        return st;
+    }
+    return out->passed ? KF_OK : KF_ERROR_MISMATCH;
+}
+
 kf_status kf_op_check_gradient(const kf_verify_case *c, kf_verify_result *out) {
     if (!out) {
         return KF_ERROR_INVALID_ARGUMENT;
@@ -646,6 +749,9 @@ kf_status kf_op_check_gradient(const kf_verify_case *c, kf_verify_result *out) {
         return KF_ERROR_INVALID_ARGUMENT;
     }
     const kf_operator *op = c->op;
+    if (op->grad_of) {
+        return check_backward_operator(c, out);
+    }
     if (!op->spec_backward) {
         snprintf(out->message, sizeof out->message, "%s has no spec_backward", op->name);
         return KF_ERROR_UNSUPPORTED;

@@ -18,6 +18,10 @@ struct kf_buffer {
     wg_buffer handle;
     uint64_t size;       /* as asked */
     uint64_t alloc_size; /* size rounded up to 4 bytes, as WebGPU copies need */
+    /* Holds by plans bound to it (kf__buffer_hold): kf_buffer_destroy then only marks it
+     * destroyed, and the last kf__buffer_drop frees it. */
+    uint32_t holds;
+    bool destroyed;
 };
 
 struct kf_pipeline {
@@ -80,6 +84,8 @@ struct kf_context {
     bool fake_oom; /* tests: the next buffer creation fails as out of memory (Dawn only) */
     /* Callback memory whose wait was abandoned (see kf__callback_release). */
     struct kf__callback_block *orphans;
+    /* The persistent pipeline cache (disk_cache.c), NULL when off. */
+    struct kf__disk_cache *disk_cache;
     /* Tuned matmul tiles (src/ops/matmul_tune.c), loaded from the cache file on first use. */
     struct kf__matmul_tuning *matmul_tuning;
 };
@@ -125,11 +131,22 @@ void kf__wg_string_copy(char *dst, size_t dst_size, wg_string src);
 /* pipeline.c */
 void kf__pipeline_cache_destroy(kf_context *ctx);
 
+/* disk_cache.c: Dawn's cache interface over a folder (see there). Returns the chain to put on
+ * the device descriptor: next, preceded by the cache's descriptor where the cache is on. */
+wg_chain *kf__disk_cache_chain(kf_context *ctx, const kf_context_desc *desc, wg_chain *next);
+void kf__disk_cache_destroy(kf_context *ctx); /* after the device is released */
+void kf__disk_cache_stats(const kf_context *ctx, kf_context_stats *out);
+const char *kf__disk_cache_dir(const kf_context *ctx); /* "" when off */
+
 /* dispatch.c */
 void kf__context_timing_destroy(kf_context *ctx);
 
 /* buffer.c */
 void kf__context_staging_destroy(kf_context *ctx);
+/* A plan bound to buf keeps it alive: the owner's kf_buffer_destroy (kf_gpu_tensor_destroy)
+ * frees it only once every hold is dropped. NULL is a no-op. */
+void kf__buffer_hold(kf_buffer *buf);
+void kf__buffer_drop(kf_buffer *buf);
 
 /* For tests: the next kf_buffer_create fails the way an exhausted device fails (Dawn only). */
 kf_status kf__context_fake_oom(kf_context *ctx);

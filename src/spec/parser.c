@@ -703,6 +703,102 @@ static bool parse_assignment(parser *p) {
     return define(p, name, node, false);
 }
 
+/* `d1, d2, ... = grad(loss, x1, x2, ...)`: the gradients of a rank-0 loss with respect to named
+ * values (kf_graph_grad), one name on the left per value on the right; `dx = grad(loss, x)` for
+ * one. The gradients are ordinary values: outputs, or read by later statements. */
+#define SPEC_MAX_GRADS 16
+
+static bool parse_grad_assignment(parser *p) {
+    const kf__token *names[SPEC_MAX_GRADS];
+    uint32_t count = 0;
+    for (;;) {
+        const kf__token *t = cur(p);
+        if (t->kind != KF__TOK_NAME) {
+            return expected(p, "a name to assign a gradient to");
+        }
+        if (count == SPEC_MAX_GRADS) {
+            return fail_at(p, t, KF_ERROR_PARSE, "at most %d names on the left of grad(...)",
+                           SPEC_MAX_GRADS);
+        }
+        if (!check_new_name(p, t)) {
+            return false;
+        }
+        for (uint32_t i = 0; i < count; i++) {
+            if (names[i]->length == t->length && !memcmp(names[i]->text, t->text, t->length)) {
+                return fail_at(p, t, KF_ERROR_PARSE, "'%.*s' appears twice on the left",
+                               (int)t->length, t->text);
+            }
+        }
+        names[count++] = t;
+        advance(p);
+        if (cur(p)->kind == KF__TOK_EQUALS) {
+            break;
+        }
+        if (cur(p)->kind != KF__TOK_COMMA) {
+            return expected(p, "',' or '=' after the names of a multiple assignment");
+        }
+        advance(p);
+    }
+    advance(p); /* '=' */
+    const kf__token *call_at = cur(p);
+    if (!is_word(call_at, "grad") || peek_at(p, 1)->kind != KF__TOK_LPAREN) {
+        return fail_at(p, call_at, KF_ERROR_PARSE,
+                       "only grad(...) gives several values: dx, dy = grad(loss, x, y)");
+    }
+    advance(p); /* grad */
+    advance(p); /* '(' */
+    skip_newlines(p);
+    const kf__token *loss_at = cur(p);
+    kf_node loss = {0};
+    if (!parse_expr(p, &loss)) {
+        return false;
+    }
+    kf_node wrt[SPEC_MAX_GRADS];
+    uint32_t wrt_count = 0;
+    skip_newlines(p);
+    while (cur(p)->kind == KF__TOK_COMMA) {
+        advance(p);
+        skip_newlines(p);
+        const kf__token *t = cur(p);
+        if (t->kind != KF__TOK_NAME || peek_at(p, 1)->kind == KF__TOK_LPAREN) {
+            return expected(p, "the name of a value to differentiate by");
+        }
+        if (wrt_count == SPEC_MAX_GRADS) {
+            return fail_at(p, t, KF_ERROR_PARSE, "grad takes at most %d values", SPEC_MAX_GRADS);
+        }
+        if (!parse_name_term(p, &wrt[wrt_count])) {
+            return false;
+        }
+        wrt_count++;
+        skip_newlines(p);
+    }
+    if (cur(p)->kind != KF__TOK_RPAREN) {
+        return expected(p, "',' or ')' in grad(loss, x, ...)");
+    }
+    advance(p);
+    if (wrt_count == 0) {
+        return fail_at(p, call_at, KF_ERROR_PARSE,
+                       "grad needs the values to differentiate by: grad(loss, x, ...)");
+    }
+    if (wrt_count != count) {
+        return fail_at(p, names[0], KF_ERROR_PARSE,
+                       "%u name%s on the left, but grad(...) gives %u gradient%s", count,
+                       count == 1 ? "" : "s", wrt_count, wrt_count == 1 ? "" : "s");
+    }
+    kf_node grads[SPEC_MAX_GRADS];
+    if (kf_graph_grad(p->g, loss, wrt, wrt_count, grads) != KF_OK) {
+        /* the loss's shape is its own fault; anything else is the call's */
+        const kf__token *at = kf_graph_status(p->g) == KF_ERROR_SHAPE ? loss_at : call_at;
+        return check_graph(p, at, (kf_node){0});
+    }
+    for (uint32_t i = 0; i < count; i++) {
+        if (!define(p, names[i], grads[i], false)) {
+            return false;
+        }
+    }
+    return true;
+}
+
 static bool parse_out(parser *p) {
     advance(p); /* 'out' */
     for (;;) {
@@ -745,6 +841,10 @@ static bool parse_statement(parser *p) {
     if (t->kind == KF__TOK_NAME) {
         if (next == KF__TOK_COLON) {
             return parse_input(p);
+        }
+        if (next == KF__TOK_COMMA || (next == KF__TOK_EQUALS && is_word(peek_at(p, 2), "grad") &&
+                                      peek_at(p, 3)->kind == KF__TOK_LPAREN)) {
+            return parse_grad_assignment(p);
         }
         if (next == KF__TOK_EQUALS) {
             return parse_assignment(p);

@@ -126,23 +126,35 @@ KT_TEST(ops, broadcast_rules) {
 
 KT_TEST(ops, registry_lists_every_op) {
     static const char *const names[] = {
-        "relu",      "leaky_relu",   "sigmoid", "tanh",    "gelu",        "gelu_exact",
-        "silu",      "exp",          "log",     "neg",     "abs",         "sqrt",
-        "square",    "reciprocal",   "add",     "sub",     "mul",         "div",
-        "maximum",   "scale",        "affine",  "copy",    "transpose",   "matmul",
-        "sum",       "mean",         "max",     "softmax", "log_softmax", "rmsnorm",
-        "layernorm", "cross_entropy"};
+        "relu", "leaky_relu", "sigmoid", "tanh", "gelu", "gelu_exact", "silu", "exp", "log", "neg",
+        "abs", "sqrt", "square", "reciprocal", "add", "sub", "mul", "div", "maximum", "scale",
+        "affine", "copy", "transpose", "matmul", "sum", "mean", "max", "softmax", "log_softmax",
+        "rmsnorm", "layernorm", "cross_entropy", "sum_leading", "sum_to", "broadcast_to",
+        /* backward operators */
+        "relu_grad", "leaky_relu_grad", "sigmoid_grad", "tanh_grad", "gelu_grad", "gelu_exact_grad",
+        "silu_grad", "exp_grad", "log_grad", "abs_grad", "sqrt_grad", "square_grad",
+        "reciprocal_grad", "div_grad_b", "maximum_grad_a", "maximum_grad_b", "sum_grad",
+        "mean_grad", "max_grad", "softmax_grad", "log_softmax_grad", "rmsnorm_grad_x",
+        "rmsnorm_grad_w", "layernorm_grad_x", "layernorm_grad_w", "cross_entropy_grad"};
     uint32_t n = (uint32_t)(sizeof names / sizeof names[0]);
     KT_CHECK(kf_op_count() == n, "%u operators, expected %u", kf_op_count(), n);
     for (uint32_t i = 0; i < n; i++) {
         const kf_operator *op = kf_op_find(names[i]);
         KT_CHECK(op != NULL, "no operator '%s'", names[i]);
-        KT_CHECK(op->spec_forward && op->spec_backward && op->kernel_forward &&
-                     op->kernel_backward && op->shape && op->cases && op->case_count,
+        /* a backward operator's gradient check is its forward's differences (grad_of); sum_to
+         * has a spec_backward but no backward kernel (autodiff uses broadcast_to) */
+        bool backward_op = op->grad_of != NULL;
+        KT_CHECK(op->spec_forward && (op->spec_backward || backward_op) && op->kernel_forward &&
+                     (op->kernel_backward || backward_op || !strcmp(names[i], "sum_to")) &&
+                     op->shape && op->cases && op->case_count,
                  "%s lacks part of its record", names[i]);
+        KT_CHECK(!backward_op || (!op->kernel_backward && !op->spec_backward &&
+                                  op->grad_input < kf_op_arity(op->grad_of, &op->cases[0].params)),
+                 "%s: a backward operator's record", names[i]);
         KT_CHECK(op->tolerance_f16 >= op->tolerance_f32, "%s: f16 tolerance below f32's", names[i]);
         if (op->op_class == KF_OP_CLASS_ELEMENTWISE) {
-            KT_CHECK(op->expr && op->expr_backward, "element-wise %s has no expr", names[i]);
+            KT_CHECK(op->expr && (op->expr_backward || backward_op), "element-wise %s has no expr",
+                     names[i]);
         }
         /* 2^22 elements in an input or in the output */
         bool large = false;
