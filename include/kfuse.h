@@ -1162,6 +1162,74 @@ KF_API kf_status kf_save_activations_record(kf_context *ctx, const kf_copy_pair 
                                             uint32_t *dispatches);
 
 /* ======================================================================================== */
+/* Optimizers on the GPU (src/ops/optimizer.c; docs/training.md)                             */
+/* ======================================================================================== */
+
+/* PyTorch's update rules, applied in place to parameters that live on the device:
+ *   SGD:   d = g + weight_decay * p; with momentum, buf = momentum * buf + d and d = buf (or
+ *          d + momentum * buf with nesterov); p -= lr * d                      (torch.optim.SGD)
+ *   AdamW: p *= 1 - lr * weight_decay; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+ *          p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)        (torch.optim.AdamW)
+ * Every parameter is updated by one dispatch (a multi-tensor apply over one linear index space
+ * covering parameters of any sizes), split into more only where the device's storage-buffer
+ * limit forces it (2 bindings per parameter and one for the state: a 4-tensor model fits a
+ * limit of 10). The state (momentum buffer; m and v; the bias corrections 1 - b^t, kept by the
+ * recurrence c_t = (1 - b) + b c_{t-1}, which has no cancellation in f32) lives on the device:
+ * a step moves no bytes between host and device. */
+typedef enum kf_optimizer_kind { KF_OPTIMIZER_SGD = 0, KF_OPTIMIZER_ADAMW } kf_optimizer_kind;
+
+typedef struct kf_optimizer_desc {
+    kf_optimizer_kind kind;
+    float lr;           /* > 0 (0: 0.01 for SGD, 0.001 for AdamW) */
+    float momentum;     /* SGD: 0 (none) .. < 1 */
+    bool nesterov;      /* SGD: Nesterov momentum (needs momentum > 0) */
+    float weight_decay; /* SGD: L2 added to the gradient; AdamW: decoupled. 0: none (torch's
+                           AdamW defaults to 0.01: pass it) */
+    float beta1;        /* AdamW: 0 means 0.9 */
+    float beta2;        /* AdamW: 0 means 0.999 */
+    float eps;          /* AdamW: 0 means 1e-8 */
+} kf_optimizer_desc;
+
+typedef struct kf_optimizer kf_optimizer;
+
+/* An optimizer for `count` f32 parameters, params[i] updated from grads[i] (same shape). It
+ * keeps the tensors' buffers alive (as plans do) and allocates its state, zeroed, on the device.
+ * KF_ERROR_INVALID_ARGUMENT (message on ctx) for a bad desc, a NULL tensor, a shape mismatch, a
+ * parameter given twice or a gradient that is a parameter; KF_ERROR_TYPE for a non-f32 tensor. */
+KF_API kf_status kf_optimizer_create(kf_context *ctx, const kf_optimizer_desc *desc,
+                                     kf_gpu_tensor *const *params, kf_gpu_tensor *const *grads,
+                                     uint32_t count, kf_optimizer **out);
+KF_API void kf_optimizer_destroy(kf_optimizer *o);
+/* Applies one update now (its own submission) and waits. */
+KF_API kf_status kf_optimizer_step(kf_optimizer *o);
+/* The dispatches of the next update, for a caller's batch (after the dispatches that write the
+ * gradients, e.g. kf_plan_dispatches, in one kf_context_run): the step counts as taken, so run
+ * them exactly once, before asking for the next. Valid until the next call on o. */
+KF_API kf_status kf_optimizer_record(kf_optimizer *o, const kf_dispatch **out, uint32_t *count);
+/* Updates taken so far, and dispatches per update. */
+KF_API uint64_t kf_optimizer_steps(const kf_optimizer *o);
+KF_API uint32_t kf_optimizer_dispatch_count(const kf_optimizer *o);
+/* Downloads state `which` of parameter `index` into out (its shape): SGD 0 the momentum buffer;
+ * AdamW 0 m, 1 v. KF_ERROR_INVALID_ARGUMENT for a state the optimizer does not keep. */
+KF_API kf_status kf_optimizer_state_get(const kf_optimizer *o, uint32_t index, uint32_t which,
+                                        kf_tensor *out);
+/* The CPU specification: update number `step` (1 for the first) of one parameter in float64,
+ * each result rounded once to f32; state0/state1 as kf_optimizer_state_get (NULL where the
+ * rule keeps none). The bias corrections are computed as 1 - pow(b, step). */
+KF_API kf_status kf_optimizer_spec_step(const kf_optimizer_desc *desc, uint64_t step,
+                                        kf_tensor *param, const kf_tensor *grad, kf_tensor *state0,
+                                        kf_tensor *state1);
+/* Verification: parameters of these shapes with random values, random prior state, `steps`
+ * updates each with fresh random gradients (seeded), on the GPU and with the spec; after every
+ * step every element of every parameter and state is compared (count at most 64), relative to
+ * max(|spec|, the tensor's rms) (m and momentum are sums that cancel; f32 rounds each term),
+ * and a NaN guard band after each parameter and gradient must be left untouched.
+ * Returns as kf_op_verify (out->message names the tensor, element and both values). */
+KF_API kf_status kf_optimizer_verify(kf_context *ctx, const kf_optimizer_desc *desc,
+                                     const kf_shape *shapes, uint32_t count, uint32_t steps,
+                                     uint64_t seed, kf_verify_result *out);
+
+/* ======================================================================================== */
 /* The graph language (src/spec; docs/graph-language.md)                                     */
 /* ======================================================================================== */
 
