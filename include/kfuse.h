@@ -989,7 +989,35 @@ KF_API const char *kf_graph_error(const kf_graph *g);
 
 KF_API kf_node kf_graph_input(kf_graph *g, const char *name, const kf_shape *shape, kf_dtype dtype);
 /* A scalar constant, broadcast by element-wise operators. */
-KF_API kf_node kf_graph_scalar(kf_graph *g, float value);
+KF_API kf_node kf_graph_scalar(
+    kf_graph *g,
+    float
+        value); /* A trainable parameter (the language's `param w: f32[64, 32]`): an f32 input that
+                 * `kfuse train` (and kf_trainer) keeps on the device and updates; everywhere else
+                 * (run, verify, explain) it is an input like any other. Its initial value, unless
+                 * given (--init DIR), is `init` (NULL: the default) drawn by kf_param_init_fill. */
+typedef enum kf_init_kind {
+    KF_INIT_DEFAULT = 0, /* rank >= 2: uniform(1/sqrt(fan_in)), fan_in the product of every dim
+                            but the last (w of matmul(x, w): its rows, PyTorch Linear's
+                            in_features); rank 0 and 1 (biases): zeros */
+    KF_INIT_ZEROS,
+    KF_INIT_UNIFORM /* uniform in [-bound, bound) (PyTorch's Linear bias: 1/sqrt(in_features)) */
+} kf_init_kind;
+typedef struct kf_param_init {
+    kf_init_kind kind;
+    float bound; /* KF_INIT_UNIFORM: > 0 */
+} kf_param_init;
+KF_API kf_node kf_graph_param(kf_graph *g, const char *name, const kf_shape *shape,
+                              const kf_param_init *init);
+/* Whether input `index` (kf_graph_input_info's numbering) is a param; *init (optional) receives
+ * its initialiser. */
+KF_API bool kf_graph_input_is_param(const kf_graph *g, uint32_t index, kf_param_init *init);
+/* Fills t with the initial value `init` gives a parameter of t's shape: uniform draws from
+ * kf_tensor_fill_random(t, seed + index, -bound, bound), index being the parameter's position
+ * among the graph's params (0 for the first declared), so each parameter has its own stream. */
+KF_API kf_status kf_param_init_fill(const kf_param_init *init, uint64_t seed, uint32_t index,
+                                    kf_tensor *t);
+
 /* Any registered operator (kf_op_find) on nodes; params may be NULL. */
 KF_API kf_node kf_graph_op(kf_graph *g, const char *op, const kf_node *inputs, uint32_t count,
                            const kf_op_params *params);
@@ -1228,6 +1256,56 @@ KF_API kf_status kf_optimizer_spec_step(const kf_optimizer_desc *desc, uint64_t 
 KF_API kf_status kf_optimizer_verify(kf_context *ctx, const kf_optimizer_desc *desc,
                                      const kf_shape *shapes, uint32_t count, uint32_t steps,
                                      uint64_t seed, kf_verify_result *out);
+
+/* ======================================================================================== */
+/* Training a graph (src/fuse/train.c; docs/training.md)                                     */
+/* ======================================================================================== */
+
+/* A trainer holds a graph's params on the device (initialised by kf_param_init_fill from
+ * desc->seed), the plan of its loss and gradients (kf_graph_grad over every param), and an
+ * optimizer updating the params in place. A step uploads the batch (the graph's other inputs)
+ * and runs forward, backward, update and a one-invocation kernel appending the loss to a
+ * history on the device, as one submission; nothing else moves. kf_trainer_losses downloads the
+ * recorded losses. `kfuse train` is built on it. */
+typedef struct kf_trainer_desc {
+    kf_optimizer_desc optimizer;
+    const char *loss; /* the output to minimise, rank 0; NULL: "loss" */
+    uint64_t seed;    /* of the params' initialisers */
+    bool no_fuse;     /* one dispatch per operator (for comparison) */
+} kf_trainer_desc;
+typedef struct kf_trainer kf_trainer;
+
+/* KF_ERROR_INVALID_ARGUMENT (message on ctx) when g has no such output or no param; the
+ * statuses of kf_graph_grad (a loss that is not rank 0: KF_ERROR_SHAPE), kf_graph_compile and
+ * kf_optimizer_create otherwise. g is not changed; the trainer keeps what it needs. */
+KF_API kf_status kf_trainer_create(kf_context *ctx, const kf_graph *g, const kf_trainer_desc *desc,
+                                   kf_trainer **out);
+KF_API void kf_trainer_destroy(kf_trainer *t);
+KF_API uint32_t kf_trainer_param_count(const kf_trainer *t);
+KF_API const char *kf_trainer_param_name(const kf_trainer *t, uint32_t index); /* NULL past it */
+/* A param's value, host <-> device (shape checked: KF_ERROR_SHAPE naming both). */
+KF_API kf_status kf_trainer_set_param(kf_trainer *t, const char *name, const kf_tensor *value);
+KF_API kf_status kf_trainer_get_param(const kf_trainer *t, const char *name, kf_tensor *out);
+/* One training step on a batch: batch[i] is the graph's input names[i] (every non-param input
+ * must have been given once; inputs not given keep their last values). */
+KF_API kf_status kf_trainer_step(kf_trainer *t, const char *const *names,
+                                 const kf_tensor *const *batch, uint32_t count);
+/* The loss of every step taken so far, in order (downloads those not yet downloaded: one
+ * download for any number of steps). *losses is valid until the next call on t. */
+KF_API kf_status kf_trainer_losses(kf_trainer *t, const float **losses, uint64_t *count);
+/* The forward pass alone on a batch, params unchanged: *loss (optional) as the graph computes
+ * it, and *correct (optional): of the batch's first `rows` rows (the rest may be padding), how
+ * many have the argmax of the logits equal to their label, for a loss cross_entropy(logits,
+ * labels) whose labels are an input (KF_ERROR_INVALID_ARGUMENT otherwise). */
+KF_API kf_status kf_trainer_evaluate(kf_trainer *t, const char *const *names,
+                                     const kf_tensor *const *batch, uint32_t count, uint32_t rows,
+                                     float *loss, uint32_t *correct);
+/* The training plan (for kf_plan_summary_get / kf_plan_explain), and the dispatches of a step
+ * (the plan's, the optimizer's and the loss record). */
+KF_API const kf_plan *kf_trainer_plan(const kf_trainer *t);
+KF_API uint32_t kf_trainer_dispatches_per_step(const kf_trainer *t);
+/* Whether kf_trainer_evaluate can count correct answers (the loss is cross_entropy). */
+KF_API bool kf_trainer_has_accuracy(const kf_trainer *t);
 
 /* ======================================================================================== */
 /* The graph language (src/spec; docs/graph-language.md)                                     */
