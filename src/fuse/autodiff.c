@@ -101,7 +101,7 @@ static kf_node elementwise_rule(grad_pass *s, const kf__node *n, uint32_t i, kf_
         return call2(s, "div", dy, b, NULL);
     }
     if (!strcmp(name, "scale") || !strcmp(name, "affine")) {
-        kf_op_params p = {.alpha = n->params.alpha};
+        kf_op_params p = n->params; /* alpha, given or not (scale(x, 0) is 0); beta unread */
         return call1(s, "scale", dy, &p);
     }
     char grad_name[KF_NAME_MAX];

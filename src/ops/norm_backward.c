@@ -10,9 +10,24 @@
 #include "ops/ops_internal.h"
 #include "ops/rowwise.h"
 
-static uint32_t norm_grad_arity(const kf_op_params *p) {
-    return 2u + (p && p->has_weight ? 1u : 0u) + (p && p->has_bias ? 1u : 0u);
-}
+/* The forward's inputs (x, then the optional weight and bias rows), then dy. */
+static const kf__input norm_grad_inputs[] = {
+    {.name = "x"},
+    {.name = "weight", KF__OPTIONAL(has_weight)},
+    {.name = "bias", KF__OPTIONAL(has_bias)},
+    {.name = "dy"},
+};
+/* The forward's eps (norm.c), described again for these operators. */
+static const kf__param norm_grad_params[] = {
+    {.name = "eps",
+     .about = "added to the mean square (variance) under the root",
+     .type = KF_PARAM_TYPE_FLOAT,
+     KF__FIELD(eps, EPS),
+     .default_value = 1e-5,
+     .min = 0.0,
+     .min_exclusive = true,
+     .max = 3.4028234663852886e38},
+};
 
 #define NORM_GRAD_GLUE(NAME, CENTER, WEIGHT)                                                       \
     static kf_status NAME##_shape(const kf_shape *in, const kf_op_params *p, kf_shape *out,        \
@@ -98,8 +113,8 @@ static const kf_op_case grad_w_cases[] = {
     const kf_operator kf__op_##NAME = {.name = #NAME,                                              \
                                        .about = ABOUT,                                             \
                                        .op_class = KF_OP_CLASS_ROW_REDUCTION,                      \
-                                       .arity = 2,                                                 \
-                                       .arity_for = norm_grad_arity,                               \
+                                       KF__INPUTS(norm_grad_inputs),                               \
+                                       KF__PARAMS(norm_grad_params),                               \
                                        .shape = NAME##_shape,                                      \
                                        .spec_forward = NAME##_spec,                                \
                                        .kernel_forward = NAME##_kernel,                            \

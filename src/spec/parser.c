@@ -902,6 +902,10 @@ static bool parse_statement(parser *p) {
                                       peek_at(p, 3)->kind == KF__TOK_LPAREN)) {
             return parse_grad_assignment(p);
         }
+        if (next == KF__TOK_COMMA || (next == KF__TOK_EQUALS && is_word(peek_at(p, 2), "grad") &&
+                                      peek_at(p, 3)->kind == KF__TOK_LPAREN)) {
+            return parse_grad_assignment(p);
+        }
         if (next == KF__TOK_EQUALS) {
             return parse_assignment(p);
         }

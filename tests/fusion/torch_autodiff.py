@@ -6,7 +6,7 @@ SPEC is the forward graph in kfuse's graph language (kf_graph_format's output); 
 NAME.npy per input and d_NAME.npy per WRT name: the gradients kfuse computed (on the GPU, fused).
 The graph is evaluated in float64 by torch, the loss differentiated by torch.autograd, and every
 gradient element compared: relative error against max(|torch|, 1% of the gradient's rms), at
-most 1e-3 (kfuse computes in f32). Prints the torch version it used. Exit 0 when all agree.
+most 1e-3 (kfuse computes in f32), with 1e-5 as an absolute floor. Prints the torch version it used. Exit 0 when all agree.
 """
 import re
 import sys
@@ -56,7 +56,9 @@ def main():
         grad = env[w].grad  # None where the loss does not depend on it: zeros
         ref = grad.numpy() if grad is not None else np.zeros(tuple(env[w].shape))
         got = np.load(f"{folder}/d_{w}.npy").astype(np.float64)
-        floor = max(0.01 * float(np.sqrt(np.mean(ref * ref))), 1e-9)
+        # 1e-5 absolute: a gradient that is zero in exact arithmetic (layernorm over two columns)
+        # is f32 rounding noise in kfuse and float64 noise in torch
+        floor = max(0.01 * float(np.sqrt(np.mean(ref * ref))), 1e-5)
         err = float(np.max(np.abs(got - ref) / np.maximum(np.abs(ref), floor)))
         worst = max(worst, err)
         if not err <= 1e-3:
