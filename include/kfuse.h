@@ -190,7 +190,7 @@ typedef struct kf_context_desc {
  * says what to install or set: KF_ERROR_NO_LIBRARY, KF_ERROR_NO_ADAPTER, KF_ERROR_NO_DEVICE, or
  * KF_ERROR_INVALID_ARGUMENT for an unknown KF_BACKEND. docs/runtime.md has the details. */
 KF_API kf_status kf_context_create(const kf_context_desc *desc, kf_context **out);
-/* Destroys the context and its pipelines. Destroy its buffers first. NULL is a no-op. */
+/* Destroys the context and its pipelines. Destroy its plans and buffers first. NULL is a no-op. */
 KF_API void kf_context_destroy(kf_context *ctx);
 /* The message of the most recent failed call on this context ("" before any failure). Valid
  * until the next call on ctx. Once the device is lost, every call fails with
@@ -789,6 +789,8 @@ KF_API kf_status kf_gpu_tensor_from(kf_context *ctx, const kf_tensor *t, kf_dtyp
                                     kf_gpu_tensor **out);
 /* Downloads into t, whose shape must equal g's (the message names both shapes). */
 KF_API kf_status kf_gpu_tensor_to(const kf_gpu_tensor *g, kf_tensor *t);
+/* Frees the tensor. Bound to a plan (kf_plan_bind_input / _output), its memory stays until the
+ * last such plan unbinds it or is destroyed. NULL is a no-op. */
 KF_API void kf_gpu_tensor_destroy(kf_gpu_tensor *g);
 
 /* Parameters an operator may read. Each operator describes the ones it takes (name, type, default,
@@ -1078,6 +1080,10 @@ KF_API kf_status kf_graph_output_info(const kf_graph *g, uint32_t i, const char 
 
 typedef struct kf_compile_options {
     bool no_fuse; /* one dispatch per operator (the baseline fusion is compared against) */
+    /* Skip running each dispatch once at compile (for a plan only explained or printed). By
+     * default kf_graph_compile does, so that a driver that compiles at the first dispatch
+     * (lavapipe) has done so before the first kf_plan_run; with no_prime that run pays. */
+    bool no_prime;
 } kf_compile_options;
 
 /* Plans and compiles the graph for ctx. The plan copies what it needs from g. */
@@ -1129,21 +1135,21 @@ KF_API kf_status kf_plan_get_output(const kf_plan *p, const char *name, kf_tenso
  * on a bound tensor is safe: the tensor's handle is gone, its memory is freed when the last plan
  * unbinds it or is destroyed (until then the plan keeps reading and writing it). Bindings are
  * checked when made; a plan never rebinds on its own. */
-kf_status kf_plan_bind_input(kf_plan *p, const char *name, kf_gpu_tensor *t);
-kf_status kf_plan_bind_output(kf_plan *p, const char *name, kf_gpu_tensor *t);
+KF_API kf_status kf_plan_bind_input(kf_plan *p, const char *name, kf_gpu_tensor *t);
+KF_API kf_status kf_plan_bind_output(kf_plan *p, const char *name, kf_gpu_tensor *t);
 
 /* Runs plans[0], plans[1], ... in order as one compute pass and one submission, then waits once:
  * no host synchronisation between them, each plan sees the writes of those before it (chain
  * them through tensors bound to one's output and the next one's input). All plans belong to one
  * context; every input of each must be set or bound. */
-kf_status kf_plan_run_sequence(kf_plan *const *plans, uint32_t count);
+KF_API kf_status kf_plan_run_sequence(kf_plan *const *plans, uint32_t count);
 /* kf_plan_time for a sequence: times `repeat` submissions of the whole sequence (0 means 10). */
-kf_status kf_plan_time_sequence(kf_plan *const *plans, uint32_t count, uint32_t repeat,
-                                kf_timing *out);
+KF_API kf_status kf_plan_time_sequence(kf_plan *const *plans, uint32_t count, uint32_t repeat,
+                                       kf_timing *out);
 /* The plan's dispatches, to record into a caller's own batch (kf_context_run / kf_context_time
  * with others' dispatches). Valid until the plan is destroyed or a binding changes. Fails like
  * kf_plan_run when an input is neither set nor bound. */
-kf_status kf_plan_dispatches(const kf_plan *p, const kf_dispatch **out, uint32_t *count);
+KF_API kf_status kf_plan_dispatches(const kf_plan *p, const kf_dispatch **out, uint32_t *count);
 
 #define KF_PLAN_MAX_REPORTED 16
 typedef struct kf_plan_report {

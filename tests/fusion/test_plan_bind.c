@@ -191,10 +191,14 @@ KT_TEST(fusion, one_weight_tensor_shared_by_two_plans) {
     /* A bound input refuses host data (it would overwrite the shared tensor). */
     KT_CHECK(kf_plan_set_input(a, "w", w) == KF_ERROR_INVALID_ARGUMENT, "set_input on bound w");
     KT_CHECK(strstr(kf_context_last_error(ctx), "w") != NULL, "message names w");
+    /* So does verification, which would fill it with random data. */
+    kf_plan_report report;
+    KT_CHECK(kf_plan_verify(a, 1, &report) == KF_ERROR_INVALID_ARGUMENT, "verify on bound w");
     /* Unbound, the plan needs the input again, then works from host data as before. */
     KT_CHECK_OK(kf_plan_bind_input(a, "w", NULL));
     KT_CHECK(kf_plan_run(a) == KF_ERROR_INVALID_ARGUMENT, "run with w unbound and unset");
     KT_CHECK_OK(kf_plan_set_input(a, "w", w));
+    KT_CHECK_OK(kf_plan_set_input(a, "x", xa)); /* the refused verification drew its own x */
     KT_CHECK_OK(kf_plan_run(a));
     KT_CHECK_OK(kf_plan_get_output(a, "y", ya));
     KT_CHECK(max_err(ya, want_a) < 1e-4, "after unbinding: %.3g", max_err(ya, want_a));
@@ -431,6 +435,15 @@ KT_TEST(fusion, first_run_after_compile_creates_no_pipeline) {
     KT_CHECK(s2.pipeline_cache_hits == s1.pipeline_cache_hits, "the first run looked pipelines up");
     KT_CHECK(s1.dispatches > s0.dispatches, "compile ran no dispatch to prime the driver");
     kf_plan_destroy(p);
+    /* no_prime (kfuse explain): compile dispatches nothing. */
+    kf_graph *g = parse(mlp_whole);
+    kf_compile_options lazy = {.no_prime = true};
+    KT_CHECK_OK(kf_context_stats_get(ctx, &s0));
+    KT_CHECK_OK(kf_graph_compile(ctx, g, &lazy, &p));
+    KT_CHECK_OK(kf_context_stats_get(ctx, &s1));
+    KT_CHECK(s1.dispatches == s0.dispatches, "no_prime compile dispatched");
+    kf_plan_destroy(p);
+    kf_graph_destroy(g);
 }
 
 KT_TEST(fusion, byte_counters_count_what_moves_and_nothing_else) {
