@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 static kf_graph *parse(const char *text) {
     kf_graph *g = NULL;
@@ -195,6 +196,146 @@ KT_TEST(fusion, trainer_refusals) {
                  KF_ERROR_INVALID_ARGUMENT,
              "accuracy without cross_entropy");
     kf_tensor_destroy(x);
+    kf_trainer_destroy(t);
+    kf_graph_destroy(g);
+}
+
+/* Runs `kfuse ARGS` and returns its standard output (caller frees), or NULL. */
+static char *run_cli(const char *args, int *rc) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", KF_CLI_PATH, args);
+    FILE *p = popen(cmd, "r");
+    if (!p) {
+        return NULL;
+    }
+    size_t cap = 1 << 16, len = 0, n;
+    char *out = malloc(cap);
+    while (out && (n = fread(out + len, 1, cap - 1 - len, p)) > 0) {
+        len += n;
+    }
+    int status = pclose(p);
+    *rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    if (out) {
+        out[len] = '\0';
+    }
+    return out;
+}
+
+/* The losses of `--json` lines ({"step": i, "loss": x}), in order. */
+static uint32_t json_losses(const char *out, double *losses, uint32_t cap) {
+    uint32_t n = 0;
+    for (const char *at = out; (at = strstr(at, "\"loss\": ")) && n < cap; at++) {
+        if (at > out && strstr(at - 20 > out ? at - 20 : out, "\"step\"") < at) {
+            losses[n++] = strtod(at + 8, NULL);
+        }
+    }
+    return n;
+}
+
+/* kfuse train end to end on a small dataset: step i takes rows i*B.. wrapping (its losses equal
+ * a kf_trainer fed those rows), --shuffle is deterministic and changes the order, --eval gives an
+ * accuracy, --save writes every param, and a missing data file is named. */
+KT_TEST(fusion, kfuse_train_cli_batches_eval_save_and_errors) {
+    KT_NEED_GPU(ctx);
+    char dir[] = "/tmp/kfuse_train_XXXXXX";
+    KT_CHECK(mkdtemp(dir), "mkdtemp");
+    char path[512], args[2048];
+    const char *spec = "x: f32[4, 3]\nlabels: i32[4]\nparam w: f32[3, 5]\nparam b: f32[5]\n"
+                       "loss = cross_entropy(matmul(x, w) |> add(b), labels)\nout loss\n";
+    snprintf(path, sizeof path, "%s/spec.kf", dir);
+    FILE *f = fopen(path, "w");
+    KT_CHECK(f, "spec file");
+    fputs(spec, f);
+    fclose(f);
+    kf_tensor *x = batch_tensor(kf_shape_2d(10, 3), false, 0);
+    kf_tensor *y = batch_tensor(kf_shape_1d(10), true, 5);
+    snprintf(path, sizeof path, "%s/x.npy", dir);
+    KT_CHECK_OK(kf_npy_write(path, x, KF_DTYPE_F32));
+    snprintf(path, sizeof path, "%s/labels.npy", dir);
+    KT_CHECK_OK(kf_npy_write(path, y, KF_DTYPE_I32));
+    int rc = 0;
+    snprintf(args, sizeof args,
+             "train %s/spec.kf --data %s --eval %s --steps 7 --lr 0.5 --seed 3 --json --save "
+             "%s/out",
+             dir, dir, dir, dir);
+    char *out = run_cli(args, &rc);
+    KT_CHECK(out && rc == 0, "kfuse train: %s", out ? out : "(no output)");
+    double cli[16];
+    KT_CHECK(json_losses(out, cli, 16) == 7, "7 losses: %s", out);
+    KT_CHECK(strstr(out, "\"final_loss\"") && strstr(out, "\"accuracy\"") &&
+                 strstr(out, "\"time_ms_per_step\""),
+             "summary: %s", out);
+    free(out);
+    /* the same steps through kf_trainer: batches of rows (4i + r) mod 10 */
+    kf_graph *g = parse(spec);
+    kf_trainer_desc desc = {.optimizer = {.kind = KF_OPTIMIZER_SGD, .lr = 0.5f}, .seed = 3};
+    kf_trainer *t = NULL;
+    KT_CHECK_OK(kf_trainer_create(ctx, g, &desc, &t));
+    kf_tensor *bx = batch_tensor(kf_shape_2d(4, 3), false, 0);
+    kf_tensor *by = batch_tensor(kf_shape_1d(4), true, 5);
+    const char *names[2] = {"x", "labels"};
+    const kf_tensor *batch[2] = {bx, by};
+    for (uint32_t s = 0; s < 7; s++) {
+        for (uint32_t r = 0; r < 4; r++) {
+            uint32_t e = (4 * s + r) % 10;
+            memcpy(bx->data + 3 * r, x->data + 3 * e, 3 * sizeof(float));
+            by->data[r] = y->data[e];
+        }
+        KT_CHECK_OK(kf_trainer_step(t, names, batch, 2));
+    }
+    const float *losses;
+    uint64_t n;
+    KT_CHECK_OK(kf_trainer_losses(t, &losses, &n));
+    for (uint32_t s = 0; s < 7; s++) {
+        KT_CHECK(fabs(cli[s] - losses[s]) <= 1e-6 * fabs(losses[s]), "step %u: cli %.9g, %.9g", s,
+                 cli[s], (double)losses[s]);
+    }
+    /* --save wrote the trained params */
+    kf_shape ws = kf_shape_2d(3, 5);
+    kf_tensor *w = NULL, *saved = NULL;
+    KT_CHECK_OK(kf_tensor_create(&ws, &w));
+    KT_CHECK_OK(kf_trainer_get_param(t, "w", w));
+    snprintf(path, sizeof path, "%s/out/w.npy", dir);
+    KT_CHECK_OK(kf_npy_read(path, &saved, NULL, 0));
+    KT_CHECK(kf_tensor_approx_eq(saved, w, 1e-6), "saved w differs");
+    snprintf(path, sizeof path, "%s/out/b.npy", dir);
+    kf_tensor *sb = NULL;
+    KT_CHECK_OK(kf_npy_read(path, &sb, NULL, 0));
+    KT_CHECK(sb->shape.rank == 1 && sb->shape.dims[0] == 5, "saved b");
+    /* --shuffle: the same seed gives the same losses, and another order than in-order */
+    double s1[16], s2[16];
+    snprintf(args, sizeof args,
+             "train %s/spec.kf --data %s --steps 7 --lr 0.5 --seed 3 --json "
+             "--shuffle 11",
+             dir, dir);
+    char *o1 = run_cli(args, &rc);
+    char *o2 = run_cli(args, &rc);
+    KT_CHECK(o1 && o2 && json_losses(o1, s1, 16) == 7 && json_losses(o2, s2, 16) == 7, "shuffle");
+    bool differs = false;
+    for (uint32_t s = 0; s < 7; s++) {
+        KT_CHECK(s1[s] == s2[s], "shuffle is not deterministic at step %u", s);
+        differs |= s1[s] != cli[s];
+    }
+    KT_CHECK(differs, "--shuffle took the examples in order");
+    free(o1);
+    free(o2);
+    /* a missing data file is named */
+    snprintf(path, sizeof path, "%s/x.npy", dir);
+    remove(path);
+    snprintf(args, sizeof args, "train %s/spec.kf --data %s --steps 2 --lr 0.5", dir, dir);
+    out = run_cli(args, &rc);
+    KT_CHECK(out && rc == 1 && strstr(out, "x.npy"), "missing x.npy: rc %d: %s", rc,
+             out ? out : "");
+    free(out);
+    snprintf(args, sizeof args, "rm -rf '%s'", dir);
+    KT_CHECK(system(args) == 0, "cleanup");
+    kf_tensor_destroy(x);
+    kf_tensor_destroy(y);
+    kf_tensor_destroy(bx);
+    kf_tensor_destroy(by);
+    kf_tensor_destroy(w);
+    kf_tensor_destroy(saved);
+    kf_tensor_destroy(sb);
     kf_trainer_destroy(t);
     kf_graph_destroy(g);
 }
