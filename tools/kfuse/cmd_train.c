@@ -3,14 +3,18 @@
 
 #include <errno.h>
 #include <math.h>
+#include <spawn.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #define MAX_DATA 16
+
+extern char **environ;
 
 static void train_usage(FILE *f) {
     fprintf(f, "usage: kfuse train SPEC --data DIR --steps N --lr LR [--optimizer sgd|adamw]\n"
@@ -363,31 +367,55 @@ static int evaluate(kf_trainer *t, dataset *d, bool want_accuracy, double *loss,
     return 0;
 }
 
-/* The loss curve as a PNG, drawn by gnuplot from a data file next to it. */
+/* s as a gnuplot single-quoted string ('' stands for a quote inside). */
+static void gp_string(FILE *f, const char *s) {
+    fputc('\'', f);
+    for (; *s; s++) {
+        fputs(*s == '\'' ? "''" : (char[2]){*s, 0}, f);
+    }
+    fputc('\'', f);
+}
+
+/* The loss curve as a PNG, drawn by gnuplot (run without a shell) from a data file and a script
+ * written next to it and removed afterwards. */
 static int plot(const char *png, const float *losses, uint64_t count, const char *title) {
-    char data[4096], script[8192];
+    char data[4096], script[4096];
     snprintf(data, sizeof data, "%s.dat", png);
+    snprintf(script, sizeof script, "%s.gp", png);
     FILE *f = fopen(data, "w");
-    if (!f) {
-        fprintf(stderr, "kfuse train: --plot: cannot write %s: %s\n", data, strerror(errno));
+    FILE *g = f ? fopen(script, "w") : NULL;
+    if (!f || !g) {
+        fprintf(stderr, "kfuse train: --plot: cannot write next to %s: %s\n", png, strerror(errno));
+        if (f) {
+            fclose(f);
+            remove(data);
+        }
         return 1;
     }
     for (uint64_t i = 0; i < count; i++) {
         fprintf(f, "%llu %.9g\n", (unsigned long long)i + 1, (double)losses[i]);
     }
     fclose(f);
-    snprintf(script, sizeof script,
-             "gnuplot -e \"set terminal pngcairo size 900,500; set output '%s'; "
-             "set title '%s'; set xlabel 'step'; set ylabel 'loss'; set logscale y; set grid; "
-             "plot '%s' using 1:2 with lines title 'training loss'\" 2>&1",
-             png, title, data);
-    int rc = system(script);
+    fputs("set terminal pngcairo size 900,500\nset output ", g);
+    gp_string(g, png);
+    fputs("\nset title ", g);
+    gp_string(g, title);
+    fputs("\nset xlabel 'step'\nset ylabel 'loss'\nset logscale y\nset grid\nplot ", g);
+    gp_string(g, data);
+    fputs(" using 1:2 with lines title 'training loss'\n", g);
+    fclose(g);
+    pid_t pid;
+    char *args[] = {"gnuplot", script, NULL};
+    int status = -1;
+    int err = posix_spawnp(&pid, "gnuplot", NULL, NULL, args, environ);
+    if (err == 0 && waitpid(pid, &status, 0) < 0) {
+        status = -1;
+    }
     remove(data);
-    if (rc != 0) {
-        fprintf(stderr,
-                "kfuse train: --plot: gnuplot failed (exit %d); install gnuplot-nox "
-                "(scripts/setup.sh does)\n",
-                rc);
+    remove(script);
+    if (err != 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "kfuse train: --plot: %s; install gnuplot-nox (scripts/setup.sh does)\n",
+                err ? "gnuplot was not found" : "gnuplot failed");
         return 1;
     }
     return 0;
