@@ -223,6 +223,12 @@ typedef struct kf_context_stats {
     uint64_t pipeline_cache_hits;
     uint64_t dispatches;  /* compute dispatches recorded */
     uint64_t submissions; /* queue submissions */
+    /* Bytes moved between host and device by kf_buffer_upload / kf_buffer_fill_u32 (and
+     * everything built on them: kf_plan_set_input, kf_gpu_tensor_from) and by
+     * kf_buffer_download (kf_plan_get_output, kf_gpu_tensor_to): the sizes asked for. Plans
+     * move nothing on their own: a run of a plan whose inputs are already on the device adds 0. */
+    uint64_t upload_bytes;
+    uint64_t download_bytes;
 } kf_context_stats;
 
 KF_API kf_status kf_context_stats_get(const kf_context *ctx, kf_context_stats *out);
@@ -1059,6 +1065,44 @@ KF_API kf_status kf_plan_run(kf_plan *p);
 KF_API kf_status kf_plan_time(kf_plan *p, uint32_t repeat, kf_timing *out);
 /* Downloads output `name` into out (shape checked). */
 KF_API kf_status kf_plan_get_output(const kf_plan *p, const char *name, kf_tensor *out);
+
+/* GPU tensors in and out of plans (docs/runtime.md, "Binding tensors to plans").
+ *
+ * kf_plan_bind_input makes the plan read input `name` straight from t, and kf_plan_bind_output
+ * makes it write output `name` straight into t: nothing is copied, each run uses the tensor's
+ * current contents. Shape and dtype must equal the graph's (KF_ERROR_SHAPE / KF_ERROR_TYPE, the
+ * message names both). One tensor may be bound to any number of plans (shared weights) and to
+ * several inputs of one plan. t NULL unbinds: the plan gets a zeroed buffer of its own again
+ * (an input must then be set or bound before the next run). While bound, kf_plan_set_input on
+ * that input fails (upload into the tensor instead); kf_plan_get_output still reads the output.
+ *
+ * In place: an output bound to the tensor of one of the plan's inputs (w = w - lr * dw) is
+ * accepted only where every element is read before it is written, by the invocation that writes
+ * it: the output's group is element-wise, reads the input at the index it writes (same shape,
+ * no broadcast), and no later group reads the input; the group is then recompiled (at bind
+ * time) with one read-write binding. Anything else is KF_ERROR_INVALID_ARGUMENT, the message
+ * naming the output, the input and the group that breaks the rule. Two outputs may not share a
+ * tensor.
+ *
+ * Ownership: a plan keeps the buffer of every tensor bound to it alive. kf_gpu_tensor_destroy
+ * on a bound tensor is safe: the tensor's handle is gone, its memory is freed when the last plan
+ * unbinds it or is destroyed (until then the plan keeps reading and writing it). Bindings are
+ * checked when made; a plan never rebinds on its own. */
+kf_status kf_plan_bind_input(kf_plan *p, const char *name, kf_gpu_tensor *t);
+kf_status kf_plan_bind_output(kf_plan *p, const char *name, kf_gpu_tensor *t);
+
+/* Runs plans[0], plans[1], ... in order as one compute pass and one submission, then waits once:
+ * no host synchronisation between them, each plan sees the writes of those before it (chain
+ * them through tensors bound to one's output and the next one's input). All plans belong to one
+ * context; every input of each must be set or bound. */
+kf_status kf_plan_run_sequence(kf_plan *const *plans, uint32_t count);
+/* kf_plan_time for a sequence: times `repeat` submissions of the whole sequence (0 means 10). */
+kf_status kf_plan_time_sequence(kf_plan *const *plans, uint32_t count, uint32_t repeat,
+                                kf_timing *out);
+/* The plan's dispatches, to record into a caller's own batch (kf_context_run / kf_context_time
+ * with others' dispatches). Valid until the plan is destroyed or a binding changes. Fails like
+ * kf_plan_run when an input is neither set nor bound. */
+kf_status kf_plan_dispatches(const kf_plan *p, const kf_dispatch **out, uint32_t *count);
 
 #define KF_PLAN_MAX_REPORTED 16
 typedef struct kf_plan_report {

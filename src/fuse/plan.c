@@ -500,6 +500,22 @@ static kf_val emit_invocation(emit_state *s, kf_val at, bool vectorized) {
     return kf_vec(k, kf_type_vec(KF_SCALAR_F32, KF_LANES), lanes, KF_LANES);
 }
 
+/* An in-place group (its result bound to the tensor of input `alias`; plan_bind.c proved that
+ * each element is read only by the invocation that writes it, at the index it writes): one
+ * read-write binding is the result's store and the input's loads, since WebGPU forbids binding
+ * one buffer both read-only and writable in a dispatch. */
+static kf_binding inplace_binding(emit_state *s, uint32_t alias, kf_type elem) {
+    kf__compiled *c = s->c;
+    char name[KF_NAME_MAX + 16];
+    snprintf(name, sizeof name, "%s_inplace", s->p->graph->nodes[alias].name);
+    kf_binding b = kf_kernel_storage(s->k, name, elem, KF_ACCESS_READ_WRITE);
+    c->read_nodes[c->read_count] = alias;
+    c->read_bindings[c->read_count] = b;
+    c->read_count++;
+    c->slots[c->slot_count++] = s->grp->result;
+    return b;
+}
+
 /* From this many vec4s up, an element-wise kernel computes two vec4s per invocation. */
 #define KF_TWO_PER_INVOCATION (1u << 16)
 
@@ -510,13 +526,16 @@ static kf_kernel *compile_elementwise(kf_plan *p, kf__group *grp, kf__compiled *
     bool vectorized = can_vectorize(p, grp);
     uint32_t per = vectorized ? KF_LANES : 1u;
     kf_type out_type = vectorized ? kf_type_vec(KF_SCALAR_F32, KF_LANES) : scalar_type(res->dtype);
-    kf_kernel_desc desc = {
-        .name = name, .workgroup_size = {KF_WORKGROUP, 1, 1}, .output = out_type};
+    uint32_t alias = kf__plan_inplace_input(p, grp->result);
+    kf_kernel_desc desc = {.name = name,
+                           .workgroup_size = {KF_WORKGROUP, 1, 1},
+                           .output = alias ? kf_type_scalar(KF_SCALAR_VOID) : out_type};
     kf_kernel *k = kf_kernel_create(&desc);
     if (!k) {
         return NULL;
     }
     emit_state s = {.p = p, .k = k, .grp = grp, .c = c};
+    kf_binding rw = alias ? inplace_binding(&s, alias, out_type) : (kf_binding){0};
     uint64_t n = kf_shape_elements(&res->shape) / per;
     /* Large even vec4 counts: two vec4s per invocation, n/2 apart, both loaded before either
      * is stored, so twice the bytes are in flight per invocation (a long chain's arithmetic
@@ -529,14 +548,23 @@ static kf_kernel *compile_elementwise(kf_plan *p, kf__group *grp, kf__compiled *
         kf_val at2 = kf_let(k, "vidx2", kf_add(k, at, kf_lit_u32(k, (uint32_t)invocations)));
         kf_val first = emit_invocation(&s, at, true);
         kf_val second = emit_invocation(&s, at2, true);
-        kf_kernel_yield(k, first, at);
-        kf_kernel_yield(k, second, at2);
+        if (alias) {
+            kf_store(k, rw, at, first);
+            kf_store(k, rw, at2, second);
+        } else {
+            kf_kernel_yield(k, first, at);
+            kf_kernel_yield(k, second, at2);
+        }
+    } else if (alias) {
+        kf_store(k, rw, at, emit_invocation(&s, at, vectorized));
     } else {
         kf_kernel_yield(k, emit_invocation(&s, at, vectorized), at);
     }
     kf_end(k);
     grid_for(invocations, KF_WORKGROUP, c->grid);
-    c->slots[c->slot_count++] = grp->result;
+    if (!alias) {
+        c->slots[c->slot_count++] = grp->result;
+    }
     return k;
 }
 
@@ -640,12 +668,16 @@ static kf_kernel *compile_horizontal(kf_plan *p, kf__group *h, kf__compiled *c) 
                            kf_binary(k, KF_OP_LT, idx, hi)));
         emit_state s = {.p = p, .k = k, .grp = grp, .c = c};
         kf_val at = offset ? kf_let(k, "local", kf_sub(k, idx, lo)) : idx;
-        kf_val v = emit_invocation(&s, at, vectorized);
-        char out_name[KF_NAME_MAX + 16];
-        snprintf(out_name, sizeof out_name, "%s_%u", res->op->name, grp->result);
         kf_type elem = vectorized ? kf_type_vec(KF_SCALAR_F32, KF_LANES) : scalar_type(res->dtype);
-        kf_binding out = kf_kernel_storage(k, out_name, elem, KF_ACCESS_READ_WRITE);
-        c->slots[c->slot_count++] = grp->result;
+        uint32_t alias = kf__plan_inplace_input(p, grp->result);
+        kf_binding out = alias ? inplace_binding(&s, alias, elem) : (kf_binding){0};
+        kf_val v = emit_invocation(&s, at, vectorized);
+        if (!alias) {
+            char out_name[KF_NAME_MAX + 16];
+            snprintf(out_name, sizeof out_name, "%s_%u", res->op->name, grp->result);
+            out = kf_kernel_storage(k, out_name, elem, KF_ACCESS_READ_WRITE);
+            c->slots[c->slot_count++] = grp->result;
+        }
         kf_store(k, out, at, v);
         kf_end(k);
         offset += n;
@@ -654,7 +686,7 @@ static kf_kernel *compile_horizontal(kf_plan *p, kf__group *h, kf__compiled *c) 
     return k;
 }
 
-static void compile_group(kf_plan *p, kf__group *grp) {
+void kf__plan_compile_group(kf_plan *p, kf__group *grp) {
     kf__compiled *c = calloc(1, sizeof *c);
     if (!c) {
         plan_fail(p, KF_ERROR_OUT_OF_MEMORY, "out of memory compiling a group");
@@ -720,7 +752,10 @@ static kf_status make_buffers(kf_plan *p) {
     return KF_OK;
 }
 
-static kf_status make_dispatches(kf_plan *p) {
+kf_status kf__plan_make_dispatches(kf_plan *p) {
+    free(p->dispatches);
+    free(p->order);
+    p->dispatch_count = 0;
     p->dispatches = calloc(p->group_count ? p->group_count : 1, sizeof *p->dispatches);
     p->order = calloc(p->group_count ? p->group_count : 1, sizeof *p->order);
     if (!p->dispatches || !p->order) {
@@ -864,14 +899,20 @@ kf_status kf_graph_compile(kf_context *ctx, const kf_graph *g, const kf_compile_
     for (uint32_t gi = 0; gi < p->group_count && p->status == KF_OK; gi++) {
         kf__group *grp = &p->groups[gi];
         if (grp->kind != KF__GROUP_DEAD && !grp->absorbed) {
-            compile_group(p, grp);
+            kf__plan_compile_group(p, grp);
         }
     }
     if (p->status == KF_OK) {
         make_buffers(p);
     }
     if (p->status == KF_OK) {
-        make_dispatches(p);
+        kf__plan_make_dispatches(p);
+    }
+    if (p->status == KF_OK) {
+        kf_status primed = kf__plan_prime(p);
+        if (primed != KF_OK) {
+            plan_fail(p, primed, "priming the pipelines: %s", kf_context_last_error(ctx));
+        }
     }
     if (p->status != KF_OK) {
         kf_status st = p->status;
@@ -896,6 +937,7 @@ void kf_plan_destroy(kf_plan *p) {
             free(c);
         }
     }
+    kf__plan_binds_destroy(p);
     if (p->graph && p->buffers) {
         for (uint32_t id = 0; id < p->graph->node_count; id++) {
             kf_buffer_destroy(p->buffers[id]);
@@ -967,6 +1009,13 @@ kf_status kf_plan_set_input(kf_plan *p, const char *name, const kf_tensor *value
                               name ? name : "(null)");
         return KF_ERROR_INVALID_ARGUMENT;
     }
+    if (kf__plan_is_bound(p, id)) {
+        kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT,
+                              "input %s is bound to a GPU tensor: upload into that tensor, or "
+                              "unbind it first (kf_plan_bind_input(p, \"%s\", NULL))",
+                              name, name);
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
     const kf__node *n = &p->graph->nodes[id];
     if (!kf_shape_eq(&n->shape, &value->shape)) {
         char a[64], b[64];
@@ -982,12 +1031,14 @@ kf_status kf_plan_set_input(kf_plan *p, const char *name, const kf_tensor *value
     return st;
 }
 
-static kf_status check_inputs(kf_plan *p) {
+kf_status kf__plan_check_inputs(const kf_plan *p) {
     const kf_graph *g = p->graph;
     for (uint32_t id = 1; id < g->node_count; id++) {
         if (g->nodes[id].kind == KF__NODE_INPUT && !p->inputs_set[id]) {
             kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT,
-                                  "input %s was never set (kf_plan_set_input)", g->nodes[id].name);
+                                  "input %s was never set (kf_plan_set_input) nor bound "
+                                  "(kf_plan_bind_input)",
+                                  g->nodes[id].name);
             return KF_ERROR_INVALID_ARGUMENT;
         }
     }
@@ -998,7 +1049,7 @@ kf_status kf_plan_run(kf_plan *p) {
     if (!p) {
         return KF_ERROR_INVALID_ARGUMENT;
     }
-    kf_status st = check_inputs(p);
+    kf_status st = kf__plan_check_inputs(p);
     if (st != KF_OK) {
         return st;
     }
@@ -1012,7 +1063,7 @@ kf_status kf_plan_time(kf_plan *p, uint32_t repeat, kf_timing *out) {
     if (!p || !out) {
         return KF_ERROR_INVALID_ARGUMENT;
     }
-    kf_status st = check_inputs(p);
+    kf_status st = kf__plan_check_inputs(p);
     if (st != KF_OK) {
         return st;
     }

@@ -63,7 +63,27 @@ struct kf_plan {
     uint32_t unfused_dispatches;
     uint64_t bytes;
     uint64_t unfused_bytes;
+    struct kf__plan_binds *binds; /* GPU tensors bound to inputs and outputs (plan_bind.c) */
 };
+
+/* plan.c, for plan_bind.c: (re)compiles one group (grp->compiled must be NULL), and builds the
+ * dispatch list anew from the groups and p->buffers (freeing the old one). */
+void kf__plan_compile_group(kf_plan *p, kf__group *grp);
+kf_status kf__plan_make_dispatches(kf_plan *p);
+/* KF_OK when every input was set or bound; else the message names the first that was not. */
+kf_status kf__plan_check_inputs(const kf_plan *p);
+
+/* plan_bind.c */
+/* The input node whose tensor the group result `result` is computed into, in place (an output
+ * bound to an input's tensor), or 0. */
+uint32_t kf__plan_inplace_input(const kf_plan *p, uint32_t result);
+/* Whether node id's buffer is a caller's tensor (kf_plan_bind_input/_output). */
+bool kf__plan_is_bound(const kf_plan *p, uint32_t id);
+/* Drops the plan's holds on bound tensors and forgets them (before its buffers are freed). */
+void kf__plan_binds_destroy(kf_plan *p);
+/* Runs every dispatch of the plan once (one workgroup each) so that a driver that compiles its
+ * pipelines lazily at their first dispatch (lavapipe) has done so before the first run. */
+kf_status kf__plan_prime(kf_plan *p);
 
 kf_status kf__plan_upload(kf_plan *p, uint32_t node, const float *data);
 kf_status kf__plan_download(const kf_plan *p, uint32_t node, float *data);

@@ -71,15 +71,38 @@ kf_status kf_buffer_create(kf_context *ctx, uint64_t size, kf_buffer **out) {
     return KF_OK;
 }
 
-void kf_buffer_destroy(kf_buffer *buf) {
-    if (!buf) {
-        return;
-    }
+static void buffer_free(kf_buffer *buf) {
     if (buf->handle) {
         buf->ctx->api.buffer_destroy(buf->handle);
         buf->ctx->api.buffer_release(buf->handle);
     }
     free(buf);
+}
+
+void kf_buffer_destroy(kf_buffer *buf) {
+    if (!buf) {
+        return;
+    }
+    if (buf->holds) {
+        buf->destroyed = true; /* a plan still reads or writes it: the last drop frees it */
+        return;
+    }
+    buffer_free(buf);
+}
+
+void kf__buffer_hold(kf_buffer *buf) {
+    if (buf) {
+        buf->holds++;
+    }
+}
+
+void kf__buffer_drop(kf_buffer *buf) {
+    if (!buf || buf->holds == 0) {
+        return;
+    }
+    if (--buf->holds == 0 && buf->destroyed) {
+        buffer_free(buf);
+    }
 }
 
 uint64_t kf_buffer_size(const kf_buffer *buf) {
@@ -262,6 +285,9 @@ kf_status kf_buffer_upload(kf_buffer *buf, uint64_t offset, const void *data, ui
     if (end % 4 && mid_hi >= mid_lo) {
         st = patch_word(buf, mid_hi, bytes + (mid_hi - offset), 0, (unsigned)(end - mid_hi));
     }
+    if (st == KF_OK) {
+        buf->ctx->stats.upload_bytes += size;
+    }
     return st;
 }
 
@@ -271,7 +297,11 @@ kf_status kf_buffer_download(kf_buffer *buf, uint64_t offset, void *data, uint64
         return st;
     }
     uint64_t end = offset + size;
-    return read_words(buf, offset & ~(uint64_t)3, round_up4(end), offset, end, data);
+    st = read_words(buf, offset & ~(uint64_t)3, round_up4(end), offset, end, data);
+    if (st == KF_OK) {
+        buf->ctx->stats.download_bytes += size;
+    }
+    return st;
 }
 
 kf_status kf_buffer_fill_u32(kf_buffer *buf, uint32_t pattern) {
@@ -294,6 +324,9 @@ kf_status kf_buffer_fill_u32(kf_buffer *buf, uint32_t pattern) {
     for (uint64_t done = 0; done < buf->alloc_size && st == KF_OK; done += chunk) {
         uint64_t n = buf->alloc_size - done < chunk ? buf->alloc_size - done : chunk;
         st = write_words(buf, done, (const uint8_t *)words, n);
+    }
+    if (st == KF_OK) {
+        buf->ctx->stats.upload_bytes += buf->alloc_size;
     }
     free(words);
     return st;

@@ -18,6 +18,10 @@ struct kf_buffer {
     wg_buffer handle;
     uint64_t size;       /* as asked */
     uint64_t alloc_size; /* size rounded up to 4 bytes, as WebGPU copies need */
+    /* Holds by plans bound to it (kf__buffer_hold): kf_buffer_destroy then only marks it
+     * destroyed, and the last kf__buffer_drop frees it. */
+    uint32_t holds;
+    bool destroyed;
 };
 
 struct kf_pipeline {
@@ -130,6 +134,10 @@ void kf__context_timing_destroy(kf_context *ctx);
 
 /* buffer.c */
 void kf__context_staging_destroy(kf_context *ctx);
+/* A plan bound to buf keeps it alive: the owner's kf_buffer_destroy (kf_gpu_tensor_destroy)
+ * frees it only once every hold is dropped. NULL is a no-op. */
+void kf__buffer_hold(kf_buffer *buf);
+void kf__buffer_drop(kf_buffer *buf);
 
 /* For tests: the next kf_buffer_create fails the way an exhausted device fails (Dawn only). */
 kf_status kf__context_fake_oom(kf_context *ctx);
