@@ -71,7 +71,8 @@ static void run_usage(FILE *f) {
                "  --input NAME=FILE  read input NAME from a .npy file\n"
                "  --save DIR         write every output to DIR/NAME.npy\n"
                "  --json             one JSON object: dispatches, unfused_dispatches, bytes,\n"
-               "                     unfused_bytes, time_ms, max_rel_err (with --check)\n");
+               "                     unfused_bytes, time_ms, upload_bytes and download_bytes\n"
+               "                     (moved by the timed runs), max_rel_err (with --check)\n");
 }
 
 typedef struct run_args {
@@ -275,9 +276,13 @@ int kf_cmd_run(int argc, char **argv) {
         }
     }
     st = kf_plan_run(plan);
+    /* What the timed runs move between host and device: inputs stay on the device, so 0. */
+    kf_context_stats before = {0}, after = {0};
+    kf_context_stats_get(ctx, &before);
     if (st == KF_OK) {
         st = kf_plan_time(plan, a.repeat, &timing);
     }
+    kf_context_stats_get(ctx, &after);
     if (st != KF_OK) {
         fprintf(stderr, "kfuse run: %s: %s\n", kf_status_str(st), kf_context_last_error(ctx));
         goto done;
@@ -312,6 +317,9 @@ int kf_cmd_run(int argc, char **argv) {
                summary.dispatches, summary.unfused_dispatches, (unsigned long long)summary.bytes,
                (unsigned long long)summary.unfused_bytes, timing.median_ms,
                timing.gpu_timestamps ? "gpu" : "wall", (unsigned long long)a.seed);
+        printf(", \"upload_bytes\": %llu, \"download_bytes\": %llu",
+               (unsigned long long)(after.upload_bytes - before.upload_bytes),
+               (unsigned long long)(after.download_bytes - before.download_bytes));
         if (a.check) {
             printf(", \"max_rel_err\": %.6g, \"passed\": %s", worst,
                    report.passed ? "true" : "false");
