@@ -171,6 +171,13 @@ typedef struct kf_context_desc {
      * bounds (also $KF_UNCHECKED=1). Faster kernels; an out-of-bounds access is then undefined
      * behaviour. kfuse's own kernels bound-check what they touch; a kernel you build must too. */
     bool unchecked_access;
+    /* The persistent pipeline cache (Dawn's compiled shaders and pipeline caches, kept across
+     * processes): its folder; NULL: $KF_PIPELINE_CACHE, else $XDG_CACHE_HOME/kfuse/pipelines,
+     * else ~/.cache/kfuse/pipelines. "off" (here or in the variable) or disable_pipeline_cache
+     * turns it off. Entries are partitioned by implementation, adapter and driver; a damaged or
+     * truncated entry is a miss and is removed (docs/runtime.md). */
+    const char *pipeline_cache_dir;
+    bool disable_pipeline_cache;
     /* Optional: receives the message when kf_context_create fails (there is no context then). */
     char *error_out;
     size_t error_out_size;
@@ -214,6 +221,7 @@ typedef struct kf_adapter_info {
     uint32_t max_compute_invocations_per_workgroup;
     uint32_t max_compute_workgroup_size[3];
     uint32_t max_compute_workgroups_per_dimension;
+    char pipeline_cache[1024]; /* the pipeline cache's folder for this adapter, "" when off */
 } kf_adapter_info;
 
 KF_API kf_status kf_context_adapter_info(const kf_context *ctx, kf_adapter_info *out);
@@ -229,6 +237,11 @@ typedef struct kf_context_stats {
      * move nothing on their own: a run of a plan whose inputs are already on the device adds 0. */
     uint64_t upload_bytes;
     uint64_t download_bytes;
+    /* The persistent pipeline cache: entries Dawn found on disk, entries written, and damaged
+     * entries ignored and removed. */
+    uint64_t disk_cache_loads;
+    uint64_t disk_cache_stores;
+    uint64_t disk_cache_rejected;
 } kf_context_stats;
 
 KF_API kf_status kf_context_stats_get(const kf_context *ctx, kf_context_stats *out);

@@ -517,6 +517,7 @@ static kf_status request_device(kf_context *ctx, const kf_context_desc *desc,
     wg_device_desc dd;
     memset(&dd, 0, sizeof dd);
     dd.next = toggles ? &toggles->chain : NULL;
+    dd.next = kf__disk_cache_chain(ctx, desc, dd.next);
     dd.label = (wg_string){"kfuse", WG_STRLEN};
     dd.required_features = wanted;
     dd.default_queue.label = (wg_string){"kfuse queue", WG_STRLEN};
@@ -685,6 +686,8 @@ static kf_status create(kf_context *ctx, const kf_context_desc *desc) {
         return kf__context_fail(ctx, KF_ERROR_NO_DEVICE, "the device did not report its limits");
     }
     fill_info(ctx);
+    snprintf(ctx->info.pipeline_cache, sizeof ctx->info.pipeline_cache, "%s",
+             kf__disk_cache_dir(ctx));
     return kf__context_check(ctx);
 }
 
@@ -754,6 +757,7 @@ void kf_context_destroy(kf_context *ctx) {
     if (ctx->instance) {
         ctx->api.instance_release(ctx->instance);
     }
+    kf__disk_cache_destroy(ctx);
     /* WebGPU has called every callback it owed by now. */
     while (ctx->orphans) {
         kf__callback_block *next = ctx->orphans->next;
@@ -783,6 +787,7 @@ kf_status kf_context_stats_get(const kf_context *ctx, kf_context_stats *out) {
         return KF_ERROR_INVALID_ARGUMENT;
     }
     *out = ctx->stats;
+    kf__disk_cache_stats(ctx, out);
     return KF_OK;
 }
 

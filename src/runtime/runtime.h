@@ -84,6 +84,8 @@ struct kf_context {
     bool fake_oom; /* tests: the next buffer creation fails as out of memory (Dawn only) */
     /* Callback memory whose wait was abandoned (see kf__callback_release). */
     struct kf__callback_block *orphans;
+    /* The persistent pipeline cache (disk_cache.c), NULL when off. */
+    struct kf__disk_cache *disk_cache;
     /* Tuned matmul tiles (src/ops/matmul_tune.c), loaded from the cache file on first use. */
     struct kf__matmul_tuning *matmul_tuning;
 };
@@ -128,6 +130,13 @@ void kf__wg_string_copy(char *dst, size_t dst_size, wg_string src);
 
 /* pipeline.c */
 void kf__pipeline_cache_destroy(kf_context *ctx);
+
+/* disk_cache.c: Dawn's cache interface over a folder (see there). Returns the chain to put on
+ * the device descriptor: next, preceded by the cache's descriptor where the cache is on. */
+wg_chain *kf__disk_cache_chain(kf_context *ctx, const kf_context_desc *desc, wg_chain *next);
+void kf__disk_cache_destroy(kf_context *ctx); /* after the device is released */
+void kf__disk_cache_stats(const kf_context *ctx, kf_context_stats *out);
+const char *kf__disk_cache_dir(const kf_context *ctx); /* "" when off */
 
 /* dispatch.c */
 void kf__context_timing_destroy(kf_context *ctx);
