@@ -1101,21 +1101,21 @@ KF_API kf_status kf_plan_get_output(const kf_plan *p, const char *name, kf_tenso
  * on a bound tensor is safe: the tensor's handle is gone, its memory is freed when the last plan
  * unbinds it or is destroyed (until then the plan keeps reading and writing it). Bindings are
  * checked when made; a plan never rebinds on its own. */
-kf_status kf_plan_bind_input(kf_plan *p, const char *name, kf_gpu_tensor *t);
-kf_status kf_plan_bind_output(kf_plan *p, const char *name, kf_gpu_tensor *t);
+KF_API kf_status kf_plan_bind_input(kf_plan *p, const char *name, kf_gpu_tensor *t);
+KF_API kf_status kf_plan_bind_output(kf_plan *p, const char *name, kf_gpu_tensor *t);
 
 /* Runs plans[0], plans[1], ... in order as one compute pass and one submission, then waits once:
  * no host synchronisation between them, each plan sees the writes of those before it (chain
  * them through tensors bound to one's output and the next one's input). All plans belong to one
  * context; every input of each must be set or bound. */
-kf_status kf_plan_run_sequence(kf_plan *const *plans, uint32_t count);
+KF_API kf_status kf_plan_run_sequence(kf_plan *const *plans, uint32_t count);
 /* kf_plan_time for a sequence: times `repeat` submissions of the whole sequence (0 means 10). */
-kf_status kf_plan_time_sequence(kf_plan *const *plans, uint32_t count, uint32_t repeat,
-                                kf_timing *out);
+KF_API kf_status kf_plan_time_sequence(kf_plan *const *plans, uint32_t count, uint32_t repeat,
+                                       kf_timing *out);
 /* The plan's dispatches, to record into a caller's own batch (kf_context_run / kf_context_time
  * with others' dispatches). Valid until the plan is destroyed or a binding changes. Fails like
  * kf_plan_run when an input is neither set nor bound. */
-kf_status kf_plan_dispatches(const kf_plan *p, const kf_dispatch **out, uint32_t *count);
+KF_API kf_status kf_plan_dispatches(const kf_plan *p, const kf_dispatch **out, uint32_t *count);
 
 #define KF_PLAN_MAX_REPORTED 16
 typedef struct kf_plan_report {
