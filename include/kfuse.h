@@ -1050,6 +1050,10 @@ KF_API kf_status kf_graph_output_info(const kf_graph *g, uint32_t i, const char 
 
 typedef struct kf_compile_options {
     bool no_fuse; /* one dispatch per operator (the baseline fusion is compared against) */
+    /* Skip running each dispatch once at compile (for a plan only explained or printed). By
+     * default kf_graph_compile does, so that a driver that compiles at the first dispatch
+     * (lavapipe) has done so before the first kf_plan_run; with no_prime that run pays. */
+    bool no_prime;
 } kf_compile_options;
 
 /* Plans and compiles the graph for ctx. The plan copies what it needs from g. */

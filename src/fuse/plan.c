@@ -908,7 +908,7 @@ kf_status kf_graph_compile(kf_context *ctx, const kf_graph *g, const kf_compile_
     if (p->status == KF_OK) {
         kf__plan_make_dispatches(p);
     }
-    if (p->status == KF_OK) {
+    if (p->status == KF_OK && !(opts && opts->no_prime)) {
         kf_status primed = kf__plan_prime(p);
         if (primed != KF_OK) {
             plan_fail(p, primed, "priming the pipelines: %s", kf_context_last_error(ctx));

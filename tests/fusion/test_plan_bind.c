@@ -431,6 +431,15 @@ KT_TEST(fusion, first_run_after_compile_creates_no_pipeline) {
     KT_CHECK(s2.pipeline_cache_hits == s1.pipeline_cache_hits, "the first run looked pipelines up");
     KT_CHECK(s1.dispatches > s0.dispatches, "compile ran no dispatch to prime the driver");
     kf_plan_destroy(p);
+    /* no_prime (kfuse explain): compile dispatches nothing. */
+    kf_graph *g = parse(mlp_whole);
+    kf_compile_options lazy = {.no_prime = true};
+    KT_CHECK_OK(kf_context_stats_get(ctx, &s0));
+    KT_CHECK_OK(kf_graph_compile(ctx, g, &lazy, &p));
+    KT_CHECK_OK(kf_context_stats_get(ctx, &s1));
+    KT_CHECK(s1.dispatches == s0.dispatches, "no_prime compile dispatched");
+    kf_plan_destroy(p);
+    kf_graph_destroy(g);
 }
 
 KT_TEST(fusion, byte_counters_count_what_moves_and_nothing_else) {
