@@ -190,7 +190,7 @@ typedef struct kf_context_desc {
  * says what to install or set: KF_ERROR_NO_LIBRARY, KF_ERROR_NO_ADAPTER, KF_ERROR_NO_DEVICE, or
  * KF_ERROR_INVALID_ARGUMENT for an unknown KF_BACKEND. docs/runtime.md has the details. */
 KF_API kf_status kf_context_create(const kf_context_desc *desc, kf_context **out);
-/* Destroys the context and its pipelines. Destroy its buffers first. NULL is a no-op. */
+/* Destroys the context and its pipelines. Destroy its plans and buffers first. NULL is a no-op. */
 KF_API void kf_context_destroy(kf_context *ctx);
 /* The message of the most recent failed call on this context ("" before any failure). Valid
  * until the next call on ctx. Once the device is lost, every call fails with
@@ -789,6 +789,8 @@ KF_API kf_status kf_gpu_tensor_from(kf_context *ctx, const kf_tensor *t, kf_dtyp
                                     kf_gpu_tensor **out);
 /* Downloads into t, whose shape must equal g's (the message names both shapes). */
 KF_API kf_status kf_gpu_tensor_to(const kf_gpu_tensor *g, kf_tensor *t);
+/* Frees the tensor. Bound to a plan (kf_plan_bind_input / _output), its memory stays until the
+ * last such plan unbinds it or is destroyed. NULL is a no-op. */
 KF_API void kf_gpu_tensor_destroy(kf_gpu_tensor *g);
 
 /* Parameters an operator may read. Each operator describes the ones it takes (name, type, default,

@@ -979,6 +979,14 @@ static uint32_t find_input(const kf_plan *p, const char *name) {
 
 kf_status kf__plan_upload(kf_plan *p, uint32_t id, const float *data) {
     const kf__node *n = &p->graph->nodes[id];
+    if (kf__plan_is_bound(p, id)) {
+        /* Verification and host inputs would overwrite the caller's tensor. */
+        kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT,
+                              "input %s is bound to a GPU tensor: upload into that tensor, or "
+                              "unbind it first (kf_plan_bind_input(p, \"%s\", NULL))",
+                              n->name, n->name);
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
     uint64_t count = kf_shape_elements(&n->shape);
     if (n->dtype == KF_DTYPE_F32) {
         return kf_buffer_upload(p->buffers[id], 0, data, count * 4);
@@ -1007,13 +1015,6 @@ kf_status kf_plan_set_input(kf_plan *p, const char *name, const kf_tensor *value
     if (!id) {
         kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT, "plan has no input named '%s'",
                               name ? name : "(null)");
-        return KF_ERROR_INVALID_ARGUMENT;
-    }
-    if (kf__plan_is_bound(p, id)) {
-        kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT,
-                              "input %s is bound to a GPU tensor: upload into that tensor, or "
-                              "unbind it first (kf_plan_bind_input(p, \"%s\", NULL))",
-                              name, name);
         return KF_ERROR_INVALID_ARGUMENT;
     }
     const kf__node *n = &p->graph->nodes[id];
