@@ -110,6 +110,17 @@ KT_TEST(fusion, chained_plans_match_one_plan_of_the_whole_graph) {
              (unsigned long long)(s1.submissions - s0.submissions));
     KT_CHECK(s1.upload_bytes == s0.upload_bytes && s1.download_bytes == s0.download_bytes,
              "a run on bound tensors moved bytes");
+    /* The caller's batch: both plans' dispatches in one kf_context_run. */
+    const kf_dispatch *d1, *d2;
+    uint32_t n1, n2;
+    KT_CHECK_OK(kf_plan_dispatches(l1, &d1, &n1));
+    KT_CHECK_OK(kf_plan_dispatches(l2, &d2, &n2));
+    KT_CHECK(n1 == 1 && n2 == 1, "%u + %u dispatches, want 1 + 1", n1, n2);
+    kf_dispatch batch[2] = {d1[0], d2[0]};
+    KT_CHECK_OK(kf_context_run(ctx, batch, 2));
+    kf_timing timing;
+    KT_CHECK_OK(kf_plan_time_sequence(seq, 2, 2, &timing));
+    KT_CHECK(timing.median_ms > 0.0, "timing");
     KT_CHECK_OK(kf_plan_run(whole));
 
     kf_tensor *got = NULL, *want = NULL;

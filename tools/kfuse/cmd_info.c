@@ -51,6 +51,8 @@ int kf_cmd_info(int argc, char **argv) {
     printf("backend:      %s\n", info.backend);
     printf("driver:       %s\n", info.description);
     printf("library:      %s\n", info.library);
+    printf("cache:        %s (pipelines; KF_PIPELINE_CACHE=DIR moves it, =off turns it off)\n",
+           info.pipeline_cache[0] ? info.pipeline_cache : "off");
     printf("features:\n");
     printf("  %-38s %s\n", "shader-f16", yes_no(info.has_f16));
     if (info.has_subgroups) {
