@@ -319,6 +319,13 @@ KT_TEST(fusion, kfuse_train_cli_batches_eval_save_and_errors) {
     KT_CHECK(differs, "--shuffle took the examples in order");
     free(o1);
     free(o2);
+    /* --explain shows the training plan, gradients included, and needs no data */
+    snprintf(args, sizeof args, "train %s/spec.kf --explain", dir);
+    out = run_cli(args, &rc);
+    KT_CHECK(out && rc == 0 && strstr(out, "kf_grad_w") && strstr(out, "cross_entropy_grad") &&
+                 strstr(out, "per step:"),
+             "--explain: rc %d: %s", rc, out ? out : "");
+    free(out);
     /* a missing data file is named */
     snprintf(path, sizeof path, "%s/x.npy", dir);
     remove(path);

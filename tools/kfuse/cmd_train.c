@@ -38,13 +38,15 @@ static void train_usage(FILE *f) {
                "  --save DIR         write the trained params to DIR/NAME.npy\n"
                "  --plot FILE.png    the loss curve, drawn by gnuplot\n"
                "  --no-fuse          one dispatch per operator (for comparison)\n"
+               "  --explain          print the training plan (forward and backward groups) and\n"
+               "                     exit: no data needed\n"
                "  --json             one object per step (step, loss), then a summary\n");
 }
 
 typedef struct train_args {
     const char *spec, *data, *init, *eval, *save, *plot;
     uint64_t steps, seed, shuffle_seed;
-    bool shuffle, json, no_fuse;
+    bool shuffle, json, no_fuse, explain;
     kf_optimizer_desc opt;
 } train_args;
 
@@ -83,6 +85,8 @@ static int parse_args(int argc, char **argv, train_args *a) {
             a->json = true;
         } else if (!strcmp(arg, "--no-fuse")) {
             a->no_fuse = true;
+        } else if (!strcmp(arg, "--explain")) {
+            a->explain = true;
         } else if (!next || arg[0] != '-' || arg[1] != '-') {
             if (arg[0] == '-' || a->spec) {
                 fprintf(stderr, "kfuse train: unknown or incomplete option '%s'\n", arg);
@@ -150,6 +154,9 @@ static int parse_args(int argc, char **argv, train_args *a) {
             train_usage(stderr);
             return 2;
         }
+    }
+    if (a->spec && a->explain) {
+        return -1;
     }
     if (!a->spec || !a->data || !a->steps || !have_lr) {
         fprintf(stderr, "kfuse train: SPEC, --data, --steps and --lr are required\n");
@@ -436,6 +443,23 @@ int kf_cmd_train(int argc, char **argv) {
     uint64_t *order = NULL;
     rc = 1;
     kf_context *ctx = NULL;
+    if (a.explain) {
+        ctx = kf_cli_context();
+        kf_trainer_desc desc = {.optimizer = a.opt, .seed = a.seed, .no_fuse = a.no_fuse};
+        kf_status st = ctx ? kf_trainer_create(ctx, g, &desc, &t) : KF_ERROR_NO_ADAPTER;
+        char *text = st == KF_OK ? kf_plan_explain(kf_trainer_plan(t), false) : NULL;
+        if (text) {
+            printf("%s", text);
+            printf("per step: the plan's dispatches, 1 optimizer update of every param and 1 "
+                   "loss record: %u dispatches\n",
+                   kf_trainer_dispatches_per_step(t));
+            rc = 0;
+        } else if (ctx) {
+            fprintf(stderr, "kfuse train: %s: %s\n", kf_status_str(st), kf_context_last_error(ctx));
+        }
+        kf_free(text);
+        goto done;
+    }
     if (dataset_load(g, a.data, &data) != 0 || (a.eval && dataset_load(g, a.eval, &eval) != 0)) {
         goto done;
     }
