@@ -226,6 +226,22 @@ typedef struct kf_adapter_info {
 
 KF_API kf_status kf_context_adapter_info(const kf_context *ctx, kf_adapter_info *out);
 
+/* What the device does with subnormal (denormal) numbers, which WGSL lets it flush to zero:
+ * measured by running a one-invocation kernel (a subnormal times 1; the smallest normal times
+ * 0.5), not assumed. Lavapipe keeps f32 subnormals; the H200 flushes them, so there 1 / 1e-40 is
+ * inf and a subnormal input counts as 0 (kfuse's log is exact on subnormals either way). */
+typedef struct kf_float_behaviour {
+    bool f32_subnormal_inputs_kept;  /* false: a subnormal operand is read as 0 */
+    bool f32_subnormal_results_kept; /* false: a result below 2^-126 is rounded to 0 */
+    bool f16_measured;              /* the device has shader-f16, so the two below mean something */
+    bool f16_subnormal_inputs_kept; /* the same for f16 (below 2^-14) */
+    bool f16_subnormal_results_kept;
+} kf_float_behaviour;
+
+/* Measures kf_float_behaviour on ctx's device (a few milliseconds: a pipeline and a dispatch).
+ * *out is zeroed on failure, whose message is on the context. */
+KF_API kf_status kf_context_float_behaviour(kf_context *ctx, kf_float_behaviour *out);
+
 typedef struct kf_context_stats {
     uint64_t pipelines_compiled; /* shader modules + pipelines actually created */
     uint64_t pipeline_cache_hits;
@@ -744,6 +760,8 @@ typedef struct kf_shape {
 
 KF_API kf_shape kf_shape_1d(uint32_t n);
 KF_API kf_shape kf_shape_2d(uint32_t rows, uint32_t cols);
+/* The element count; UINT64_MAX when it does not fit in 64 bits (so every size check refuses it
+ * rather than seeing a product wrapped to 0). */
 KF_API uint64_t kf_shape_elements(const kf_shape *s);
 KF_API bool kf_shape_eq(const kf_shape *a, const kf_shape *b);
 /* "64x128" into buf; returns buf. */
@@ -1110,7 +1128,8 @@ KF_API kf_status kf_plan_set_input(kf_plan *p, const char *name, const kf_tensor
 KF_API kf_status kf_plan_run(kf_plan *p);
 /* Times `repeat` runs (0 means 10) of the whole plan. */
 KF_API kf_status kf_plan_time(kf_plan *p, uint32_t repeat, kf_timing *out);
-/* Downloads output `name` into out (shape checked). */
+/* Downloads output `name` into out (shape checked). KF_ERROR_INVALID_ARGUMENT before the plan
+ * has run (kf_plan_run, kf_plan_time or kf_plan_verify): there is no result yet. */
 KF_API kf_status kf_plan_get_output(const kf_plan *p, const char *name, kf_tensor *out);
 
 /* GPU tensors in and out of plans (docs/runtime.md, "Binding tensors to plans").
@@ -1348,8 +1367,11 @@ KF_API kf_status kf_spec_parse_file(const char *path, kf_graph **out, kf_spec_er
 KF_API kf_status kf_npy_read(const char *path, kf_tensor **out, char *msg, size_t msg_size);
 /* Writes t as a .npy file byte-identical to numpy's np.save: dtype F32 '<f4', F16 '<f2' (round
  * to nearest even; overflow gives infinity), I32 '<i4' (values must be whole numbers in range,
- * else KF_ERROR_INVALID_ARGUMENT). KF_ERROR_IO when the file cannot be written (errno says why;
- * no partial file is left). */
+ * else KF_ERROR_INVALID_ARGUMENT). KF_ERROR_IO when the file cannot be written (errno says why:
+ * EISDIR when path is a directory, ENAMETOOLONG, EACCES...). The file appears whole or not at
+ * all: it is written and synced under a temporary name in path's folder, then renamed over path,
+ * so a previous file there stays intact until the new one is complete, even if the process is
+ * killed; on failure the temporary file is removed. */
 KF_API kf_status kf_npy_write(const char *path, const kf_tensor *t, kf_dtype dtype);
 
 #ifdef __cplusplus

@@ -846,12 +846,19 @@ kf_status kf_graph_compile(kf_context *ctx, const kf_graph *g, const kf_compile_
     }
     *out = NULL;
     if (!ctx || !g) {
+        if (ctx) {
+            kf__context_set_error(ctx, KF_ERROR_INVALID_ARGUMENT, "kf_graph_compile: g is NULL");
+        }
         return KF_ERROR_INVALID_ARGUMENT;
     }
     if (g->status != KF_OK) {
+        kf__context_set_error(ctx, g->status, "kf_graph_compile: the graph has an error: %s",
+                              g->error);
         return g->status;
     }
     if (g->output_count == 0) {
+        kf__context_set_error(ctx, KF_ERROR_INVALID_ARGUMENT,
+                              "kf_graph_compile: the graph has no outputs (kf_graph_output)");
         return KF_ERROR_INVALID_ARGUMENT;
     }
     kf_plan *p = calloc(1, sizeof *p);
@@ -957,6 +964,10 @@ void kf_plan_destroy(kf_plan *p) {
 
 kf_status kf_plan_summary_get(const kf_plan *p, kf_plan_summary *out) {
     if (!p || !out) {
+        if (p) {
+            kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT,
+                                  "kf_plan_summary_get: out is NULL");
+        }
         return KF_ERROR_INVALID_ARGUMENT;
     }
     out->groups = p->dispatch_count;
@@ -999,7 +1010,12 @@ kf_status kf__plan_upload(kf_plan *p, uint32_t id, const float *data) {
         if (n->dtype == KF_DTYPE_F16) {
             ((uint16_t *)staged)[i] = kf__half_from_float(data[i]);
         } else {
-            ((int32_t *)staged)[i] = (int32_t)data[i]; /* class indices: whole numbers */
+            /* Class indices. What int32 cannot hold exactly (NaN, 1e10, 2.5) becomes -1, which
+             * no class has, so its row's loss is NaN as the CPU spec says (docs/operators.md);
+             * converting such a float to int would be undefined behaviour. */
+            float v = data[i];
+            bool whole = v >= -2147483648.0f && v < 2147483648.0f && v == floorf(v);
+            ((int32_t *)staged)[i] = whole ? (int32_t)v : -1;
         }
     }
     kf_status st = kf_buffer_upload(p->buffers[id], 0, staged, count * kf_dtype_size(n->dtype));
@@ -1009,6 +1025,11 @@ kf_status kf__plan_upload(kf_plan *p, uint32_t id, const float *data) {
 
 kf_status kf_plan_set_input(kf_plan *p, const char *name, const kf_tensor *value) {
     if (!p || !value || !value->data) {
+        if (p) {
+            kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT,
+                                  "kf_plan_set_input: input %s: %s", name ? name : "(null)",
+                                  value ? "the tensor has no data" : "value is NULL");
+        }
         return KF_ERROR_INVALID_ARGUMENT;
     }
     uint32_t id = find_input(p, name);
@@ -1054,14 +1075,18 @@ kf_status kf_plan_run(kf_plan *p) {
     if (st != KF_OK) {
         return st;
     }
-    if (p->dispatch_count == 0) {
-        return KF_OK; /* every output is an input */
+    if (p->dispatch_count > 0) { /* none when every output is an input */
+        st = kf_context_run(p->ctx, p->dispatches, p->dispatch_count);
     }
-    return kf_context_run(p->ctx, p->dispatches, p->dispatch_count);
+    p->has_run |= st == KF_OK;
+    return st;
 }
 
 kf_status kf_plan_time(kf_plan *p, uint32_t repeat, kf_timing *out) {
     if (!p || !out) {
+        if (p) {
+            kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT, "kf_plan_time: out is NULL");
+        }
         return KF_ERROR_INVALID_ARGUMENT;
     }
     kf_status st = kf__plan_check_inputs(p);
@@ -1070,9 +1095,12 @@ kf_status kf_plan_time(kf_plan *p, uint32_t repeat, kf_timing *out) {
     }
     if (p->dispatch_count == 0) {
         memset(out, 0, sizeof *out);
+        p->has_run = true;
         return KF_OK;
     }
-    return kf_context_time(p->ctx, p->dispatches, p->dispatch_count, repeat, out);
+    st = kf_context_time(p->ctx, p->dispatches, p->dispatch_count, repeat, out);
+    p->has_run |= st == KF_OK;
+    return st;
 }
 
 uint32_t kf__plan_output_node(const kf_plan *p, const char *name) {
@@ -1105,12 +1133,23 @@ kf_status kf__plan_download(const kf_plan *p, uint32_t id, float *data) {
 
 kf_status kf_plan_get_output(const kf_plan *p, const char *name, kf_tensor *out) {
     if (!p || !out || !out->data) {
+        if (p) {
+            kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT,
+                                  "kf_plan_get_output: output %s: %s", name ? name : "(null)",
+                                  out ? "the tensor has no data" : "out is NULL");
+        }
         return KF_ERROR_INVALID_ARGUMENT;
     }
     uint32_t id = kf__plan_output_node(p, name);
     if (!id) {
         kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT, "plan has no output named '%s'",
                               name ? name : "(null)");
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    if (!p->has_run) {
+        /* the buffers hold whatever the allocator gave (zeros): no result to hand out */
+        kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT,
+                              "output %s: the plan has not run yet (kf_plan_run first)", name);
         return KF_ERROR_INVALID_ARGUMENT;
     }
     const kf__node *n = &p->graph->nodes[id];

@@ -56,6 +56,7 @@ struct kf_plan {
     bool *is_output;     /* node id -> named as an output */
     kf_buffer **buffers; /* node id -> buffer, for materialized nodes */
     bool *inputs_set;
+    bool has_run; /* kf_plan_run or kf_plan_time has succeeded: outputs hold results */
     uint32_t max_storage_buffers;
     kf_dispatch *dispatches;
     uint32_t *order; /* dispatch i runs group order[i] */

@@ -21,6 +21,9 @@ static uint64_t round_up4(uint64_t n) {
 }
 
 kf_status kf_buffer_create(kf_context *ctx, uint64_t size, kf_buffer **out) {
+    if (out) {
+        *out = NULL;
+    }
     if (!ctx || !out) {
         return kf__context_fail(ctx, KF_ERROR_INVALID_ARGUMENT, "kf_buffer_create: %s is NULL",
                                 ctx ? "out" : "ctx");

@@ -441,6 +441,9 @@ static kf_status build(kf_context *ctx, kf_pipeline *p) {
 }
 
 kf_status kf_pipeline_get(kf_context *ctx, const kf_pipeline_desc *desc, kf_pipeline **out) {
+    if (out) {
+        *out = NULL;
+    }
     if (!ctx || !desc || !out) {
         return kf__context_fail(ctx, KF_ERROR_INVALID_ARGUMENT, "kf_pipeline_get: %s is NULL",
                                 !ctx    ? "ctx"

@@ -972,6 +972,9 @@ kf_status kf_spec_parse(const char *text, size_t length, kf_graph **out, kf_spec
         err = &scratch;
     }
     memset(err, 0, sizeof *err);
+    if (out) {
+        *out = NULL;
+    }
     if (!out || (!text && length)) {
         snprintf(err->message, sizeof err->message, "kf_spec_parse: %s is NULL",
                  out ? "text" : "out");

@@ -29,7 +29,7 @@ static const char *mlp = "x: f32[13, 7]\n"
                          "loss = cross_entropy(logits, labels)\n"
                          "out loss\n";
 
-KT_TEST(unit, param_declarations_initialisers_and_round_trip) {
+KT_CPU_TEST(unit, param_declarations_initialisers_and_round_trip) {
     kf_graph *g = parse(mlp);
     KT_CHECK(g, "parse");
     uint32_t params = 0;

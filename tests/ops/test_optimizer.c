@@ -45,7 +45,7 @@ KT_TEST(ops, optimizer_sgd_and_adamw_match_their_specs) {
 }
 
 /* The spec against the rules written out by hand for one element (torch's formulas). */
-KT_TEST(ops, optimizer_spec_matches_the_formulas) {
+KT_CPU_TEST(ops, optimizer_spec_matches_the_formulas) {
     kf_shape s = kf_shape_1d(1);
     kf_tensor *p, *g, *m, *v;
     KT_CHECK_OK(kf_tensor_constant(&s, 0.5f, &p));
