@@ -1009,7 +1009,35 @@ KF_API const char *kf_graph_error(const kf_graph *g);
 
 KF_API kf_node kf_graph_input(kf_graph *g, const char *name, const kf_shape *shape, kf_dtype dtype);
 /* A scalar constant, broadcast by element-wise operators. */
-KF_API kf_node kf_graph_scalar(kf_graph *g, float value);
+KF_API kf_node kf_graph_scalar(
+    kf_graph *g,
+    float
+        value); /* A trainable parameter (the language's `param w: f32[64, 32]`): an f32 input that
+                 * `kfuse train` (and kf_trainer) keeps on the device and updates; everywhere else
+                 * (run, verify, explain) it is an input like any other. Its initial value, unless
+                 * given (--init DIR), is `init` (NULL: the default) drawn by kf_param_init_fill. */
+typedef enum kf_init_kind {
+    KF_INIT_DEFAULT = 0, /* rank >= 2: uniform(1/sqrt(fan_in)), fan_in the product of every dim
+                            but the last (w of matmul(x, w): its rows, PyTorch Linear's
+                            in_features); rank 0 and 1 (biases): zeros */
+    KF_INIT_ZEROS,
+    KF_INIT_UNIFORM /* uniform in [-bound, bound) (PyTorch's Linear bias: 1/sqrt(in_features)) */
+} kf_init_kind;
+typedef struct kf_param_init {
+    kf_init_kind kind;
+    float bound; /* KF_INIT_UNIFORM: > 0 */
+} kf_param_init;
+KF_API kf_node kf_graph_param(kf_graph *g, const char *name, const kf_shape *shape,
+                              const kf_param_init *init);
+/* Whether input `index` (kf_graph_input_info's numbering) is a param; *init (optional) receives
+ * its initialiser. */
+KF_API bool kf_graph_input_is_param(const kf_graph *g, uint32_t index, kf_param_init *init);
+/* Fills t with the initial value `init` gives a parameter of t's shape: uniform draws from
+ * kf_tensor_fill_random(t, seed + index, -bound, bound), index being the parameter's position
+ * among the graph's params (0 for the first declared), so each parameter has its own stream. */
+KF_API kf_status kf_param_init_fill(const kf_param_init *init, uint64_t seed, uint32_t index,
+                                    kf_tensor *t);
+
 /* Any registered operator (kf_op_find) on nodes; params may be NULL. */
 KF_API kf_node kf_graph_op(kf_graph *g, const char *op, const kf_node *inputs, uint32_t count,
                            const kf_op_params *params);
@@ -1185,6 +1213,124 @@ KF_API kf_status kf_save_activations(kf_context *ctx, const kf_copy_pair *pairs,
 KF_API kf_status kf_save_activations_record(kf_context *ctx, const kf_copy_pair *pairs,
                                             uint32_t count, kf_buffer **bindings, kf_dispatch *out,
                                             uint32_t *dispatches);
+
+/* ======================================================================================== */
+/* Optimizers on the GPU (src/ops/optimizer.c; docs/training.md)                             */
+/* ======================================================================================== */
+
+/* PyTorch's update rules, applied in place to parameters that live on the device:
+ *   SGD:   d = g + weight_decay * p; with momentum, buf = momentum * buf + d and d = buf (or
+ *          d + momentum * buf with nesterov); p -= lr * d                      (torch.optim.SGD)
+ *   AdamW: p *= 1 - lr * weight_decay; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+ *          p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)        (torch.optim.AdamW)
+ * Every parameter is updated by one dispatch (a multi-tensor apply over one linear index space
+ * covering parameters of any sizes), split into more only where the device's storage-buffer
+ * limit forces it (2 bindings per parameter and one for the state: a 4-tensor model fits a
+ * limit of 10). The state (momentum buffer; m and v; the bias corrections 1 - b^t, kept by the
+ * recurrence c_t = (1 - b) + b c_{t-1}, which has no cancellation in f32) lives on the device:
+ * a step moves no bytes between host and device. */
+typedef enum kf_optimizer_kind { KF_OPTIMIZER_SGD = 0, KF_OPTIMIZER_ADAMW } kf_optimizer_kind;
+
+typedef struct kf_optimizer_desc {
+    kf_optimizer_kind kind;
+    float lr;           /* > 0 (0: 0.01 for SGD, 0.001 for AdamW) */
+    float momentum;     /* SGD: 0 (none) .. < 1 */
+    bool nesterov;      /* SGD: Nesterov momentum (needs momentum > 0) */
+    float weight_decay; /* SGD: L2 added to the gradient; AdamW: decoupled. 0: none (torch's
+                           AdamW defaults to 0.01: pass it) */
+    float beta1;        /* AdamW: 0 means 0.9 */
+    float beta2;        /* AdamW: 0 means 0.999 */
+    float eps;          /* AdamW: 0 means 1e-8 */
+} kf_optimizer_desc;
+
+typedef struct kf_optimizer kf_optimizer;
+
+/* An optimizer for `count` f32 parameters, params[i] updated from grads[i] (same shape). It
+ * keeps the tensors' buffers alive (as plans do) and allocates its state, zeroed, on the device.
+ * KF_ERROR_INVALID_ARGUMENT (message on ctx) for a bad desc, a NULL tensor, a shape mismatch, a
+ * parameter given twice or a gradient that is a parameter; KF_ERROR_TYPE for a non-f32 tensor. */
+KF_API kf_status kf_optimizer_create(kf_context *ctx, const kf_optimizer_desc *desc,
+                                     kf_gpu_tensor *const *params, kf_gpu_tensor *const *grads,
+                                     uint32_t count, kf_optimizer **out);
+KF_API void kf_optimizer_destroy(kf_optimizer *o);
+/* Applies one update now (its own submission) and waits. */
+KF_API kf_status kf_optimizer_step(kf_optimizer *o);
+/* The dispatches of the next update, for a caller's batch (after the dispatches that write the
+ * gradients, e.g. kf_plan_dispatches, in one kf_context_run): the step counts as taken, so run
+ * them exactly once, before asking for the next. Valid until the next call on o. */
+KF_API kf_status kf_optimizer_record(kf_optimizer *o, const kf_dispatch **out, uint32_t *count);
+/* Updates taken so far, and dispatches per update. */
+KF_API uint64_t kf_optimizer_steps(const kf_optimizer *o);
+KF_API uint32_t kf_optimizer_dispatch_count(const kf_optimizer *o);
+/* Downloads state `which` of parameter `index` into out (its shape): SGD 0 the momentum buffer;
+ * AdamW 0 m, 1 v. KF_ERROR_INVALID_ARGUMENT for a state the optimizer does not keep. */
+KF_API kf_status kf_optimizer_state_get(const kf_optimizer *o, uint32_t index, uint32_t which,
+                                        kf_tensor *out);
+/* The CPU specification: update number `step` (1 for the first) of one parameter in float64,
+ * each result rounded once to f32; state0/state1 as kf_optimizer_state_get (NULL where the
+ * rule keeps none). The bias corrections are computed as 1 - pow(b, step). */
+KF_API kf_status kf_optimizer_spec_step(const kf_optimizer_desc *desc, uint64_t step,
+                                        kf_tensor *param, const kf_tensor *grad, kf_tensor *state0,
+                                        kf_tensor *state1);
+/* Verification: parameters of these shapes with random values, random prior state, `steps`
+ * updates each with fresh random gradients (seeded), on the GPU and with the spec; after every
+ * step every element of every parameter and state is compared (count at most 64), relative to
+ * max(|spec|, the tensor's rms) (m and momentum are sums that cancel; f32 rounds each term),
+ * and a NaN guard band after each parameter and gradient must be left untouched.
+ * Returns as kf_op_verify (out->message names the tensor, element and both values). */
+KF_API kf_status kf_optimizer_verify(kf_context *ctx, const kf_optimizer_desc *desc,
+                                     const kf_shape *shapes, uint32_t count, uint32_t steps,
+                                     uint64_t seed, kf_verify_result *out);
+
+/* ======================================================================================== */
+/* Training a graph (src/fuse/train.c; docs/training.md)                                     */
+/* ======================================================================================== */
+
+/* A trainer holds a graph's params on the device (initialised by kf_param_init_fill from
+ * desc->seed), the plan of its loss and gradients (kf_graph_grad over every param), and an
+ * optimizer updating the params in place. A step uploads the batch (the graph's other inputs)
+ * and runs forward, backward, update and a one-invocation kernel appending the loss to a
+ * history on the device, as one submission; nothing else moves. kf_trainer_losses downloads the
+ * recorded losses. `kfuse train` is built on it. */
+typedef struct kf_trainer_desc {
+    kf_optimizer_desc optimizer;
+    const char *loss; /* the output to minimise, rank 0; NULL: "loss" */
+    uint64_t seed;    /* of the params' initialisers */
+    bool no_fuse;     /* one dispatch per operator (for comparison) */
+} kf_trainer_desc;
+typedef struct kf_trainer kf_trainer;
+
+/* KF_ERROR_INVALID_ARGUMENT (message on ctx) when g has no such output or no param; the
+ * statuses of kf_graph_grad (a loss that is not rank 0: KF_ERROR_SHAPE), kf_graph_compile and
+ * kf_optimizer_create otherwise. g is not changed; the trainer keeps what it needs. */
+KF_API kf_status kf_trainer_create(kf_context *ctx, const kf_graph *g, const kf_trainer_desc *desc,
+                                   kf_trainer **out);
+KF_API void kf_trainer_destroy(kf_trainer *t);
+KF_API uint32_t kf_trainer_param_count(const kf_trainer *t);
+KF_API const char *kf_trainer_param_name(const kf_trainer *t, uint32_t index); /* NULL past it */
+/* A param's value, host <-> device (shape checked: KF_ERROR_SHAPE naming both). */
+KF_API kf_status kf_trainer_set_param(kf_trainer *t, const char *name, const kf_tensor *value);
+KF_API kf_status kf_trainer_get_param(const kf_trainer *t, const char *name, kf_tensor *out);
+/* One training step on a batch: batch[i] is the graph's input names[i] (every non-param input
+ * must have been given once; inputs not given keep their last values). */
+KF_API kf_status kf_trainer_step(kf_trainer *t, const char *const *names,
+                                 const kf_tensor *const *batch, uint32_t count);
+/* The loss of every step taken so far, in order (downloads those not yet downloaded: one
+ * download for any number of steps). *losses is valid until the next call on t. */
+KF_API kf_status kf_trainer_losses(kf_trainer *t, const float **losses, uint64_t *count);
+/* The forward pass alone on a batch, params unchanged: *loss (optional) as the graph computes
+ * it, and *correct (optional): of the batch's first `rows` rows (the rest may be padding), how
+ * many have the argmax of the logits equal to their label, for a loss cross_entropy(logits,
+ * labels) whose labels are an input (KF_ERROR_INVALID_ARGUMENT otherwise). */
+KF_API kf_status kf_trainer_evaluate(kf_trainer *t, const char *const *names,
+                                     const kf_tensor *const *batch, uint32_t count, uint32_t rows,
+                                     float *loss, uint32_t *correct);
+/* The training plan (for kf_plan_summary_get / kf_plan_explain), and the dispatches of a step
+ * (the plan's, the optimizer's and the loss record). */
+KF_API const kf_plan *kf_trainer_plan(const kf_trainer *t);
+KF_API uint32_t kf_trainer_dispatches_per_step(const kf_trainer *t);
+/* Whether kf_trainer_evaluate can count correct answers (the loss is cross_entropy). */
+KF_API bool kf_trainer_has_accuracy(const kf_trainer *t);
 
 /* ======================================================================================== */
 /* The graph language (src/spec; docs/graph-language.md)                                     */

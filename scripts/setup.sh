@@ -126,8 +126,9 @@ setup_debian() {
     local missing=()
     local p
     # python3-torch and python3-numpy: the external-reference tests (autodiff against torch.autograd)
+    # python3-sklearn: the digits dataset (examples/digits); gnuplot-nox: kfuse train --plot
     for p in gcc make libc6-dev cmake clang-format-14 libvulkan1 ca-certificates python3-numpy \
-        python3-torch; do
+        python3-torch python3-sklearn gnuplot-nox; do
         pkg_installed "$p" || missing+=("$p")
     done
     if ! have npm; then

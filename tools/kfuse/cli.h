@@ -46,5 +46,6 @@ int kf_cmd_bench(int argc, char **argv);
 int kf_cmd_verify(int argc, char **argv);
 int kf_cmd_wgsl(int argc, char **argv);
 int kf_cmd_sgmat(int argc, char **argv);
+int kf_cmd_train(int argc, char **argv);
 
 #endif

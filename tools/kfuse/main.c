@@ -17,6 +17,7 @@ static const kf_cli_command commands[] = {
      kf_cmd_tune},
     {"sgmat", "time the subgroup-matrix (tensor core) f16 matmul's tile configurations",
      kf_cmd_sgmat},
+    {"train", "train a graph's params on .npy data (SGD or AdamW on the GPU)", kf_cmd_train},
 };
 static const size_t command_count = sizeof commands / sizeof commands[0];
 
