@@ -120,7 +120,7 @@ typedef enum kf_status {
     KF_ERROR_OUT_OF_MEMORY,    /* host or device allocation failed */
     KF_ERROR_COMPILE,          /* WGSL failed to compile; the message has lines and text */
     KF_ERROR_VALIDATION,       /* WebGPU validation error */
-    KF_ERROR_DEVICE_LOST,      /* the device was lost; the context must be recreated */
+    KF_ERROR_DEVICE_LOST,      /* the device was lost (or its context destroyed): recreate it */
     KF_ERROR_TYPE,             /* a kernel-builder type error */
     KF_ERROR_SHAPE,            /* tensor shapes do not fit the operation */
     KF_ERROR_PARSE,            /* the graph language could not be parsed */
@@ -183,7 +183,11 @@ typedef struct kf_context_desc {
  * says what to install or set: KF_ERROR_NO_LIBRARY, KF_ERROR_NO_ADAPTER, KF_ERROR_NO_DEVICE, or
  * KF_ERROR_INVALID_ARGUMENT for an unknown KF_BACKEND. docs/runtime.md has the details. */
 KF_API kf_status kf_context_create(const kf_context_desc *desc, kf_context **out);
-/* Destroys the context and its pipelines. Destroy its buffers first. NULL is a no-op. */
+/* Destroys the context, its device and every WebGPU object made from it, in any order with its
+ * objects (as a WebGPU device's destroy does): buffers, GPU tensors and plans still alive keep
+ * their handles, every later call on them fails with KF_ERROR_DEVICE_LOST ("the context of this
+ * object was destroyed"), and their destroy calls stay safe (the last one frees what is left of
+ * the context). Pipelines die with the context. NULL is a no-op (docs/runtime.md, "Lifetimes"). */
 KF_API void kf_context_destroy(kf_context *ctx);
 /* The message of the most recent failed call on this context ("" before any failure). Valid
  * until the next call on ctx. Once the device is lost, every call fails with
@@ -245,7 +249,8 @@ KF_API kf_status kf_context_stats_get(const kf_context *ctx, kf_context_stats *o
 
 /* A device buffer usable as storage, uniform, copy source and destination. Any byte size >= 1
  * (rounded up to 4 internally); above the device limit -> KF_ERROR_LIMIT with the limit named.
- * Its contents start as zeros. Destroy buffers before their context; destroying NULL is a no-op. */
+ * Its contents start as zeros. Destroying NULL is a no-op; after kf_context_destroy, calls on the
+ * buffer fail with KF_ERROR_DEVICE_LOST and kf_buffer_destroy is still needed (and safe). */
 KF_API kf_status kf_buffer_create(kf_context *ctx, uint64_t size, kf_buffer **out);
 KF_API void kf_buffer_destroy(kf_buffer *buf);
 KF_API uint64_t kf_buffer_size(const kf_buffer *buf); /* the size asked for */

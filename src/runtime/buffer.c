@@ -50,6 +50,12 @@ kf_status kf_buffer_create(kf_context *ctx, uint64_t size, kf_buffer **out) {
                                 "kf_buffer_create: out of host memory");
     }
     buf->ctx = ctx;
+    kf__context_hold(ctx);
+    buf->next_live = ctx->live_buffers;
+    if (ctx->live_buffers) {
+        ctx->live_buffers->prev_live = buf;
+    }
+    ctx->live_buffers = buf;
     buf->size = size;
     buf->alloc_size = round_up4(size);
     wg_buffer_desc bd = {NULL, {"kfuse buffer", WG_STRLEN}, KF__ALL_USAGES, buf->alloc_size, 0};
@@ -74,15 +80,36 @@ kf_status kf_buffer_create(kf_context *ctx, uint64_t size, kf_buffer **out) {
     return KF_OK;
 }
 
+static void buffer_release(kf_buffer *buf) {
+    if (buf->handle) {
+        buf->ctx->api.buffer_destroy(buf->handle);
+        buf->ctx->api.buffer_release(buf->handle);
+        buf->handle = NULL;
+    }
+}
+
 void kf_buffer_destroy(kf_buffer *buf) {
     if (!buf) {
         return;
     }
-    if (buf->handle) {
-        buf->ctx->api.buffer_destroy(buf->handle);
-        buf->ctx->api.buffer_release(buf->handle);
+    kf_context *ctx = buf->ctx;
+    buffer_release(buf); /* NULL already when the context was destroyed */
+    if (buf->prev_live) {
+        buf->prev_live->next_live = buf->next_live;
+    } else {
+        ctx->live_buffers = buf->next_live;
+    }
+    if (buf->next_live) {
+        buf->next_live->prev_live = buf->prev_live;
     }
     free(buf);
+    kf__context_let_go(ctx);
+}
+
+void kf__context_buffers_release(kf_context *ctx) {
+    for (kf_buffer *buf = ctx->live_buffers; buf; buf = buf->next_live) {
+        buffer_release(buf);
+    }
 }
 
 uint64_t kf_buffer_size(const kf_buffer *buf) {

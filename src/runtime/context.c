@@ -75,6 +75,12 @@ void kf__wg_string_copy(char *dst, size_t dst_size, wg_string src) {
 }
 
 kf_status kf__context_check(kf_context *ctx) {
+    if (ctx->released) {
+        return kf__context_fail(
+            ctx, KF_ERROR_DEVICE_LOST,
+            "the context of this object was destroyed (kf_context_destroy), and its device with "
+            "it; destroy the object, and make new ones from a new context");
+    }
     if (atomic_load(&ctx->lost)) {
         return kf__context_fail(
             ctx, KF_ERROR_DEVICE_LOST,
@@ -350,6 +356,22 @@ static const char *adapter_type_name(uint32_t type) {
     }
 }
 
+/* Dawn's OpenGL ES backend reports no adapter type; Mesa's and Google's software renderers are
+ * known by name (the renderer string), so a CPU is still called one and sizes chosen by type
+ * (kfuse demo, bench) fit it. A GL adapter on real hardware stays "unknown". */
+static const char *infer_adapter_type(const char *type, const char *device, const char *driver) {
+    static const char *const software[] = {"llvmpipe", "softpipe", "lavapipe", "SwiftShader"};
+    if (strcmp(type, "unknown") != 0) {
+        return type;
+    }
+    for (size_t i = 0; i < sizeof software / sizeof software[0]; i++) {
+        if (strstr(device, software[i]) || strstr(driver, software[i])) {
+            return "CPU";
+        }
+    }
+    return type;
+}
+
 static uint32_t wg_backend_of(kf_backend backend) {
     switch (backend) {
     case KF_BACKEND_VULKAN:
@@ -600,7 +622,8 @@ static void fill_info(kf_context *ctx) {
         kf__wg_string_copy(info->description, sizeof info->description, ai.description);
         snprintf(info->backend, sizeof info->backend, "%s", backend_name(ai.backend_type));
         snprintf(info->adapter_type, sizeof info->adapter_type, "%s",
-                 adapter_type_name(ai.adapter_type));
+                 infer_adapter_type(adapter_type_name(ai.adapter_type), info->device,
+                                    info->description));
         info->vendor_id = ai.vendor_id;
         info->device_id = ai.device_id;
         info->subgroup_min_size = ai.subgroup_min_size;
@@ -726,14 +749,41 @@ kf_status kf_context_create(const kf_context_desc *desc, kf_context **out) {
     return KF_OK;
 }
 
+/* What is left of a context once its WebGPU objects are gone: the struct and the host memory
+ * its pipelines' keys and names take. */
+static void context_free(kf_context *ctx) {
+    kf__pipeline_cache_destroy(ctx);
+    free(ctx);
+}
+
+void kf__context_hold(kf_context *ctx) {
+    if (ctx) {
+        ctx->holders++;
+    }
+}
+
+void kf__context_let_go(kf_context *ctx) {
+    if (ctx && --ctx->holders == 0 && ctx->released) {
+        context_free(ctx);
+    }
+}
+
+bool kf__context_released(const kf_context *ctx) {
+    return ctx->released;
+}
+
 void kf_context_destroy(kf_context *ctx) {
-    if (!ctx) {
+    if (!ctx || ctx->released) {
         return;
     }
     atomic_store(&ctx->destroying, true);
     kf__matmul_tuning_free(ctx->matmul_tuning);
+    ctx->matmul_tuning = NULL;
     if (ctx->device) {
-        kf__pipeline_cache_destroy(ctx);
+        /* Objects still alive lose their WebGPU objects now, while the device exists; their
+         * structs stay until their destroy calls (see struct kf_context). */
+        kf__context_buffers_release(ctx);
+        kf__pipeline_cache_release(ctx);
         kf__context_timing_destroy(ctx);
         kf__context_staging_destroy(ctx);
     }
@@ -763,7 +813,15 @@ void kf_context_destroy(kf_context *ctx) {
     if (ctx->library) {
         dlclose(ctx->library);
     }
-    free(ctx);
+    ctx->queue = NULL;
+    ctx->device = NULL;
+    ctx->adapter = NULL;
+    ctx->instance = NULL;
+    ctx->library = NULL;
+    ctx->released = true;
+    if (ctx->holders == 0) {
+        context_free(ctx);
+    }
 }
 
 const char *kf_context_last_error(const kf_context *ctx) {

@@ -15,9 +15,10 @@
 
 struct kf_buffer {
     kf_context *ctx;
-    wg_buffer handle;
-    uint64_t size;       /* as asked */
-    uint64_t alloc_size; /* size rounded up to 4 bytes, as WebGPU copies need */
+    wg_buffer handle; /* NULL once the context was destroyed (kf_context_destroy releases it) */
+    struct kf_buffer *prev_live, *next_live; /* the context's live buffers */
+    uint64_t size;                           /* as asked */
+    uint64_t alloc_size;                     /* size rounded up to 4 bytes, as WebGPU copies need */
 };
 
 struct kf_pipeline {
@@ -80,6 +81,13 @@ struct kf_context {
     bool fake_oom; /* tests: the next buffer creation fails as out of memory (Dawn only) */
     /* Callback memory whose wait was abandoned (see kf__callback_release). */
     struct kf__callback_block *orphans;
+    /* Objects that outlive kf_context_destroy (docs/runtime.md, "Lifetimes"): destroying the
+     * context releases every WebGPU object at once, and the kf_context itself stays as a shell
+     * while objects that hold it (`holders`) live, so their calls fail with
+     * KF_ERROR_DEVICE_LOST and their destroy calls are safe; the last one frees it. */
+    bool released;
+    uint32_t holders;
+    struct kf_buffer *live_buffers;
     /* Tuned matmul tiles (src/ops/matmul_tune.c), loaded from the cache file on first use. */
     struct kf__matmul_tuning *matmul_tuning;
 };
@@ -115,6 +123,16 @@ void *kf__callback_alloc(size_t size);
  * WebGPU owing the callback a call, at the latest when the instance is released: the context
  * then keeps the memory until after that. */
 void kf__callback_release(kf_context *ctx, void *data, bool completed);
+/* An object that keeps ctx as a pointer (a buffer, a plan, ...) holds it from creation to its
+ * destroy call: the kf_context stays allocated (as a released shell, see struct kf_context)
+ * until every holder let go, so the holder's calls after kf_context_destroy see
+ * KF_ERROR_DEVICE_LOST through kf__context_check instead of freed memory. Release last, after
+ * the holder's own clean-up. NULL is a no-op for both. */
+void kf__context_hold(kf_context *ctx);
+void kf__context_let_go(kf_context *ctx);
+/* Whether kf_context_destroy was called: every WebGPU handle of the context is gone then, and
+ * a holder's clean-up must not call WebGPU (its handles were released with the device). */
+bool kf__context_released(const kf_context *ctx);
 /* Submits the commands (checking them for errors) without waiting for the GPU. */
 kf_status kf__context_submit(kf_context *ctx, wg_command_buffer commands, const char *what);
 /* Submits the commands and waits until the GPU has finished them. */
@@ -123,6 +141,8 @@ kf_status kf__context_submit_wait(kf_context *ctx, wg_command_buffer commands, c
 void kf__wg_string_copy(char *dst, size_t dst_size, wg_string src);
 
 /* pipeline.c */
+/* Releases every cached pipeline's WebGPU objects (kf_context_destroy), keeping the structs. */
+void kf__pipeline_cache_release(kf_context *ctx);
 void kf__pipeline_cache_destroy(kf_context *ctx);
 
 /* dispatch.c */
@@ -130,6 +150,8 @@ void kf__context_timing_destroy(kf_context *ctx);
 
 /* buffer.c */
 void kf__context_staging_destroy(kf_context *ctx);
+/* Releases the WebGPU buffer of every live kf_buffer (kf_context_destroy). */
+void kf__context_buffers_release(kf_context *ctx);
 
 /* For tests: the next kf_buffer_create fails the way an exhausted device fails (Dawn only). */
 kf_status kf__context_fake_oom(kf_context *ctx);
