@@ -160,8 +160,10 @@ typedef enum kf_backend {
 } kf_backend;
 
 typedef struct kf_context_desc {
-    /* Path of a webgpu.h implementation. NULL: $KF_WEBGPU_LIB, then the folder scripts/setup.sh
-     * fills (deps/dawn), then the system's libwebgpu_dawn.so / libwgpu_native.so. */
+    /* Path of a webgpu.h implementation. NULL: the Dawn installed beside libkfuse
+     * (lib/kfuse/), then $KF_WEBGPU_LIB, then the build tree's deps/dawn, then the system's
+     * libwebgpu_dawn.so. Only Dawn is supported: another implementation (wgpu-native, ...) is
+     * refused with KF_ERROR_NO_LIBRARY saying so (docs/runtime.md has what differs). */
     const char *library_path;
     kf_backend backend;
     bool disable_f16;        /* do not request shader-f16 even where present */
@@ -218,6 +220,9 @@ typedef struct kf_adapter_info {
     uint32_t max_compute_invocations_per_workgroup;
     uint32_t max_compute_workgroup_size[3];
     uint32_t max_compute_workgroups_per_dimension;
+    /* Why that library (the search order, docs/runtime.md): "installed beside libkfuse",
+     * "KF_WEBGPU_LIB", "kf_context_desc.library_path", "the build tree's deps/dawn", ... */
+    char library_source[128];
 } kf_adapter_info;
 
 KF_API kf_status kf_context_adapter_info(const kf_context *ctx, kf_adapter_info *out);

@@ -59,7 +59,7 @@ kf_status kf_buffer_create(kf_context *ctx, uint64_t size, kf_buffer **out) {
     buf->size = size;
     buf->alloc_size = round_up4(size);
     wg_buffer_desc bd = {NULL, {"kfuse buffer", WG_STRLEN}, KF__ALL_USAGES, buf->alloc_size, 0};
-    wg_dawn_fake_buffer_oom fake = {{NULL, WG_STYPE_DAWN_FAKE_BUFFER_OOM}, 0, 0, 1};
+    wg_dawn_fake_buffer_oom fake = {{NULL, ctx->impl->stype_fake_buffer_oom}, 0, 0, 1};
     if (ctx->fake_oom) {
         bd.next = &fake.chain;
         ctx->fake_oom = false;

@@ -513,27 +513,26 @@ static kf_status request_device(kf_context *ctx, const kf_context_desc *desc,
     size_t wanted_count = 0;
     /* Feature numbers are those of the pinned Dawn; other libraries number them differently,
      * so kfuse asks them for none rather than for the wrong ones. */
-    if (ctx->is_dawn) {
-        if (!desc->disable_f16 && adapter_has(&features, WG_FEATURE_SHADER_F16)) {
-            wanted[wanted_count++] = WG_FEATURE_SHADER_F16;
-        }
-        if (!desc->disable_subgroups && adapter_has(&features, WG_FEATURE_SUBGROUPS)) {
-            wanted[wanted_count++] = WG_FEATURE_SUBGROUPS;
-        }
-        if (!desc->disable_timestamps && adapter_has(&features, WG_FEATURE_TIMESTAMP_QUERY)) {
-            wanted[wanted_count++] = WG_FEATURE_TIMESTAMP_QUERY;
-        }
-        if (!desc->disable_subgroups && adapter_has(&features, WG_FEATURE_SUBGROUP_MATRIX)) {
-            wanted[wanted_count++] = WG_FEATURE_SUBGROUP_MATRIX;
-        }
+    const kf__wgpu_impl *impl = ctx->impl;
+    if (!desc->disable_f16 && adapter_has(&features, impl->feature_shader_f16)) {
+        wanted[wanted_count++] = impl->feature_shader_f16;
+    }
+    if (!desc->disable_subgroups && adapter_has(&features, impl->feature_subgroups)) {
+        wanted[wanted_count++] = impl->feature_subgroups;
+    }
+    if (!desc->disable_timestamps && adapter_has(&features, impl->feature_timestamp_query)) {
+        wanted[wanted_count++] = impl->feature_timestamp_query;
+    }
+    if (!desc->disable_subgroups && adapter_has(&features, impl->feature_subgroup_matrix)) {
+        wanted[wanted_count++] = impl->feature_subgroup_matrix;
     }
     ctx->api.supported_features_free_members(features);
 
     /* The adapter's full limits, not WebGPU's conservative defaults. */
     wg_limits limits;
     memset(&limits, 0, sizeof limits);
-    bool have_limits =
-        ctx->is_dawn && ctx->api.adapter_get_limits(ctx->adapter, &limits) == WG_STATUS_SUCCESS;
+    bool have_limits = impl->limits_size == sizeof limits &&
+                       ctx->api.adapter_get_limits(ctx->adapter, &limits) == WG_STATUS_SUCCESS;
     limits.next = NULL;
 
     wg_device_desc dd;
@@ -548,7 +547,7 @@ static kf_status request_device(kf_context *ctx, const kf_context_desc *desc,
 
     /* A driver may list a feature and still refuse it (experimental ones first): then ask for
      * less rather than fail, and let kf_adapter_info say what was granted. */
-    bool matrix = wanted_count && wanted[wanted_count - 1] == WG_FEATURE_SUBGROUP_MATRIX;
+    bool matrix = wanted_count && wanted[wanted_count - 1] == impl->feature_subgroup_matrix;
     const struct {
         size_t features;
         bool limits;
@@ -633,17 +632,18 @@ static void fill_info(kf_context *ctx) {
     snprintf(info->library, sizeof info->library, "%s", ctx->library_path);
 
     wg_device dev = ctx->device;
-    info->has_f16 = ctx->api.device_has_feature(dev, WG_FEATURE_SHADER_F16) &&
+    const kf__wgpu_impl *impl = ctx->impl;
+    info->has_f16 = ctx->api.device_has_feature(dev, impl->feature_shader_f16) &&
                     accepts_wgsl(ctx, "enable f16;\n"
                                       "@compute @workgroup_size(1) fn main() {\n"
                                       "    var h: f16 = 1.5h;\n    h = h * 2.0h;\n}\n");
-    info->has_subgroups = ctx->api.device_has_feature(dev, WG_FEATURE_SUBGROUPS) &&
+    info->has_subgroups = ctx->api.device_has_feature(dev, impl->feature_subgroups) &&
                           accepts_wgsl(ctx, "enable subgroups;\n"
                                             "@compute @workgroup_size(64)\n"
                                             "fn main(@builtin(subgroup_size) n: u32) {\n"
                                             "    _ = subgroupAdd(n);\n}\n");
-    info->has_timestamps = ctx->api.device_has_feature(dev, WG_FEATURE_TIMESTAMP_QUERY);
-    info->has_subgroup_matrix = ctx->api.device_has_feature(dev, WG_FEATURE_SUBGROUP_MATRIX) &&
+    info->has_timestamps = ctx->api.device_has_feature(dev, impl->feature_timestamp_query);
+    info->has_subgroup_matrix = ctx->api.device_has_feature(dev, impl->feature_subgroup_matrix) &&
                                 accepts_wgsl(ctx, "enable chromium_experimental_subgroup_matrix;\n"
                                                   "@compute @workgroup_size(64) fn main() {}\n");
     info->unchecked_access = ctx->unchecked;
@@ -664,28 +664,39 @@ static void fill_info(kf_context *ctx) {
 }
 
 static kf_status create(kf_context *ctx, const kf_context_desc *desc) {
-    kf_status st = kf__wgpu_load(desc->library_path, &ctx->api, &ctx->library, ctx->library_path,
-                                 sizeof ctx->library_path, ctx->error, sizeof ctx->error);
+    kf__wgpu_loaded *loaded = calloc(1, sizeof *loaded);
+    if (!loaded) {
+        return kf__context_fail(ctx, KF_ERROR_OUT_OF_MEMORY, "out of host memory");
+    }
+    kf_status st = kf__wgpu_load(desc->library_path, loaded, ctx->error, sizeof ctx->error);
+    if (st == KF_OK) {
+        ctx->api = loaded->api;
+        ctx->library = loaded->library;
+        ctx->impl = loaded->impl;
+        snprintf(ctx->library_path, sizeof ctx->library_path, "%s", loaded->path);
+        snprintf(ctx->info.library_source, sizeof ctx->info.library_source, "%s", loaded->why);
+    }
+    free(loaded);
     if (st != KF_OK) {
         return st;
     }
-    ctx->is_dawn = ctx->api.device_tick != NULL;
     kf_backend backend;
     st = pick_backend(ctx, desc->backend, &backend);
     if (st != KF_OK) {
         return st;
     }
 
-    ctx->unchecked = ctx->is_dawn && want_unchecked(desc); /* a Dawn toggle */
+    bool toggles_chain = ctx->impl->stype_toggles != 0;
+    ctx->unchecked = toggles_chain && want_unchecked(desc); /* a Dawn toggle */
     /* disable_robustness is the last of the enabled toggles: left out unless asked for. */
     size_t enabled = sizeof g_enabled_toggles / sizeof g_enabled_toggles[0] - !ctx->unchecked;
     wg_dawn_toggles toggles = {
-        {NULL, WG_STYPE_DAWN_TOGGLES}, enabled, g_enabled_toggles, 1, g_disabled_toggles};
-    wg_dawn_toggles *chain = ctx->is_dawn ? &toggles : NULL;
+        {NULL, ctx->impl->stype_toggles}, enabled, g_enabled_toggles, 1, g_disabled_toggles};
+    wg_dawn_toggles *chain = toggles_chain ? &toggles : NULL;
     wg_instance_desc id;
     memset(&id, 0, sizeof id);
     id.next = chain ? &chain->chain : NULL;
-    id.capabilities.timed_wait_any_enable = 1;
+    id.capabilities.timed_wait_any_enable = ctx->impl->timed_wait_any;
     id.capabilities.timed_wait_any_max_count = 1;
     ctx->instance = ctx->api.create_instance(&id);
     if (!ctx->instance) {
@@ -855,7 +866,7 @@ kf_status kf__context_force_loss(kf_context *ctx) {
 }
 
 kf_status kf__context_fake_oom(kf_context *ctx) {
-    if (!ctx || !ctx->is_dawn) {
+    if (!ctx || !ctx->impl->stype_fake_buffer_oom) {
         return KF_ERROR_UNSUPPORTED;
     }
     ctx->fake_oom = true;

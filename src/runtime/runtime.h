@@ -44,11 +44,42 @@ typedef struct kf__pipeline_cache {
     size_t count;
 } kf__pipeline_cache;
 
+/* A webgpu.h implementation: what differs between them, one row each (impl.c). */
+typedef struct kf__wgpu_impl {
+    const char *name;   /* "Dawn" */
+    const char *marker; /* a symbol only this implementation exports */
+    bool supported;     /* implemented and tested; others are refused when loaded */
+    const char *why;    /* why it is not supported (what differs) */
+    /* WGPUFeatureName values */
+    uint32_t feature_timestamp_query, feature_shader_f16, feature_subgroups,
+        feature_subgroup_matrix;
+    size_t limits_size;         /* sizeof WGPULimits, whose layout is wg_limits */
+    bool work_done_has_message; /* the queue's work-done callback has a message argument */
+    bool timed_wait_any;        /* wgpuInstanceWaitAny takes a timeout */
+    /* extension structs (0: none): Dawn's toggles and its fake out-of-memory test hook */
+    uint32_t stype_toggles, stype_fake_buffer_oom;
+} kf__wgpu_impl;
+
+/* The implementation of an opened library (NULL: none kfuse knows). */
+const kf__wgpu_impl *kf__wgpu_impl_identify(bool (*has_symbol)(void *library, const char *name),
+                                            void *library);
+/* The names of the supported implementations, ", "-separated. */
+void kf__wgpu_impl_supported(char *out, size_t size);
+
+/* What kf__wgpu_load found. */
+typedef struct kf__wgpu_loaded {
+    kf__wgpu_api api;
+    void *library; /* dlopen handle */
+    const kf__wgpu_impl *impl;
+    char path[512]; /* resolved */
+    char why[128];  /* which step of the search order found it */
+} kf__wgpu_loaded;
+
 struct kf_context {
     kf__wgpu_api api;
     void *library; /* dlopen handle */
     char library_path[512];
-    bool is_dawn;
+    const kf__wgpu_impl *impl; /* the loaded implementation's row (impl.c) */
     bool unchecked; /* Dawn's robustness pass is off (kf_context_desc.unchecked_access) */
 
     wg_instance instance;
@@ -95,11 +126,11 @@ struct kf_context {
 /* Frees the matmul tuning table (src/ops/matmul_tune.c); NULL is a no-op. */
 void kf__matmul_tuning_free(struct kf__matmul_tuning *t);
 
-/* loader.c: finds and opens a webgpu.h library and resolves the entry points kfuse calls.
- * path: an explicit library (desc->library_path), or NULL for the search order documented at
- * kf_context_desc. On failure returns KF_ERROR_NO_LIBRARY with what was tried in err. */
-kf_status kf__wgpu_load(const char *path, kf__wgpu_api *api, void **library, char *opened,
-                        size_t opened_size, char *err, size_t err_size);
+/* loader.c: finds and opens a webgpu.h library, identifies its implementation and resolves
+ * the entry points kfuse calls. path: an explicit library (desc->library_path), or NULL for the
+ * search order of loader.c. On failure returns KF_ERROR_NO_LIBRARY with what was tried, or why
+ * the library was refused, in err. */
+kf_status kf__wgpu_load(const char *path, kf__wgpu_loaded *out, char *err, size_t err_size);
 
 /* context.c */
 /* Records a formatted message as the context's last error and returns status. */

@@ -62,7 +62,7 @@ int kf_cmd_info(int argc, char **argv) {
     printf("type:         %s\n", info.adapter_type);
     printf("backend:      %s\n", info.backend);
     printf("driver:       %s\n", info.description);
-    printf("library:      %s\n", info.library);
+    printf("library:      %s (%s)\n", info.library, info.library_source);
     printf("features:\n");
     printf("  %-38s %s\n", "shader-f16", yes_no(info.has_f16));
     if (info.has_subgroups) {
