@@ -173,6 +173,11 @@ typedef struct kf_context_desc {
      * bounds (also $KF_UNCHECKED=1). Faster kernels; an out-of-bounds access is then undefined
      * behaviour. kfuse's own kernels bound-check what they touch; a kernel you build must too. */
     bool unchecked_access;
+    /* On NVIDIA's Vulkan driver this Dawn offers no shader-f16; where f16 is wanted
+     * (disable_f16 false), kfuse then enables its vendor-mask Vulkan layer (tools/vkmask,
+     * installed in lib/kfuse/vkmask) for the context's instance, so Dawn offers f16 and the f16
+     * tensor-core matmul. true (or $KF_NO_VKMASK=1) leaves the layer off (docs/runtime.md). */
+    bool disable_vendor_mask;
     /* Optional: receives the message when kf_context_create fails (there is no context then). */
     char *error_out;
     size_t error_out_size;
@@ -211,6 +216,9 @@ typedef struct kf_adapter_info {
     bool has_timestamps;      /* timestamp queries requested and enabled */
     bool has_subgroup_matrix; /* chromium_experimental_subgroup_matrix enabled */
     bool unchecked_access;    /* bounds clamping is off (kf_context_desc.unchecked_access) */
+    /* kfuse's vendor-mask layer is on (an NVIDIA Vulkan adapter, for f16): Dawn saw vendor
+     * 0xffff; vendor_id is still the true one. */
+    bool vendor_masked;
     uint32_t subgroup_min_size;
     uint32_t subgroup_max_size;
     uint64_t max_buffer_size;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <strings.h>
 #include <dlfcn.h>
+#include <pthread.h>
 
 #include "runtime/runtime.h"
 
@@ -435,6 +436,15 @@ static uint32_t adapter_backend(kf_context *ctx, wg_adapter adapter) {
     return backend;
 }
 
+static bool adapter_has(const wg_supported_features *features, uint32_t feature) {
+    for (size_t i = 0; i < features->count; i++) {
+        if (features->features[i] == feature) {
+            return true;
+        }
+    }
+    return false;
+}
+
 /* One requestAdapter; *out stays NULL when there is none. */
 static kf_status try_adapter(kf_context *ctx, wg_dawn_toggles *toggles, uint32_t feature_level,
                              uint32_t backend, wg_adapter *out, char *message, size_t size) {
@@ -494,15 +504,6 @@ static kf_status request_adapter(kf_context *ctx, kf_backend backend, wg_dawn_to
             message[0] ? ": " : "", message, KF__NO_ADAPTER_HELP);
     }
     return KF_OK;
-}
-
-static bool adapter_has(const wg_supported_features *features, uint32_t feature) {
-    for (size_t i = 0; i < features->count; i++) {
-        if (features->features[i] == feature) {
-            return true;
-        }
-    }
-    return false;
 }
 
 static kf_status request_device(kf_context *ctx, const kf_context_desc *desc,
@@ -647,6 +648,11 @@ static void fill_info(kf_context *ctx) {
                                 accepts_wgsl(ctx, "enable chromium_experimental_subgroup_matrix;\n"
                                                   "@compute @workgroup_size(64) fn main() {}\n");
     info->unchecked_access = ctx->unchecked;
+    info->vendor_masked = ctx->vendor_masked;
+    if (ctx->vendor_masked) {
+        info->vendor_id = ctx->true_vendor_id;
+        snprintf(info->vendor, sizeof info->vendor, "nvidia");
+    }
     if (!info->has_subgroups) {
         info->subgroup_min_size = info->subgroup_max_size = 0;
     }
@@ -661,6 +667,110 @@ static void fill_info(kf_context *ctx) {
     info->max_compute_workgroup_size[1] = l->max_compute_workgroup_size_y;
     info->max_compute_workgroup_size[2] = l->max_compute_workgroup_size_z;
     info->max_compute_workgroups_per_dimension = l->max_compute_workgroups_per_dimension;
+}
+
+/* --- the vendor-mask layer (tools/vkmask) on NVIDIA --- */
+
+#define KF__VENDOR_NVIDIA 0x10deu
+#define KF__VKMASK_LAYER "VK_LAYER_KFUSE_vendor_mask"
+
+static bool env_on(const char *name) {
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+/* The Vulkan loader reads its layer settings from the environment when Dawn creates its
+ * VkInstance (at requestAdapter), so the layer is switched on by setting them around that call
+ * and putting them back after. The environment is the process's: kfuse contexts created at the
+ * same time on other threads wait for this lock around their own instance and adapter, so none
+ * sees another's settings (other code of the process reading the environment then might). */
+static pthread_mutex_t g_layer_env_lock = PTHREAD_MUTEX_INITIALIZER;
+
+typedef struct saved_var {
+    const char *name;
+    char *value; /* NULL: was unset */
+} saved_var;
+
+static void save_and_set(saved_var *v, const char *name, const char *value) {
+    const char *old = getenv(name);
+    v->name = name;
+    v->value = old ? strdup(old) : NULL;
+    setenv(name, value, 1);
+}
+
+static void restore(saved_var *v) {
+    if (v->value) {
+        setenv(v->name, v->value, 1);
+        free(v->value);
+    } else {
+        unsetenv(v->name);
+    }
+}
+
+/* A path list with `first` ahead of the current value of `name` (if any). */
+static void prepend(char *out, size_t size, const char *first, const char *name, char sep) {
+    const char *old = getenv(name);
+    if (old && *old) {
+        snprintf(out, size, "%s%c%s", first, sep, old);
+    } else {
+        snprintf(out, size, "%s", first);
+    }
+}
+
+/* Where the adapter is NVIDIA's Vulkan driver without shader-f16 and f16 is wanted: makes a new
+ * instance and adapter with the vendor-mask layer on (see kf_context_desc.disable_vendor_mask).
+ * Called with g_layer_env_lock held.
+ * Not finding the layer, or the mask not bringing f16, is no error: the context goes on without
+ * f16, as it would have. */
+static kf_status maybe_vendor_mask(kf_context *ctx, const kf_context_desc *desc, kf_backend backend,
+                                   wg_dawn_toggles *chain, const wg_instance_desc *id) {
+    if (desc->disable_f16 || desc->disable_vendor_mask || env_on("KF_NO_VKMASK")) {
+        return KF_OK;
+    }
+    wg_adapter_info ai;
+    memset(&ai, 0, sizeof ai);
+    if (ctx->api.adapter_get_info(ctx->adapter, &ai) != WG_STATUS_SUCCESS) {
+        return KF_OK;
+    }
+    bool nvidia_vulkan = ai.backend_type == WG_BACKEND_VULKAN && ai.vendor_id == KF__VENDOR_NVIDIA;
+    ctx->api.adapter_info_free_members(ai);
+    wg_supported_features features = {0, NULL};
+    ctx->api.adapter_get_features(ctx->adapter, &features);
+    bool f16 = adapter_has(&features, ctx->impl->feature_shader_f16);
+    ctx->api.supported_features_free_members(features);
+    char dir[1024];
+    if (!nvidia_vulkan || f16 || !kf__vkmask_dir(dir, sizeof dir)) {
+        return KF_OK;
+    }
+    char layer_path[2200], add_path[2200], layers[1200];
+    saved_var vars[4];
+    int saved = 0;
+    prepend(add_path, sizeof add_path, dir, "VK_ADD_LAYER_PATH", ':');
+    save_and_set(&vars[saved++], "VK_ADD_LAYER_PATH", add_path);
+    if (getenv("VK_LAYER_PATH")) { /* it overrides the search paths, VK_ADD_LAYER_PATH too */
+        prepend(layer_path, sizeof layer_path, dir, "VK_LAYER_PATH", ':');
+        save_and_set(&vars[saved++], "VK_LAYER_PATH", layer_path);
+    }
+    prepend(layers, sizeof layers, KF__VKMASK_LAYER, "VK_INSTANCE_LAYERS", ':');
+    save_and_set(&vars[saved++], "VK_INSTANCE_LAYERS", layers);
+    save_and_set(&vars[saved++], "KF_VKMASK_VENDOR", "0xffff");
+
+    ctx->api.adapter_release(ctx->adapter);
+    ctx->adapter = NULL;
+    ctx->api.instance_release(ctx->instance);
+    ctx->instance = ctx->api.create_instance(id);
+    kf_status st = ctx->instance ? request_adapter(ctx, backend, chain)
+                                 : kf__context_fail(ctx, KF_ERROR_NO_ADAPTER,
+                                                    "%s could not create a WebGPU instance",
+                                                    ctx->library_path);
+    for (int i = saved - 1; i >= 0; i--) {
+        restore(&vars[i]);
+    }
+    if (st == KF_OK) {
+        ctx->vendor_masked = true;
+        ctx->true_vendor_id = KF__VENDOR_NVIDIA;
+    }
+    return st;
 }
 
 static kf_status create(kf_context *ctx, const kf_context_desc *desc) {
@@ -698,8 +808,10 @@ static kf_status create(kf_context *ctx, const kf_context_desc *desc) {
     id.next = chain ? &chain->chain : NULL;
     id.capabilities.timed_wait_any_enable = ctx->impl->timed_wait_any;
     id.capabilities.timed_wait_any_max_count = 1;
+    pthread_mutex_lock(&g_layer_env_lock);
     ctx->instance = ctx->api.create_instance(&id);
     if (!ctx->instance) {
+        pthread_mutex_unlock(&g_layer_env_lock);
         return kf__context_fail(
             ctx, KF_ERROR_NO_ADAPTER,
             "%s could not create a WebGPU instance (is it a webgpu.h library of the "
@@ -707,6 +819,10 @@ static kf_status create(kf_context *ctx, const kf_context_desc *desc) {
             ctx->library_path);
     }
     st = request_adapter(ctx, backend, chain);
+    if (st == KF_OK) {
+        st = maybe_vendor_mask(ctx, desc, backend, chain, &id);
+    }
+    pthread_mutex_unlock(&g_layer_env_lock);
     if (st != KF_OK) {
         return st;
     }

@@ -154,6 +154,34 @@ static bool env_set(const char *name) {
     return v && *v && strcmp(v, "0") != 0;
 }
 
+#ifndef KF_BUILD_VKMASK_DIR
+#define KF_BUILD_VKMASK_DIR ""
+#endif
+#define KF__VKMASK_MANIFEST "VkLayer_kfuse_vendor_mask.json"
+
+bool kf__vkmask_dir(char *out, size_t size) {
+    char folder[PATH_MAX];
+    bool is_program = false;
+    char dir[PATH_MAX + 64], manifest[PATH_MAX + 128];
+    if (own_folder(folder, sizeof folder, &is_program)) {
+        snprintf(dir, sizeof dir, "%s/%skfuse/vkmask", folder,
+                 is_program ? KF_INSTALL_BIN_TO_LIB "/" : "");
+        snprintf(manifest, sizeof manifest, "%s/" KF__VKMASK_MANIFEST, dir);
+        if (access(manifest, R_OK) == 0) {
+            snprintf(out, size, "%.*s", (int)size - 1, dir);
+            return true;
+        }
+    }
+    if (KF_BUILD_VKMASK_DIR[0] && !env_set("KF_NO_BUILD_TREE_DAWN")) {
+        snprintf(manifest, sizeof manifest, "%s/" KF__VKMASK_MANIFEST, KF_BUILD_VKMASK_DIR);
+        if (access(manifest, R_OK) == 0) {
+            snprintf(out, size, "%s", KF_BUILD_VKMASK_DIR);
+            return true;
+        }
+    }
+    return false;
+}
+
 kf_status kf__wgpu_load(const char *path, kf__wgpu_loaded *out, char *err, size_t err_size) {
     char tried[3072] = "";
     memset(out, 0, sizeof *out);

@@ -80,7 +80,9 @@ struct kf_context {
     void *library; /* dlopen handle */
     char library_path[512];
     const kf__wgpu_impl *impl; /* the loaded implementation's row (impl.c) */
-    bool unchecked; /* Dawn's robustness pass is off (kf_context_desc.unchecked_access) */
+    bool unchecked;          /* Dawn's robustness pass is off (kf_context_desc.unchecked_access) */
+    bool vendor_masked;      /* the vendor-mask layer is on (NVIDIA, for shader-f16) */
+    uint32_t true_vendor_id; /* the vendor before the mask */
 
     wg_instance instance;
     wg_adapter adapter;
@@ -131,6 +133,10 @@ void kf__matmul_tuning_free(struct kf__matmul_tuning *t);
  * search order of loader.c. On failure returns KF_ERROR_NO_LIBRARY with what was tried, or why
  * the library was refused, in err. */
 kf_status kf__wgpu_load(const char *path, kf__wgpu_loaded *out, char *err, size_t err_size);
+
+/* The folder of the vendor-mask Vulkan layer (tools/vkmask: its manifest and library): beside
+ * libkfuse as installed (<libdir>/kfuse/vkmask), else the build tree's; false when neither. */
+bool kf__vkmask_dir(char *out, size_t size);
 
 /* context.c */
 /* Records a formatted message as the context's last error and returns status. */

@@ -44,6 +44,21 @@ check() { # name, output file
     exit 1
 }
 check "kfuse info" "$TMP/info.txt"
+# the installed vendor-mask layer: on a Vulkan adapter with f16 (lavapipe), masked as NVIDIA by
+# hand, the context must turn the installed layer on itself and get f16 back
+if grep -q "^backend: *vulkan" "$TMP/info.txt" && grep -q "shader-f16 *yes" "$TMP/info.txt"; then
+    VK_LAYER_PATH="$LIBDIR/kfuse/vkmask" VK_INSTANCE_LAYERS=VK_LAYER_KFUSE_vendor_mask \
+        KF_VKMASK_VENDOR=0x10de "$PREFIX/bin/kfuse" info >"$TMP/masked.txt" 2>&1 || {
+        cat "$TMP/masked.txt" >&2
+        exit 1
+    }
+    grep -q "vendor-mask layer.* on" "$TMP/masked.txt" && grep -q "shader-f16 *yes" "$TMP/masked.txt" || {
+        echo "install: the installed vendor-mask layer was not enabled on a (masked) NVIDIA adapter:" >&2
+        cat "$TMP/masked.txt" >&2
+        exit 1
+    }
+    echo "install: vendor-mask layer enabled from $LIBDIR/kfuse/vkmask"
+fi
 
 # the CMake package
 cp -r "$SRC/tests/install/consumer" "$TMP/consumer"

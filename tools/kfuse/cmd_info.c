@@ -76,6 +76,9 @@ int kf_cmd_info(int argc, char **argv) {
            yes_no(info.has_subgroup_matrix));
     printf("  %-38s %s\n", "bounds clamping (robustness)",
            info.unchecked_access ? "off (KF_UNCHECKED)" : "on");
+    if (info.vendor_masked) {
+        printf("  %-38s %s\n", "vendor-mask layer (f16 on NVIDIA)", "on (KF_NO_VKMASK=1: off)");
+    }
     printf("limits:\n");
     print_bytes("maxBufferSize", info.max_buffer_size);
     print_bytes("maxStorageBufferBindingSize", info.max_storage_buffer_binding_size);
