@@ -766,8 +766,14 @@ static kf_status maybe_vendor_mask(kf_context *ctx, const kf_context_desc *desc,
     for (int i = saved - 1; i >= 0; i--) {
         restore(&vars[i]);
     }
-    if (st == KF_OK) {
-        ctx->vendor_masked = true;
+    if (st == KF_OK && ctx->adapter) {
+        /* on only if Dawn now sees another vendor (a loader that ignored the layer: still NVIDIA)
+         */
+        memset(&ai, 0, sizeof ai);
+        if (ctx->api.adapter_get_info(ctx->adapter, &ai) == WG_STATUS_SUCCESS) {
+            ctx->vendor_masked = ai.vendor_id != KF__VENDOR_NVIDIA;
+            ctx->api.adapter_info_free_members(ai);
+        }
         ctx->true_vendor_id = KF__VENDOR_NVIDIA;
     }
     return st;
