@@ -287,7 +287,7 @@ KT_TEST(gles, gles_matmul_epilogue_matches_vulkan) {
 /* No GPU: a layernorm row too long for registers reduces twice (the mean, then the squared
  * deviations); each reduction must write scratch arrays of its own, or GLES reads the second's
  * partials as the first's result (rowwise.h). */
-KT_TEST(unit, rows_reductions_never_share_scratch) {
+KT_CPU_TEST(unit, rows_reductions_never_share_scratch) {
     const kf_operator *op = kf_op_find("layernorm");
     KT_CHECK(op != NULL, "no layernorm");
     kf_shape shape = kf_shape_2d(2, 4099);

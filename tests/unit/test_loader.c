@@ -17,7 +17,7 @@ static kf_status create_with(const char *path, char *err, size_t err_size) {
     return st;
 }
 
-KT_TEST(unit, loader_refuses_wgpu_native) {
+KT_CPU_TEST(unit, loader_refuses_wgpu_native) {
     char err[2048];
     const char *path = KF_FAKE_WGPU_DIR "/libkfuse_fake_wgpu_native.so";
     kf_status st = create_with(path, err, sizeof err);
@@ -39,7 +39,7 @@ KT_TEST(unit, loader_refuses_wgpu_native) {
     KT_CHECK(strstr(err, "wgpu-native") && strstr(err, "supports Dawn"), "%s", err);
 }
 
-KT_TEST(unit, loader_refuses_an_unknown_implementation) {
+KT_CPU_TEST(unit, loader_refuses_an_unknown_implementation) {
     char err[2048];
     const char *path = KF_FAKE_WGPU_DIR "/libkfuse_fake_unknown.so";
     kf_status st = create_with(path, err, sizeof err);
