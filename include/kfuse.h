@@ -120,7 +120,7 @@ typedef enum kf_status {
     KF_ERROR_OUT_OF_MEMORY,    /* host or device allocation failed */
     KF_ERROR_COMPILE,          /* WGSL failed to compile; the message has lines and text */
     KF_ERROR_VALIDATION,       /* WebGPU validation error */
-    KF_ERROR_DEVICE_LOST,      /* the device was lost; the context must be recreated */
+    KF_ERROR_DEVICE_LOST,      /* the device was lost (or its context destroyed): recreate it */
     KF_ERROR_TYPE,             /* a kernel-builder type error */
     KF_ERROR_SHAPE,            /* tensor shapes do not fit the operation */
     KF_ERROR_PARSE,            /* the graph language could not be parsed */
@@ -160,8 +160,10 @@ typedef enum kf_backend {
 } kf_backend;
 
 typedef struct kf_context_desc {
-    /* Path of a webgpu.h implementation. NULL: $KF_WEBGPU_LIB, then the folder scripts/setup.sh
-     * fills (deps/dawn), then the system's libwebgpu_dawn.so / libwgpu_native.so. */
+    /* Path of a webgpu.h implementation. NULL: the Dawn installed beside libkfuse
+     * (lib/kfuse/), then $KF_WEBGPU_LIB, then the build tree's deps/dawn, then the system's
+     * libwebgpu_dawn.so. Only Dawn is supported: another implementation (wgpu-native, ...) is
+     * refused with KF_ERROR_NO_LIBRARY saying so (docs/runtime.md has what differs). */
     const char *library_path;
     kf_backend backend;
     bool disable_f16;        /* do not request shader-f16 even where present */
@@ -178,6 +180,11 @@ typedef struct kf_context_desc {
      * truncated entry is a miss and is removed (docs/runtime.md). */
     const char *pipeline_cache_dir;
     bool disable_pipeline_cache;
+    /* On NVIDIA's Vulkan driver this Dawn offers no shader-f16; where f16 is wanted
+     * (disable_f16 false), kfuse then enables its vendor-mask Vulkan layer (tools/vkmask,
+     * installed in lib/kfuse/vkmask) for the context's instance, so Dawn offers f16 and the f16
+     * tensor-core matmul. true (or $KF_NO_VKMASK=1) leaves the layer off (docs/runtime.md). */
+    bool disable_vendor_mask;
     /* Optional: receives the message when kf_context_create fails (there is no context then). */
     char *error_out;
     size_t error_out_size;
@@ -190,7 +197,11 @@ typedef struct kf_context_desc {
  * says what to install or set: KF_ERROR_NO_LIBRARY, KF_ERROR_NO_ADAPTER, KF_ERROR_NO_DEVICE, or
  * KF_ERROR_INVALID_ARGUMENT for an unknown KF_BACKEND. docs/runtime.md has the details. */
 KF_API kf_status kf_context_create(const kf_context_desc *desc, kf_context **out);
-/* Destroys the context and its pipelines. Destroy its plans and buffers first. NULL is a no-op. */
+/* Destroys the context, its device and every WebGPU object made from it, in any order with its
+ * objects (as a WebGPU device's destroy does): buffers, GPU tensors and plans still alive keep
+ * their handles, every later call on them fails with KF_ERROR_DEVICE_LOST ("the context of this
+ * object was destroyed"), and their destroy calls stay safe (the last one frees what is left of
+ * the context). Pipelines die with the context. NULL is a no-op (docs/runtime.md, "Lifetimes"). */
 KF_API void kf_context_destroy(kf_context *ctx);
 /* The message of the most recent failed call on this context ("" before any failure). Valid
  * until the next call on ctx. Once the device is lost, every call fails with
@@ -212,6 +223,9 @@ typedef struct kf_adapter_info {
     bool has_timestamps;      /* timestamp queries requested and enabled */
     bool has_subgroup_matrix; /* chromium_experimental_subgroup_matrix enabled */
     bool unchecked_access;    /* bounds clamping is off (kf_context_desc.unchecked_access) */
+    /* kfuse's vendor-mask layer is on (an NVIDIA Vulkan adapter, for f16): Dawn saw vendor
+     * 0xffff; vendor_id is still the true one. */
+    bool vendor_masked;
     uint32_t subgroup_min_size;
     uint32_t subgroup_max_size;
     uint64_t max_buffer_size;
@@ -222,6 +236,9 @@ typedef struct kf_adapter_info {
     uint32_t max_compute_workgroup_size[3];
     uint32_t max_compute_workgroups_per_dimension;
     char pipeline_cache[1024]; /* the pipeline cache's folder for this adapter, "" when off */
+    /* Why that library (the search order, docs/runtime.md): "installed beside libkfuse",
+     * "KF_WEBGPU_LIB", "kf_context_desc.library_path", "the build tree's deps/dawn", ... */
+    char library_source[128];
 } kf_adapter_info;
 
 KF_API kf_status kf_context_adapter_info(const kf_context *ctx, kf_adapter_info *out);
@@ -264,7 +281,8 @@ KF_API kf_status kf_context_stats_get(const kf_context *ctx, kf_context_stats *o
 
 /* A device buffer usable as storage, uniform, copy source and destination. Any byte size >= 1
  * (rounded up to 4 internally); above the device limit -> KF_ERROR_LIMIT with the limit named.
- * Its contents start as zeros. Destroy buffers before their context; destroying NULL is a no-op. */
+ * Its contents start as zeros. Destroying NULL is a no-op; after kf_context_destroy, calls on the
+ * buffer fail with KF_ERROR_DEVICE_LOST and kf_buffer_destroy is still needed (and safe). */
 KF_API kf_status kf_buffer_create(kf_context *ctx, uint64_t size, kf_buffer **out);
 KF_API void kf_buffer_destroy(kf_buffer *buf);
 KF_API uint64_t kf_buffer_size(const kf_buffer *buf); /* the size asked for */

@@ -866,6 +866,7 @@ kf_status kf_graph_compile(kf_context *ctx, const kf_graph *g, const kf_compile_
         return KF_ERROR_OUT_OF_MEMORY;
     }
     p->ctx = ctx;
+    kf__context_hold(ctx); /* let go in kf_plan_destroy: a plan outliving its context fails */
     p->no_fuse = opts && opts->no_fuse;
     p->graph = kf__graph_copy(g);
     uint32_t nn = g->node_count;
@@ -959,7 +960,9 @@ void kf_plan_destroy(kf_plan *p) {
     free(p->dispatches);
     free(p->order);
     kf_graph_destroy(p->graph);
+    kf_context *ctx = p->ctx;
     free(p);
+    kf__context_let_go(ctx);
 }
 
 kf_status kf_plan_summary_get(const kf_plan *p, kf_plan_summary *out) {

@@ -96,6 +96,10 @@ kf_status kf__plan_random_input(const kf_plan *p, uint32_t id, uint64_t seed, kf
 kf_status kf__plan_check(kf_plan *p, const kf_tensor *const *given, uint64_t seed,
                          kf_plan_report *out);
 
+/* A plan holds its context from compile to destroy (defined by the runtime, see
+ * src/runtime/runtime.h): after kf_context_destroy its calls fail with KF_ERROR_DEVICE_LOST. */
+void kf__context_hold(kf_context *ctx);
+void kf__context_let_go(kf_context *ctx);
 /* Sets the context's last-error message (defined by the runtime). */
 void kf__context_set_error(kf_context *ctx, kf_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -50,10 +50,16 @@ kf_status kf_buffer_create(kf_context *ctx, uint64_t size, kf_buffer **out) {
                                 "kf_buffer_create: out of host memory");
     }
     buf->ctx = ctx;
+    kf__context_hold(ctx);
+    buf->next_live = ctx->live_buffers;
+    if (ctx->live_buffers) {
+        ctx->live_buffers->prev_live = buf;
+    }
+    ctx->live_buffers = buf;
     buf->size = size;
     buf->alloc_size = round_up4(size);
     wg_buffer_desc bd = {NULL, {"kfuse buffer", WG_STRLEN}, KF__ALL_USAGES, buf->alloc_size, 0};
-    wg_dawn_fake_buffer_oom fake = {{NULL, WG_STYPE_DAWN_FAKE_BUFFER_OOM}, 0, 0, 1};
+    wg_dawn_fake_buffer_oom fake = {{NULL, ctx->impl->stype_fake_buffer_oom}, 0, 0, 1};
     if (ctx->fake_oom) {
         bd.next = &fake.chain;
         ctx->fake_oom = false;
@@ -74,12 +80,33 @@ kf_status kf_buffer_create(kf_context *ctx, uint64_t size, kf_buffer **out) {
     return KF_OK;
 }
 
-static void buffer_free(kf_buffer *buf) {
+static void buffer_release(kf_buffer *buf) {
     if (buf->handle) {
         buf->ctx->api.buffer_destroy(buf->handle);
         buf->ctx->api.buffer_release(buf->handle);
+        buf->handle = NULL;
+    }
+}
+
+static void buffer_free(kf_buffer *buf) {
+    kf_context *ctx = buf->ctx;
+    buffer_release(buf); /* NULL already when the context was destroyed */
+    if (buf->prev_live) {
+        buf->prev_live->next_live = buf->next_live;
+    } else {
+        ctx->live_buffers = buf->next_live;
+    }
+    if (buf->next_live) {
+        buf->next_live->prev_live = buf->prev_live;
     }
     free(buf);
+    kf__context_let_go(ctx);
+}
+
+void kf__context_buffers_release(kf_context *ctx) {
+    for (kf_buffer *buf = ctx->live_buffers; buf; buf = buf->next_live) {
+        buffer_release(buf);
+    }
 }
 
 void kf_buffer_destroy(kf_buffer *buf) {

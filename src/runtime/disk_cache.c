@@ -196,7 +196,7 @@ static bool cache_root(const kf_context_desc *desc, char *out, size_t size) {
 
 wg_chain *kf__disk_cache_chain(kf_context *ctx, const kf_context_desc *desc, wg_chain *next) {
     char root[800];
-    if (!ctx->is_dawn || !cache_root(desc, root, sizeof root)) {
+    if (!ctx->impl->stype_cache_device || !cache_root(desc, root, sizeof root)) {
         return next;
     }
     struct kf__disk_cache *c = calloc(1, sizeof *c);
@@ -223,7 +223,7 @@ wg_chain *kf__disk_cache_chain(kf_context *ctx, const kf_context_desc *desc, wg_
              vendor, arch, device, ai.backend_type, ai.vendor_id, ai.device_id, description);
     uint64_t h = fnv(14695981039346656037ull, c->partition, strlen(c->partition));
     snprintf(c->dir, sizeof c->dir, "%s/%016llx", root, (unsigned long long)h);
-    c->desc.chain = (wg_chain){next, WG_STYPE_DAWN_CACHE_DEVICE_DESCRIPTOR};
+    c->desc.chain = (wg_chain){next, ctx->impl->stype_cache_device};
     c->desc.isolation_key = (wg_string){c->partition, WG_STRLEN};
     c->desc.load = on_load;
     c->desc.store = on_store;

@@ -62,7 +62,7 @@ int kf_cmd_info(int argc, char **argv) {
     printf("type:         %s\n", info.adapter_type);
     printf("backend:      %s\n", info.backend);
     printf("driver:       %s\n", info.description);
-    printf("library:      %s\n", info.library);
+    printf("library:      %s (%s)\n", info.library, info.library_source);
     printf("cache:        %s (pipelines; KF_PIPELINE_CACHE=DIR moves it, =off turns it off)\n",
            info.pipeline_cache[0] ? info.pipeline_cache : "off");
     printf("features:\n");
@@ -78,6 +78,9 @@ int kf_cmd_info(int argc, char **argv) {
            yes_no(info.has_subgroup_matrix));
     printf("  %-38s %s\n", "bounds clamping (robustness)",
            info.unchecked_access ? "off (KF_UNCHECKED)" : "on");
+    if (info.vendor_masked) {
+        printf("  %-38s %s\n", "vendor-mask layer (f16 on NVIDIA)", "on (KF_NO_VKMASK=1: off)");
+    }
     printf("limits:\n");
     print_bytes("maxBufferSize", info.max_buffer_size);
     print_bytes("maxStorageBufferBindingSize", info.max_storage_buffer_binding_size);
