@@ -27,6 +27,8 @@ static const char *family_name(kf_bench_family f) {
         return "layernorm_affine";
     case KF_BENCH_FFN_SAVE:
         return "ffn_save";
+    case KF_BENCH_TRAIN_STEP:
+        return "train_step";
     }
     return "?";
 }
@@ -105,6 +107,11 @@ static uint32_t make_cases(const bench_sizes *s, kf_bench_case *out) {
                              .tokens = i ? s->tokens : 1};
         snprintf(c->name, sizeof c->name, i ? "ffn_save_batch" : "ffn_save");
     }
+    /* The digits MLP's step (examples/digits/mlp.kf) at every size: it is the model of issue 13. */
+    kf_bench_case *t = &out[n++];
+    *t = (kf_bench_case){
+        .family = KF_BENCH_TRAIN_STEP, .tokens = 64, .dim = 64, .ffn_dim = 128, .cols = 10};
+    snprintf(t->name, sizeof t->name, "train_step_digits_mlp");
     return n;
 }
 
@@ -125,6 +132,9 @@ static const char *size_str(const kf_bench_case *c, char *buf, size_t size) {
         break;
     case KF_BENCH_FFN_SAVE:
         snprintf(buf, size, "%ux(3x%u+%u)", c->tokens, c->ffn_dim, c->dim);
+        break;
+    case KF_BENCH_TRAIN_STEP:
+        snprintf(buf, size, "%ux%u-%u-%u", c->tokens, c->dim, c->ffn_dim, c->cols);
         break;
     }
     return buf;
@@ -234,6 +244,10 @@ static void print_case_json(FILE *f, const kf_bench_case *c, const kf_bench_resu
     case KF_BENCH_FFN_SAVE:
         fprintf(f, ", \"ffn_dim\": %u, \"dim\": %u, \"tokens\": %u", c->ffn_dim, c->dim, c->tokens);
         break;
+    case KF_BENCH_TRAIN_STEP:
+        fprintf(f, ", \"batch\": %u, \"in\": %u, \"hidden\": %u, \"classes\": %u", c->tokens,
+                c->dim, c->ffn_dim, c->cols);
+        break;
     }
     kf_bench_spec(c, buf, sizeof buf);
     if (buf[0]) {
@@ -270,7 +284,7 @@ static void print_case_json(FILE *f, const kf_bench_case *c, const kf_bench_resu
         json_number(f, "unfused_fraction", unfused / ref->value);
     }
     json_number(f, "max_rel_diff", r->max_rel_diff);
-    if (c->family != KF_BENCH_FFN_SAVE) {
+    if (c->family != KF_BENCH_FFN_SAVE && c->family != KF_BENCH_TRAIN_STEP) {
         json_number(f, "sample_rel_err", r->sample_rel_err);
     }
     fprintf(f, ", \"timer\": \"%s\", \"repeat\": %u}\n", r->fused.gpu_timestamps ? "gpu" : "wall",
@@ -342,6 +356,8 @@ static void run_case(kf_context *ctx, const kf_bench_case *c, const kf_adapter_i
         snprintf(r->note, sizeof r->note, "%s", reason);
     } else if (c->family == KF_BENCH_FFN_SAVE) {
         kf_bench_run_ffn_save(ctx, c, repeat, seed, r);
+    } else if (c->family == KF_BENCH_TRAIN_STEP) {
+        kf_bench_run_train_step(ctx, c, repeat, seed, r);
     } else {
         kf_bench_run_graph_case(ctx, c, repeat, seed, r);
     }

@@ -55,7 +55,9 @@ typedef enum kf_bench_family {
     KF_BENCH_SOFTMAX,          /* y = softmax(x) over rows */
     KF_BENCH_RMSNORM_WEIGHT,   /* y = rmsnorm(x) * w */
     KF_BENCH_LAYERNORM_AFFINE, /* y = layernorm(x) * w + b */
-    KF_BENCH_FFN_SAVE          /* the seeds' FFN activation save: gate, up, hidden, residual */
+    KF_BENCH_FFN_SAVE,         /* the seeds' FFN activation save: gate, up, hidden, residual */
+    KF_BENCH_TRAIN_STEP        /* a training step (forward, backward, AdamW) of an MLP:
+                                  tokens x dim -> ffn_dim -> gelu -> cols classes */
 } kf_bench_family;
 
 typedef struct kf_bench_case {
@@ -107,6 +109,10 @@ void kf_bench_spec(const kf_bench_case *c, char *buf, size_t size);
 
 /* Builds, runs and times a graph-based case, fused and unfused (cases.c). */
 void kf_bench_run_graph_case(kf_context *ctx, const kf_bench_case *c, uint32_t repeat,
+                             uint64_t seed, kf_bench_result *r);
+
+/* Builds, checks and times a training step, fused and unfused (train_step.c). */
+void kf_bench_run_train_step(kf_context *ctx, const kf_bench_case *c, uint32_t repeat,
                              uint64_t seed, kf_bench_result *r);
 
 /* Builds, checks and times the activation-save case (ffn_save.c). */

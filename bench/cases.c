@@ -58,6 +58,8 @@ uint64_t kf_bench_largest_buffer(const kf_bench_case *c) {
         return (uint64_t)c->rows * c->cols * size;
     case KF_BENCH_FFN_SAVE:
         return (uint64_t)c->tokens * (c->ffn_dim > c->dim ? c->ffn_dim : c->dim) * 4u;
+    case KF_BENCH_TRAIN_STEP:
+        return (uint64_t)(c->tokens > c->dim ? c->tokens : c->dim) * c->ffn_dim * 4u;
     }
     return 0;
 }
@@ -108,7 +110,8 @@ static kf_graph *build_graph(const kf_bench_case *c) {
         break;
     }
     case KF_BENCH_FFN_SAVE:
-        break; /* not a graph: ffn_save.c */
+    case KF_BENCH_TRAIN_STEP:
+        break; /* not a graph here: ffn_save.c, train_step.c */
     }
     kf_graph_output(g, "y", y);
     return g;
@@ -319,6 +322,7 @@ static kf_tensor *evaluate_sample(const kf_bench_case *c, kf_tensor *x,
         step(&cur, "add", inputs[2], NULL, st, msg, msg_size);
         break;
     case KF_BENCH_FFN_SAVE:
+    case KF_BENCH_TRAIN_STEP:
         *st = KF_ERROR_INVALID_ARGUMENT;
         break;
     }
@@ -513,6 +517,14 @@ void kf_bench_spec(const kf_bench_case *c, char *buf, size_t size) {
         break;
     case KF_BENCH_FFN_SAVE:
         return; /* copies between buffers, not a graph */
+    case KF_BENCH_TRAIN_STEP:
+        SPEC_APPEND("x: f32[%u,%u]; labels: i32[%u]; param w1: f32[%u,%u]; param b1: f32[%u]; "
+                    "param w2: f32[%u,%u]; param b2: f32[%u]; "
+                    "h = matmul(x, w1) |> add(b1) |> gelu; logits = matmul(h, w2) |> add(b2); "
+                    "loss = cross_entropy(logits, labels); out loss",
+                    c->tokens, c->dim, c->tokens, c->dim, c->ffn_dim, c->ffn_dim, c->ffn_dim,
+                    c->cols, c->cols);
+        return; /* kfuse train runs it */
     }
     SPEC_APPEND("; out y");
 #undef SPEC_APPEND

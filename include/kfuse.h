@@ -120,7 +120,7 @@ typedef enum kf_status {
     KF_ERROR_OUT_OF_MEMORY,    /* host or device allocation failed */
     KF_ERROR_COMPILE,          /* WGSL failed to compile; the message has lines and text */
     KF_ERROR_VALIDATION,       /* WebGPU validation error */
-    KF_ERROR_DEVICE_LOST,      /* the device was lost; the context must be recreated */
+    KF_ERROR_DEVICE_LOST,      /* the device was lost (or its context destroyed): recreate it */
     KF_ERROR_TYPE,             /* a kernel-builder type error */
     KF_ERROR_SHAPE,            /* tensor shapes do not fit the operation */
     KF_ERROR_PARSE,            /* the graph language could not be parsed */
@@ -160,8 +160,10 @@ typedef enum kf_backend {
 } kf_backend;
 
 typedef struct kf_context_desc {
-    /* Path of a webgpu.h implementation. NULL: $KF_WEBGPU_LIB, then the folder scripts/setup.sh
-     * fills (deps/dawn), then the system's libwebgpu_dawn.so / libwgpu_native.so. */
+    /* Path of a webgpu.h implementation. NULL: the Dawn installed beside libkfuse
+     * (lib/kfuse/), then $KF_WEBGPU_LIB, then the build tree's deps/dawn, then the system's
+     * libwebgpu_dawn.so. Only Dawn is supported: another implementation (wgpu-native, ...) is
+     * refused with KF_ERROR_NO_LIBRARY saying so (docs/runtime.md has what differs). */
     const char *library_path;
     kf_backend backend;
     bool disable_f16;        /* do not request shader-f16 even where present */
@@ -171,6 +173,18 @@ typedef struct kf_context_desc {
      * bounds (also $KF_UNCHECKED=1). Faster kernels; an out-of-bounds access is then undefined
      * behaviour. kfuse's own kernels bound-check what they touch; a kernel you build must too. */
     bool unchecked_access;
+    /* The persistent pipeline cache (Dawn's compiled shaders and pipeline caches, kept across
+     * processes): its folder; NULL: $KF_PIPELINE_CACHE, else $XDG_CACHE_HOME/kfuse/pipelines,
+     * else ~/.cache/kfuse/pipelines. "off" (here or in the variable) or disable_pipeline_cache
+     * turns it off. Entries are partitioned by implementation, adapter and driver; a damaged or
+     * truncated entry is a miss and is removed (docs/runtime.md). */
+    const char *pipeline_cache_dir;
+    bool disable_pipeline_cache;
+    /* On NVIDIA's Vulkan driver this Dawn offers no shader-f16; where f16 is wanted
+     * (disable_f16 false), kfuse then enables its vendor-mask Vulkan layer (tools/vkmask,
+     * installed in lib/kfuse/vkmask) for the context's instance, so Dawn offers f16 and the f16
+     * tensor-core matmul. true (or $KF_NO_VKMASK=1) leaves the layer off (docs/runtime.md). */
+    bool disable_vendor_mask;
     /* Optional: receives the message when kf_context_create fails (there is no context then). */
     char *error_out;
     size_t error_out_size;
@@ -183,7 +197,11 @@ typedef struct kf_context_desc {
  * says what to install or set: KF_ERROR_NO_LIBRARY, KF_ERROR_NO_ADAPTER, KF_ERROR_NO_DEVICE, or
  * KF_ERROR_INVALID_ARGUMENT for an unknown KF_BACKEND. docs/runtime.md has the details. */
 KF_API kf_status kf_context_create(const kf_context_desc *desc, kf_context **out);
-/* Destroys the context and its pipelines. Destroy its buffers first. NULL is a no-op. */
+/* Destroys the context, its device and every WebGPU object made from it, in any order with its
+ * objects (as a WebGPU device's destroy does): buffers, GPU tensors and plans still alive keep
+ * their handles, every later call on them fails with KF_ERROR_DEVICE_LOST ("the context of this
+ * object was destroyed"), and their destroy calls stay safe (the last one frees what is left of
+ * the context). Pipelines die with the context. NULL is a no-op (docs/runtime.md, "Lifetimes"). */
 KF_API void kf_context_destroy(kf_context *ctx);
 /* The message of the most recent failed call on this context ("" before any failure). Valid
  * until the next call on ctx. Once the device is lost, every call fails with
@@ -205,6 +223,9 @@ typedef struct kf_adapter_info {
     bool has_timestamps;      /* timestamp queries requested and enabled */
     bool has_subgroup_matrix; /* chromium_experimental_subgroup_matrix enabled */
     bool unchecked_access;    /* bounds clamping is off (kf_context_desc.unchecked_access) */
+    /* kfuse's vendor-mask layer is on (an NVIDIA Vulkan adapter, for f16): Dawn saw vendor
+     * 0xffff; vendor_id is still the true one. */
+    bool vendor_masked;
     uint32_t subgroup_min_size;
     uint32_t subgroup_max_size;
     uint64_t max_buffer_size;
@@ -214,22 +235,54 @@ typedef struct kf_adapter_info {
     uint32_t max_compute_invocations_per_workgroup;
     uint32_t max_compute_workgroup_size[3];
     uint32_t max_compute_workgroups_per_dimension;
+    char pipeline_cache[1024]; /* the pipeline cache's folder for this adapter, "" when off */
+    /* Why that library (the search order, docs/runtime.md): "installed beside libkfuse",
+     * "KF_WEBGPU_LIB", "kf_context_desc.library_path", "the build tree's deps/dawn", ... */
+    char library_source[128];
 } kf_adapter_info;
 
 KF_API kf_status kf_context_adapter_info(const kf_context *ctx, kf_adapter_info *out);
+
+/* What the device does with subnormal (denormal) numbers, which WGSL lets it flush to zero:
+ * measured by running a one-invocation kernel (a subnormal times 1; the smallest normal times
+ * 0.5), not assumed. Lavapipe keeps f32 subnormals; the H200 flushes them, so there 1 / 1e-40 is
+ * inf and a subnormal input counts as 0 (kfuse's log is exact on subnormals either way). */
+typedef struct kf_float_behaviour {
+    bool f32_subnormal_inputs_kept;  /* false: a subnormal operand is read as 0 */
+    bool f32_subnormal_results_kept; /* false: a result below 2^-126 is rounded to 0 */
+    bool f16_measured;              /* the device has shader-f16, so the two below mean something */
+    bool f16_subnormal_inputs_kept; /* the same for f16 (below 2^-14) */
+    bool f16_subnormal_results_kept;
+} kf_float_behaviour;
+
+/* Measures kf_float_behaviour on ctx's device (a few milliseconds: a pipeline and a dispatch).
+ * *out is zeroed on failure, whose message is on the context. */
+KF_API kf_status kf_context_float_behaviour(kf_context *ctx, kf_float_behaviour *out);
 
 typedef struct kf_context_stats {
     uint64_t pipelines_compiled; /* shader modules + pipelines actually created */
     uint64_t pipeline_cache_hits;
     uint64_t dispatches;  /* compute dispatches recorded */
     uint64_t submissions; /* queue submissions */
+    /* Bytes moved between host and device by kf_buffer_upload / kf_buffer_fill_u32 (and
+     * everything built on them: kf_plan_set_input, kf_gpu_tensor_from) and by
+     * kf_buffer_download (kf_plan_get_output, kf_gpu_tensor_to): the sizes asked for. Plans
+     * move nothing on their own: a run of a plan whose inputs are already on the device adds 0. */
+    uint64_t upload_bytes;
+    uint64_t download_bytes;
+    /* The persistent pipeline cache: entries Dawn found on disk, entries written, and damaged
+     * entries ignored and removed. */
+    uint64_t disk_cache_loads;
+    uint64_t disk_cache_stores;
+    uint64_t disk_cache_rejected;
 } kf_context_stats;
 
 KF_API kf_status kf_context_stats_get(const kf_context *ctx, kf_context_stats *out);
 
 /* A device buffer usable as storage, uniform, copy source and destination. Any byte size >= 1
  * (rounded up to 4 internally); above the device limit -> KF_ERROR_LIMIT with the limit named.
- * Its contents start as zeros. Destroy buffers before their context; destroying NULL is a no-op. */
+ * Its contents start as zeros. Destroying NULL is a no-op; after kf_context_destroy, calls on the
+ * buffer fail with KF_ERROR_DEVICE_LOST and kf_buffer_destroy is still needed (and safe). */
 KF_API kf_status kf_buffer_create(kf_context *ctx, uint64_t size, kf_buffer **out);
 KF_API void kf_buffer_destroy(kf_buffer *buf);
 KF_API uint64_t kf_buffer_size(const kf_buffer *buf); /* the size asked for */
@@ -725,6 +778,8 @@ typedef struct kf_shape {
 
 KF_API kf_shape kf_shape_1d(uint32_t n);
 KF_API kf_shape kf_shape_2d(uint32_t rows, uint32_t cols);
+/* The element count; UINT64_MAX when it does not fit in 64 bits (so every size check refuses it
+ * rather than seeing a product wrapped to 0). */
 KF_API uint64_t kf_shape_elements(const kf_shape *s);
 KF_API bool kf_shape_eq(const kf_shape *a, const kf_shape *b);
 /* "64x128" into buf; returns buf. */
@@ -770,6 +825,8 @@ KF_API kf_status kf_gpu_tensor_from(kf_context *ctx, const kf_tensor *t, kf_dtyp
                                     kf_gpu_tensor **out);
 /* Downloads into t, whose shape must equal g's (the message names both shapes). */
 KF_API kf_status kf_gpu_tensor_to(const kf_gpu_tensor *g, kf_tensor *t);
+/* Frees the tensor. Bound to a plan (kf_plan_bind_input / _output), its memory stays until the
+ * last such plan unbinds it or is destroyed. NULL is a no-op. */
 KF_API void kf_gpu_tensor_destroy(kf_gpu_tensor *g);
 
 /* Parameters an operator may read. Each operator describes the ones it takes (name, type, default,
@@ -970,7 +1027,35 @@ KF_API const char *kf_graph_error(const kf_graph *g);
 
 KF_API kf_node kf_graph_input(kf_graph *g, const char *name, const kf_shape *shape, kf_dtype dtype);
 /* A scalar constant, broadcast by element-wise operators. */
-KF_API kf_node kf_graph_scalar(kf_graph *g, float value);
+KF_API kf_node kf_graph_scalar(
+    kf_graph *g,
+    float
+        value); /* A trainable parameter (the language's `param w: f32[64, 32]`): an f32 input that
+                 * `kfuse train` (and kf_trainer) keeps on the device and updates; everywhere else
+                 * (run, verify, explain) it is an input like any other. Its initial value, unless
+                 * given (--init DIR), is `init` (NULL: the default) drawn by kf_param_init_fill. */
+typedef enum kf_init_kind {
+    KF_INIT_DEFAULT = 0, /* rank >= 2: uniform(1/sqrt(fan_in)), fan_in the product of every dim
+                            but the last (w of matmul(x, w): its rows, PyTorch Linear's
+                            in_features); rank 0 and 1 (biases): zeros */
+    KF_INIT_ZEROS,
+    KF_INIT_UNIFORM /* uniform in [-bound, bound) (PyTorch's Linear bias: 1/sqrt(in_features)) */
+} kf_init_kind;
+typedef struct kf_param_init {
+    kf_init_kind kind;
+    float bound; /* KF_INIT_UNIFORM: > 0 */
+} kf_param_init;
+KF_API kf_node kf_graph_param(kf_graph *g, const char *name, const kf_shape *shape,
+                              const kf_param_init *init);
+/* Whether input `index` (kf_graph_input_info's numbering) is a param; *init (optional) receives
+ * its initialiser. */
+KF_API bool kf_graph_input_is_param(const kf_graph *g, uint32_t index, kf_param_init *init);
+/* Fills t with the initial value `init` gives a parameter of t's shape: uniform draws from
+ * kf_tensor_fill_random(t, seed + index, -bound, bound), index being the parameter's position
+ * among the graph's params (0 for the first declared), so each parameter has its own stream. */
+KF_API kf_status kf_param_init_fill(const kf_param_init *init, uint64_t seed, uint32_t index,
+                                    kf_tensor *t);
+
 /* Any registered operator (kf_op_find) on nodes; params may be NULL. */
 KF_API kf_node kf_graph_op(kf_graph *g, const char *op, const kf_node *inputs, uint32_t count,
                            const kf_op_params *params);
@@ -1037,6 +1122,10 @@ typedef struct kf_compile_options {
      * operator needs its inputs plus one: a value below what some operator of the graph needs is
      * KF_ERROR_INVALID_ARGUMENT naming it. */
     uint32_t max_storage_buffers;
+    /* Skip running each dispatch once at compile (for a plan only explained or printed). By
+     * default kf_graph_compile does, so that a driver that compiles at the first dispatch
+     * (lavapipe) has done so before the first kf_plan_run; with no_prime that run pays. */
+    bool no_prime;
 } kf_compile_options;
 
 /* Plans and compiles the graph for ctx. The plan copies what it needs from g. */
@@ -1063,8 +1152,47 @@ KF_API kf_status kf_plan_set_input(kf_plan *p, const char *name, const kf_tensor
 KF_API kf_status kf_plan_run(kf_plan *p);
 /* Times `repeat` runs (0 means 10) of the whole plan. */
 KF_API kf_status kf_plan_time(kf_plan *p, uint32_t repeat, kf_timing *out);
-/* Downloads output `name` into out (shape checked). */
+/* Downloads output `name` into out (shape checked). KF_ERROR_INVALID_ARGUMENT before the plan
+ * has run (kf_plan_run, kf_plan_time or kf_plan_verify): there is no result yet. */
 KF_API kf_status kf_plan_get_output(const kf_plan *p, const char *name, kf_tensor *out);
+
+/* GPU tensors in and out of plans (docs/runtime.md, "Binding tensors to plans").
+ *
+ * kf_plan_bind_input makes the plan read input `name` straight from t, and kf_plan_bind_output
+ * makes it write output `name` straight into t: nothing is copied, each run uses the tensor's
+ * current contents. Shape and dtype must equal the graph's (KF_ERROR_SHAPE / KF_ERROR_TYPE, the
+ * message names both). One tensor may be bound to any number of plans (shared weights) and to
+ * several inputs of one plan. t NULL unbinds: the plan gets a zeroed buffer of its own again
+ * (an input must then be set or bound before the next run). While bound, kf_plan_set_input on
+ * that input fails (upload into the tensor instead); kf_plan_get_output still reads the output.
+ *
+ * In place: an output bound to the tensor of one of the plan's inputs (w = w - lr * dw) is
+ * accepted only where every element is read before it is written, by the invocation that writes
+ * it: the output's group is element-wise, reads the input at the index it writes (same shape,
+ * no broadcast), and no later group reads the input; the group is then recompiled (at bind
+ * time) with one read-write binding. Anything else is KF_ERROR_INVALID_ARGUMENT, the message
+ * naming the output, the input and the group that breaks the rule. Two outputs may not share a
+ * tensor.
+ *
+ * Ownership: a plan keeps the buffer of every tensor bound to it alive. kf_gpu_tensor_destroy
+ * on a bound tensor is safe: the tensor's handle is gone, its memory is freed when the last plan
+ * unbinds it or is destroyed (until then the plan keeps reading and writing it). Bindings are
+ * checked when made; a plan never rebinds on its own. */
+KF_API kf_status kf_plan_bind_input(kf_plan *p, const char *name, kf_gpu_tensor *t);
+KF_API kf_status kf_plan_bind_output(kf_plan *p, const char *name, kf_gpu_tensor *t);
+
+/* Runs plans[0], plans[1], ... in order as one compute pass and one submission, then waits once:
+ * no host synchronisation between them, each plan sees the writes of those before it (chain
+ * them through tensors bound to one's output and the next one's input). All plans belong to one
+ * context; every input of each must be set or bound. */
+KF_API kf_status kf_plan_run_sequence(kf_plan *const *plans, uint32_t count);
+/* kf_plan_time for a sequence: times `repeat` submissions of the whole sequence (0 means 10). */
+KF_API kf_status kf_plan_time_sequence(kf_plan *const *plans, uint32_t count, uint32_t repeat,
+                                       kf_timing *out);
+/* The plan's dispatches, to record into a caller's own batch (kf_context_run / kf_context_time
+ * with others' dispatches). Valid until the plan is destroyed or a binding changes. Fails like
+ * kf_plan_run when an input is neither set nor bound. */
+KF_API kf_status kf_plan_dispatches(const kf_plan *p, const kf_dispatch **out, uint32_t *count);
 
 #define KF_PLAN_MAX_REPORTED 16
 typedef struct kf_plan_report {
@@ -1111,6 +1239,124 @@ KF_API kf_status kf_save_activations_record(kf_context *ctx, const kf_copy_pair 
                                             uint32_t *dispatches);
 
 /* ======================================================================================== */
+/* Optimizers on the GPU (src/ops/optimizer.c; docs/training.md)                             */
+/* ======================================================================================== */
+
+/* PyTorch's update rules, applied in place to parameters that live on the device:
+ *   SGD:   d = g + weight_decay * p; with momentum, buf = momentum * buf + d and d = buf (or
+ *          d + momentum * buf with nesterov); p -= lr * d                      (torch.optim.SGD)
+ *   AdamW: p *= 1 - lr * weight_decay; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+ *          p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)        (torch.optim.AdamW)
+ * Every parameter is updated by one dispatch (a multi-tensor apply over one linear index space
+ * covering parameters of any sizes), split into more only where the device's storage-buffer
+ * limit forces it (2 bindings per parameter and one for the state: a 4-tensor model fits a
+ * limit of 10). The state (momentum buffer; m and v; the bias corrections 1 - b^t, kept by the
+ * recurrence c_t = (1 - b) + b c_{t-1}, which has no cancellation in f32) lives on the device:
+ * a step moves no bytes between host and device. */
+typedef enum kf_optimizer_kind { KF_OPTIMIZER_SGD = 0, KF_OPTIMIZER_ADAMW } kf_optimizer_kind;
+
+typedef struct kf_optimizer_desc {
+    kf_optimizer_kind kind;
+    float lr;           /* > 0 (0: 0.01 for SGD, 0.001 for AdamW) */
+    float momentum;     /* SGD: 0 (none) .. < 1 */
+    bool nesterov;      /* SGD: Nesterov momentum (needs momentum > 0) */
+    float weight_decay; /* SGD: L2 added to the gradient; AdamW: decoupled. 0: none (torch's
+                           AdamW defaults to 0.01: pass it) */
+    float beta1;        /* AdamW: 0 means 0.9 */
+    float beta2;        /* AdamW: 0 means 0.999 */
+    float eps;          /* AdamW: 0 means 1e-8 */
+} kf_optimizer_desc;
+
+typedef struct kf_optimizer kf_optimizer;
+
+/* An optimizer for `count` f32 parameters, params[i] updated from grads[i] (same shape). It
+ * keeps the tensors' buffers alive (as plans do) and allocates its state, zeroed, on the device.
+ * KF_ERROR_INVALID_ARGUMENT (message on ctx) for a bad desc, a NULL tensor, a shape mismatch, a
+ * parameter given twice or a gradient that is a parameter; KF_ERROR_TYPE for a non-f32 tensor. */
+KF_API kf_status kf_optimizer_create(kf_context *ctx, const kf_optimizer_desc *desc,
+                                     kf_gpu_tensor *const *params, kf_gpu_tensor *const *grads,
+                                     uint32_t count, kf_optimizer **out);
+KF_API void kf_optimizer_destroy(kf_optimizer *o);
+/* Applies one update now (its own submission) and waits. */
+KF_API kf_status kf_optimizer_step(kf_optimizer *o);
+/* The dispatches of the next update, for a caller's batch (after the dispatches that write the
+ * gradients, e.g. kf_plan_dispatches, in one kf_context_run): the step counts as taken, so run
+ * them exactly once, before asking for the next. Valid until the next call on o. */
+KF_API kf_status kf_optimizer_record(kf_optimizer *o, const kf_dispatch **out, uint32_t *count);
+/* Updates taken so far, and dispatches per update. */
+KF_API uint64_t kf_optimizer_steps(const kf_optimizer *o);
+KF_API uint32_t kf_optimizer_dispatch_count(const kf_optimizer *o);
+/* Downloads state `which` of parameter `index` into out (its shape): SGD 0 the momentum buffer;
+ * AdamW 0 m, 1 v. KF_ERROR_INVALID_ARGUMENT for a state the optimizer does not keep. */
+KF_API kf_status kf_optimizer_state_get(const kf_optimizer *o, uint32_t index, uint32_t which,
+                                        kf_tensor *out);
+/* The CPU specification: update number `step` (1 for the first) of one parameter in float64,
+ * each result rounded once to f32; state0/state1 as kf_optimizer_state_get (NULL where the
+ * rule keeps none). The bias corrections are computed as 1 - pow(b, step). */
+KF_API kf_status kf_optimizer_spec_step(const kf_optimizer_desc *desc, uint64_t step,
+                                        kf_tensor *param, const kf_tensor *grad, kf_tensor *state0,
+                                        kf_tensor *state1);
+/* Verification: parameters of these shapes with random values, random prior state, `steps`
+ * updates each with fresh random gradients (seeded), on the GPU and with the spec; after every
+ * step every element of every parameter and state is compared (count at most 64), relative to
+ * max(|spec|, the tensor's rms) (m and momentum are sums that cancel; f32 rounds each term),
+ * and a NaN guard band after each parameter and gradient must be left untouched.
+ * Returns as kf_op_verify (out->message names the tensor, element and both values). */
+KF_API kf_status kf_optimizer_verify(kf_context *ctx, const kf_optimizer_desc *desc,
+                                     const kf_shape *shapes, uint32_t count, uint32_t steps,
+                                     uint64_t seed, kf_verify_result *out);
+
+/* ======================================================================================== */
+/* Training a graph (src/fuse/train.c; docs/training.md)                                     */
+/* ======================================================================================== */
+
+/* A trainer holds a graph's params on the device (initialised by kf_param_init_fill from
+ * desc->seed), the plan of its loss and gradients (kf_graph_grad over every param), and an
+ * optimizer updating the params in place. A step uploads the batch (the graph's other inputs)
+ * and runs forward, backward, update and a one-invocation kernel appending the loss to a
+ * history on the device, as one submission; nothing else moves. kf_trainer_losses downloads the
+ * recorded losses. `kfuse train` is built on it. */
+typedef struct kf_trainer_desc {
+    kf_optimizer_desc optimizer;
+    const char *loss; /* the output to minimise, rank 0; NULL: "loss" */
+    uint64_t seed;    /* of the params' initialisers */
+    bool no_fuse;     /* one dispatch per operator (for comparison) */
+} kf_trainer_desc;
+typedef struct kf_trainer kf_trainer;
+
+/* KF_ERROR_INVALID_ARGUMENT (message on ctx) when g has no such output or no param; the
+ * statuses of kf_graph_grad (a loss that is not rank 0: KF_ERROR_SHAPE), kf_graph_compile and
+ * kf_optimizer_create otherwise. g is not changed; the trainer keeps what it needs. */
+KF_API kf_status kf_trainer_create(kf_context *ctx, const kf_graph *g, const kf_trainer_desc *desc,
+                                   kf_trainer **out);
+KF_API void kf_trainer_destroy(kf_trainer *t);
+KF_API uint32_t kf_trainer_param_count(const kf_trainer *t);
+KF_API const char *kf_trainer_param_name(const kf_trainer *t, uint32_t index); /* NULL past it */
+/* A param's value, host <-> device (shape checked: KF_ERROR_SHAPE naming both). */
+KF_API kf_status kf_trainer_set_param(kf_trainer *t, const char *name, const kf_tensor *value);
+KF_API kf_status kf_trainer_get_param(const kf_trainer *t, const char *name, kf_tensor *out);
+/* One training step on a batch: batch[i] is the graph's input names[i] (every non-param input
+ * must have been given once; inputs not given keep their last values). */
+KF_API kf_status kf_trainer_step(kf_trainer *t, const char *const *names,
+                                 const kf_tensor *const *batch, uint32_t count);
+/* The loss of every step taken so far, in order (downloads those not yet downloaded: one
+ * download for any number of steps). *losses is valid until the next call on t. */
+KF_API kf_status kf_trainer_losses(kf_trainer *t, const float **losses, uint64_t *count);
+/* The forward pass alone on a batch, params unchanged: *loss (optional) as the graph computes
+ * it, and *correct (optional): of the batch's first `rows` rows (the rest may be padding), how
+ * many have the argmax of the logits equal to their label, for a loss cross_entropy(logits,
+ * labels) whose labels are an input (KF_ERROR_INVALID_ARGUMENT otherwise). */
+KF_API kf_status kf_trainer_evaluate(kf_trainer *t, const char *const *names,
+                                     const kf_tensor *const *batch, uint32_t count, uint32_t rows,
+                                     float *loss, uint32_t *correct);
+/* The training plan (for kf_plan_summary_get / kf_plan_explain), and the dispatches of a step
+ * (the plan's, the optimizer's and the loss record). */
+KF_API const kf_plan *kf_trainer_plan(const kf_trainer *t);
+KF_API uint32_t kf_trainer_dispatches_per_step(const kf_trainer *t);
+/* Whether kf_trainer_evaluate can count correct answers (the loss is cross_entropy). */
+KF_API bool kf_trainer_has_accuracy(const kf_trainer *t);
+
+/* ======================================================================================== */
 /* The graph language (src/spec; docs/graph-language.md)                                     */
 /* ======================================================================================== */
 
@@ -1145,8 +1391,11 @@ KF_API kf_status kf_spec_parse_file(const char *path, kf_graph **out, kf_spec_er
 KF_API kf_status kf_npy_read(const char *path, kf_tensor **out, char *msg, size_t msg_size);
 /* Writes t as a .npy file byte-identical to numpy's np.save: dtype F32 '<f4', F16 '<f2' (round
  * to nearest even; overflow gives infinity), I32 '<i4' (values must be whole numbers in range,
- * else KF_ERROR_INVALID_ARGUMENT). KF_ERROR_IO when the file cannot be written (errno says why;
- * no partial file is left). */
+ * else KF_ERROR_INVALID_ARGUMENT). KF_ERROR_IO when the file cannot be written (errno says why:
+ * EISDIR when path is a directory, ENAMETOOLONG, EACCES...). The file appears whole or not at
+ * all: it is written and synced under a temporary name in path's folder, then renamed over path,
+ * so a previous file there stays intact until the new one is complete, even if the process is
+ * killed; on failure the temporary file is removed. */
 KF_API kf_status kf_npy_write(const char *path, const kf_tensor *t, kf_dtype dtype);
 
 #ifdef __cplusplus

@@ -2,7 +2,8 @@
 # Sets up this machine to build and run kfuse, then builds it (build/release).
 #
 #   - Debian 12: installs what is missing (compiler, CMake, clang-format, the Vulkan loader, a
-#     Mesa >= 23 Vulkan driver from bookworm-backports, npm only when there is none);
+#     Mesa >= 23 Vulkan driver from bookworm-backports, Mesa's EGL and libEGL.so for the second
+#     shader path (Dawn's OpenGL ES backend, which test.sh checks), npm only when there is none);
 #   - fetches Dawn (npm package bun-webgpu-linux-x64@0.1.7) into deps/dawn, checking the
 #     tarball against the pinned sha512;
 #   - configures and builds the release preset, then checks that a WebGPU adapter is found.
@@ -126,8 +127,10 @@ setup_debian() {
     local missing=()
     local p
     # python3-torch and python3-numpy: the external-reference tests (autodiff against torch.autograd)
-    for p in gcc make libc6-dev cmake clang-format-14 libvulkan1 ca-certificates python3-numpy \
-        python3-torch; do
+    # python3-sklearn: the digits dataset (examples/digits); gnuplot-nox: kfuse train --plot
+    # libegl-dev: Dawn's GLES backend opens libEGL.so, a name only the -dev package provides.
+    for p in gcc make libc6-dev cmake clang-format-14 libvulkan1 libegl-dev ca-certificates \
+        python3-numpy python3-torch python3-sklearn gnuplot-nox; do
         pkg_installed "$p" || missing+=("$p")
     done
     if ! have npm; then
@@ -139,13 +142,19 @@ setup_debian() {
     if [ -z "$mesa" ] || ! dpkg --compare-versions "$mesa" ge "$MESA_MIN"; then
         need_mesa=1
     fi
+    # Mesa's EGL (llvmpipe through GLES) from the same Mesa as the Vulkan driver
+    local egl
+    egl="$(pkg_version libegl-mesa0)"
+    if [ -z "$egl" ] || ! dpkg --compare-versions "$egl" ge "$MESA_MIN"; then
+        need_mesa=1
+    fi
     if [ "${#missing[@]}" = 0 ] && [ "$need_mesa" = 0 ]; then
         return 0
     fi
 
     if [ "$(id -u)" != 0 ] && ! { have sudo && sudo -n true 2>/dev/null; }; then
         echo "setup.sh: kfuse needs these Debian packages, and installing them needs root:" >&2
-        echo "  ${missing[*]}$([ "$need_mesa" = 1 ] && echo " mesa-vulkan-drivers (>= $MESA_MIN, from bookworm-backports)")" >&2
+        echo "  ${missing[*]}$([ "$need_mesa" = 1 ] && echo " mesa-vulkan-drivers libegl-mesa0 (>= $MESA_MIN, from bookworm-backports)")" >&2
         echo "Run setup.sh as root (or with sudo), or install them and run it again." >&2
         exit 1
     fi
@@ -166,7 +175,7 @@ setup_debian() {
 
     step "apt-get update" "Check the network and the apt sources, then run setup.sh again."
     local what=("${missing[@]}")
-    [ "$need_mesa" = 1 ] && what+=("mesa-vulkan-drivers (bookworm-backports)")
+    [ "$need_mesa" = 1 ] && what+=("mesa-vulkan-drivers libegl-mesa0 (bookworm-backports)")
     say "installing: ${what[*]}"
     run as_root apt-get -o DPkg::Lock::Timeout=600 update -q
     if [ "${#missing[@]}" != 0 ]; then
@@ -177,7 +186,7 @@ setup_debian() {
         step "apt-get install -t bookworm-backports mesa-vulkan-drivers" \
             "Dawn needs Mesa >= $MESA_MIN for its Vulkan backend (lavapipe on CPUs)."
         run as_root apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends -t bookworm-backports \
-            mesa-vulkan-drivers libvulkan1
+            mesa-vulkan-drivers libvulkan1 libegl-mesa0
         mesa="$(pkg_version mesa-vulkan-drivers)"
         dpkg --compare-versions "$mesa" ge "$MESA_MIN" || {
             echo "setup.sh: mesa-vulkan-drivers is $mesa after the install; kfuse needs >= $MESA_MIN" >&2
@@ -200,6 +209,8 @@ check_other_system() {
         compgen -G '/usr/local/share/vulkan/icd.d/*.json' >/dev/null ||
         missing+=("a Vulkan driver Dawn accepts: your GPU's, or Mesa >= $MESA_MIN (lavapipe) for CPUs")
     have clang-format-14 || echo "setup: note: the format check (scripts/format.sh) wants clang-format-14" >&2
+    ldconfig_p | grep 'libEGL\.so ' >/dev/null ||
+        echo "setup: note: the GLES shader path (test.sh) wants libEGL.so and Mesa's EGL driver" >&2
     if [ "${#missing[@]}" != 0 ]; then
         echo "setup.sh: this is not Debian 12, so setup.sh installs nothing; kfuse needs:" >&2
         printf '  - %s\n' "${missing[@]}" >&2

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: the format check, then the debug and asan-ubsan presets
 # built with -Werror and run through CTest, against the real WebGPU library (scripts/setup.sh
-# fetches it). Prints a summary and exits non-zero if any step failed.
+# fetches it). Then the second shader path: the debug build's `kfuse verify --quick` and suite
+# gles (random programs against Vulkan) on Dawn's OpenGL ES backend, where Tint writes GLSL
+# instead of SPIR-V (llvmpipe through EGL, no display needed). Prints a summary and exits
+# non-zero if any step failed.
 #
 #   scripts/test.sh            everything
 #   scripts/test.sh debug      only the named presets (debug, asan-ubsan, release)
@@ -15,7 +18,7 @@ for arg in "$@"; do
     case "$arg" in
     debug | asan-ubsan | release) PRESETS+=("$arg") ;;
     -h | --help)
-        sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *)
@@ -71,6 +74,22 @@ for preset in "${PRESETS[@]}"; do
         record "tests $preset" FAILED "$counts"
     fi
 done
+
+# The GLES path: the same checks through Tint's GLSL output (a miscompile on one path shows as a
+# difference from the other). Needs the debug build above.
+if [[ " ${PRESETS[*]} " == *" debug "* ]] && [ -x build/debug/kfuse ]; then
+    banner "tests gles (KF_BACKEND=gles, debug build)"
+    gles_log="build/test-gles.log"
+    if KF_BACKEND=gles EGL_PLATFORM="${EGL_PLATFORM:-surfaceless}" build/debug/kfuse verify --quick \
+        >"$gles_log" 2>&1 &&
+        EGL_PLATFORM="${EGL_PLATFORM:-surfaceless}" build/debug/kfuse_tests --suite gles \
+            >>"$gles_log" 2>&1; then
+        record "tests gles" ok "$(grep -E 'checks,' "$gles_log" | tail -n 1); $(tail -n 1 "$gles_log")"
+    else
+        tail -n 40 "$gles_log"
+        record "tests gles" FAILED "$gles_log"
+    fi
+fi
 
 printf '\n==== summary ====\n'
 printf '%s\n' "${SUMMARY[@]}"

@@ -1,5 +1,6 @@
 #include "harness.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,10 +15,16 @@ static uint64_t g_seed;
 static uint64_t g_rng;
 static kf_context *g_ctx;
 static bool g_ctx_tried;
+static const kt_case *g_current;
+static bool g_probe_cpu; /* --probe-cpu: every test runs as if it were a KT_CPU_TEST */
+static bool g_candidate[KT_MAX_CASES]; /* a KT_TEST that passed under --probe-cpu */
 
-void kt_register(const char *suite, const char *name, kt_fn fn) {
+void kt_register(const char *suite, const char *name, kt_fn fn, kt_need need) {
     if (g_case_count < KT_MAX_CASES) {
-        g_cases[g_case_count++] = (kt_case){suite, name, fn};
+        g_cases[g_case_count++] = (kt_case){suite, name, fn, need};
+    } else {
+        fprintf(stderr, "harness: more than %d tests; raise KT_MAX_CASES\n", KT_MAX_CASES);
+        exit(2);
     }
 }
 
@@ -52,7 +59,31 @@ float kt_rand_f32(float lo, float hi) {
     return (float)(lo + (hi - lo) * u);
 }
 
+double kt_fuzz_seconds(double share) {
+    const char *env = getenv("KFUSE_FUZZ_SECONDS");
+    char *end = NULL;
+    double total = env ? strtod(env, &end) : 10.0;
+    if (env && (end == env || *end || !(total >= 0.0))) {
+        fprintf(stderr, "harness: KFUSE_FUZZ_SECONDS='%s' is not a number of seconds; using 10\n",
+                env);
+        total = 10.0;
+    }
+    return total * share;
+}
+
+double kt_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 kf_context *kt_context(void) {
+    if (g_current && (g_current->need == KT_NEEDS_CPU || g_probe_cpu)) {
+        kt_fail(__FILE__, __LINE__, "%s/%s %s asked for the GPU context%s", g_current->suite,
+                g_current->name, g_probe_cpu ? "(probed as a CPU test)" : "is a KT_CPU_TEST but",
+                g_probe_cpu ? "" : ": declare it KT_TEST");
+        return NULL;
+    }
     if (!g_ctx_tried) {
         g_ctx_tried = true;
         char err[1024] = {0};
@@ -80,23 +111,62 @@ static uint64_t hash_name(const char *s) {
     return h;
 }
 
+static const char *need_name(kt_need need) {
+    return need == KT_NEEDS_CPU ? "cpu" : "gpu";
+}
+
+/* The whole of s as a number, or false: an empty string, a sign or trailing junk is an error. */
+static bool parse_seed(const char *s, uint64_t *out) {
+    char *end = NULL;
+    errno = 0;
+    if (!s || s[0] < '0' || s[0] > '9') {
+        return false;
+    }
+    unsigned long long v = strtoull(s, &end, 0);
+    if (errno || *end) {
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
 int main(int argc, char **argv) {
     const char *suite = NULL;
     const char *filter = NULL;
+    const char *needs = NULL;
     const char *env_seed = getenv("KFUSE_TEST_SEED");
-    g_seed = env_seed ? strtoull(env_seed, NULL, 0) : (uint64_t)time(NULL) ^ (uint64_t)clock();
+    g_seed = (uint64_t)time(NULL) ^ (uint64_t)clock();
+    if (env_seed && !parse_seed(env_seed, &g_seed)) {
+        fprintf(stderr, "kfuse_tests: KFUSE_TEST_SEED='%s' is not a number\n", env_seed);
+        return 2;
+    }
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--suite") && i + 1 < argc) {
             suite = argv[++i];
+        } else if (!strcmp(argv[i], "--needs") && i + 1 < argc) {
+            needs = argv[++i];
+            if (strcmp(needs, "cpu") != 0 && strcmp(needs, "gpu") != 0) {
+                fprintf(stderr, "kfuse_tests: --needs takes cpu or gpu, not '%s'\n", needs);
+                return 2;
+            }
         } else if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
-            g_seed = strtoull(argv[++i], NULL, 0);
+            if (!parse_seed(argv[++i], &g_seed)) {
+                fprintf(stderr, "kfuse_tests: --seed takes a number, not '%s'\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--probe-cpu")) {
+            g_probe_cpu = true;
         } else if (!strcmp(argv[i], "--list")) {
             for (int c = 0; c < g_case_count; c++) {
-                printf("%s/%s\n", g_cases[c].suite, g_cases[c].name);
+                printf("%s/%s %s\n", g_cases[c].suite, g_cases[c].name, need_name(g_cases[c].need));
             }
             return 0;
         } else if (!strcmp(argv[i], "--help")) {
-            printf("usage: kfuse_tests [--suite NAME] [--seed S] [--list] [FILTER]\n");
+            printf("usage: kfuse_tests [--suite NAME] [--needs cpu|gpu] [--seed S] [--list] "
+                   "[--probe-cpu] [FILTER]\n"
+                   "  --probe-cpu  run the selected tests with the GPU context refused and list\n"
+                   "               the KT_TESTs that passed: candidates for KT_CPU_TEST (run it\n"
+                   "               with VK_DRIVER_FILES=/nonexistent to hide the driver too)\n");
             return 0;
         } else {
             filter = argv[i];
@@ -104,10 +174,14 @@ int main(int argc, char **argv) {
     }
     printf("seed: %llu (rerun with --seed %llu)\n", (unsigned long long)g_seed,
            (unsigned long long)g_seed);
-    int passed = 0, failed = 0;
+    int passed = 0, failed = 0, in_suite = 0, cpu_candidates = 0;
     for (int c = 0; c < g_case_count; c++) {
         kt_case *tc = &g_cases[c];
         if (suite && strcmp(suite, tc->suite) != 0) {
+            continue;
+        }
+        in_suite++;
+        if (needs && strcmp(needs, need_name(tc->need)) != 0) {
             continue;
         }
         if (filter && !strstr(tc->name, filter)) {
@@ -115,23 +189,42 @@ int main(int argc, char **argv) {
         }
         g_rng = g_seed ^ hash_name(tc->name);
         g_failures_in_case = 0;
+        g_current = tc;
         clock_t t0 = clock();
         tc->fn();
         double ms = 1000.0 * (double)(clock() - t0) / CLOCKS_PER_SEC;
+        g_current = NULL;
         if (g_failures_in_case) {
             failed++;
             printf("FAIL %s/%s (%.0f ms cpu)\n", tc->suite, tc->name, ms);
         } else {
             passed++;
             printf("ok   %s/%s (%.0f ms cpu)\n", tc->suite, tc->name, ms);
+            if (g_probe_cpu && tc->need == KT_NEEDS_GPU) {
+                g_candidate[c] = true;
+                cpu_candidates++;
+            }
         }
         fflush(stdout);
     }
     kf_context_destroy(g_ctx);
     printf("%d passed, %d failed\n", passed, failed);
+    if (g_probe_cpu) {
+        printf("%d KT_TEST%s passed without the GPU context%s\n", cpu_candidates,
+               cpu_candidates == 1 ? "" : "s",
+               cpu_candidates ? " (candidates for KT_CPU_TEST):" : "");
+        for (int c = 0; c < g_case_count; c++) {
+            if (g_candidate[c]) {
+                printf("  %s/%s\n", g_cases[c].suite, g_cases[c].name);
+            }
+        }
+    }
     if (passed + failed == 0) {
-        printf("no test matched\n");
-        return suite && strcmp(suite, "fuzz") != 0 && strcmp(suite, "golden") != 0 ? 1 : 0;
+        /* A suite with no test of the need asked for is fine (CTest has an entry per suite and
+         * need); a misspelt suite or a filter that matches nothing is a mistake. */
+        bool empty_need = needs && !filter && in_suite > 0;
+        printf("no test matched%s\n", empty_need ? " (none of this suite needs that)" : "");
+        return empty_need || (!suite && !filter) ? 0 : 1;
     }
     return failed ? 1 : 0;
 }

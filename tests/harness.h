@@ -1,7 +1,10 @@
 /* The one test runner's harness: tests register themselves with KT_TEST and check with KT_CHECK.
- * A test belongs to a suite (unit, ops, fusion, golden, fuzz) that CTest runs as one entry.
+ * A test belongs to a suite (unit, ops, fusion, golden, fuzz) and says what it needs: KT_TEST is a
+ * GPU test, KT_CPU_TEST one that needs no GPU driver. CTest runs one entry per suite and need,
+ * labelled `cpu` or `gpu` (`ctest -L cpu` passes on a machine with no Vulkan driver).
  * GPU tests share one kf_context per run (kt_context()); it is NULL when no adapter exists, and a
- * GPU test then fails loudly rather than passing silently (KT_NEED_GPU). */
+ * GPU test then fails loudly rather than passing silently (KT_NEED_GPU). A CPU test that asks for
+ * the context fails too: its label would be a lie. */
 #ifndef KT_HARNESS_H
 #define KT_HARNESS_H
 
@@ -13,13 +16,17 @@
 
 typedef void (*kt_fn)(void);
 
+/* What a test needs to run; a GPU test may also use everything a CPU test does. */
+typedef enum kt_need { KT_NEEDS_GPU, KT_NEEDS_CPU } kt_need;
+
 typedef struct kt_case {
     const char *suite;
     const char *name;
     kt_fn fn;
+    kt_need need;
 } kt_case;
 
-void kt_register(const char *suite, const char *name, kt_fn fn);
+void kt_register(const char *suite, const char *name, kt_fn fn, kt_need need);
 void kt_fail(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -30,15 +37,25 @@ uint64_t kt_rand_u64(void);
 float kt_rand_f32(float lo, float hi);
 /* Restarts the test's random stream from `seed` (a test mixing a fixed and a fresh stream). */
 void kt_reseed(uint64_t seed);
+/* A fuzz target's time budget: `share` of KFUSE_FUZZ_SECONDS (the fuzz suite's budget; CTest
+ * sets 60 s, 20 s under the sanitizers; 10 s when unset), in seconds of wall clock. */
+double kt_fuzz_seconds(double share);
+/* Seconds of wall clock from a fixed point (monotonic). */
+double kt_now(void);
 /* The shared GPU context, or NULL (with a message printed once) when there is none. */
 kf_context *kt_context(void);
 
-#define KT_TEST(suite, name)                                                                       \
+#define KT_TEST_NEEDING(suite, name, need)                                                         \
     static void kt_test_##name(void);                                                              \
     __attribute__((constructor)) static void kt_reg_##name(void) {                                 \
-        kt_register(#suite, #name, kt_test_##name);                                                \
+        kt_register(#suite, #name, kt_test_##name, need);                                          \
     }                                                                                              \
     static void kt_test_##name(void)
+
+/* A test that may use the GPU (the default: a new test is safe here until shown not to be). */
+#define KT_TEST(suite, name) KT_TEST_NEEDING(suite, name, KT_NEEDS_GPU)
+/* A test that needs no GPU driver: it runs under `ctest -L cpu` with none installed. */
+#define KT_CPU_TEST(suite, name) KT_TEST_NEEDING(suite, name, KT_NEEDS_CPU)
 
 #define KT_CHECK(cond, ...)                                                                        \
     do {                                                                                           \

@@ -55,18 +55,10 @@ void kf__emit_release(kf__emit *s) {
     s->computed = s->wide = NULL;
 }
 
-static kf_binding binding_for(kf__emit *s, uint32_t node, kf_type elem) {
+/* Records that binding b of the kernel reads `node` (later loads of node use it) and is the
+ * buffer of node `slot` (node itself, or the group's result for an in-place binding). */
+static void record_read(kf__emit *s, uint32_t node, kf_binding b, uint32_t slot) {
     kf__compiled *c = s->c;
-    for (uint32_t i = 0; i < c->read_count; i++) {
-        if (c->read_nodes[i] == node) {
-            return c->read_bindings[i];
-        }
-    }
-    /* Named by position, never by node or input name: kernels that compute the same are the
-     * same text, so they share one pipeline (kf_pipeline_get keys on the WGSL). */
-    char name[32];
-    snprintf(name, sizeof name, "in%u", c->read_count);
-    kf_binding b = kf_kernel_storage(s->k, name, elem, KF_ACCESS_READ);
     if (c->read_count == c->read_capacity) {
         uint32_t cap = c->read_capacity ? c->read_capacity * 2 : 8;
         uint32_t *nodes = realloc(c->read_nodes, sizeof *nodes * cap);
@@ -79,13 +71,36 @@ static kf_binding binding_for(kf__emit *s, uint32_t node, kf_type elem) {
             c->read_capacity = cap;
         }
     }
-    if (c->read_count < c->read_capacity && kf__compiled_add_slot(s->p, c, node)) {
+    if (c->read_count < c->read_capacity && kf__compiled_add_slot(s->p, c, slot)) {
         c->read_nodes[c->read_count] = node;
         c->read_bindings[c->read_count] = b;
         c->read_count++;
     } else {
         kf__plan_fail(s->p, KF_ERROR_OUT_OF_MEMORY, "out of memory compiling a group");
     }
+}
+
+static kf_binding binding_for(kf__emit *s, uint32_t node, kf_type elem) {
+    kf__compiled *c = s->c;
+    for (uint32_t i = 0; i < c->read_count; i++) {
+        if (c->read_nodes[i] == node) {
+            return c->read_bindings[i];
+        }
+    }
+    /* Named by position, never by node or input name: kernels that compute the same are the
+     * same text, so they share one pipeline (kf_pipeline_get keys on the WGSL). */
+    char name[32];
+    snprintf(name, sizeof name, "in%u", c->read_count);
+    kf_binding b = kf_kernel_storage(s->k, name, elem, KF_ACCESS_READ);
+    record_read(s, node, b, node);
+    return b;
+}
+
+kf_binding kf__emit_inplace_binding(kf__emit *s, uint32_t alias, kf_type elem) {
+    char name[32];
+    snprintf(name, sizeof name, "inplace%u", s->c->read_count);
+    kf_binding b = kf_kernel_storage(s->k, name, elem, KF_ACCESS_READ_WRITE);
+    record_read(s, alias, b, s->grp->result);
     return b;
 }
 

@@ -20,6 +20,8 @@ typedef struct kf__node {
     float scalar; /* KF__NODE_SCALAR */
     kf_shape shape;
     kf_dtype dtype;
+    bool param;         /* KF__NODE_INPUT: a trainable parameter (kf_graph_param) */
+    kf_param_init init; /* its initialiser */
 } kf__node;
 
 typedef struct kf__output {

@@ -1,6 +1,7 @@
 /* The lazy graph: operators recorded on tensors, shapes checked as they are recorded. */
 #include "fuse/fuse_internal.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -153,6 +154,67 @@ kf_node kf_graph_input(kf_graph *g, const char *name, const kf_shape *shape, kf_
     kf__node n = {.kind = KF__NODE_INPUT, .shape = *shape, .dtype = dtype};
     snprintf(n.name, sizeof n.name, "%s", name);
     return (kf_node){add_node(g, &n)};
+}
+
+kf_node kf_graph_param(kf_graph *g, const char *name, const kf_shape *shape,
+                       const kf_param_init *init) {
+    if (!g || g->status != KF_OK) {
+        return (kf_node){0};
+    }
+    kf_param_init how = init ? *init : (kf_param_init){0};
+    if ((how.kind != KF_INIT_DEFAULT && how.kind != KF_INIT_ZEROS && how.kind != KF_INIT_UNIFORM) ||
+        (how.kind == KF_INIT_UNIFORM && !(how.bound > 0.0f && how.bound < 1e30f))) {
+        graph_fail(g, KF_ERROR_INVALID_ARGUMENT,
+                   "param %s: the initialiser is zeros or uniform(bound) with a bound above 0",
+                   name ? name : "(null)");
+        return (kf_node){0};
+    }
+    kf_node n = kf_graph_input(g, name, shape, KF_DTYPE_F32);
+    if (n.id) {
+        g->nodes[n.id].param = true;
+        g->nodes[n.id].init = how;
+    }
+    return n;
+}
+
+bool kf_graph_input_is_param(const kf_graph *g, uint32_t index, kf_param_init *init) {
+    uint32_t seen = 0;
+    for (uint32_t i = 1; g && i < g->node_count; i++) {
+        const kf__node *n = &g->nodes[i];
+        if (n->kind == KF__NODE_INPUT && seen++ == index) {
+            if (n->param && init) {
+                *init = n->init;
+            }
+            return n->param;
+        }
+    }
+    return false;
+}
+
+kf_status kf_param_init_fill(const kf_param_init *init, uint64_t seed, uint32_t index,
+                             kf_tensor *t) {
+    if (!t) {
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    kf_param_init how = init ? *init : (kf_param_init){0};
+    float bound = how.bound;
+    if (how.kind == KF_INIT_DEFAULT) {
+        uint64_t fan_in = 1;
+        for (uint32_t d = 0; d + 1 < t->shape.rank; d++) {
+            fan_in *= t->shape.dims[d];
+        }
+        bound = t->shape.rank >= 2 ? (float)(1.0 / sqrt((double)fan_in)) : 0.0f;
+    } else if (how.kind == KF_INIT_ZEROS) {
+        bound = 0.0f;
+    } else if (how.kind != KF_INIT_UNIFORM || !(bound > 0.0f)) {
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    if (bound == 0.0f) {
+        memset(t->data, 0, sizeof *t->data * kf_tensor_size(t));
+    } else {
+        kf_tensor_fill_random(t, seed + index, -bound, bound);
+    }
+    return KF_OK;
 }
 
 kf_node kf_graph_scalar(kf_graph *g, float value) {
@@ -697,11 +759,18 @@ char *kf_graph_format(const kf_graph *g) {
     for (uint32_t id = 1; id < g->node_count; id++) {
         const kf__node *n = &g->nodes[id];
         if (n->kind == KF__NODE_INPUT) {
-            append(&f.buf, &f.len, &f.cap, "%s: %s[", n->name, dtypes[n->dtype]);
+            append(&f.buf, &f.len, &f.cap, "%s%s: %s[", n->param ? "param " : "", n->name,
+                   dtypes[n->dtype]);
             for (uint32_t d = 0; d < n->shape.rank; d++) {
                 append(&f.buf, &f.len, &f.cap, "%s%u", d ? ", " : "", n->shape.dims[d]);
             }
-            append(&f.buf, &f.len, &f.cap, "]\n");
+            append(&f.buf, &f.len, &f.cap, "]");
+            if (n->param && n->init.kind == KF_INIT_ZEROS) {
+                append(&f.buf, &f.len, &f.cap, " = zeros");
+            } else if (n->param && n->init.kind == KF_INIT_UNIFORM) {
+                append(&f.buf, &f.len, &f.cap, " = uniform(%.9g)", (double)n->init.bound);
+            }
+            append(&f.buf, &f.len, &f.cap, "\n");
         } else if (n->kind == KF__NODE_OP) {
             append_operand(&f, id);
             append(&f.buf, &f.len, &f.cap, " = ");

@@ -423,7 +423,7 @@ bool kf__compiled_add_slot(kf_plan *p, kf__compiled *c, uint32_t node) {
     return true;
 }
 
-static void compiled_free(kf__compiled *c) {
+void kf__plan_free_compiled(kf__compiled *c) {
     if (c) {
         kf_kernel_destroy(c->kernel);
         kf_free(c->wgsl);
@@ -435,7 +435,7 @@ static void compiled_free(kf__compiled *c) {
     }
 }
 
-static void compile_group(kf_plan *p, kf__group *grp) {
+void kf__plan_compile_group(kf_plan *p, kf__group *grp) {
     kf__compiled *c = calloc(1, sizeof *c);
     if (!c) {
         plan_fail(p, KF_ERROR_OUT_OF_MEMORY, "out of memory compiling a group");
@@ -473,7 +473,7 @@ static void compile_group(kf_plan *p, kf__group *grp) {
 /* Frees what planning made: groups, their lists, their compiled kernels. */
 static void groups_free(kf_plan *p) {
     for (uint32_t gi = 0; gi < p->group_count; gi++) {
-        compiled_free(p->groups[gi].compiled);
+        kf__plan_free_compiled(p->groups[gi].compiled);
         group_release(&p->groups[gi]);
     }
     free(p->groups);
@@ -503,7 +503,10 @@ static kf_status make_buffers(kf_plan *p) {
     return KF_OK;
 }
 
-static kf_status make_dispatches(kf_plan *p) {
+kf_status kf__plan_make_dispatches(kf_plan *p) {
+    free(p->dispatches);
+    free(p->order);
+    p->dispatch_count = 0;
     p->dispatches = calloc(p->group_count ? p->group_count : 1, sizeof *p->dispatches);
     p->order = calloc(p->group_count ? p->group_count : 1, sizeof *p->order);
     if (!p->dispatches || !p->order) {
@@ -594,12 +597,19 @@ kf_status kf_graph_compile(kf_context *ctx, const kf_graph *g, const kf_compile_
     }
     *out = NULL;
     if (!ctx || !g) {
+        if (ctx) {
+            kf__context_set_error(ctx, KF_ERROR_INVALID_ARGUMENT, "kf_graph_compile: g is NULL");
+        }
         return KF_ERROR_INVALID_ARGUMENT;
     }
     if (g->status != KF_OK) {
+        kf__context_set_error(ctx, g->status, "kf_graph_compile: the graph has an error: %s",
+                              g->error);
         return g->status;
     }
     if (g->output_count == 0) {
+        kf__context_set_error(ctx, KF_ERROR_INVALID_ARGUMENT,
+                              "kf_graph_compile: the graph has no outputs (kf_graph_output)");
         return KF_ERROR_INVALID_ARGUMENT;
     }
     kf_plan *p = calloc(1, sizeof *p);
@@ -607,6 +617,7 @@ kf_status kf_graph_compile(kf_context *ctx, const kf_graph *g, const kf_compile_
         return KF_ERROR_OUT_OF_MEMORY;
     }
     p->ctx = ctx;
+    kf__context_hold(ctx); /* let go in kf_plan_destroy: a plan outliving its context fails */
     p->no_fuse = opts && opts->no_fuse;
     p->graph = kf__graph_copy(g);
     uint32_t nn = g->node_count;
@@ -640,14 +651,20 @@ kf_status kf_graph_compile(kf_context *ctx, const kf_graph *g, const kf_compile_
     for (uint32_t gi = 0; gi < p->group_count && p->status == KF_OK; gi++) {
         kf__group *grp = &p->groups[gi];
         if (grp->kind != KF__GROUP_DEAD && !grp->absorbed) {
-            compile_group(p, grp);
+            kf__plan_compile_group(p, grp);
         }
     }
     if (p->status == KF_OK) {
         make_buffers(p);
     }
     if (p->status == KF_OK) {
-        make_dispatches(p);
+        kf__plan_make_dispatches(p);
+    }
+    if (p->status == KF_OK && !(opts && opts->no_prime)) {
+        kf_status primed = kf__plan_prime(p);
+        if (primed != KF_OK) {
+            plan_fail(p, primed, "priming the pipelines: %s", kf_context_last_error(ctx));
+        }
     }
     if (p->status != KF_OK) {
         kf_status st = p->status;
@@ -664,6 +681,7 @@ void kf_plan_destroy(kf_plan *p) {
     if (!p) {
         return;
     }
+    kf__plan_binds_destroy(p);
     if (p->graph && p->buffers) {
         for (uint32_t id = 0; id < p->graph->node_count; id++) {
             kf_buffer_destroy(p->buffers[id]);
@@ -678,11 +696,17 @@ void kf_plan_destroy(kf_plan *p) {
     free(p->dispatches);
     free(p->order);
     kf_graph_destroy(p->graph);
+    kf_context *ctx = p->ctx;
     free(p);
+    kf__context_let_go(ctx);
 }
 
 kf_status kf_plan_summary_get(const kf_plan *p, kf_plan_summary *out) {
     if (!p || !out) {
+        if (p) {
+            kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT,
+                                  "kf_plan_summary_get: out is NULL");
+        }
         return KF_ERROR_INVALID_ARGUMENT;
     }
     out->groups = p->dispatch_count;
@@ -705,6 +729,14 @@ static uint32_t find_input(const kf_plan *p, const char *name) {
 
 kf_status kf__plan_upload(kf_plan *p, uint32_t id, const float *data) {
     const kf__node *n = &p->graph->nodes[id];
+    if (kf__plan_is_bound(p, id)) {
+        /* Verification and host inputs would overwrite the caller's tensor. */
+        kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT,
+                              "input %s is bound to a GPU tensor: upload into that tensor, or "
+                              "unbind it first (kf_plan_bind_input(p, \"%s\", NULL))",
+                              n->name, n->name);
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
     uint64_t count = kf_shape_elements(&n->shape);
     if (n->dtype == KF_DTYPE_F32) {
         return kf_buffer_upload(p->buffers[id], 0, data, count * 4);
@@ -717,7 +749,12 @@ kf_status kf__plan_upload(kf_plan *p, uint32_t id, const float *data) {
         if (n->dtype == KF_DTYPE_F16) {
             ((uint16_t *)staged)[i] = kf__half_from_float(data[i]);
         } else {
-            ((int32_t *)staged)[i] = (int32_t)data[i]; /* class indices: whole numbers */
+            /* Class indices. What int32 cannot hold exactly (NaN, 1e10, 2.5) becomes -1, which
+             * no class has, so its row's loss is NaN as the CPU spec says (docs/operators.md);
+             * converting such a float to int would be undefined behaviour. */
+            float v = data[i];
+            bool whole = v >= -2147483648.0f && v < 2147483648.0f && v == floorf(v);
+            ((int32_t *)staged)[i] = whole ? (int32_t)v : -1;
         }
     }
     kf_status st = kf_buffer_upload(p->buffers[id], 0, staged, count * kf_dtype_size(n->dtype));
@@ -727,6 +764,11 @@ kf_status kf__plan_upload(kf_plan *p, uint32_t id, const float *data) {
 
 kf_status kf_plan_set_input(kf_plan *p, const char *name, const kf_tensor *value) {
     if (!p || !value || !value->data) {
+        if (p) {
+            kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT,
+                                  "kf_plan_set_input: input %s: %s", name ? name : "(null)",
+                                  value ? "the tensor has no data" : "value is NULL");
+        }
         return KF_ERROR_INVALID_ARGUMENT;
     }
     uint32_t id = find_input(p, name);
@@ -750,12 +792,14 @@ kf_status kf_plan_set_input(kf_plan *p, const char *name, const kf_tensor *value
     return st;
 }
 
-static kf_status check_inputs(kf_plan *p) {
+kf_status kf__plan_check_inputs(const kf_plan *p) {
     const kf_graph *g = p->graph;
     for (uint32_t id = 1; id < g->node_count; id++) {
         if (g->nodes[id].kind == KF__NODE_INPUT && !p->inputs_set[id]) {
             kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT,
-                                  "input %s was never set (kf_plan_set_input)", g->nodes[id].name);
+                                  "input %s was never set (kf_plan_set_input) nor bound "
+                                  "(kf_plan_bind_input)",
+                                  g->nodes[id].name);
             return KF_ERROR_INVALID_ARGUMENT;
         }
     }
@@ -766,29 +810,36 @@ kf_status kf_plan_run(kf_plan *p) {
     if (!p) {
         return KF_ERROR_INVALID_ARGUMENT;
     }
-    kf_status st = check_inputs(p);
+    kf_status st = kf__plan_check_inputs(p);
     if (st != KF_OK) {
         return st;
     }
-    if (p->dispatch_count == 0) {
-        return KF_OK; /* every output is an input */
+    if (p->dispatch_count > 0) { /* none when every output is an input */
+        st = kf_context_run(p->ctx, p->dispatches, p->dispatch_count);
     }
-    return kf_context_run(p->ctx, p->dispatches, p->dispatch_count);
+    p->has_run |= st == KF_OK;
+    return st;
 }
 
 kf_status kf_plan_time(kf_plan *p, uint32_t repeat, kf_timing *out) {
     if (!p || !out) {
+        if (p) {
+            kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT, "kf_plan_time: out is NULL");
+        }
         return KF_ERROR_INVALID_ARGUMENT;
     }
-    kf_status st = check_inputs(p);
+    kf_status st = kf__plan_check_inputs(p);
     if (st != KF_OK) {
         return st;
     }
     if (p->dispatch_count == 0) {
         memset(out, 0, sizeof *out);
+        p->has_run = true;
         return KF_OK;
     }
-    return kf_context_time(p->ctx, p->dispatches, p->dispatch_count, repeat, out);
+    st = kf_context_time(p->ctx, p->dispatches, p->dispatch_count, repeat, out);
+    p->has_run |= st == KF_OK;
+    return st;
 }
 
 uint32_t kf__plan_output_node(const kf_plan *p, const char *name) {
@@ -821,12 +872,23 @@ kf_status kf__plan_download(const kf_plan *p, uint32_t id, float *data) {
 
 kf_status kf_plan_get_output(const kf_plan *p, const char *name, kf_tensor *out) {
     if (!p || !out || !out->data) {
+        if (p) {
+            kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT,
+                                  "kf_plan_get_output: output %s: %s", name ? name : "(null)",
+                                  out ? "the tensor has no data" : "out is NULL");
+        }
         return KF_ERROR_INVALID_ARGUMENT;
     }
     uint32_t id = kf__plan_output_node(p, name);
     if (!id) {
         kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT, "plan has no output named '%s'",
                               name ? name : "(null)");
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    if (!p->has_run) {
+        /* the buffers hold whatever the allocator gave (zeros): no result to hand out */
+        kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT,
+                              "output %s: the plan has not run yet (kf_plan_run first)", name);
         return KF_ERROR_INVALID_ARGUMENT;
     }
     const kf__node *n = &p->graph->nodes[id];

@@ -72,6 +72,7 @@ struct kf_plan {
     bool *is_output;     /* node id -> named as an output */
     kf_buffer **buffers; /* node id -> buffer, for materialized nodes */
     bool *inputs_set;
+    bool has_run; /* kf_plan_run or kf_plan_time has succeeded: outputs hold results */
     uint32_t max_storage_buffers; /* the binding budget of one kernel */
     uint32_t *scratch;            /* planning: a node list, grown on demand */
     uint32_t scratch_capacity;
@@ -81,7 +82,29 @@ struct kf_plan {
     uint32_t unfused_dispatches;
     uint64_t bytes;
     uint64_t unfused_bytes;
+    struct kf__plan_binds *binds; /* GPU tensors bound to inputs and outputs (plan_bind.c) */
 };
+
+/* plan.c, for plan_bind.c: (re)compiles one group (grp->compiled must be NULL; free an old one
+ * with kf__plan_free_compiled), and builds the dispatch list anew from the groups and p->buffers
+ * (freeing the old one). */
+void kf__plan_compile_group(kf_plan *p, kf__group *grp);
+void kf__plan_free_compiled(kf__compiled *c); /* NULL: nothing */
+kf_status kf__plan_make_dispatches(kf_plan *p);
+/* KF_OK when every input was set or bound; else the message names the first that was not. */
+kf_status kf__plan_check_inputs(const kf_plan *p);
+
+/* plan_bind.c */
+/* The input node whose tensor the group result `result` is computed into, in place (an output
+ * bound to an input's tensor), or 0. */
+uint32_t kf__plan_inplace_input(const kf_plan *p, uint32_t result);
+/* Whether node id's buffer is a caller's tensor (kf_plan_bind_input/_output). */
+bool kf__plan_is_bound(const kf_plan *p, uint32_t id);
+/* Drops the plan's holds on bound tensors and forgets them (before its buffers are freed). */
+void kf__plan_binds_destroy(kf_plan *p);
+/* Runs every dispatch of the plan once (one workgroup each) so that a driver that compiles its
+ * pipelines lazily at their first dispatch (lavapipe) has done so before the first run. */
+kf_status kf__plan_prime(kf_plan *p);
 
 kf_status kf__plan_upload(kf_plan *p, uint32_t node, const float *data);
 kf_status kf__plan_download(const kf_plan *p, uint32_t node, float *data);
@@ -93,6 +116,10 @@ kf_status kf__plan_random_input(const kf_plan *p, uint32_t id, uint64_t seed, kf
 kf_status kf__plan_check(kf_plan *p, const kf_tensor *const *given, uint64_t seed,
                          kf_plan_report *out);
 
+/* A plan holds its context from compile to destroy (defined by the runtime, see
+ * src/runtime/runtime.h): after kf_context_destroy its calls fail with KF_ERROR_DEVICE_LOST. */
+void kf__context_hold(kf_context *ctx);
+void kf__context_let_go(kf_context *ctx);
 /* Sets the context's last-error message (defined by the runtime). */
 void kf__context_set_error(kf_context *ctx, kf_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -169,6 +169,9 @@ kf_status kf_plan_verify(kf_plan *p, uint64_t seed, kf_plan_report *out) {
 kf_status kf__plan_check(kf_plan *p, const kf_tensor *const *given, uint64_t seed,
                          kf_plan_report *out) {
     if (!p || !out) {
+        if (p) {
+            kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT, "plan check: report is NULL");
+        }
         return KF_ERROR_INVALID_ARGUMENT;
     }
     memset(out, 0, sizeof *out);
@@ -193,6 +196,7 @@ kf_status kf__plan_check(kf_plan *p, const kf_tensor *const *given, uint64_t see
                     if (n->dtype == KF_DTYPE_F16) {
                         round_to_half(values[id]);
                     }
+                    st = kf__match_device_subnormals(p->ctx, n->dtype, values[id]);
                 }
             } else {
                 st = kf__plan_random_input(p, id, seed, &values[id]);
@@ -282,6 +286,10 @@ static uint32_t input_node(const kf_plan *p, const char *name) {
 
 kf_status kf_plan_random_input(const kf_plan *p, const char *name, uint64_t seed, kf_tensor **out) {
     if (!p || !out) {
+        if (p) {
+            kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT,
+                                  "kf_plan_random_input: out is NULL");
+        }
         return KF_ERROR_INVALID_ARGUMENT;
     }
     *out = NULL;
@@ -297,6 +305,12 @@ kf_status kf_plan_random_input(const kf_plan *p, const char *name, uint64_t seed
 kf_status kf_plan_check(kf_plan *p, const char *const *names, const kf_tensor *const *values,
                         uint32_t count, uint64_t seed, kf_plan_report *out) {
     if (!p || !out || (count && (!names || !values))) {
+        if (p) {
+            kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT, "kf_plan_check: %s is NULL",
+                                  !out     ? "out"
+                                  : !names ? "names"
+                                           : "values");
+        }
         return KF_ERROR_INVALID_ARGUMENT;
     }
     const kf_tensor **given = calloc(p->graph->node_count, sizeof *given);

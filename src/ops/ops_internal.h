@@ -227,6 +227,11 @@ double kf__rel_error(float a, float b, double floor);
 /* The floor verification divides by: 1% of the rms of the finite expected values (1e-6 when
  * that is zero), so elements near zero are judged against the tensor's scale. */
 double kf__verify_floor(const float *expected, uint64_t n);
+/* Makes a CPU copy of an input see what ctx's device will see: when t (held as dtype) has
+ * subnormal values and the device reads subnormal operands of that dtype as zero
+ * (kf_context_float_behaviour, measured only then), they become signed zeros. So a spec is not
+ * held to numbers the device never had (src/ops/float_probe.c). */
+kf_status kf__match_device_subnormals(kf_context *ctx, kf_dtype dtype, kf_tensor *t);
 /* splitmix64 step (the stream every kfuse random fill uses). */
 uint64_t kf__splitmix64(uint64_t *state);
 /* A uniform double in [0, 1) from the stream. */

@@ -186,24 +186,21 @@ void kf__rows_yield(kf__rows *r, kf_val y, uint32_t c) {
     }
 }
 
+/* The i-th scratch array of this scalar type, declared on first use. */
 static kf_shared scratch(kf__rows *r, kf_scalar scalar, uint32_t i) {
     kf_kernel *k = r->k;
     uint32_t size = r->threads * r->rows_per_group;
-    char name[32];
-    if (scalar == KF_SCALAR_U32) {
-        while (r->scratch_u32_count <= i) {
-            snprintf(name, sizeof name, "scratch_u%u", r->scratch_u32_count);
-            r->scratch_u32[r->scratch_u32_count++] =
-                kf_kernel_workgroup(k, name, kf_type_scalar(KF_SCALAR_U32), size);
-        }
-        return r->scratch_u32[i];
+    bool u32 = scalar == KF_SCALAR_U32;
+    kf_shared *arrays = u32 ? r->scratch_u32 : r->scratch_f32;
+    uint32_t *count = u32 ? &r->scratch_u32_count : &r->scratch_f32_count;
+    while (*count <= i) {
+        char name[32];
+        snprintf(name, sizeof name, "scratch_%c%u", u32 ? 'u' : 'f', *count);
+        arrays[*count] =
+            kf_kernel_workgroup(k, name, kf_type_scalar(u32 ? KF_SCALAR_U32 : KF_SCALAR_F32), size);
+        (*count)++;
     }
-    while (r->scratch_f32_count <= i) {
-        snprintf(name, sizeof name, "scratch_f%u", r->scratch_f32_count);
-        r->scratch_f32[r->scratch_f32_count++] =
-            kf_kernel_workgroup(k, name, kf_type_scalar(KF_SCALAR_F32), size);
-    }
-    return r->scratch_f32[i];
+    return arrays[i];
 }
 
 /* Combines m tuples (m a power of two) pairwise, level by level: vals[i] holds tuple i. */
@@ -234,20 +231,34 @@ void kf__rows_reduce(kf__rows *r, uint32_t n, const kf_val *partials, kf__combin
         }
         return;
     }
-    /* Each value gets its own scratch array of its type: the i-th f32 of a tuple always uses
-     * scratch_f<i>, so later reductions reuse the arrays. */
-    kf_shared arrays[KF__ROWS_MAX_SCRATCH];
-    uint32_t used_f32 = 0, used_u32 = 0;
-    for (uint32_t v = 0; v < n && v < KF__ROWS_MAX_SCRATCH; v++) {
-        kf_type t = kf_val_type(k, partials[v]);
-        if (t.scalar == KF_SCALAR_U32) {
-            arrays[v] = scratch(r, KF_SCALAR_U32, used_u32++);
-        } else {
-            arrays[v] = scratch(r, KF_SCALAR_F32, used_f32++);
-        }
-    }
     if (n > KF__ROWS_MAX_SCRATCH) {
         n = KF__ROWS_MAX_SCRATCH; /* internal misuse; the tuple is capped, not overrun */
+    }
+    /* Each value gets a scratch array of its type that no earlier reduction used (see
+     * rowwise.h: a read moved past a barrier must find nothing overwritten), while there are
+     * fresh ones; then they are shared from the first, and a barrier ends each call. */
+    uint32_t f32_needed = 0, u32_needed = 0;
+    for (uint32_t v = 0; v < n; v++) {
+        if (kf_val_type(k, partials[v]).scalar == KF_SCALAR_U32) {
+            u32_needed++;
+        } else {
+            f32_needed++;
+        }
+    }
+    bool fresh = r->scratch_f32_count + f32_needed <= KF__ROWS_MAX_SCRATCH_ARRAYS &&
+                 r->scratch_u32_count + u32_needed <= KF__ROWS_MAX_SCRATCH_ARRAYS;
+    uint32_t next_f32 = fresh ? r->scratch_f32_count : 0;
+    uint32_t next_u32 = fresh ? r->scratch_u32_count : 0;
+    kf_shared arrays[KF__ROWS_MAX_SCRATCH];
+    for (uint32_t v = 0; v < n; v++) {
+        if (kf_val_type(k, partials[v]).scalar == KF_SCALAR_U32) {
+            arrays[v] = scratch(r, KF_SCALAR_U32, next_u32++);
+        } else {
+            arrays[v] = scratch(r, KF_SCALAR_F32, next_f32++);
+        }
+    }
+    if (!fresh) {
+        kf_barrier(k); /* earlier calls ended without one */
     }
     kf_val mine = r->mine;
     for (uint32_t v = 0; v < n; v++) {
@@ -289,8 +300,10 @@ void kf__rows_reduce(kf__rows *r, uint32_t n, const kf_val *partials, kf__combin
         snprintf(name, sizeof name, "reduced%u", r->reductions++);
         out[v] = kf_let(k, name, vals[0][v]);
     }
-    /* the next reduction overwrites the scratch arrays: everyone must have read them first */
-    kf_barrier(k);
+    if (!fresh) {
+        /* the next reduction overwrites these arrays: everyone must have read them first */
+        kf_barrier(k);
+    }
 }
 
 static void combine_sum(kf_kernel *k, const kf_val *a, const kf_val *b, uint32_t n, kf_val *out) {

@@ -3,7 +3,7 @@
  * A tensor is viewed as rows x cols (cols = the last dim). A workgroup of (threads, rows_per_group)
  * invocations handles rows_per_group rows; the `threads` lanes of a row walk it with a stride of
  * `threads`, each keeping a partial result in a register, and workgroup memory combines the
- * partials (kf__rows_reduce: three barriers). Short rows get few lanes and many rows per
+ * partials (kf__rows_reduce: two or three barriers). Short rows get few lanes and many rows per
  * workgroup, long rows 256 lanes and one row, so neither a 1-wide nor a 4096-wide row wastes the
  * workgroup.
  *
@@ -28,6 +28,8 @@
 
 #define KF__ROWS_MAX_THREADS 256u
 #define KF__ROWS_MAX_SCRATCH 4u
+/* Scratch arrays of one type a kernel's reductions may take in all (each takes its own). */
+#define KF__ROWS_MAX_SCRATCH_ARRAYS 8u
 /* Registers a lane may hold its share of a row in (kf__rows_begin_regs): up to 8 vec4 chunks
  * (rows of up to 256 * 32 = 8192 elements, cols % 4 == 0) or 16 scalar chunks (up to 4096). */
 #define KF__ROWS_MAX_VEC_CHUNKS 8u
@@ -53,8 +55,8 @@ typedef struct kf__rows {
     uint32_t width, units, chunks;
     kf_val base_units;   /* u32: row * units, the row's first unit in a width-wide binding */
     uint32_t reductions; /* names the results: reduced0, reduced1, ... */
-    kf_shared scratch_f32[KF__ROWS_MAX_SCRATCH];
-    kf_shared scratch_u32[KF__ROWS_MAX_SCRATCH];
+    kf_shared scratch_f32[KF__ROWS_MAX_SCRATCH_ARRAYS];
+    kf_shared scratch_u32[KF__ROWS_MAX_SCRATCH_ARRAYS];
     uint32_t scratch_f32_count, scratch_u32_count;
 } kf__rows;
 
@@ -114,11 +116,15 @@ typedef void (*kf__combine_fn)(kf_kernel *k, const kf_val *a, const kf_val *b, u
                                kf_val *out);
 /* Reduces each lane's tuple of n partials (f32 or u32 each, n <= 4 of either) over the row's
  * lanes; out receives the row's result, the same in every lane. Must be called from the kernel's
- * top level (it contains barriers), and ends with a barrier so calls can follow. Three barriers
- * whatever the width: the partials go to workgroup memory, 16 lanes each combine a strided
- * group of them, then every lane combines those 16 itself; each group is combined pairwise (a
- * tree in registers), so sums round as a tree over all lanes would. combine must be
- * commutative and associative up to rounding. */
+ * top level (it contains barriers). Two barriers whatever the width: the partials go to
+ * workgroup memory, 16 lanes each combine a strided group of them, then every lane combines
+ * those 16 itself; each group is combined pairwise (a tree in registers), so sums round as a
+ * tree over all lanes would. combine must be commutative and associative up to rounding.
+ * Each call takes scratch arrays of its own, never written again, so no read of one reduction
+ * can race with the next one's writes: Mesa's GLSL compiler moves a workgroup-memory read whose
+ * value is used only after a barrier() past that barrier (Dawn's GLES path; the Vulkan path
+ * keeps it), which made layernorm's mean read the variance's partials (docs/runtime.md). Past
+ * KF__ROWS_MAX_SCRATCH_ARRAYS arrays the calls share them again, with a barrier after each. */
 void kf__rows_reduce(kf__rows *r, uint32_t n, const kf_val *partials, kf__combine_fn combine,
                      kf_val *out);
 /* The row's sum / NaN-propagating max of each lane's f32 partial. */

@@ -47,7 +47,10 @@ uint64_t kf_shape_elements(const kf_shape *s) {
     }
     uint64_t n = 1;
     for (uint32_t i = 0; i < s->rank && i < KF_MAX_DIMS; i++) {
-        n *= s->dims[i];
+        /* 65536^4 would wrap to 0 and pass every size check: saturate instead */
+        if (__builtin_mul_overflow(n, (uint64_t)s->dims[i], &n)) {
+            return UINT64_MAX;
+        }
     }
     return n;
 }

@@ -21,6 +21,9 @@ static uint64_t round_up4(uint64_t n) {
 }
 
 kf_status kf_buffer_create(kf_context *ctx, uint64_t size, kf_buffer **out) {
+    if (out) {
+        *out = NULL;
+    }
     if (!ctx || !out) {
         return kf__context_fail(ctx, KF_ERROR_INVALID_ARGUMENT, "kf_buffer_create: %s is NULL",
                                 ctx ? "out" : "ctx");
@@ -47,10 +50,16 @@ kf_status kf_buffer_create(kf_context *ctx, uint64_t size, kf_buffer **out) {
                                 "kf_buffer_create: out of host memory");
     }
     buf->ctx = ctx;
+    kf__context_hold(ctx);
+    buf->next_live = ctx->live_buffers;
+    if (ctx->live_buffers) {
+        ctx->live_buffers->prev_live = buf;
+    }
+    ctx->live_buffers = buf;
     buf->size = size;
     buf->alloc_size = round_up4(size);
     wg_buffer_desc bd = {NULL, {"kfuse buffer", WG_STRLEN}, KF__ALL_USAGES, buf->alloc_size, 0};
-    wg_dawn_fake_buffer_oom fake = {{NULL, WG_STYPE_DAWN_FAKE_BUFFER_OOM}, 0, 0, 1};
+    wg_dawn_fake_buffer_oom fake = {{NULL, ctx->impl->stype_fake_buffer_oom}, 0, 0, 1};
     if (ctx->fake_oom) {
         bd.next = &fake.chain;
         ctx->fake_oom = false;
@@ -71,15 +80,59 @@ kf_status kf_buffer_create(kf_context *ctx, uint64_t size, kf_buffer **out) {
     return KF_OK;
 }
 
+static void buffer_release(kf_buffer *buf) {
+    if (buf->handle) {
+        buf->ctx->api.buffer_destroy(buf->handle);
+        buf->ctx->api.buffer_release(buf->handle);
+        buf->handle = NULL;
+    }
+}
+
+static void buffer_free(kf_buffer *buf) {
+    kf_context *ctx = buf->ctx;
+    buffer_release(buf); /* NULL already when the context was destroyed */
+    if (buf->prev_live) {
+        buf->prev_live->next_live = buf->next_live;
+    } else {
+        ctx->live_buffers = buf->next_live;
+    }
+    if (buf->next_live) {
+        buf->next_live->prev_live = buf->prev_live;
+    }
+    free(buf);
+    kf__context_let_go(ctx);
+}
+
+void kf__context_buffers_release(kf_context *ctx) {
+    for (kf_buffer *buf = ctx->live_buffers; buf; buf = buf->next_live) {
+        buffer_release(buf);
+    }
+}
+
 void kf_buffer_destroy(kf_buffer *buf) {
     if (!buf) {
         return;
     }
-    if (buf->handle) {
-        buf->ctx->api.buffer_destroy(buf->handle);
-        buf->ctx->api.buffer_release(buf->handle);
+    if (buf->holds) {
+        buf->destroyed = true; /* a plan still reads or writes it: the last drop frees it */
+        return;
     }
-    free(buf);
+    buffer_free(buf);
+}
+
+void kf__buffer_hold(kf_buffer *buf) {
+    if (buf) {
+        buf->holds++;
+    }
+}
+
+void kf__buffer_drop(kf_buffer *buf) {
+    if (!buf || buf->holds == 0) {
+        return;
+    }
+    if (--buf->holds == 0 && buf->destroyed) {
+        buffer_free(buf);
+    }
 }
 
 uint64_t kf_buffer_size(const kf_buffer *buf) {
@@ -262,6 +315,9 @@ kf_status kf_buffer_upload(kf_buffer *buf, uint64_t offset, const void *data, ui
     if (end % 4 && mid_hi >= mid_lo) {
         st = patch_word(buf, mid_hi, bytes + (mid_hi - offset), 0, (unsigned)(end - mid_hi));
     }
+    if (st == KF_OK) {
+        buf->ctx->stats.upload_bytes += size;
+    }
     return st;
 }
 
@@ -271,7 +327,11 @@ kf_status kf_buffer_download(kf_buffer *buf, uint64_t offset, void *data, uint64
         return st;
     }
     uint64_t end = offset + size;
-    return read_words(buf, offset & ~(uint64_t)3, round_up4(end), offset, end, data);
+    st = read_words(buf, offset & ~(uint64_t)3, round_up4(end), offset, end, data);
+    if (st == KF_OK) {
+        buf->ctx->stats.download_bytes += size;
+    }
+    return st;
 }
 
 kf_status kf_buffer_fill_u32(kf_buffer *buf, uint32_t pattern) {
@@ -294,6 +354,9 @@ kf_status kf_buffer_fill_u32(kf_buffer *buf, uint32_t pattern) {
     for (uint64_t done = 0; done < buf->alloc_size && st == KF_OK; done += chunk) {
         uint64_t n = buf->alloc_size - done < chunk ? buf->alloc_size - done : chunk;
         st = write_words(buf, done, (const uint8_t *)words, n);
+    }
+    if (st == KF_OK) {
+        buf->ctx->stats.upload_bytes += buf->alloc_size;
     }
     free(words);
     return st;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <strings.h>
 #include <dlfcn.h>
+#include <pthread.h>
 
 #include "runtime/runtime.h"
 
@@ -75,6 +76,12 @@ void kf__wg_string_copy(char *dst, size_t dst_size, wg_string src) {
 }
 
 kf_status kf__context_check(kf_context *ctx) {
+    if (ctx->released) {
+        return kf__context_fail(
+            ctx, KF_ERROR_DEVICE_LOST,
+            "the context of this object was destroyed (kf_context_destroy), and its device with "
+            "it; destroy the object, and make new ones from a new context");
+    }
     if (atomic_load(&ctx->lost)) {
         return kf__context_fail(
             ctx, KF_ERROR_DEVICE_LOST,
@@ -350,6 +357,22 @@ static const char *adapter_type_name(uint32_t type) {
     }
 }
 
+/* Dawn's OpenGL ES backend reports no adapter type; Mesa's and Google's software renderers are
+ * known by name (the renderer string), so a CPU is still called one and sizes chosen by type
+ * (kfuse demo, bench) fit it. A GL adapter on real hardware stays "unknown". */
+static const char *infer_adapter_type(const char *type, const char *device, const char *driver) {
+    static const char *const software[] = {"llvmpipe", "softpipe", "lavapipe", "SwiftShader"};
+    if (strcmp(type, "unknown") != 0) {
+        return type;
+    }
+    for (size_t i = 0; i < sizeof software / sizeof software[0]; i++) {
+        if (strstr(device, software[i]) || strstr(driver, software[i])) {
+            return "CPU";
+        }
+    }
+    return type;
+}
+
 static uint32_t wg_backend_of(kf_backend backend) {
     switch (backend) {
     case KF_BACKEND_VULKAN:
@@ -413,6 +436,15 @@ static uint32_t adapter_backend(kf_context *ctx, wg_adapter adapter) {
     return backend;
 }
 
+static bool adapter_has(const wg_supported_features *features, uint32_t feature) {
+    for (size_t i = 0; i < features->count; i++) {
+        if (features->features[i] == feature) {
+            return true;
+        }
+    }
+    return false;
+}
+
 /* One requestAdapter; *out stays NULL when there is none. */
 static kf_status try_adapter(kf_context *ctx, wg_dawn_toggles *toggles, uint32_t feature_level,
                              uint32_t backend, wg_adapter *out, char *message, size_t size) {
@@ -474,15 +506,6 @@ static kf_status request_adapter(kf_context *ctx, kf_backend backend, wg_dawn_to
     return KF_OK;
 }
 
-static bool adapter_has(const wg_supported_features *features, uint32_t feature) {
-    for (size_t i = 0; i < features->count; i++) {
-        if (features->features[i] == feature) {
-            return true;
-        }
-    }
-    return false;
-}
-
 static kf_status request_device(kf_context *ctx, const kf_context_desc *desc,
                                 wg_dawn_toggles *toggles) {
     wg_supported_features features = {0, NULL};
@@ -491,32 +514,32 @@ static kf_status request_device(kf_context *ctx, const kf_context_desc *desc,
     size_t wanted_count = 0;
     /* Feature numbers are those of the pinned Dawn; other libraries number them differently,
      * so kfuse asks them for none rather than for the wrong ones. */
-    if (ctx->is_dawn) {
-        if (!desc->disable_f16 && adapter_has(&features, WG_FEATURE_SHADER_F16)) {
-            wanted[wanted_count++] = WG_FEATURE_SHADER_F16;
-        }
-        if (!desc->disable_subgroups && adapter_has(&features, WG_FEATURE_SUBGROUPS)) {
-            wanted[wanted_count++] = WG_FEATURE_SUBGROUPS;
-        }
-        if (!desc->disable_timestamps && adapter_has(&features, WG_FEATURE_TIMESTAMP_QUERY)) {
-            wanted[wanted_count++] = WG_FEATURE_TIMESTAMP_QUERY;
-        }
-        if (!desc->disable_subgroups && adapter_has(&features, WG_FEATURE_SUBGROUP_MATRIX)) {
-            wanted[wanted_count++] = WG_FEATURE_SUBGROUP_MATRIX;
-        }
+    const kf__wgpu_impl *impl = ctx->impl;
+    if (!desc->disable_f16 && adapter_has(&features, impl->feature_shader_f16)) {
+        wanted[wanted_count++] = impl->feature_shader_f16;
+    }
+    if (!desc->disable_subgroups && adapter_has(&features, impl->feature_subgroups)) {
+        wanted[wanted_count++] = impl->feature_subgroups;
+    }
+    if (!desc->disable_timestamps && adapter_has(&features, impl->feature_timestamp_query)) {
+        wanted[wanted_count++] = impl->feature_timestamp_query;
+    }
+    if (!desc->disable_subgroups && adapter_has(&features, impl->feature_subgroup_matrix)) {
+        wanted[wanted_count++] = impl->feature_subgroup_matrix;
     }
     ctx->api.supported_features_free_members(features);
 
     /* The adapter's full limits, not WebGPU's conservative defaults. */
     wg_limits limits;
     memset(&limits, 0, sizeof limits);
-    bool have_limits =
-        ctx->is_dawn && ctx->api.adapter_get_limits(ctx->adapter, &limits) == WG_STATUS_SUCCESS;
+    bool have_limits = impl->limits_size == sizeof limits &&
+                       ctx->api.adapter_get_limits(ctx->adapter, &limits) == WG_STATUS_SUCCESS;
     limits.next = NULL;
 
     wg_device_desc dd;
     memset(&dd, 0, sizeof dd);
     dd.next = toggles ? &toggles->chain : NULL;
+    dd.next = kf__disk_cache_chain(ctx, desc, dd.next);
     dd.label = (wg_string){"kfuse", WG_STRLEN};
     dd.required_features = wanted;
     dd.default_queue.label = (wg_string){"kfuse queue", WG_STRLEN};
@@ -526,7 +549,7 @@ static kf_status request_device(kf_context *ctx, const kf_context_desc *desc,
 
     /* A driver may list a feature and still refuse it (experimental ones first): then ask for
      * less rather than fail, and let kf_adapter_info say what was granted. */
-    bool matrix = wanted_count && wanted[wanted_count - 1] == WG_FEATURE_SUBGROUP_MATRIX;
+    bool matrix = wanted_count && wanted[wanted_count - 1] == impl->feature_subgroup_matrix;
     const struct {
         size_t features;
         bool limits;
@@ -600,7 +623,8 @@ static void fill_info(kf_context *ctx) {
         kf__wg_string_copy(info->description, sizeof info->description, ai.description);
         snprintf(info->backend, sizeof info->backend, "%s", backend_name(ai.backend_type));
         snprintf(info->adapter_type, sizeof info->adapter_type, "%s",
-                 adapter_type_name(ai.adapter_type));
+                 infer_adapter_type(adapter_type_name(ai.adapter_type), info->device,
+                                    info->description));
         info->vendor_id = ai.vendor_id;
         info->device_id = ai.device_id;
         info->subgroup_min_size = ai.subgroup_min_size;
@@ -610,20 +634,26 @@ static void fill_info(kf_context *ctx) {
     snprintf(info->library, sizeof info->library, "%s", ctx->library_path);
 
     wg_device dev = ctx->device;
-    info->has_f16 = ctx->api.device_has_feature(dev, WG_FEATURE_SHADER_F16) &&
+    const kf__wgpu_impl *impl = ctx->impl;
+    info->has_f16 = ctx->api.device_has_feature(dev, impl->feature_shader_f16) &&
                     accepts_wgsl(ctx, "enable f16;\n"
                                       "@compute @workgroup_size(1) fn main() {\n"
                                       "    var h: f16 = 1.5h;\n    h = h * 2.0h;\n}\n");
-    info->has_subgroups = ctx->api.device_has_feature(dev, WG_FEATURE_SUBGROUPS) &&
+    info->has_subgroups = ctx->api.device_has_feature(dev, impl->feature_subgroups) &&
                           accepts_wgsl(ctx, "enable subgroups;\n"
                                             "@compute @workgroup_size(64)\n"
                                             "fn main(@builtin(subgroup_size) n: u32) {\n"
                                             "    _ = subgroupAdd(n);\n}\n");
-    info->has_timestamps = ctx->api.device_has_feature(dev, WG_FEATURE_TIMESTAMP_QUERY);
-    info->has_subgroup_matrix = ctx->api.device_has_feature(dev, WG_FEATURE_SUBGROUP_MATRIX) &&
+    info->has_timestamps = ctx->api.device_has_feature(dev, impl->feature_timestamp_query);
+    info->has_subgroup_matrix = ctx->api.device_has_feature(dev, impl->feature_subgroup_matrix) &&
                                 accepts_wgsl(ctx, "enable chromium_experimental_subgroup_matrix;\n"
                                                   "@compute @workgroup_size(64) fn main() {}\n");
     info->unchecked_access = ctx->unchecked;
+    info->vendor_masked = ctx->vendor_masked;
+    if (ctx->vendor_masked) {
+        info->vendor_id = ctx->true_vendor_id;
+        snprintf(info->vendor, sizeof info->vendor, "nvidia");
+    }
     if (!info->has_subgroups) {
         info->subgroup_min_size = info->subgroup_max_size = 0;
     }
@@ -640,32 +670,155 @@ static void fill_info(kf_context *ctx) {
     info->max_compute_workgroups_per_dimension = l->max_compute_workgroups_per_dimension;
 }
 
+/* --- the vendor-mask layer (tools/vkmask) on NVIDIA --- */
+
+#define KF__VENDOR_NVIDIA 0x10deu
+#define KF__VKMASK_LAYER "VK_LAYER_KFUSE_vendor_mask"
+
+static bool env_on(const char *name) {
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+/* The Vulkan loader reads its layer settings from the environment when Dawn creates its
+ * VkInstance (at requestAdapter), so the layer is switched on by setting them around that call
+ * and putting them back after. The environment is the process's: kfuse contexts created at the
+ * same time on other threads wait for this lock around their own instance and adapter, so none
+ * sees another's settings (other code of the process reading the environment then might). */
+static pthread_mutex_t g_layer_env_lock = PTHREAD_MUTEX_INITIALIZER;
+
+typedef struct saved_var {
+    const char *name;
+    char *value; /* NULL: was unset */
+} saved_var;
+
+static void save_and_set(saved_var *v, const char *name, const char *value) {
+    const char *old = getenv(name);
+    v->name = name;
+    v->value = old ? strdup(old) : NULL;
+    setenv(name, value, 1);
+}
+
+static void restore(saved_var *v) {
+    if (v->value) {
+        setenv(v->name, v->value, 1);
+        free(v->value);
+    } else {
+        unsetenv(v->name);
+    }
+}
+
+/* A path list with `first` ahead of the current value of `name` (if any). */
+static void prepend(char *out, size_t size, const char *first, const char *name, char sep) {
+    const char *old = getenv(name);
+    if (old && *old) {
+        snprintf(out, size, "%s%c%s", first, sep, old);
+    } else {
+        snprintf(out, size, "%s", first);
+    }
+}
+
+/* Where the adapter is NVIDIA's Vulkan driver without shader-f16 and f16 is wanted: makes a new
+ * instance and adapter with the vendor-mask layer on (see kf_context_desc.disable_vendor_mask).
+ * Called with g_layer_env_lock held.
+ * Not finding the layer, or the mask not bringing f16, is no error: the context goes on without
+ * f16, as it would have. */
+static kf_status maybe_vendor_mask(kf_context *ctx, const kf_context_desc *desc, kf_backend backend,
+                                   wg_dawn_toggles *chain, const wg_instance_desc *id) {
+    if (desc->disable_f16 || desc->disable_vendor_mask || env_on("KF_NO_VKMASK")) {
+        return KF_OK;
+    }
+    wg_adapter_info ai;
+    memset(&ai, 0, sizeof ai);
+    if (ctx->api.adapter_get_info(ctx->adapter, &ai) != WG_STATUS_SUCCESS) {
+        return KF_OK;
+    }
+    bool nvidia_vulkan = ai.backend_type == WG_BACKEND_VULKAN && ai.vendor_id == KF__VENDOR_NVIDIA;
+    ctx->api.adapter_info_free_members(ai);
+    wg_supported_features features = {0, NULL};
+    ctx->api.adapter_get_features(ctx->adapter, &features);
+    bool f16 = adapter_has(&features, ctx->impl->feature_shader_f16);
+    ctx->api.supported_features_free_members(features);
+    char dir[1024];
+    if (!nvidia_vulkan || f16 || !kf__vkmask_dir(dir, sizeof dir)) {
+        return KF_OK;
+    }
+    char layer_path[2200], add_path[2200], layers[1200];
+    saved_var vars[4];
+    int saved = 0;
+    prepend(add_path, sizeof add_path, dir, "VK_ADD_LAYER_PATH", ':');
+    save_and_set(&vars[saved++], "VK_ADD_LAYER_PATH", add_path);
+    if (getenv("VK_LAYER_PATH")) { /* it overrides the search paths, VK_ADD_LAYER_PATH too */
+        prepend(layer_path, sizeof layer_path, dir, "VK_LAYER_PATH", ':');
+        save_and_set(&vars[saved++], "VK_LAYER_PATH", layer_path);
+    }
+    prepend(layers, sizeof layers, KF__VKMASK_LAYER, "VK_INSTANCE_LAYERS", ':');
+    save_and_set(&vars[saved++], "VK_INSTANCE_LAYERS", layers);
+    save_and_set(&vars[saved++], "KF_VKMASK_VENDOR", "0xffff");
+
+    ctx->api.adapter_release(ctx->adapter);
+    ctx->adapter = NULL;
+    ctx->api.instance_release(ctx->instance);
+    ctx->instance = ctx->api.create_instance(id);
+    kf_status st = ctx->instance ? request_adapter(ctx, backend, chain)
+                                 : kf__context_fail(ctx, KF_ERROR_NO_ADAPTER,
+                                                    "%s could not create a WebGPU instance",
+                                                    ctx->library_path);
+    for (int i = saved - 1; i >= 0; i--) {
+        restore(&vars[i]);
+    }
+    if (st == KF_OK && ctx->adapter) {
+        /* on only if Dawn now sees another vendor (a loader that ignored the layer: still NVIDIA)
+         */
+        memset(&ai, 0, sizeof ai);
+        if (ctx->api.adapter_get_info(ctx->adapter, &ai) == WG_STATUS_SUCCESS) {
+            ctx->vendor_masked = ai.vendor_id != KF__VENDOR_NVIDIA;
+            ctx->api.adapter_info_free_members(ai);
+        }
+        ctx->true_vendor_id = KF__VENDOR_NVIDIA;
+    }
+    return st;
+}
+
 static kf_status create(kf_context *ctx, const kf_context_desc *desc) {
-    kf_status st = kf__wgpu_load(desc->library_path, &ctx->api, &ctx->library, ctx->library_path,
-                                 sizeof ctx->library_path, ctx->error, sizeof ctx->error);
+    kf__wgpu_loaded *loaded = calloc(1, sizeof *loaded);
+    if (!loaded) {
+        return kf__context_fail(ctx, KF_ERROR_OUT_OF_MEMORY, "out of host memory");
+    }
+    kf_status st = kf__wgpu_load(desc->library_path, loaded, ctx->error, sizeof ctx->error);
+    if (st == KF_OK) {
+        ctx->api = loaded->api;
+        ctx->library = loaded->library;
+        ctx->impl = loaded->impl;
+        snprintf(ctx->library_path, sizeof ctx->library_path, "%s", loaded->path);
+        snprintf(ctx->info.library_source, sizeof ctx->info.library_source, "%s", loaded->why);
+    }
+    free(loaded);
     if (st != KF_OK) {
         return st;
     }
-    ctx->is_dawn = ctx->api.device_tick != NULL;
     kf_backend backend;
     st = pick_backend(ctx, desc->backend, &backend);
     if (st != KF_OK) {
         return st;
     }
 
-    ctx->unchecked = ctx->is_dawn && want_unchecked(desc); /* a Dawn toggle */
+    bool toggles_chain = ctx->impl->stype_toggles != 0;
+    ctx->unchecked = toggles_chain && want_unchecked(desc); /* a Dawn toggle */
     /* disable_robustness is the last of the enabled toggles: left out unless asked for. */
     size_t enabled = sizeof g_enabled_toggles / sizeof g_enabled_toggles[0] - !ctx->unchecked;
     wg_dawn_toggles toggles = {
-        {NULL, WG_STYPE_DAWN_TOGGLES}, enabled, g_enabled_toggles, 1, g_disabled_toggles};
-    wg_dawn_toggles *chain = ctx->is_dawn ? &toggles : NULL;
+        {NULL, ctx->impl->stype_toggles}, enabled, g_enabled_toggles, 1, g_disabled_toggles};
+    wg_dawn_toggles *chain = toggles_chain ? &toggles : NULL;
     wg_instance_desc id;
     memset(&id, 0, sizeof id);
     id.next = chain ? &chain->chain : NULL;
-    id.capabilities.timed_wait_any_enable = 1;
+    id.capabilities.timed_wait_any_enable = ctx->impl->timed_wait_any;
     id.capabilities.timed_wait_any_max_count = 1;
+    pthread_mutex_lock(&g_layer_env_lock);
     ctx->instance = ctx->api.create_instance(&id);
     if (!ctx->instance) {
+        pthread_mutex_unlock(&g_layer_env_lock);
         return kf__context_fail(
             ctx, KF_ERROR_NO_ADAPTER,
             "%s could not create a WebGPU instance (is it a webgpu.h library of the "
@@ -673,6 +826,10 @@ static kf_status create(kf_context *ctx, const kf_context_desc *desc) {
             ctx->library_path);
     }
     st = request_adapter(ctx, backend, chain);
+    if (st == KF_OK) {
+        st = maybe_vendor_mask(ctx, desc, backend, chain, &id);
+    }
+    pthread_mutex_unlock(&g_layer_env_lock);
     if (st != KF_OK) {
         return st;
     }
@@ -685,6 +842,8 @@ static kf_status create(kf_context *ctx, const kf_context_desc *desc) {
         return kf__context_fail(ctx, KF_ERROR_NO_DEVICE, "the device did not report its limits");
     }
     fill_info(ctx);
+    snprintf(ctx->info.pipeline_cache, sizeof ctx->info.pipeline_cache, "%s",
+             kf__disk_cache_dir(ctx));
     return kf__context_check(ctx);
 }
 
@@ -726,14 +885,40 @@ kf_status kf_context_create(const kf_context_desc *desc, kf_context **out) {
     return KF_OK;
 }
 
+/* What is left of a context once its WebGPU objects are gone: the struct and the host memory
+ * its pipelines' keys and names take. */
+static void context_free(kf_context *ctx) {
+    kf__pipeline_cache_destroy(ctx);
+    free(ctx);
+}
+
+void kf__context_hold(kf_context *ctx) {
+    if (ctx) {
+        ctx->holders++;
+    }
+}
+
+void kf__context_let_go(kf_context *ctx) {
+    if (ctx && --ctx->holders == 0 && ctx->released) {
+        context_free(ctx);
+    }
+}
+
+bool kf__context_released(const kf_context *ctx) {
+    return ctx->released;
+}
+
 void kf_context_destroy(kf_context *ctx) {
-    if (!ctx) {
+    if (!ctx || ctx->released) {
         return;
     }
     atomic_store(&ctx->destroying, true);
     kf__context_extensions_release(ctx);
     if (ctx->device) {
-        kf__pipeline_cache_destroy(ctx);
+        /* Objects still alive lose their WebGPU objects now, while the device exists; their
+         * structs stay until their destroy calls (see struct kf_context). */
+        kf__context_buffers_release(ctx);
+        kf__pipeline_cache_release(ctx);
         kf__context_timing_destroy(ctx);
         kf__context_staging_destroy(ctx);
     }
@@ -754,6 +939,7 @@ void kf_context_destroy(kf_context *ctx) {
     if (ctx->instance) {
         ctx->api.instance_release(ctx->instance);
     }
+    kf__disk_cache_destroy(ctx);
     /* WebGPU has called every callback it owed by now. */
     while (ctx->orphans) {
         kf__callback_block *next = ctx->orphans->next;
@@ -763,7 +949,15 @@ void kf_context_destroy(kf_context *ctx) {
     if (ctx->library) {
         dlclose(ctx->library);
     }
-    free(ctx);
+    ctx->queue = NULL;
+    ctx->device = NULL;
+    ctx->adapter = NULL;
+    ctx->instance = NULL;
+    ctx->library = NULL;
+    ctx->released = true;
+    if (ctx->holders == 0) {
+        context_free(ctx);
+    }
 }
 
 const char *kf_context_last_error(const kf_context *ctx) {
@@ -783,6 +977,7 @@ kf_status kf_context_stats_get(const kf_context *ctx, kf_context_stats *out) {
         return KF_ERROR_INVALID_ARGUMENT;
     }
     *out = ctx->stats;
+    kf__disk_cache_stats(ctx, out);
     return KF_OK;
 }
 
@@ -797,7 +992,7 @@ kf_status kf__context_force_loss(kf_context *ctx) {
 }
 
 kf_status kf__context_fake_oom(kf_context *ctx) {
-    if (!ctx || !ctx->is_dawn) {
+    if (!ctx || !ctx->impl->stype_fake_buffer_oom) {
         return KF_ERROR_UNSUPPORTED;
     }
     ctx->fake_oom = true;

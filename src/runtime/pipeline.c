@@ -53,10 +53,7 @@ static bool same_key(const kf_pipeline *p, uint64_t hash, const char *wgsl, cons
     return true;
 }
 
-static void pipeline_free(kf_context *ctx, kf_pipeline *p) {
-    if (!p) {
-        return;
-    }
+static void pipeline_release(kf_context *ctx, kf_pipeline *p) {
     if (p->handle) {
         ctx->api.compute_pipeline_release(p->handle);
     }
@@ -69,6 +66,17 @@ static void pipeline_free(kf_context *ctx, kf_pipeline *p) {
     if (p->module) {
         ctx->api.shader_module_release(p->module);
     }
+    p->handle = NULL;
+    p->layout = NULL;
+    p->bind_group_layout = NULL;
+    p->module = NULL;
+}
+
+static void pipeline_free(kf_context *ctx, kf_pipeline *p) {
+    if (!p) {
+        return;
+    }
+    pipeline_release(ctx, p);
     if (p->constants) {
         for (uint32_t i = 0; i < p->constant_count; i++) {
             free((char *)p->constants[i].name);
@@ -79,6 +87,15 @@ static void pipeline_free(kf_context *ctx, kf_pipeline *p) {
     free(p->wgsl);
     free(p->entry_point);
     free(p);
+}
+
+void kf__pipeline_cache_release(kf_context *ctx) {
+    kf__pipeline_cache *c = &ctx->pipelines;
+    for (size_t i = 0; i < c->capacity; i++) {
+        if (c->slots[i]) {
+            pipeline_release(ctx, c->slots[i]);
+        }
+    }
 }
 
 void kf__pipeline_cache_destroy(kf_context *ctx) {
@@ -441,6 +458,9 @@ static kf_status build(kf_context *ctx, kf_pipeline *p) {
 }
 
 kf_status kf_pipeline_get(kf_context *ctx, const kf_pipeline_desc *desc, kf_pipeline **out) {
+    if (out) {
+        *out = NULL;
+    }
     if (!ctx || !desc || !out) {
         return kf__context_fail(ctx, KF_ERROR_INVALID_ARGUMENT, "kf_pipeline_get: %s is NULL",
                                 !ctx    ? "ctx"

@@ -15,9 +15,14 @@
 
 struct kf_buffer {
     kf_context *ctx;
-    wg_buffer handle;
-    uint64_t size;       /* as asked */
-    uint64_t alloc_size; /* size rounded up to 4 bytes, as WebGPU copies need */
+    wg_buffer handle; /* NULL once the context was destroyed (kf_context_destroy releases it) */
+    struct kf_buffer *prev_live, *next_live; /* the context's live buffers */
+    uint64_t size;                           /* as asked */
+    uint64_t alloc_size;                     /* size rounded up to 4 bytes, as WebGPU copies need */
+    /* Holds by plans bound to it (kf__buffer_hold): kf_buffer_destroy then only marks it
+     * destroyed, and the last kf__buffer_drop frees it. */
+    uint32_t holds;
+    bool destroyed;
 };
 
 struct kf_pipeline {
@@ -43,12 +48,46 @@ typedef struct kf__pipeline_cache {
     size_t count;
 } kf__pipeline_cache;
 
+/* A webgpu.h implementation: what differs between them, one row each (impl.c). */
+typedef struct kf__wgpu_impl {
+    const char *name;   /* "Dawn" */
+    const char *marker; /* a symbol only this implementation exports */
+    bool supported;     /* implemented and tested; others are refused when loaded */
+    const char *why;    /* why it is not supported (what differs) */
+    /* WGPUFeatureName values */
+    uint32_t feature_timestamp_query, feature_shader_f16, feature_subgroups,
+        feature_subgroup_matrix;
+    size_t limits_size;         /* sizeof WGPULimits, whose layout is wg_limits */
+    bool work_done_has_message; /* the queue's work-done callback has a message argument */
+    bool timed_wait_any;        /* wgpuInstanceWaitAny takes a timeout */
+    /* extension structs (0: none): Dawn's toggles, its fake out-of-memory test hook, and its
+     * cache interface (load/store callbacks: the persistent pipeline cache, disk_cache.c) */
+    uint32_t stype_toggles, stype_fake_buffer_oom, stype_cache_device;
+} kf__wgpu_impl;
+
+/* The implementation of an opened library (NULL: none kfuse knows). */
+const kf__wgpu_impl *kf__wgpu_impl_identify(bool (*has_symbol)(void *library, const char *name),
+                                            void *library);
+/* The names of the supported implementations, ", "-separated. */
+void kf__wgpu_impl_supported(char *out, size_t size);
+
+/* What kf__wgpu_load found. */
+typedef struct kf__wgpu_loaded {
+    kf__wgpu_api api;
+    void *library; /* dlopen handle */
+    const kf__wgpu_impl *impl;
+    char path[512]; /* resolved */
+    char why[128];  /* which step of the search order found it */
+} kf__wgpu_loaded;
+
 struct kf_context {
     kf__wgpu_api api;
     void *library; /* dlopen handle */
     char library_path[512];
-    bool is_dawn;
-    bool unchecked; /* Dawn's robustness pass is off (kf_context_desc.unchecked_access) */
+    const kf__wgpu_impl *impl; /* the loaded implementation's row (impl.c) */
+    bool unchecked;          /* Dawn's robustness pass is off (kf_context_desc.unchecked_access) */
+    bool vendor_masked;      /* the vendor-mask layer is on (NVIDIA, for shader-f16) */
+    uint32_t true_vendor_id; /* the vendor before the mask */
 
     wg_instance instance;
     wg_adapter adapter;
@@ -80,6 +119,15 @@ struct kf_context {
     bool fake_oom; /* tests: the next buffer creation fails as out of memory (Dawn only) */
     /* Callback memory whose wait was abandoned (see kf__callback_release). */
     struct kf__callback_block *orphans;
+    /* The persistent pipeline cache (disk_cache.c), NULL when off. */
+    struct kf__disk_cache *disk_cache;
+    /* Objects that outlive kf_context_destroy (docs/runtime.md, "Lifetimes"): destroying the
+     * context releases every WebGPU object at once, and the kf_context itself stays as a shell
+     * while objects that hold it (`holders`) live, so their calls fail with
+     * KF_ERROR_DEVICE_LOST and their destroy calls are safe; the last one frees it. */
+    bool released;
+    uint32_t holders;
+    struct kf_buffer *live_buffers;
     /* State layers above the runtime keep per context (extension.c). */
     struct kf__context_extension *extensions;
     uint32_t extension_count;
@@ -95,11 +143,15 @@ kf_status kf__context_extension_set(kf_context *ctx, const void *key, void *data
 /* Frees every slot's data (kf_context_destroy). */
 void kf__context_extensions_release(kf_context *ctx);
 
-/* loader.c: finds and opens a webgpu.h library and resolves the entry points kfuse calls.
- * path: an explicit library (desc->library_path), or NULL for the search order documented at
- * kf_context_desc. On failure returns KF_ERROR_NO_LIBRARY with what was tried in err. */
-kf_status kf__wgpu_load(const char *path, kf__wgpu_api *api, void **library, char *opened,
-                        size_t opened_size, char *err, size_t err_size);
+/* loader.c: finds and opens a webgpu.h library, identifies its implementation and resolves
+ * the entry points kfuse calls. path: an explicit library (desc->library_path), or NULL for the
+ * search order of loader.c. On failure returns KF_ERROR_NO_LIBRARY with what was tried, or why
+ * the library was refused, in err. */
+kf_status kf__wgpu_load(const char *path, kf__wgpu_loaded *out, char *err, size_t err_size);
+
+/* The folder of the vendor-mask Vulkan layer (tools/vkmask: its manifest and library): beside
+ * libkfuse as installed (<libdir>/kfuse/vkmask), else the build tree's; false when neither. */
+bool kf__vkmask_dir(char *out, size_t size);
 
 /* context.c */
 /* Records a formatted message as the context's last error and returns status. */
@@ -123,6 +175,16 @@ void *kf__callback_alloc(size_t size);
  * WebGPU owing the callback a call, at the latest when the instance is released: the context
  * then keeps the memory until after that. */
 void kf__callback_release(kf_context *ctx, void *data, bool completed);
+/* An object that keeps ctx as a pointer (a buffer, a plan, ...) holds it from creation to its
+ * destroy call: the kf_context stays allocated (as a released shell, see struct kf_context)
+ * until every holder let go, so the holder's calls after kf_context_destroy see
+ * KF_ERROR_DEVICE_LOST through kf__context_check instead of freed memory. Release last, after
+ * the holder's own clean-up. NULL is a no-op for both. */
+void kf__context_hold(kf_context *ctx);
+void kf__context_let_go(kf_context *ctx);
+/* Whether kf_context_destroy was called: every WebGPU handle of the context is gone then, and
+ * a holder's clean-up must not call WebGPU (its handles were released with the device). */
+bool kf__context_released(const kf_context *ctx);
 /* Submits the commands (checking them for errors) without waiting for the GPU. */
 kf_status kf__context_submit(kf_context *ctx, wg_command_buffer commands, const char *what);
 /* Submits the commands and waits until the GPU has finished them. */
@@ -131,13 +193,28 @@ kf_status kf__context_submit_wait(kf_context *ctx, wg_command_buffer commands, c
 void kf__wg_string_copy(char *dst, size_t dst_size, wg_string src);
 
 /* pipeline.c */
+/* Releases every cached pipeline's WebGPU objects (kf_context_destroy), keeping the structs. */
+void kf__pipeline_cache_release(kf_context *ctx);
 void kf__pipeline_cache_destroy(kf_context *ctx);
+
+/* disk_cache.c: Dawn's cache interface over a folder (see there). Returns the chain to put on
+ * the device descriptor: next, preceded by the cache's descriptor where the cache is on. */
+wg_chain *kf__disk_cache_chain(kf_context *ctx, const kf_context_desc *desc, wg_chain *next);
+void kf__disk_cache_destroy(kf_context *ctx); /* after the device is released */
+void kf__disk_cache_stats(const kf_context *ctx, kf_context_stats *out);
+const char *kf__disk_cache_dir(const kf_context *ctx); /* "" when off */
 
 /* dispatch.c */
 void kf__context_timing_destroy(kf_context *ctx);
 
 /* buffer.c */
 void kf__context_staging_destroy(kf_context *ctx);
+/* A plan bound to buf keeps it alive: the owner's kf_buffer_destroy (kf_gpu_tensor_destroy)
+ * frees it only once every hold is dropped. NULL is a no-op. */
+void kf__buffer_hold(kf_buffer *buf);
+void kf__buffer_drop(kf_buffer *buf);
+/* Releases the WebGPU buffer of every live kf_buffer (kf_context_destroy). */
+void kf__context_buffers_release(kf_context *ctx);
 
 /* For tests: the next kf_buffer_create fails the way an exhausted device fails (Dawn only). */
 kf_status kf__context_fake_oom(kf_context *ctx);

@@ -59,7 +59,8 @@ typedef struct wg_chain {
 enum {
     WG_STYPE_SHADER_SOURCE_WGSL = 0x00000002,
     WG_STYPE_DAWN_TOGGLES = 0x0005000A,
-    WG_STYPE_DAWN_FAKE_BUFFER_OOM = 0x00050040, /* measured: Dawn names it when misplaced */
+    WG_STYPE_DAWN_FAKE_BUFFER_OOM = 0x00050040,         /* measured: Dawn names it when misplaced */
+    WG_STYPE_DAWN_CACHE_DEVICE_DESCRIPTOR = 0x00050007, /* measured the same way */
 };
 
 typedef struct wg_future {
@@ -297,6 +298,21 @@ typedef struct wg_device_desc {
     wg_device_lost_callback_info device_lost;
     wg_uncaptured_error_callback_info uncaptured_error;
 } wg_device_desc;
+
+/* Dawn's cache interface, chained on the device descriptor: Dawn asks `load` for a blob by key
+ * (first with value NULL for its size, then with room for it; 0 is a miss) and gives new blobs
+ * to `store`. The callbacks may run on Dawn's worker threads. */
+typedef size_t (*wg_dawn_load_cache_fn)(const void *key, size_t key_size, void *value,
+                                        size_t value_size, void *userdata);
+typedef void (*wg_dawn_store_cache_fn)(const void *key, size_t key_size, const void *value,
+                                       size_t value_size, void *userdata);
+typedef struct wg_dawn_cache_device_desc {
+    wg_chain chain; /* stype WG_STYPE_DAWN_CACHE_DEVICE_DESCRIPTOR */
+    wg_string isolation_key;
+    wg_dawn_load_cache_fn load;
+    wg_dawn_store_cache_fn store;
+    void *userdata;
+} wg_dawn_cache_device_desc;
 
 /* --- buffers --- */
 typedef struct wg_buffer_desc {

@@ -214,13 +214,15 @@ kf_status kf__spec_lex(const char *text, size_t length, kf__token **tokens, uint
         char c = text[lx.pos];
         size_t before = lx.pos;
         uint32_t column = lx.column;
-        if (c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v') {
+        /* A CR alone ends a line (old Mac files), as LF and CR LF do. */
+        bool lone_cr = c == '\r' && (lx.pos + 1 == length || text[lx.pos + 1] != '\n');
+        if ((c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v') && !lone_cr) {
             lx.pos++;
         } else if (c == '#') {
-            while (lx.pos < length && text[lx.pos] != '\n') {
+            while (lx.pos < length && text[lx.pos] != '\n' && text[lx.pos] != '\r') {
                 lx.pos++;
             }
-        } else if (c == '\n') {
+        } else if (c == '\n' || lone_cr) {
             lx.pos++;
             ok = push(&lx, KF__TOK_END, before, column);
             lx.line++;

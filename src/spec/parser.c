@@ -2,6 +2,7 @@
  *
  *     program   := (statement? END)* EOF             END is a newline or ';'
  *     statement := NAME ':' DTYPE '[' dims? ']'      an input
+ *                | 'param' NAME ':' 'f32' '[' dims? ']' ('=' init)?    a trainable parameter
  *                | NAME '=' expr                     an assignment
  *                | 'out' NAME (',' NAME)*            outputs
  *     expr      := term ('|>' callee)*
@@ -10,6 +11,7 @@
  *     callee    := NAME | call                       a |> f(b) is f(a, b); a |> f is f(a)
  *     arg       := NAME '=' (number | expr) | number | expr     a keyword: a parameter or an input
  *     number    := '-'? NUMBER | 'true' | 'false'
+ *     init      := 'zeros' | 'uniform' '(' number ')'
  *
  * docs/graph-language.md is the user's description; this file follows it. */
 #include "spec/spec_internal.h"
@@ -627,7 +629,41 @@ static bool parse_dim(parser *p, uint32_t *out) {
     return true;
 }
 
-static bool parse_input(parser *p) {
+/* `= zeros` or `= uniform(bound)` after a param's shape. */
+static bool parse_init(parser *p, kf_param_init *init) {
+    advance(p); /* '=' */
+    const kf__token *t = cur(p);
+    if (is_word(t, "zeros")) {
+        init->kind = KF_INIT_ZEROS;
+        advance(p);
+        return true;
+    }
+    if (!is_word(t, "uniform") || peek_at(p, 1)->kind != KF__TOK_LPAREN) {
+        return expected(p, "an initialiser after '=': zeros or uniform(bound)");
+    }
+    advance(p);
+    advance(p);
+    const kf__token *at = cur(p);
+    double bound = 0.0;
+    if (!parse_number(p, &bound)) {
+        return false;
+    }
+    if (!(bound > 0.0 && bound < 1e30)) {
+        return fail_at(p, at, KF_ERROR_PARSE, "uniform(bound) needs a bound above 0");
+    }
+    if (cur(p)->kind != KF__TOK_RPAREN) {
+        return expected(p, "')' after uniform's bound");
+    }
+    advance(p);
+    init->kind = KF_INIT_UNIFORM;
+    init->bound = (float)bound;
+    return true;
+}
+
+static bool parse_input(parser *p, bool is_param) {
+    if (is_param) {
+        advance(p); /* 'param' */
+    }
     const kf__token *name = cur(p);
     if (!check_new_name(p, name)) {
         return false;
@@ -685,7 +721,19 @@ static bool parse_input(parser *p) {
     advance(p); /* ']' */
     char buf[KF__SPEC_MAX_TOKEN + 1];
     token_copy(name, buf, sizeof buf);
-    kf_node node = kf_graph_input(p->g, buf, &shape, dtype);
+    kf_node node;
+    if (is_param) {
+        if (dtype != KF_DTYPE_F32) {
+            return fail_at(p, dt, KF_ERROR_PARSE, "a param is f32 (trainable values)");
+        }
+        kf_param_init init = {0};
+        if (cur(p)->kind == KF__TOK_EQUALS && !parse_init(p, &init)) {
+            return false;
+        }
+        node = kf_graph_param(p->g, buf, &shape, &init);
+    } else {
+        node = kf_graph_input(p->g, buf, &shape, dtype);
+    }
     return check_graph(p, name, node) && define(p, name, node, true);
 }
 
@@ -840,7 +888,19 @@ static bool parse_statement(parser *p) {
     kf__tok_kind next = peek_at(p, 1)->kind;
     if (t->kind == KF__TOK_NAME) {
         if (next == KF__TOK_COLON) {
-            return parse_input(p);
+            return parse_input(p, false);
+        }
+        if (is_word(t, "param") && next == KF__TOK_NAME) {
+            if (peek_at(p, 2)->kind != KF__TOK_COLON) {
+                return fail_at(p, peek_at(p, 2), KF_ERROR_PARSE,
+                               "expected ':' and a type after 'param %.*s' (param w: f32[64, 32])",
+                               (int)peek_at(p, 1)->length, peek_at(p, 1)->text);
+            }
+            return parse_input(p, true);
+        }
+        if (next == KF__TOK_COMMA || (next == KF__TOK_EQUALS && is_word(peek_at(p, 2), "grad") &&
+                                      peek_at(p, 3)->kind == KF__TOK_LPAREN)) {
+            return parse_grad_assignment(p);
         }
         if (next == KF__TOK_COMMA || (next == KF__TOK_EQUALS && is_word(peek_at(p, 2), "grad") &&
                                       peek_at(p, 3)->kind == KF__TOK_LPAREN)) {
@@ -912,6 +972,9 @@ kf_status kf_spec_parse(const char *text, size_t length, kf_graph **out, kf_spec
         err = &scratch;
     }
     memset(err, 0, sizeof *err);
+    if (out) {
+        *out = NULL;
+    }
     if (!out || (!text && length)) {
         snprintf(err->message, sizeof err->message, "kf_spec_parse: %s is NULL",
                  out ? "text" : "out");

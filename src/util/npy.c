@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 /* numpy writes headers of about 128 bytes; a longer one than this is damage, not data. */
 #define NPY_MAX_HEADER (1u << 16)
@@ -319,6 +321,9 @@ static kf_status read_elements(const npy_reader *r, FILE *f, npy_type type, kf_t
 static kf_status read_file(const npy_reader *r, FILE *f, kf_tensor **out) {
     unsigned char prefix[12];
     size_t got = fread(prefix, 1, 8, f);
+    if (got < 8 && ferror(f)) {
+        return npy_fail(r, KF_ERROR_IO, "cannot read: %s", strerror(errno));
+    }
     if (got < 8 || memcmp(prefix, npy_magic, sizeof npy_magic) != 0) {
         return npy_fail(r, KF_ERROR_IO, "not a .npy file (it does not start with \\x93NUMPY)");
     }
@@ -438,6 +443,11 @@ kf_status kf_npy_read(const char *path, kf_tensor **out, char *msg, size_t msg_s
     if (!f) {
         return npy_fail(&r, KF_ERROR_IO, "cannot open: %s", strerror(errno));
     }
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fclose(f); /* Linux opens a directory for reading; reading it then fails with EISDIR */
+        return npy_fail(&r, KF_ERROR_IO, "is a directory, not a .npy file");
+    }
     kf_status st = read_file(&r, f, out);
     fclose(f);
     return st;
@@ -478,6 +488,45 @@ static bool write_elements(FILE *f, const float *data, uint64_t count, kf_dtype 
     }
     free(chunk);
     return ok;
+}
+
+/* Creates a new file beside path (same folder) with a name no one else uses, as open(2) with
+ * mode 0666 would (so the umask applies, as it would to path itself); -1 with errno set. A
+ * directory at path is refused here, before anything is written (rename would refuse it later
+ * with a less helpful EISDIR or ENOTEMPTY). */
+static int open_temp_beside(const char *path, char **temp_out) {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        errno = EISDIR;
+        return -1;
+    }
+    const char *slash = strrchr(path, '/');
+    size_t dir_len = slash ? (size_t)(slash - path) + 1 : 0;
+    size_t size = dir_len + 48;
+    char *temp = malloc(size);
+    if (!temp) {
+        errno = ENOMEM;
+        return -1;
+    }
+    /* The tag only makes clashes unlikely (two threads hold different buffers at once);
+     * open(O_EXCL) is what guarantees that no one else's file is taken. */
+    for (unsigned attempt = 0; attempt < 100; attempt++) {
+        unsigned long long tag = (unsigned long long)getpid() << 32 ^
+                                 (unsigned long long)(uintptr_t)temp ^ attempt * 2654435761u;
+        snprintf(temp, size, "%.*s.kfuse-%llx.npy.tmp", (int)dir_len, path, tag);
+        int fd = open(temp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd >= 0) {
+            *temp_out = temp;
+            return fd;
+        }
+        if (errno != EEXIST) {
+            break;
+        }
+    }
+    int saved = errno;
+    free(temp);
+    errno = saved;
+    return -1;
 }
 
 kf_status kf_npy_write(const char *path, const kf_tensor *t, kf_dtype dtype) {
@@ -526,22 +575,41 @@ kf_status kf_npy_write(const char *path, const kf_tensor *t, kf_dtype dtype) {
     prefix[8] = (unsigned char)(header_len & 0xff);
     prefix[9] = (unsigned char)(header_len >> 8);
 
-    FILE *f = fopen(path, "wb");
+    /* The file appears whole or not at all: written under a temporary name in the same folder
+     * (so the rename stays on one file system) and renamed over path only once complete and on
+     * disk. A kill at any moment leaves a previous file of that name as it was. */
+    char *temp = NULL;
+    int fd = open_temp_beside(path, &temp);
+    if (fd < 0) {
+        return KF_ERROR_IO;
+    }
+    FILE *f = fdopen(fd, "wb");
     if (!f) {
+        int saved = errno;
+        close(fd);
+        unlink(temp);
+        free(temp);
+        errno = saved;
         return KF_ERROR_IO;
     }
     bool ok = fwrite(prefix, 1, sizeof prefix, f) == sizeof prefix &&
               fwrite(header, 1, header_len, f) == header_len &&
-              write_elements(f, t->data, count, dtype);
+              write_elements(f, t->data, count, dtype) && fflush(f) == 0 && fsync(fd) == 0;
     int saved = errno;
-    if (fclose(f) != 0) {
+    if (fclose(f) != 0 && ok) {
+        ok = false;
+        saved = errno;
+    }
+    if (ok && rename(temp, path) != 0) {
         ok = false;
         saved = errno;
     }
     if (!ok) {
-        remove(path); /* no half-written file that looks like a result */
+        unlink(temp); /* no half-written file, under either name */
+        free(temp);
         errno = saved;
         return KF_ERROR_IO;
     }
+    free(temp);
     return KF_OK;
 }

@@ -259,7 +259,7 @@ static bool check_random_case(random_case *rc, uint32_t samples, uint32_t *check
     return ok;
 }
 
-KT_TEST(fusion, autodiff_random_graphs_match_finite_differences) {
+KT_CPU_TEST(fusion, autodiff_random_graphs_match_finite_differences) {
     const char *env = getenv("KFUSE_GRAD_GRAPHS");
     int total = env ? atoi(env) : 400;
     /* A fixed stream, the same graphs every run (KFUSE_GRAD_SEED for others): one graph in a few
@@ -287,7 +287,7 @@ KT_TEST(fusion, autodiff_random_graphs_match_finite_differences) {
 }
 
 /* A wrong rule must be caught: gelu's gradient replaced by silu's (close in shape). */
-KT_TEST(fusion, autodiff_difference_check_catches_a_wrong_gradient) {
+KT_CPU_TEST(fusion, autodiff_difference_check_catches_a_wrong_gradient) {
     kf_graph *g = kf_graph_create();
     kf_shape s = kf_shape_2d(7, 13);
     kf_node x = kf_graph_input(g, "x", &s, KF_DTYPE_F32);
@@ -486,7 +486,7 @@ KT_TEST(fusion, autodiff_grad_in_the_language) {
 
 /* ---- errors of the pass ---- */
 
-KT_TEST(fusion, autodiff_refusals_name_their_cause) {
+KT_CPU_TEST(fusion, autodiff_refusals_name_their_cause) {
     kf_shape s = kf_shape_2d(3, 4), ls = kf_shape_1d(3);
     kf_graph *g = kf_graph_create();
     kf_node x = kf_graph_input(g, "x", &s, KF_DTYPE_F32);

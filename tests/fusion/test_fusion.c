@@ -370,7 +370,7 @@ KT_TEST(fusion, plan_api_refuses_bad_use) {
     kf_graph_destroy(g);
 }
 
-KT_TEST(fusion, graph_errors_name_the_problem) {
+KT_CPU_TEST(fusion, graph_errors_name_the_problem) {
     kf_graph *g = kf_graph_create();
     kf_shape s1 = kf_shape_2d(4, 8), s2 = kf_shape_2d(5, 8);
     kf_node a = kf_graph_input(g, "a", &s1, KF_DTYPE_F32);

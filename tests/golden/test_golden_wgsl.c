@@ -53,7 +53,7 @@ static void first_difference(const char *a, const char *b, char *out, size_t siz
     snprintf(out, size, "line %d:\n      emitted: %.*s\n      golden:  %.*s", line, na, la, nb, lb);
 }
 
-KT_TEST(golden, wgsl_matches_golden_files) {
+KT_CPU_TEST(golden, wgsl_matches_golden_files) {
     const char *update = getenv("KFUSE_UPDATE_GOLDEN");
     bool rewrite = update && !strcmp(update, "1");
     for (size_t i = 0; i < sizeof golden_names / sizeof golden_names[0]; i++) {
@@ -96,7 +96,7 @@ KT_TEST(golden, wgsl_matches_golden_files) {
 
 /* Emission is deterministic: the same kernel built twice gives the same bytes, and emitting
  * twice from one kernel too. */
-KT_TEST(golden, wgsl_is_deterministic) {
+KT_CPU_TEST(golden, wgsl_is_deterministic) {
     for (uint32_t i = 0; i < kf__example_count(); i++) {
         const kf__example *e = kf__example_at(i);
         kf_kernel *a = e->build(), *b = e->build();

@@ -133,7 +133,7 @@ KT_TEST(ops, matmul_blocked_every_config_and_shape) {
     }
 }
 
-KT_TEST(ops, matmul_blocked_refuses_bad_configs) {
+KT_CPU_TEST(ops, matmul_blocked_refuses_bad_configs) {
     kf__mm_config bad[] = {{0, 64, 8, 4, 4, 0},    {64, 64, 6, 4, 4, 0},  {64, 64, 8, 4, 3, 0},
                            {256, 256, 8, 2, 4, 0}, {64, 64, 8, 32, 4, 0}, {64, 64, 8, 4, 4, 3},
                            {64, 64, 8, 2, 4, 0},   {256, 256, 8, 4, 4, 2}};

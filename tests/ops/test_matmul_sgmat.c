@@ -151,7 +151,7 @@ static bool run_case(kf_context *ctx, uint32_t sg, uint32_t m, uint32_t kd, uint
     return ok;
 }
 
-KT_TEST(ops, matmul_sgmat_interpreter) {
+KT_CPU_TEST(ops, matmul_sgmat_interpreter) {
     for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++) {
         KT_CHECK(kf__sgmat_config_valid(&configs[c], 32), "config %zu is invalid", c);
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -167,7 +167,7 @@ KT_TEST(ops, matmul_sgmat_interpreter) {
     KT_CHECK(run_case(NULL, 16, 70, 40, 50, &configs[1], true), "subgroups of 16");
 }
 
-KT_TEST(ops, matmul_sgmat_wgsl) {
+KT_CPU_TEST(ops, matmul_sgmat_wgsl) {
     kf_kernel *k = kf__matmul_sgmat(4095, 4093, 4097, NULL, 32);
     KT_CHECK(k && kf_kernel_status(k) == KF_OK, "%s", k ? kf_kernel_error(k) : "NULL");
     char *w = kf_kernel_emit_wgsl(k);
@@ -218,7 +218,7 @@ KT_TEST(ops, matmul_sgmat_wgsl) {
     kf_kernel_destroy(dk);
 }
 
-KT_TEST(ops, matmul_sgmat_refuses_bad_configs) {
+KT_CPU_TEST(ops, matmul_sgmat_refuses_bad_configs) {
     kf__sgmat_config bad[] = {
         {0, 64, 32, 2, 2, 2, 0, 0},   {64, 64, 24, 2, 2, 2, 0, 0},   {48, 64, 32, 2, 2, 2, 0, 0},
         {64, 64, 32, 2, 2, 3, 0, 0},  {256, 256, 64, 2, 2, 2, 0, 0}, {512, 512, 32, 4, 4, 1, 0, 0},

@@ -51,7 +51,7 @@ static bool close_to(float got, double want) {
     return fabs((double)got - want) <= 1e-6 * fmax(1.0, fabs(want));
 }
 
-KT_TEST(ops, elementwise_specs_by_hand) {
+KT_CPU_TEST(ops, elementwise_specs_by_hand) {
     kf_op_params p = {0};
     kf_shape s5 = kf_shape_1d(5);
     const float x[5] = {-1.0f, 0.0f, 1.0f, NAN, 2.0f};
@@ -156,7 +156,7 @@ KT_TEST(ops, elementwise_specs_by_hand) {
     kf_tensor_destroy(t);
 }
 
-KT_TEST(ops, elementwise_gradients_match_finite_differences) {
+KT_CPU_TEST(ops, elementwise_gradients_match_finite_differences) {
     int checked = 0;
     for (uint32_t k = 0; k < kf_op_count(); k++) {
         const kf_operator *op = kf_op_at(k);
@@ -193,7 +193,7 @@ static kf_status wrong_gelu_backward(const kf_tensor *const *in, const kf_tensor
     return kf_op_find("silu")->spec_backward(in, out, grad_out, p, grad_in);
 }
 
-KT_TEST(ops, gradient_check_catches_a_wrong_spec) {
+KT_CPU_TEST(ops, gradient_check_catches_a_wrong_spec) {
     kf_operator broken = *kf_op_find("gelu");
     broken.spec_backward = wrong_gelu_backward;
     kf_verify_case vc = {0};

@@ -40,7 +40,7 @@ static kf_tensor *transposed(const kf_tensor *x) {
     return t;
 }
 
-KT_TEST(ops, matmul_spec_by_hand) {
+KT_CPU_TEST(ops, matmul_spec_by_hand) {
     const kf_operator *mm = kf_op_find("matmul");
     KT_CHECK(mm && mm->op_class == KF_OP_CLASS_MATMUL, "matmul is registered");
     kf_shape sa = kf_shape_2d(2, 3), sb = kf_shape_2d(3, 2);
@@ -79,7 +79,7 @@ KT_TEST(ops, matmul_spec_by_hand) {
 
 /* Every transpose combination of stored a^T / b^T gives the plain product, and so do the
  * gradients, transposed back into the stored layouts. */
-KT_TEST(ops, matmul_spec_transposes_agree) {
+KT_CPU_TEST(ops, matmul_spec_transposes_agree) {
     const kf_operator *mm = kf_op_find("matmul");
     kf_shape sa = kf_shape_2d(5, 7), sb = kf_shape_2d(7, 3);
     kf_tensor *a, *b, *ref = NULL;
@@ -110,7 +110,7 @@ KT_TEST(ops, matmul_spec_transposes_agree) {
     kf_tensor_destroy(ref);
 }
 
-KT_TEST(ops, matmul_shape_errors) {
+KT_CPU_TEST(ops, matmul_shape_errors) {
     const kf_operator *mm = kf_op_find("matmul");
     char msg[256];
     kf_shape out;
@@ -128,7 +128,7 @@ KT_TEST(ops, matmul_shape_errors) {
              "a vector is not a matrix");
 }
 
-KT_TEST(ops, matmul_gradient_matches_finite_differences) {
+KT_CPU_TEST(ops, matmul_gradient_matches_finite_differences) {
     const kf_operator *mm = kf_op_find("matmul");
     for (uint32_t i = 0; i < mm->case_count; i++) {
         const kf_op_case *tc = &mm->cases[i];

@@ -89,7 +89,7 @@ static bool near(double got, double want, double tol) {
 /* Specs by hand                                                                            */
 /* ---------------------------------------------------------------------------------------- */
 
-KT_TEST(ops, reduce_spec_sum_mean_max) {
+KT_CPU_TEST(ops, reduce_spec_sum_mean_max) {
     const kf_operator *sum = kf_op_find("sum"), *mean = kf_op_find("mean"),
                       *max = kf_op_find("max");
     KT_CHECK(sum && mean && max, "sum, mean and max are registered");
@@ -136,7 +136,7 @@ KT_TEST(ops, reduce_spec_sum_mean_max) {
     spec_run_free(&r);
 }
 
-KT_TEST(ops, reduce_spec_max_nan_and_ties) {
+KT_CPU_TEST(ops, reduce_spec_max_nan_and_ties) {
     const kf_operator *max = kf_op_find("max");
     kf_op_params p = {0};
     kf_shape s = kf_shape_2d(3, 4);
@@ -157,7 +157,7 @@ KT_TEST(ops, reduce_spec_max_nan_and_ties) {
     spec_run_free(&r);
 }
 
-KT_TEST(ops, reduce_spec_softmax) {
+KT_CPU_TEST(ops, reduce_spec_softmax) {
     const kf_operator *sm = kf_op_find("softmax"), *lsm = kf_op_find("log_softmax");
     KT_CHECK(sm && lsm, "softmax and log_softmax are registered");
     kf_op_params p = {0};
@@ -191,7 +191,7 @@ KT_TEST(ops, reduce_spec_softmax) {
     spec_run_free(&r);
 }
 
-KT_TEST(ops, reduce_spec_norms) {
+KT_CPU_TEST(ops, reduce_spec_norms) {
     const kf_operator *rms = kf_op_find("rmsnorm"), *ln = kf_op_find("layernorm");
     KT_CHECK(rms && ln, "rmsnorm and layernorm are registered");
     kf_op_params p = {.has_weight = true, .has_bias = true};
@@ -242,7 +242,7 @@ KT_TEST(ops, reduce_spec_norms) {
     spec_run_free(&r);
 }
 
-KT_TEST(ops, reduce_spec_cross_entropy) {
+KT_CPU_TEST(ops, reduce_spec_cross_entropy) {
     const kf_operator *ce = kf_op_find("cross_entropy");
     KT_CHECK(ce, "cross_entropy is registered");
     KT_CHECK(ce->index_inputs == 2u, "labels (input 1) are an index input");
@@ -277,7 +277,7 @@ KT_TEST(ops, reduce_spec_cross_entropy) {
     }
 }
 
-KT_TEST(ops, reduce_shape_errors) {
+KT_CPU_TEST(ops, reduce_shape_errors) {
     char msg[256];
     kf_shape out;
     const kf_operator *ln = kf_op_find("layernorm"), *ce = kf_op_find("cross_entropy");
@@ -308,7 +308,7 @@ static bool small_case(const kf_op_case *c) {
     return kf_shape_elements(&c->shapes[0]) <= 4096;
 }
 
-KT_TEST(ops, reduce_gradients_match_finite_differences) {
+KT_CPU_TEST(ops, reduce_gradients_match_finite_differences) {
     for (size_t o = 0; o < ROW_OP_COUNT; o++) {
         const kf_operator *op = kf_op_find(row_ops[o]);
         KT_CHECK(op && op->case_count > 0, "%s has a verification table", row_ops[o]);

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-KT_TEST(ops, tensor_shapes) {
+KT_CPU_TEST(ops, tensor_shapes) {
     kf_shape s = kf_shape_2d(7, 13), t = kf_shape_1d(91);
     char buf[64];
     KT_CHECK(kf_shape_elements(&s) == 91, "7x13 has %llu elements",
@@ -28,7 +28,7 @@ KT_TEST(ops, tensor_shapes) {
     KT_CHECK(kf_tensor_create(&zero, &z) == KF_ERROR_SHAPE && z == NULL, "0x3 must be refused");
 }
 
-KT_TEST(ops, tensor_create_get_set) {
+KT_CPU_TEST(ops, tensor_create_get_set) {
     kf_shape s = kf_shape_2d(3, 5);
     kf_tensor *t = NULL, *c = NULL;
     KT_CHECK_OK(kf_tensor_create(&s, &t));
@@ -47,7 +47,7 @@ KT_TEST(ops, tensor_create_get_set) {
     kf_tensor_destroy(NULL);
 }
 
-KT_TEST(ops, tensor_fill_random) {
+KT_CPU_TEST(ops, tensor_fill_random) {
     kf_shape s = kf_shape_1d(10000);
     kf_tensor *a = NULL, *b = NULL;
     KT_CHECK_OK(kf_tensor_create(&s, &a));
@@ -71,7 +71,7 @@ KT_TEST(ops, tensor_fill_random) {
     kf_tensor_destroy(b);
 }
 
-KT_TEST(ops, max_rel_error_rules) {
+KT_CPU_TEST(ops, max_rel_error_rules) {
     float a[4] = {1.0f, 2.0f, -3.0f, 0.0f};
     float b[4] = {1.0f, 2.002f, -3.0f, 1e-9f};
     double e = kf_max_rel_error(a, b, 3, 0);
@@ -94,7 +94,7 @@ KT_TEST(ops, max_rel_error_rules) {
     KT_CHECK(fabs(kf__verify_floor(ex, 4) - 0.025) < 1e-9, "floor %g", kf__verify_floor(ex, 4));
 }
 
-KT_TEST(ops, broadcast_rules) {
+KT_CPU_TEST(ops, broadcast_rules) {
     kf_shape out = kf_shape_2d(257, 129);
     kf_shape row = kf_shape_1d(129), row2 = kf_shape_2d(1, 129), col = kf_shape_2d(257, 1);
     kf_shape one = kf_shape_1d(1), bad = kf_shape_1d(257), bad2 = kf_shape_2d(129, 257);
@@ -124,7 +124,7 @@ KT_TEST(ops, broadcast_rules) {
              "kf_op_shape refuses");
 }
 
-KT_TEST(ops, registry_lists_every_op) {
+KT_CPU_TEST(ops, registry_lists_every_op) {
     static const char *const names[] = {
         "relu", "leaky_relu", "sigmoid", "tanh", "gelu", "gelu_exact", "silu", "exp", "log", "neg",
         "abs", "sqrt", "square", "reciprocal", "add", "sub", "mul", "div", "maximum", "scale",

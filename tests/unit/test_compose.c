@@ -280,7 +280,7 @@ KT_TEST(unit, compose_producer_store_phase) {
     KT_CHECK(ok, "producer store phase");
 }
 
-KT_TEST(unit, compose_bindings_and_overrides_merge) {
+KT_CPU_TEST(unit, compose_bindings_and_overrides_merge) {
     kf_kernel_desc d = {0};
     d.name = "s";
     d.input = d.output = f32t();
@@ -367,7 +367,7 @@ static bool then_fails(kf_kernel *a, kf_kernel *b, kf_status status, const char 
             goto done;                                                                             \
     } while (0)
 
-KT_TEST(unit, compose_errors) {
+KT_CPU_TEST(unit, compose_errors) {
     kf_kernel *relu = map_of("relu", fn_relu);
     kf_kernel_desc d = {0};
     d.name = "sink";

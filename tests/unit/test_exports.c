@@ -61,7 +61,7 @@ static bool header_names(names *out) {
     return true;
 }
 
-KT_TEST(unit, shared_library_exports_only_the_api) {
+KT_CPU_TEST(unit, shared_library_exports_only_the_api) {
     static names declared, exported;
     declared.count = exported.count = 0;
     KT_CHECK(header_names(&declared), "cannot read include/kfuse.h");
@@ -96,7 +96,7 @@ KT_TEST(unit, shared_library_exports_only_the_api) {
     }
 }
 
-KT_TEST(unit, version_is_the_headers) {
+KT_CPU_TEST(unit, version_is_the_headers) {
     KT_CHECK(kf_version() == KF_VERSION_HEX, "library %#x, header %#x", kf_version(),
              (unsigned)KF_VERSION_HEX);
     char want[32];

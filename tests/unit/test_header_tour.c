@@ -92,7 +92,7 @@ KT_TEST(unit, header_tour_runs) {
 }
 
 /* Each line of the tour appears in the header's opening comment as " * " + line, in order. */
-KT_TEST(unit, header_tour_is_in_the_header) {
+KT_CPU_TEST(unit, header_tour_is_in_the_header) {
     char *header = slurp(KF_SOURCE_DIR "/include/kfuse.h");
     char *self = slurp(KF_SOURCE_DIR "/tests/unit/test_header_tour.c");
     KT_CHECK(header && self, "cannot read the header or this file");

@@ -539,7 +539,7 @@ static bool refused(kf_kernel *k, kf_host_buffer *bufs, uint32_t n, const kt_lau
 #define REFUSED(k, bufs, n, l, f1, f2)                                                             \
     KT_CHECK(refused((k), (bufs), (n), (l), (f1), (f2), __LINE__), "refusal")
 
-KT_TEST(unit, interp_refusals) {
+KT_CPU_TEST(unit, interp_refusals) {
     /* out of bounds: the GPU would clamp or drop it; the interpreter names it */
     kf_kernel_desc d = {0};
     d.name = "oob";

@@ -65,7 +65,7 @@ static bool expect(kf_kernel *k, kf_status status, const char *const *fragments,
             return;                                                                                \
     } while (0)
 
-KT_TEST(unit, ir_types) {
+KT_CPU_TEST(unit, ir_types) {
     char buf[48];
     KT_CHECK(!strcmp(kf_type_str(kf_type_vec(KF_SCALAR_F16, 4), buf, sizeof buf), "vec4<f16>"),
              "%s", buf);
@@ -80,7 +80,7 @@ KT_TEST(unit, ir_types) {
              "i32 vs u32");
 }
 
-KT_TEST(unit, ir_kernel_basics) {
+KT_CPU_TEST(unit, ir_kernel_basics) {
     kf_kernel *k = stage("scale", f32());
     KT_CHECK(k && kf_kernel_status(k) == KF_OK, "create");
     KT_CHECK(!strcmp(kf_kernel_name(k), "scale") && !strcmp(kf_kernel_error(k), ""), "name");
@@ -121,7 +121,7 @@ KT_TEST(unit, ir_kernel_basics) {
     KT_CHECK(kf_kernel_status(NULL) == KF_ERROR_INVALID_ARGUMENT, "NULL kernel status");
 }
 
-KT_TEST(unit, ir_error_operand_types) {
+KT_CPU_TEST(unit, ir_error_operand_types) {
     kf_kernel *k = producer("mix", kf_type_scalar(KF_SCALAR_VOID));
     kf_val s = kf_add(k, kf_lit_f32(k, 1.0f), kf_lit_u32(k, 2));
     KT_CHECK(s.id == 0, "a failed call returns the invalid handle");
@@ -146,7 +146,7 @@ KT_TEST(unit, ir_error_operand_types) {
     EXPECT(k, KF_ERROR_TYPE, "vec3<f32> + vec2<f32>");
 }
 
-KT_TEST(unit, ir_error_calls) {
+KT_CPU_TEST(unit, ir_error_calls) {
     kf_kernel *k = producer("calls", kf_type_scalar(KF_SCALAR_VOID));
     kf_val args[2] = {kf_lit_f32(k, 1), kf_lit_f32(k, 2)};
     kf_call(k, KF_FN_CLAMP, args, 2);
@@ -173,7 +173,7 @@ KT_TEST(unit, ir_error_calls) {
     EXPECT(k, KF_ERROR_INVALID_ARGUMENT, "kf_call", "99 is not a kf_fn");
 }
 
-KT_TEST(unit, ir_error_conversions) {
+KT_CPU_TEST(unit, ir_error_conversions) {
     kf_kernel *k = producer("conv", kf_type_scalar(KF_SCALAR_VOID));
     kf_cast(k, kf_type_vec(KF_SCALAR_F32, 2), kf_lit_u32(k, 1));
     EXPECT(k, KF_ERROR_TYPE, "kf_cast", "u32 to vec2<f32>", "lane counts differ");
@@ -205,7 +205,7 @@ KT_TEST(unit, ir_error_conversions) {
     EXPECT(k, KF_ERROR_TYPE, "kf_splat", "vec4<f32> and u32");
 }
 
-KT_TEST(unit, ir_error_handles) {
+KT_CPU_TEST(unit, ir_error_handles) {
     kf_kernel *a = producer("a", kf_type_scalar(KF_SCALAR_VOID));
     kf_kernel *b = producer("b", kf_type_scalar(KF_SCALAR_VOID));
     kf_val x = kf_lit_f32(a, 1.0f);
@@ -236,7 +236,7 @@ KT_TEST(unit, ir_error_handles) {
     EXPECT(k, KF_ERROR_TYPE, "kf_load", "a binding from another kernel");
 }
 
-KT_TEST(unit, ir_error_scopes) {
+KT_CPU_TEST(unit, ir_error_scopes) {
     kf_kernel *k = producer("scope", kf_type_scalar(KF_SCALAR_VOID));
     kf_binding x = kf_kernel_storage(k, "x", f32(), KF_ACCESS_READ);
     kf_if(k, kf_lit_bool(k, true));
@@ -269,7 +269,7 @@ KT_TEST(unit, ir_error_scopes) {
     EXPECT(k, KF_OK, "");
 }
 
-KT_TEST(unit, ir_error_statements) {
+KT_CPU_TEST(unit, ir_error_statements) {
     kf_kernel *k = producer("st", kf_type_scalar(KF_SCALAR_VOID));
     kf_else(k);
     EXPECT(k, KF_ERROR_INVALID_ARGUMENT, "kf_else", "the kernel's body, not an if");
@@ -327,7 +327,7 @@ KT_TEST(unit, ir_error_statements) {
     EXPECT(k, KF_ERROR_INVALID_ARGUMENT, "2 block(s) still open", "while", "kf_end");
 }
 
-KT_TEST(unit, ir_error_bindings) {
+KT_CPU_TEST(unit, ir_error_bindings) {
     kf_kernel *k = producer("b", kf_type_scalar(KF_SCALAR_VOID));
     kf_binding x = kf_kernel_storage(k, "x", f32(), KF_ACCESS_READ);
     kf_store(k, x, kf_lit_u32(k, 0), kf_lit_f32(k, 1));
@@ -388,7 +388,7 @@ KT_TEST(unit, ir_error_bindings) {
     EXPECT(k, KF_ERROR_INVALID_ARGUMENT, "a binding needs a name");
 }
 
-KT_TEST(unit, ir_error_overrides) {
+KT_CPU_TEST(unit, ir_error_overrides) {
     kf_kernel *k = producer("o", kf_type_scalar(KF_SCALAR_VOID));
     kf_kernel_override(k, "block size", u32(), 4);
     EXPECT(k, KF_ERROR_INVALID_ARGUMENT, "kf_kernel_override", "'block size' is not usable");
@@ -415,7 +415,7 @@ KT_TEST(unit, ir_error_overrides) {
     EXPECT(k, KF_ERROR_TYPE, "'v': type vec2<f32> is not a scalar");
 }
 
-KT_TEST(unit, ir_error_workgroup_and_subgroups) {
+KT_CPU_TEST(unit, ir_error_workgroup_and_subgroups) {
     kf_kernel *k = producer("w", kf_type_scalar(KF_SCALAR_VOID));
     kf_kernel_workgroup(k, "tile", f32(), 0);
     EXPECT(k, KF_ERROR_INVALID_ARGUMENT, "kf_kernel_workgroup", "'tile': 0 elements");
@@ -468,7 +468,7 @@ KT_TEST(unit, ir_error_workgroup_and_subgroups) {
     EXPECT(k, KF_ERROR_TYPE, "subgroupAdd", "got bool");
 }
 
-KT_TEST(unit, ir_error_store_phase) {
+KT_CPU_TEST(unit, ir_error_store_phase) {
     kf_kernel *k = producer("p", kf_type_scalar(KF_SCALAR_VOID));
     kf_kernel_input(k);
     EXPECT(k, KF_ERROR_TYPE, "kf_kernel_input", "producer (input void)");
@@ -519,7 +519,7 @@ static kf_val leaves_open(kf_kernel *k, kf_val x, void *user) {
     return x;
 }
 
-KT_TEST(unit, ir_error_map) {
+KT_CPU_TEST(unit, ir_error_map) {
     EXPECT(kf_kernel_map("m", f32(), f32(), NULL, NULL, NULL), KF_ERROR_INVALID_ARGUMENT,
            "kf_kernel_map", "NULL");
     EXPECT(kf_kernel_map("m", f32(), f32(), NULL, wrong_type, NULL), KF_ERROR_TYPE,

@@ -20,7 +20,7 @@ static int run_cli(const char *args, char *out, size_t size) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-KT_TEST(unit, ir_cli_wgsl) {
+KT_CPU_TEST(unit, ir_cli_wgsl) {
     static char out[65536];
     int rc = run_cli("wgsl demo-chain", out, sizeof out);
     KT_CHECK(rc == 0, "kfuse wgsl demo-chain exited %d: %s", rc, out);

@@ -37,7 +37,7 @@ KT_TEST(unit, ir_doc_example_runs) {
     KT_CHECK(rc == 0, "docs/examples/builder_example.c returned %d", rc);
 }
 
-KT_TEST(unit, ir_doc_example_is_on_the_page) {
+KT_CPU_TEST(unit, ir_doc_example_is_on_the_page) {
     char *page = slurp(KF_SOURCE_DIR "/docs/builder.md");
     char *code = slurp(KF_SOURCE_DIR "/docs/examples/builder_example.c");
     bool ok = page && code;

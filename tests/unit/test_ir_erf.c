@@ -13,7 +13,7 @@
 #define ERF_MAX_ABS_ERROR_CPU 2.5e-7
 #define ERF_MAX_ABS_ERROR_GPU 5e-7 /* the GPU's exp and division are not correctly rounded */
 
-KT_TEST(unit, erf_error_on_the_cpu) {
+KT_CPU_TEST(unit, erf_error_on_the_cpu) {
     double worst = 0, at = 0;
     /* [-10, 10] in steps of 2^-17: 2.6 million points, every float near 0 region included */
     for (int64_t i = -10 * 131072; i <= 10 * 131072; i++) {

@@ -38,7 +38,7 @@ static kf_kernel *two_subgroup_product(void) {
     return k;
 }
 
-KT_TEST(unit, ir_sgmat_wgsl) {
+KT_CPU_TEST(unit, ir_sgmat_wgsl) {
     kf_kernel *k = two_subgroup_product();
     KT_CHECK(kf_kernel_status(k) == KF_OK, "%s", kf_kernel_error(k));
     char *w = kf_kernel_emit_wgsl(k);
@@ -76,7 +76,7 @@ KT_TEST(unit, ir_sgmat_wgsl) {
     kf_kernel_destroy(plain);
 }
 
-KT_TEST(unit, ir_sgmat_interpreter) {
+KT_CPU_TEST(unit, ir_sgmat_interpreter) {
     kf_kernel *k = two_subgroup_product();
     uint16_t a[512], b[256];
     float fa[512], fb[256], c[512 + 8];
@@ -116,7 +116,7 @@ KT_TEST(unit, ir_sgmat_interpreter) {
     kf_kernel_destroy(k);
 }
 
-KT_TEST(unit, ir_sgmat_interpreter_refuses_divergence) {
+KT_CPU_TEST(unit, ir_sgmat_interpreter_refuses_divergence) {
     /* an offset that differs inside a subgroup, and a load only half a subgroup reaches */
     for (int which = 0; which < 2; which++) {
         kf_kernel_desc desc = {.name = "bad", .workgroup_size = {32, 1, 1}};
@@ -151,7 +151,7 @@ KT_TEST(unit, ir_sgmat_interpreter_refuses_divergence) {
     kf_kernel_destroy(k);
 }
 
-KT_TEST(unit, ir_sgmat_builder_errors) {
+KT_CPU_TEST(unit, ir_sgmat_builder_errors) {
     struct {
         int what;
         const char *want;
@@ -216,7 +216,7 @@ KT_TEST(unit, ir_sgmat_builder_errors) {
     }
 }
 
-KT_TEST(unit, ir_sgmat_copies) {
+KT_CPU_TEST(unit, ir_sgmat_copies) {
     /* clone and composition keep subgroup matrices; a stage using them cannot be composed */
     kf_kernel *k = two_subgroup_product();
     kf_kernel *c = kf_kernel_clone(k);

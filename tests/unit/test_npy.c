@@ -98,7 +98,7 @@ static const char *read_must_fail(const char *path, kf_status *status) {
     return msg;
 }
 
-KT_TEST(unit, npy_reads_numpy_files) {
+KT_CPU_TEST(unit, npy_reads_numpy_files) {
     static const struct {
         const char *file;
         uint32_t rank;
@@ -135,7 +135,7 @@ KT_TEST(unit, npy_reads_numpy_files) {
 
 /* What kfuse writes is what numpy writes, byte for byte (numpy reads it back for the same
  * reason). */
-KT_TEST(unit, npy_write_matches_numpy_bytes) {
+KT_CPU_TEST(unit, npy_write_matches_numpy_bytes) {
     static const struct {
         const char *file;
         kf_dtype dtype;
@@ -169,7 +169,7 @@ KT_TEST(unit, npy_write_matches_numpy_bytes) {
     }
 }
 
-KT_TEST(unit, npy_roundtrip_edge_shapes) {
+KT_CPU_TEST(unit, npy_roundtrip_edge_shapes) {
     static const kf_shape shapes[] = {
         {0, {0}},       {1, {1}},          {1, {7}},      {2, {1, 1}},     {2, {13, 17}},
         {3, {2, 3, 5}}, {4, {3, 1, 2, 7}}, {1, {100003}}, {2, {1, 65537}},
@@ -205,7 +205,7 @@ KT_TEST(unit, npy_roundtrip_edge_shapes) {
 
 /* Every half value written from its exact f32 comes back bit for bit (NaNs as NaNs), and read
  * back it is that same float: the file holds the half the spec says. */
-KT_TEST(unit, npy_f16_all_values_exact) {
+KT_CPU_TEST(unit, npy_f16_all_values_exact) {
     kf_shape shape = kf_shape_1d(65536);
     kf_tensor *t = NULL;
     KT_CHECK_OK(kf_tensor_create(&shape, &t));
@@ -238,7 +238,7 @@ KT_TEST(unit, npy_f16_all_values_exact) {
     remove(path);
 }
 
-KT_TEST(unit, npy_f16_rounding) {
+KT_CPU_TEST(unit, npy_f16_rounding) {
     static const struct {
         float in;
         uint16_t half;
@@ -283,7 +283,7 @@ KT_TEST(unit, npy_f16_rounding) {
     free(bytes);
 }
 
-KT_TEST(unit, npy_refuses_unsupported_files) {
+KT_CPU_TEST(unit, npy_refuses_unsupported_files) {
     static const struct {
         const char *file;
         const char *needle;
@@ -309,7 +309,7 @@ KT_TEST(unit, npy_refuses_unsupported_files) {
 }
 
 /* A valid header with one field changed at a time: each must be refused, saying what. */
-KT_TEST(unit, npy_refuses_bad_headers) {
+KT_CPU_TEST(unit, npy_refuses_bad_headers) {
     static const struct {
         const char *header; /* NULL data size: computed as 4 bytes * 6 */
         const char *needle;
@@ -395,7 +395,7 @@ KT_TEST(unit, npy_refuses_bad_headers) {
 
 /* Every truncation of a real file, trailing garbage, and random corruption: no crash, and each
  * read either succeeds with a consistent tensor or fails with a message. */
-KT_TEST(unit, npy_damaged_files_never_crash) {
+KT_CPU_TEST(unit, npy_damaged_files_never_crash) {
     size_t size = 0;
     unsigned char *good = read_bytes(NPY_DATA "f32_4d.npy", &size);
     KT_CHECK(good && size == 176, "fixture missing");
@@ -444,7 +444,7 @@ KT_TEST(unit, npy_damaged_files_never_crash) {
     KT_CHECK(ok_reads < 600, "corruption was never detected");
 }
 
-KT_TEST(unit, npy_write_errors) {
+KT_CPU_TEST(unit, npy_write_errors) {
     kf_shape shape = kf_shape_1d(3);
     kf_tensor *t = NULL;
     KT_CHECK_OK(kf_tensor_create(&shape, &t));

@@ -4,7 +4,7 @@
 
 #include <string.h>
 
-KT_TEST(unit, operator_accessors_read_every_op) {
+KT_CPU_TEST(unit, operator_accessors_read_every_op) {
     KT_CHECK(kf_op_count() >= 32, "%u operators", kf_op_count());
     for (uint32_t i = 0; i < kf_op_count(); i++) {
         const kf_operator *op = kf_op_at(i);
@@ -32,7 +32,7 @@ KT_TEST(unit, operator_accessors_read_every_op) {
              "NULL operator");
 }
 
-KT_TEST(unit, operator_spec_forward_computes_the_spec) {
+KT_CPU_TEST(unit, operator_spec_forward_computes_the_spec) {
     const kf_operator *op = kf_op_find("scale");
     kf_shape s = kf_shape_1d(7);
     kf_tensor *x = NULL, *y = NULL;

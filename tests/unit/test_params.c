@@ -16,7 +16,7 @@ static kf_status parse(const char *src, kf_graph **g, kf_spec_error *err) {
 
 /* Each wrong parameter is refused with its status, at its call, by a message that names the
  * op, the parameter and what is valid (needles, not sentences). */
-KT_TEST(unit, params_wrong_ones_are_errors_naming_op_and_parameter) {
+KT_CPU_TEST(unit, params_wrong_ones_are_errors_naming_op_and_parameter) {
     static const struct {
         const char *src;
         kf_status status;
@@ -88,7 +88,7 @@ KT_TEST(unit, params_wrong_ones_are_errors_naming_op_and_parameter) {
 }
 
 /* The C API checks what the language checks: kf_graph_call and kf_graph_op. */
-KT_TEST(unit, params_c_api_validates) {
+KT_CPU_TEST(unit, params_c_api_validates) {
     kf_shape s = kf_shape_2d(3, 5);
     kf_graph *g = kf_graph_create();
     kf_node x = kf_graph_input(g, "x", &s, KF_DTYPE_F32);
@@ -142,7 +142,7 @@ KT_TEST(unit, params_c_api_validates) {
 
 /* kf_op_param_set and the descriptions: every op's parameters, their defaults valid, a value out
  * of range refused without touching the params. */
-KT_TEST(unit, params_descriptions_and_setter) {
+KT_CPU_TEST(unit, params_descriptions_and_setter) {
     uint32_t described = 0;
     for (uint32_t o = 0; o < kf_op_count(); o++) {
         const kf_operator *op = kf_op_at(o);
@@ -186,7 +186,7 @@ KT_TEST(unit, params_descriptions_and_setter) {
 }
 
 /* A given zero is used: scale(x, 0) computes zeros and prints back as given. */
-KT_TEST(unit, params_given_zero_is_used) {
+KT_CPU_TEST(unit, params_given_zero_is_used) {
     kf_graph *g = NULL;
     kf_spec_error err;
     KT_CHECK_OK(
@@ -256,7 +256,7 @@ static bool round_trip(const kf_graph *g, char *why, size_t why_size) {
     return same;
 }
 
-KT_TEST(unit, params_format_parses_back_to_the_same_graph) {
+KT_CPU_TEST(unit, params_format_parses_back_to_the_same_graph) {
     static const char *programs[] = {
         /* a bias-only norm must not come back as a weight; rmsnorm takes a bias too */
         "x: f32[3, 8]\nb: f32[8]\ny = layernorm(x, bias=b)\n",
@@ -308,7 +308,7 @@ KT_TEST(unit, params_format_parses_back_to_the_same_graph) {
 }
 
 /* Breaking the round trip must be caught: a graph differing in one parameter is not equal. */
-KT_TEST(unit, params_graph_equal_sees_differences) {
+KT_CPU_TEST(unit, params_graph_equal_sees_differences) {
     static const char *pairs[][2] = {
         {"x: f32[2, 8]\nb: f32[8]\ny = layernorm(x, b)\n",
          "x: f32[2, 8]\nb: f32[8]\ny = layernorm(x, bias=b)\n"},
@@ -344,7 +344,7 @@ static const kf__param int_params[] = {
 };
 static const kf_operator int_op = {.name = "counted", .arity = 1, KF__PARAMS(int_params)};
 
-KT_TEST(unit, params_int_type) {
+KT_CPU_TEST(unit, params_int_type) {
     kf_op_params p = {0};
     char msg[256];
     KT_CHECK(kf_op_param_value(&int_op, &p, 0) == 2.0, "default");

@@ -81,7 +81,7 @@ KT_TEST(unit, runtime_adapter_info) {
     KT_CHECK(kf_context_adapter_info(NULL, &info) == KF_ERROR_INVALID_ARGUMENT, "NULL ctx");
 }
 
-KT_TEST(unit, runtime_library_missing) {
+KT_CPU_TEST(unit, runtime_library_missing) {
     char err[1024];
     kf_context_desc desc = {0};
     desc.library_path = "/nonexistent/libwebgpu_dawn.so";
@@ -105,7 +105,7 @@ KT_TEST(unit, runtime_library_missing) {
     KT_CHECK(strstr(err, "KF_WEBGPU_LIB") && strstr(err, "libwgpu_native.so"), "message: %s", err);
 }
 
-KT_TEST(unit, runtime_library_not_webgpu) {
+KT_CPU_TEST(unit, runtime_library_not_webgpu) {
     char err[1024];
     kf_context_desc desc = {0};
     desc.library_path = "libm.so.6"; /* opens fine, has no wgpu* */
@@ -117,7 +117,7 @@ KT_TEST(unit, runtime_library_not_webgpu) {
     KT_CHECK(strstr(err, "wgpuCreateInstance"), "message does not name the missing entry: %s", err);
 }
 
-KT_TEST(unit, runtime_backend_unknown) {
+KT_CPU_TEST(unit, runtime_backend_unknown) {
     char err[1024];
     kf_context_desc desc = {0};
     desc.error_out = err;
@@ -133,7 +133,7 @@ KT_TEST(unit, runtime_backend_unknown) {
 
 /* With no driver at all, the context must fail and say what to install, not fall back to
  * Dawn's Null backend (which computes nothing). */
-KT_TEST(unit, runtime_no_adapter) {
+KT_CPU_TEST(unit, runtime_no_adapter) {
     char err[2048];
     kf_context_desc desc = {0};
     desc.error_out = err;

@@ -12,7 +12,7 @@
 
 /* ---- lexer ---------------------------------------------------------------------------------- */
 
-KT_TEST(unit, spec_lexer_tokens) {
+KT_CPU_TEST(unit, spec_lexer_tokens) {
     const char *src = "x: f32[64, 128] # comment |> (\n"
                       "y = a |> f(b, -1.5e-3); out y\r\n"
                       "z=.5+";
@@ -62,7 +62,7 @@ KT_TEST(unit, spec_lexer_tokens) {
     }
 }
 
-KT_TEST(unit, spec_lexer_errors) {
+KT_CPU_TEST(unit, spec_lexer_errors) {
     static const struct {
         const char *src;
         uint32_t line, column;
@@ -105,7 +105,7 @@ KT_TEST(unit, spec_lexer_errors) {
              "NUL: %u:%u %s", err.line, err.column, err.message);
 }
 
-KT_TEST(unit, spec_edit_distance) {
+KT_CPU_TEST(unit, spec_edit_distance) {
     static const struct {
         const char *a, *b;
         uint32_t cap, want;
@@ -200,7 +200,7 @@ static kf_graph *parse(const char *src, kf_spec_error *err) {
 
 #define MLP_INPUTS "x: f32[64, 128]\nw: f32[128, 256]\nb: f32[256]\n"
 
-KT_TEST(unit, spec_builds_graph) {
+KT_CPU_TEST(unit, spec_builds_graph) {
     kf_spec_error err;
     kf_graph *g = parse(MLP_INPUTS "y = matmul(x, w) |> add(b) |> gelu\n", &err);
     KT_CHECK(g, "parse");
@@ -221,7 +221,7 @@ KT_TEST(unit, spec_builds_graph) {
 }
 
 /* Every spelling of the same computation builds the same graph. */
-KT_TEST(unit, spec_spellings_agree) {
+KT_CPU_TEST(unit, spec_spellings_agree) {
     static const char *const spellings[] = {
         "y = gelu(add(matmul(x, w), b))",
         "y = matmul(x, w) |> add(b) |> gelu",
@@ -257,7 +257,7 @@ KT_TEST(unit, spec_spellings_agree) {
     }
 }
 
-KT_TEST(unit, spec_numbers) {
+KT_CPU_TEST(unit, spec_numbers) {
     static const struct {
         const char *stmt;
         const char *want;
@@ -300,7 +300,7 @@ KT_TEST(unit, spec_numbers) {
     }
 }
 
-KT_TEST(unit, spec_outputs) {
+KT_CPU_TEST(unit, spec_outputs) {
     static const struct {
         const char *stmts;
         const char *want;
@@ -330,7 +330,7 @@ KT_TEST(unit, spec_outputs) {
     }
 }
 
-KT_TEST(unit, spec_inputs) {
+KT_CPU_TEST(unit, spec_inputs) {
     kf_spec_error err;
     kf_graph *g = parse("s: f32[]\none: f32[1]\nh: f16[2,3,5,7]\nbig: f32[4294967295]\n"
                         "y = mul(one, s)\nz = relu(h)\nout y, z\n",
@@ -360,7 +360,7 @@ KT_TEST(unit, spec_inputs) {
 
 /* ---- errors --------------------------------------------------------------------------------- */
 
-KT_TEST(unit, spec_errors) {
+KT_CPU_TEST(unit, spec_errors) {
     static const struct {
         const char *src;
         kf_status status;
@@ -464,7 +464,7 @@ KT_TEST(unit, spec_errors) {
 }
 
 /* '((((...' a million deep must be an error, not a stack overflow; 60 levels are fine. */
-KT_TEST(unit, spec_nesting_limit) {
+KT_CPU_TEST(unit, spec_nesting_limit) {
     for (int deep = 0; deep < 2; deep++) {
         size_t levels = deep ? 1000000 : 60;
         size_t size = 32 + 2 * levels;
@@ -506,7 +506,7 @@ KT_TEST(unit, spec_nesting_limit) {
 }
 
 /* Thousands of statements (the symbol table grows and rehashes): every name stays findable. */
-KT_TEST(unit, spec_long_program) {
+KT_CPU_TEST(unit, spec_long_program) {
     size_t cap = 1 << 20, n = 0;
     char *src = malloc(cap);
     KT_CHECK(src, "malloc");
@@ -526,7 +526,7 @@ KT_TEST(unit, spec_long_program) {
     kf_graph_destroy(g);
 }
 
-KT_TEST(unit, spec_api_edges) {
+KT_CPU_TEST(unit, spec_api_edges) {
     kf_graph *g = (kf_graph *)1;
     kf_spec_error err;
     KT_CHECK(kf_spec_parse("x: f32[1]", 9, NULL, &err) == KF_ERROR_INVALID_ARGUMENT, "NULL out");
@@ -547,7 +547,7 @@ KT_TEST(unit, spec_api_edges) {
 }
 
 /* The shipped examples all parse, each into a graph with outputs. */
-KT_TEST(unit, spec_examples_parse) {
+KT_CPU_TEST(unit, spec_examples_parse) {
     const char *dir = KF_SOURCE_DIR "/examples";
     DIR *d = opendir(dir);
     KT_CHECK(d, "cannot open %s", dir);

@@ -54,18 +54,13 @@ int kf_cmd_bench(int argc, char **argv) {
                 return 2;
             }
         } else if (!strcmp(arg, "--repeat") && has_next) {
-            char *end;
-            unsigned long v = strtoul(argv[++i], &end, 10);
-            if (*end || v == 0 || v > 100000) {
-                fprintf(stderr, "kfuse bench: --repeat takes a count from 1 to 100000\n");
+            uint64_t v;
+            if (!kf_cli_number("bench", "--repeat", argv[++i], 1, 100000, &v)) {
                 return 2;
             }
             opts.repeat = (uint32_t)v;
         } else if (!strcmp(arg, "--seed") && has_next) {
-            char *end;
-            opts.seed = strtoull(argv[++i], &end, 0);
-            if (*end) {
-                fprintf(stderr, "kfuse bench: --seed takes a number\n");
+            if (!kf_cli_number("bench", "--seed", argv[++i], 0, UINT64_MAX, &opts.seed)) {
                 return 2;
             }
         } else {

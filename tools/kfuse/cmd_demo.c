@@ -160,14 +160,15 @@ int kf_cmd_demo(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--small")) {
             small = true;
         } else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) {
-            long v = strtol(argv[++i], NULL, 10);
-            if (v < 1 || v > 10000) {
-                fprintf(stderr, "kfuse demo: --repeat takes 1 to 10000\n");
+            uint64_t v;
+            if (!kf_cli_number("demo", "--repeat", argv[++i], 1, 10000, &v)) {
                 return 2;
             }
             repeat = (uint32_t)v;
         } else if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
-            seed = strtoull(argv[++i], NULL, 0);
+            if (!kf_cli_number("demo", "--seed", argv[++i], 0, UINT64_MAX, &seed)) {
+                return 2;
+            }
         } else {
             fprintf(stderr, "kfuse demo: unknown or incomplete option '%s'\n", argv[i]);
             usage(stderr);

@@ -18,7 +18,7 @@ static void explain_usage(FILE *f) {
 int kf_cmd_explain(int argc, char **argv) {
     const char *spec = NULL;
     bool spec_is_text = false, wgsl = false, json = false;
-    kf_compile_options opts = {0};
+    kf_compile_options opts = {.no_prime = true}; /* nothing runs: no first dispatch to pay */
     for (int i = 1; i < argc; i++) {
         if (kf_cli_is_help(argv[i])) {
             explain_usage(stdout);

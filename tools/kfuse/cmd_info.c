@@ -15,6 +15,18 @@ static const char *yes_no(bool b) {
     return b ? "yes" : "no";
 }
 
+/* How subnormal numbers fare, in words (docs/operators.md says what each op then gives). */
+static const char *subnormals(bool inputs_kept, bool results_kept) {
+    if (inputs_kept && results_kept) {
+        return "kept (gradual underflow, as IEEE 754)";
+    }
+    if (!inputs_kept && !results_kept) {
+        return "flushed to zero (as inputs and as results)";
+    }
+    return inputs_kept ? "kept as inputs, results flushed to zero"
+                       : "read as zero as inputs, results kept";
+}
+
 static void print_bytes(const char *name, uint64_t bytes) {
     if (bytes >= (1ull << 30)) {
         printf("  %-38s %llu (%.1f GiB)\n", name, (unsigned long long)bytes,
@@ -50,7 +62,9 @@ int kf_cmd_info(int argc, char **argv) {
     printf("type:         %s\n", info.adapter_type);
     printf("backend:      %s\n", info.backend);
     printf("driver:       %s\n", info.description);
-    printf("library:      %s\n", info.library);
+    printf("library:      %s (%s)\n", info.library, info.library_source);
+    printf("cache:        %s (pipelines; KF_PIPELINE_CACHE=DIR moves it, =off turns it off)\n",
+           info.pipeline_cache[0] ? info.pipeline_cache : "off");
     printf("features:\n");
     printf("  %-38s %s\n", "shader-f16", yes_no(info.has_f16));
     if (info.has_subgroups) {
@@ -64,6 +78,9 @@ int kf_cmd_info(int argc, char **argv) {
            yes_no(info.has_subgroup_matrix));
     printf("  %-38s %s\n", "bounds clamping (robustness)",
            info.unchecked_access ? "off (KF_UNCHECKED)" : "on");
+    if (info.vendor_masked) {
+        printf("  %-38s %s\n", "vendor-mask layer (f16 on NVIDIA)", "on (KF_NO_VKMASK=1: off)");
+    }
     printf("limits:\n");
     print_bytes("maxBufferSize", info.max_buffer_size);
     print_bytes("maxStorageBufferBindingSize", info.max_storage_buffer_binding_size);
@@ -75,6 +92,19 @@ int kf_cmd_info(int argc, char **argv) {
            info.max_compute_workgroup_size[1], info.max_compute_workgroup_size[2]);
     printf("  %-38s %u\n", "maxComputeWorkgroupsPerDimension",
            info.max_compute_workgroups_per_dimension);
+    kf_float_behaviour fb;
+    kf_status st = kf_context_float_behaviour(ctx, &fb);
+    printf("floats (measured on the device):\n");
+    if (st != KF_OK) {
+        printf("  %-38s %s: %s\n", "subnormals", kf_status_str(st), kf_context_last_error(ctx));
+    } else {
+        printf("  %-38s %s\n", "f32 subnormals",
+               subnormals(fb.f32_subnormal_inputs_kept, fb.f32_subnormal_results_kept));
+        printf("  %-38s %s\n", "f16 subnormals",
+               fb.f16_measured
+                   ? subnormals(fb.f16_subnormal_inputs_kept, fb.f16_subnormal_results_kept)
+                   : "not measured (no shader-f16)");
+    }
     kf_context_destroy(ctx);
-    return 0;
+    return st == KF_OK ? 0 : 1;
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MAX_GIVEN 32
 
@@ -49,6 +50,8 @@ kf_graph *kf_cli_load_spec(const char *arg, bool is_text) {
     if (st != KF_OK) {
         if (err.line) {
             fprintf(stderr, "%s:%u:%u: error: %s\n", where, err.line, err.column, err.message);
+        } else if (err.message[0] && strstr(err.message, where)) {
+            fprintf(stderr, "kfuse: error: %s\n", err.message); /* it names the file already */
         } else {
             fprintf(stderr, "%s: error: %s\n", where,
                     err.message[0] ? err.message : kf_status_str(st));
@@ -57,6 +60,13 @@ kf_graph *kf_cli_load_spec(const char *arg, bool is_text) {
         return NULL;
     }
     return g;
+}
+
+/* Wall-clock milliseconds, for the compile and first-run times --json reports. */
+static double wall_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
 static void run_usage(FILE *f) {
@@ -69,9 +79,11 @@ static void run_usage(FILE *f) {
                "  --repeat N         time N runs and print the median (default 10)\n"
                "  --seed S           seed of the random inputs (default: fresh, printed)\n"
                "  --input NAME=FILE  read input NAME from a .npy file\n"
-               "  --save DIR         write every output to DIR/NAME.npy\n"
+               "  --save DIR         write every output to DIR/NAME.npy (all or none)\n"
                "  --json             one JSON object: dispatches, unfused_dispatches, bytes,\n"
-               "                     unfused_bytes, time_ms, max_rel_err (with --check)\n");
+               "                     unfused_bytes, time_ms, upload_bytes and download_bytes\n"
+               "                     (moved by the timed runs), compile_ms and first_run_ms\n"
+               "                     (wall clock), max_rel_err (with --check)\n");
 }
 
 typedef struct run_args {
@@ -104,26 +116,26 @@ static int parse_args(int argc, char **argv, run_args *a) {
         } else if (!strcmp(arg, "--json")) {
             a->json = true;
         } else if (!strcmp(arg, "--repeat") && has_next) {
-            char *end;
-            unsigned long v = strtoul(argv[++i], &end, 10);
-            if (*end || v == 0 || v > 100000) {
-                fprintf(stderr, "kfuse run: --repeat takes a count from 1 to 100000\n");
+            uint64_t v;
+            if (!kf_cli_number("run", "--repeat", argv[++i], 1, 100000, &v)) {
                 return 2;
             }
             a->repeat = (uint32_t)v;
         } else if (!strcmp(arg, "--seed") && has_next) {
-            char *end;
-            a->seed = strtoull(argv[++i], &end, 0);
-            if (*end) {
-                fprintf(stderr, "kfuse run: --seed takes a number\n");
+            if (!kf_cli_number("run", "--seed", argv[++i], 0, UINT64_MAX, &a->seed)) {
                 return 2;
             }
         } else if (!strcmp(arg, "--save") && has_next) {
             a->save_dir = argv[++i];
         } else if (!strcmp(arg, "--input") && has_next) {
             char *eq = strchr(argv[++i], '=');
-            if (!eq || eq == argv[i] || !eq[1] || a->given_count == MAX_GIVEN) {
-                fprintf(stderr, "kfuse run: --input takes NAME=FILE.npy\n");
+            if (!eq || eq == argv[i] || !eq[1]) {
+                fprintf(stderr, "kfuse run: --input takes NAME=FILE.npy, not '%s'\n", argv[i]);
+                return 2;
+            }
+            if (a->given_count == MAX_GIVEN) {
+                fprintf(stderr, "kfuse run: --input %s: at most %d inputs can be given as files\n",
+                        argv[i], MAX_GIVEN);
                 return 2;
             }
             *eq = '\0';
@@ -178,25 +190,93 @@ static void print_summary(const char *name, const kf_tensor *t) {
     printf("%s]\n", n > 6 ? ", ..." : "");
 }
 
+/* DIR/NAME.npy (staged: DIR/.NAME.npy.partial), or NULL (with a message) when out of memory. No
+ * fixed buffer: a path too long for the system is refused by the system, with its reason, never cut
+ * short here. */
+static char *output_path(const char *dir, const char *name, bool staged) {
+    const char *suffix = staged ? ".npy.partial" : ".npy";
+    size_t size = strlen(dir) + strlen(name) + strlen(suffix) + 8;
+    char *path = malloc(size);
+    if (!path) {
+        fprintf(stderr, "kfuse run: --save: out of memory\n");
+        return NULL;
+    }
+    snprintf(path, size, "%s/%s%s%s", dir, staged ? "." : "", name, suffix);
+    return path;
+}
+
+/* All or nothing: every output is first written whole beside its final name (kf_npy_write
+ * itself writes a temporary file and renames it), then each is renamed into place. A failed
+ * write removes what this run wrote and leaves DIR's earlier files as they were; a kill leaves
+ * them as they were too, with at most hidden temporaries beside them (.NAME.npy.partial, which
+ * the next --save replaces, or kf_npy_write's .kfuse-*.npy.tmp). */
 static int save_outputs(const kf_graph *g, kf_tensor **outs, const char *dir) {
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
-        fprintf(stderr, "kfuse run: cannot create %s: %s\n", dir, strerror(errno));
+        fprintf(stderr, "kfuse run: --save: cannot create %s: %s\n", dir, strerror(errno));
         return 1;
     }
-    for (uint32_t o = 0; o < kf_graph_output_count(g); o++) {
+    struct stat sb;
+    int problem = stat(dir, &sb) != 0 ? errno : !S_ISDIR(sb.st_mode) ? ENOTDIR : 0;
+    if (problem) {
+        fprintf(stderr, "kfuse run: --save: %s: %s\n", dir, strerror(problem));
+        return 1;
+    }
+    uint32_t count = kf_graph_output_count(g);
+    char **staged = calloc(count ? count : 1, sizeof *staged);
+    if (!staged) {
+        fprintf(stderr, "kfuse run: --save: out of memory\n");
+        return 1;
+    }
+    int rc = 0;
+    uint32_t written = 0;
+    for (uint32_t o = 0; o < count && rc == 0; o++) {
         const char *name;
         kf_dtype dtype;
         kf_graph_output_info(g, o, &name, NULL, &dtype);
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s.npy", dir, name);
-        kf_status st =
-            kf_npy_write(path, outs[o], dtype == KF_DTYPE_F16 ? KF_DTYPE_F16 : KF_DTYPE_F32);
-        if (st != KF_OK) {
-            fprintf(stderr, "kfuse run: writing %s: %s\n", path, kf_status_str(st));
-            return 1;
+        staged[o] = output_path(dir, name, true);
+        if (!staged[o]) {
+            rc = 1;
+            break;
         }
+        char *final_path = output_path(dir, name, false);
+        /* a directory in the way would fail the rename, after other outputs were replaced */
+        errno = final_path && stat(final_path, &sb) == 0 && S_ISDIR(sb.st_mode) ? EISDIR : 0;
+        kf_status st = errno ? KF_ERROR_IO
+                             : kf_npy_write(staged[o], outs[o],
+                                            dtype == KF_DTYPE_F16 ? KF_DTYPE_F16 : KF_DTYPE_F32);
+        if (st != KF_OK) {
+            fprintf(stderr, "kfuse run: --save: cannot write %s: %s; no output file was changed\n",
+                    final_path ? final_path : name,
+                    st == KF_ERROR_IO && errno ? strerror(errno) : kf_status_str(st));
+            rc = 1;
+        }
+        free(final_path);
+        if (rc) {
+            break;
+        }
+        written = o + 1;
     }
-    return 0;
+    for (uint32_t o = 0; o < written && rc == 0; o++) {
+        const char *name;
+        kf_graph_output_info(g, o, &name, NULL, NULL);
+        char *final_path = output_path(dir, name, false);
+        if (!final_path || rename(staged[o], final_path) != 0) {
+            fprintf(stderr,
+                    "kfuse run: --save: cannot rename %s into place: %s (%u of %u outputs "
+                    "were replaced)\n",
+                    staged[o], final_path ? strerror(errno) : "out of memory", o, count);
+            rc = 1;
+        }
+        free(final_path);
+    }
+    for (uint32_t o = 0; o < count; o++) {
+        if (staged[o] && rc != 0) {
+            unlink(staged[o]); /* gone already when renamed; ENOENT is fine */
+        }
+        free(staged[o]);
+    }
+    free(staged);
+    return rc;
 }
 
 int kf_cmd_run(int argc, char **argv) {
@@ -222,7 +302,9 @@ int kf_cmd_run(int argc, char **argv) {
     kf_timing timing = {0};
     kf_plan_summary summary = {0};
     rc = 1;
+    double compile_start = wall_ms();
     kf_status st = kf_graph_compile(ctx, g, &a.opts, &plan);
+    double compile_ms = wall_ms() - compile_start;
     if (st != KF_OK || !outs) {
         fprintf(stderr, "kfuse run: %s: %s\n", kf_status_str(st), kf_context_last_error(ctx));
         goto done;
@@ -232,7 +314,8 @@ int kf_cmd_run(int argc, char **argv) {
         char msg[256] = {0};
         st = kf_npy_read(a.given_files[i], &given[i], msg, sizeof msg);
         if (st != KF_OK) {
-            fprintf(stderr, "kfuse run: %s: %s\n", a.given_files[i],
+            /* kf_npy_read's message starts with the path */
+            fprintf(stderr, "kfuse run: --input %s: %s\n", a.given_names[i],
                     msg[0] ? msg : kf_status_str(st));
             goto done;
         }
@@ -257,7 +340,13 @@ int kf_cmd_run(int argc, char **argv) {
         }
         kf_tensor_destroy(random);
         if (st != KF_OK) {
-            fprintf(stderr, "kfuse run: input %s: %s\n", name, kf_context_last_error(ctx));
+            const char *why = kf_context_last_error(ctx);
+            char prefix[96];
+            snprintf(prefix, sizeof prefix, "input %s:", name);
+            /* the library's message usually names the input already */
+            fprintf(stderr, "kfuse run: %s%s%s\n",
+                    strncmp(why, prefix, strlen(prefix)) ? prefix : "",
+                    strncmp(why, prefix, strlen(prefix)) ? " " : "", why);
             goto done;
         }
     }
@@ -274,10 +363,16 @@ int kf_cmd_run(int argc, char **argv) {
             goto done;
         }
     }
+    double first_start = wall_ms();
     st = kf_plan_run(plan);
+    double first_run_ms = wall_ms() - first_start;
+    /* What the timed runs move between host and device: inputs stay on the device, so 0. */
+    kf_context_stats before = {0}, after = {0};
+    kf_context_stats_get(ctx, &before);
     if (st == KF_OK) {
         st = kf_plan_time(plan, a.repeat, &timing);
     }
+    kf_context_stats_get(ctx, &after);
     if (st != KF_OK) {
         fprintf(stderr, "kfuse run: %s: %s\n", kf_status_str(st), kf_context_last_error(ctx));
         goto done;
@@ -312,6 +407,11 @@ int kf_cmd_run(int argc, char **argv) {
                summary.dispatches, summary.unfused_dispatches, (unsigned long long)summary.bytes,
                (unsigned long long)summary.unfused_bytes, timing.median_ms,
                timing.gpu_timestamps ? "gpu" : "wall", (unsigned long long)a.seed);
+        printf(", \"upload_bytes\": %llu, \"download_bytes\": %llu",
+               (unsigned long long)(after.upload_bytes - before.upload_bytes),
+               (unsigned long long)(after.download_bytes - before.download_bytes));
+        printf(", \"compile_ms\": %.3f, \"first_run_ms\": %.3f, \"disk_cache_loads\": %llu",
+               compile_ms, first_run_ms, (unsigned long long)after.disk_cache_loads);
         if (a.check) {
             printf(", \"max_rel_err\": %.6g, \"passed\": %s", worst,
                    report.passed ? "true" : "false");

@@ -98,8 +98,10 @@ int kf_cmd_sgmat(int argc, char **argv) {
             return 0;
         } else if (!strcmp(argv[i], "--shape") && i + 1 < argc && nshapes < 16) {
             shape3 *s = &shapes[nshapes++];
-            if (sscanf(argv[++i], "%ux%ux%u", &s->m, &s->k, &s->n) != 3 || !s->m || !s->k ||
-                !s->n) {
+            const char *p = argv[++i];
+            if (!kf_cli_dim(&p, 1, 65536, &s->m) || *p++ != 'x' ||
+                !kf_cli_dim(&p, 1, 65536, &s->k) || *p++ != 'x' ||
+                !kf_cli_dim(&p, 1, 65536, &s->n) || *p) {
                 fprintf(stderr, "kfuse sgmat: bad shape '%s' (MxKxN)\n", argv[i]);
                 return 2;
             }
@@ -109,12 +111,22 @@ int kf_cmd_sgmat(int argc, char **argv) {
                 return 2;
             }
         } else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) {
-            repeat = (uint32_t)atoi(argv[++i]);
+            uint64_t v;
+            if (!kf_cli_number("sgmat", "--repeat", argv[++i], 1, 100000, &v)) {
+                return 2;
+            }
+            repeat = (uint32_t)v;
         } else if (!strcmp(argv[i], "--warmup-ms") && i + 1 < argc) {
-            warmup_ms = atof(argv[++i]);
+            if (!kf_cli_real("sgmat", "--warmup-ms", argv[++i], 0.0, 600000.0, &warmup_ms)) {
+                return 2;
+            }
         } else if (!strcmp(argv[i], "--no-tail")) {
             with_tail = false;
         } else {
+            fprintf(stderr, "kfuse sgmat: unknown or incomplete option '%s'%s\n\n", argv[i],
+                    !strcmp(argv[i], "--shape") || !strcmp(argv[i], "--config")
+                        ? " (at most 16 shapes and 32 configs)"
+                        : "");
             usage(stderr);
             return 2;
         }

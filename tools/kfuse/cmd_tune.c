@@ -14,14 +14,11 @@ static void tune_usage(FILE *f) {
 }
 
 static bool parse_shape(const char *s, uint32_t dims[3]) {
-    char *end;
     for (int i = 0; i < 3; i++) {
-        unsigned long v = strtoul(s, &end, 10);
-        if (end == s || v == 0 || v > 65536 || (i < 2 && *end != 'x') || (i == 2 && *end)) {
+        if (!kf_cli_dim(&s, 1, 65536, &dims[i]) || *s != (i < 2 ? 'x' : '\0')) {
             return false;
         }
-        dims[i] = (uint32_t)v;
-        s = end + 1;
+        s++;
     }
     return true;
 }

@@ -113,10 +113,7 @@ static int parse_args(int argc, char **argv, options *o) {
             usage(stdout);
             return -1;
         } else if (!strcmp(a, "--seed") && i + 1 < argc) {
-            char *end;
-            o->seed = strtoull(argv[++i], &end, 0);
-            if (*end) {
-                fprintf(stderr, "kfuse verify: --seed needs a number, got '%s'\n", argv[i]);
+            if (!kf_cli_number("verify", "--seed", argv[++i], 0, UINT64_MAX, &o->seed)) {
                 return 2;
             }
         } else if (!strcmp(a, "--json")) {

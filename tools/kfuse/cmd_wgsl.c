@@ -30,24 +30,18 @@ static void list(void) {
 }
 
 static bool parse_shape(const char *s, kf_shape *out) {
-    char *end;
-    unsigned long r = strtoul(s, &end, 10);
-    if (end == s || r == 0 || r > 65536) {
+    uint32_t r, c;
+    if (!kf_cli_dim(&s, 1, 65536, &r)) {
         return false;
     }
-    if (*end == '\0') {
-        *out = kf_shape_1d((uint32_t)r);
+    if (*s == '\0') {
+        *out = kf_shape_1d(r);
         return true;
     }
-    if (*end != 'x') {
+    if (*s++ != 'x' || !kf_cli_dim(&s, 1, 65536, &c) || *s) {
         return false;
     }
-    const char *cs = end + 1;
-    unsigned long c = strtoul(cs, &end, 10);
-    if (end == cs || *end || c == 0 || c > 65536) {
-        return false;
-    }
-    *out = kf_shape_2d((uint32_t)r, (uint32_t)c);
+    *out = kf_shape_2d(r, c);
     return true;
 }
 

@@ -1,5 +1,8 @@
 #include "cli.h"
 
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const kf_cli_command commands[] = {
@@ -14,6 +17,7 @@ static const kf_cli_command commands[] = {
      kf_cmd_tune},
     {"sgmat", "time the subgroup-matrix (tensor core) f16 matmul's tile configurations",
      kf_cmd_sgmat},
+    {"train", "train a graph's params on .npy data (SGD or AdamW on the GPU)", kf_cmd_train},
 };
 static const size_t command_count = sizeof commands / sizeof commands[0];
 
@@ -30,6 +34,76 @@ static void usage(FILE *f) {
 
 bool kf_cli_is_help(const char *arg) {
     return !strcmp(arg, "-h") || !strcmp(arg, "--help");
+}
+
+static bool is_digit(char c) {
+    return c >= '0' && c <= '9';
+}
+
+bool kf_cli_number(const char *cmd, const char *option, const char *s, uint64_t lo, uint64_t hi,
+                   uint64_t *out) {
+    bool hex = s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
+    const char *digits = hex ? s + 2 : s;
+    char *end = NULL;
+    errno = 0;
+    /* strtoull alone takes '' as 0, '-1' as 2^64-1, ' 5' and '5abc' as 5, '010' as 8. */
+    unsigned long long v = 0;
+    bool ok =
+        hex ? (digits[0] != '\0' && strspn(digits, "0123456789abcdefABCDEF") == strlen(digits))
+            : is_digit(digits[0]);
+    if (ok) {
+        v = strtoull(digits, &end, hex ? 16 : 10);
+        ok = errno == 0 && *end == '\0' && v >= lo && v <= hi;
+    }
+    if (!ok) {
+        fprintf(stderr, "kfuse %s: %s takes a whole number from %llu to %llu, not '%s'\n", cmd,
+                option, (unsigned long long)lo, (unsigned long long)hi, s);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool kf_cli_real(const char *cmd, const char *option, const char *s, double lo, double hi,
+                 double *out) {
+    char *end = NULL;
+    errno = 0;
+    bool ok = is_digit(s[0]) || (s[0] == '.' && is_digit(s[1])) ||
+              (s[0] == '-' && (is_digit(s[1]) || s[1] == '.'));
+    double v = 0.0;
+    if (ok) {
+        v = strtod(s, &end);
+        /* strtod also reads hex floats, 'inf' and 'nan'; only plain decimals are numbers here */
+        ok = errno == 0 && *end == '\0' && isfinite(v) && v >= lo && v <= hi &&
+             !strpbrk(s, "xXnNiI");
+    }
+    if (!ok) {
+        fprintf(stderr, "kfuse %s: %s takes a number from %g to %g, not '%s'\n", cmd, option, lo,
+                hi, s);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool kf_cli_dim(const char **s, uint32_t lo, uint32_t hi, uint32_t *out) {
+    const char *p = *s;
+    uint64_t v = 0;
+    if (!is_digit(*p)) {
+        return false;
+    }
+    for (; is_digit(*p); p++) {
+        v = v * 10 + (uint64_t)(*p - '0');
+        if (v > hi) {
+            return false;
+        }
+    }
+    if (v < lo) {
+        return false;
+    }
+    *out = (uint32_t)v;
+    *s = p;
+    return true;
 }
 
 kf_context *kf_cli_context(void) {

@@ -25,8 +25,10 @@ static kf_kernel *elementwise_build(kf_plan *p, kf__group *grp, kf__compiled *c)
     uint32_t per = vectorized ? KF__PLAN_LANES : 1u;
     kf_type out_type =
         vectorized ? kf_type_vec(KF_SCALAR_F32, KF__PLAN_LANES) : kf__scalar_type_of(res->dtype);
-    kf_kernel_desc desc = {
-        .name = "elementwise", .workgroup_size = {KF__PLAN_WORKGROUP, 1, 1}, .output = out_type};
+    uint32_t alias = kf__plan_inplace_input(p, grp->result);
+    kf_kernel_desc desc = {.name = "elementwise",
+                           .workgroup_size = {KF__PLAN_WORKGROUP, 1, 1},
+                           .output = alias ? kf_type_scalar(KF_SCALAR_VOID) : out_type};
     kf_kernel *k = kf_kernel_create(&desc);
     if (!k) {
         return NULL;
@@ -36,6 +38,7 @@ static kf_kernel *elementwise_build(kf_plan *p, kf__group *grp, kf__compiled *c)
         kf_kernel_destroy(k);
         return NULL;
     }
+    kf_binding rw = alias ? kf__emit_inplace_binding(&s, alias, out_type) : (kf_binding){0};
     uint64_t n = kf_shape_elements(&res->shape) / per;
     /* Large even vec4 counts: two vec4s per invocation, n/2 apart, both loaded before either
      * is stored, so twice the bytes are in flight per invocation (a long chain's arithmetic
@@ -48,15 +51,22 @@ static kf_kernel *elementwise_build(kf_plan *p, kf__group *grp, kf__compiled *c)
         kf_val at2 = kf_let(k, "vidx2", kf_add(k, at, kf_lit_u32(k, (uint32_t)invocations)));
         kf_val first = kf__emit_invocation(&s, at, true);
         kf_val second = kf__emit_invocation(&s, at2, true);
-        kf_kernel_yield(k, first, at);
-        kf_kernel_yield(k, second, at2);
+        if (alias) {
+            kf_store(k, rw, at, first);
+            kf_store(k, rw, at2, second);
+        } else {
+            kf_kernel_yield(k, first, at);
+            kf_kernel_yield(k, second, at2);
+        }
+    } else if (alias) {
+        kf_store(k, rw, at, kf__emit_invocation(&s, at, vectorized));
     } else {
         kf_kernel_yield(k, kf__emit_invocation(&s, at, vectorized), at);
     }
     kf_end(k);
     kf__emit_release(&s);
     kf__grid_for(invocations, KF__PLAN_WORKGROUP, c->grid);
-    if (!kf__compiled_add_slot(p, c, grp->result)) {
+    if (!alias && !kf__compiled_add_slot(p, c, grp->result)) {
         kf_kernel_destroy(k);
         return NULL;
     }

@@ -110,16 +110,20 @@ static kf_kernel *horizontal_build(kf_plan *p, kf__group *h, kf__compiled *c) {
             return NULL;
         }
         kf_val at = offset ? kf_let(k, "local", kf_sub(k, idx, lo)) : idx;
-        kf_val v = kf__emit_invocation(&s, at, vectorized);
-        kf__emit_release(&s);
-        char out_name[32];
-        snprintf(out_name, sizeof out_name, "out%u", m);
         kf_type elem = vectorized ? kf_type_vec(KF_SCALAR_F32, KF__PLAN_LANES)
                                   : kf__scalar_type_of(res->dtype);
-        kf_binding out = kf_kernel_storage(k, out_name, elem, KF_ACCESS_READ_WRITE);
-        if (!kf__compiled_add_slot(p, c, grp->result)) {
-            kf_kernel_destroy(k);
-            return NULL;
+        uint32_t alias = kf__plan_inplace_input(p, grp->result);
+        kf_binding out = alias ? kf__emit_inplace_binding(&s, alias, elem) : (kf_binding){0};
+        kf_val v = kf__emit_invocation(&s, at, vectorized);
+        kf__emit_release(&s);
+        if (!alias) {
+            char out_name[32];
+            snprintf(out_name, sizeof out_name, "out%u", m);
+            out = kf_kernel_storage(k, out_name, elem, KF_ACCESS_READ_WRITE);
+            if (!kf__compiled_add_slot(p, c, grp->result)) {
+                kf_kernel_destroy(k);
+                return NULL;
+            }
         }
         kf_store(k, out, at, v);
         kf_end(k);

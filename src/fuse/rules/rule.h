@@ -103,6 +103,11 @@ typedef struct kf__emit {
  * kf__emit_release. */
 bool kf__emit_init(kf__emit *s, kf_plan *p, kf_kernel *k, kf__group *grp, kf__compiled *c);
 void kf__emit_release(kf__emit *s);
+/* An in-place group (its result bound to the tensor of input `alias`; plan_bind.c proved that
+ * each element is read only by the invocation that writes it, at the index it writes): one
+ * read-write binding is the result's store and the input's loads, since WebGPU forbids binding
+ * one buffer both read-only and writable in a dispatch. Declare it before emitting the loads. */
+kf_binding kf__emit_inplace_binding(kf__emit *s, uint32_t alias, kf_type elem);
 /* Emits the group's element-wise nodes for one element; returns the result (f32). */
 kf_val kf__emit_elementwise(kf__emit *s);
 /* The group's value at one invocation: the element at `at`, or with `vectorized` the KF__PLAN_LANES
