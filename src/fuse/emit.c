@@ -57,7 +57,7 @@ void kf__emit_release(kf__emit *s) {
 
 /* Records that binding b of the kernel reads `node` (later loads of node use it) and is the
  * buffer of node `slot` (node itself, or the group's result for an in-place binding). */
-static void record_read(kf__emit *s, uint32_t node, kf_binding b, uint32_t slot) {
+static void record_read(kf__emit *s, uint32_t node, kf_binding b, kf_type elem, uint32_t slot) {
     kf__compiled *c = s->c;
     if (c->read_count == c->read_capacity) {
         uint32_t cap = c->read_capacity ? c->read_capacity * 2 : 8;
@@ -68,12 +68,17 @@ static void record_read(kf__emit *s, uint32_t node, kf_binding b, uint32_t slot)
         kf_binding *bindings = nodes ? realloc(c->read_bindings, sizeof *bindings * cap) : NULL;
         if (bindings) {
             c->read_bindings = bindings;
+        }
+        kf_type *elems = bindings ? realloc(c->read_elems, sizeof *elems * cap) : NULL;
+        if (elems) {
+            c->read_elems = elems;
             c->read_capacity = cap;
         }
     }
     if (c->read_count < c->read_capacity && kf__compiled_add_slot(s->p, c, slot)) {
         c->read_nodes[c->read_count] = node;
         c->read_bindings[c->read_count] = b;
+        c->read_elems[c->read_count] = elem;
         c->read_count++;
     } else {
         kf__plan_fail(s->p, KF_ERROR_OUT_OF_MEMORY, "out of memory compiling a group");
@@ -83,7 +88,9 @@ static void record_read(kf__emit *s, uint32_t node, kf_binding b, uint32_t slot)
 static kf_binding binding_for(kf__emit *s, uint32_t node, kf_type elem) {
     kf__compiled *c = s->c;
     for (uint32_t i = 0; i < c->read_count; i++) {
-        if (c->read_nodes[i] == node) {
+        /* The same node read with another element type (a horizontal group whose members load
+         * it as vec4 and as a broadcast scalar) needs a binding of its own. */
+        if (c->read_nodes[i] == node && kf_type_eq(c->read_elems[i], elem)) {
             return c->read_bindings[i];
         }
     }
@@ -92,7 +99,7 @@ static kf_binding binding_for(kf__emit *s, uint32_t node, kf_type elem) {
     char name[32];
     snprintf(name, sizeof name, "in%u", c->read_count);
     kf_binding b = kf_kernel_storage(s->k, name, elem, KF_ACCESS_READ);
-    record_read(s, node, b, node);
+    record_read(s, node, b, elem, node);
     return b;
 }
 
@@ -100,7 +107,7 @@ kf_binding kf__emit_inplace_binding(kf__emit *s, uint32_t alias, kf_type elem) {
     char name[32];
     snprintf(name, sizeof name, "inplace%u", s->c->read_count);
     kf_binding b = kf_kernel_storage(s->k, name, elem, KF_ACCESS_READ_WRITE);
-    record_read(s, alias, b, s->grp->result);
+    record_read(s, alias, b, elem, s->grp->result);
     return b;
 }
 

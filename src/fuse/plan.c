@@ -431,6 +431,7 @@ void kf__plan_free_compiled(kf__compiled *c) {
         free(c->buffers);
         free(c->read_nodes);
         free(c->read_bindings);
+        free(c->read_elems);
         free(c);
     }
 }

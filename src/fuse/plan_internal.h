@@ -28,6 +28,8 @@ typedef struct kf__compiled {
     kf_buffer **buffers;  /* slot_count entries, set when the dispatches are made */
     uint32_t *read_nodes; /* bindings declared while emitting, and the node each reads */
     kf_binding *read_bindings;
+    kf_type *read_elems; /* each binding's element type: a node read as vec4 and as a scalar in
+                          * one kernel (a horizontal group) gets two bindings */
     uint32_t read_count;
     uint32_t read_capacity;
     uint32_t grid[3];

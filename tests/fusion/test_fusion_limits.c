@@ -265,3 +265,15 @@ KT_TEST(fusion, same_computation_other_names_shares_the_pipeline) {
              (unsigned long long)(after.pipelines_compiled - before.pipelines_compiled));
     KT_CHECK(checked == KF_OK, "verify: %s", kf_status_str(checked));
 }
+
+/* Found by the graph fuzzer: a horizontal group whose members read one tensor in two ways (b as
+ * a broadcast row of t, and as a vec4 operand of y) once shared one binding of the first type. */
+KT_TEST(fusion, horizontal_member_reads_one_tensor_two_ways) {
+    KT_NEED_GPU(ctx);
+    kf_graph *g = parse_text("a: f32[31, 64]\nc: f32[31, 64]\nb: f32[64]\nt = add(a, b)\n"
+                             "t8 = add(a, c)\ny = maximum(b, b)\nout y, t, t8\n");
+    KT_CHECK(g, "parse");
+    uint32_t d = fused_dispatches(ctx, g, 0);
+    kf_graph_destroy(g);
+    KT_CHECK(d == 1, "%u dispatches: the three element-wise groups should run side by side", d);
+}
