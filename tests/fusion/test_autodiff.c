@@ -315,16 +315,22 @@ KT_CPU_TEST(fusion, autodiff_difference_check_catches_a_wrong_gradient) {
     cpu_values cv = {0};
     KT_CHECK_OK(evaluate(g, inputs, &cv));
     kf_status st;
-    float x0 = inputs[0]->data[3];
-    inputs[0]->data[3] = x0 + 1e-3f;
-    double up = loss_at(&rc, inputs, &st);
-    inputs[0]->data[3] = x0 - 1e-3f;
-    double down = loss_at(&rc, inputs, &st);
-    inputs[0]->data[3] = x0;
-    double numeric = (up - down) / ((double)(x0 + 1e-3f) - (double)(x0 - 1e-3f));
-    double a = cv.v[dx.id]->data[3];
-    KT_CHECK(fabs(a - numeric) > 1e-2 * fabs(numeric) + 1e-4,
-             "silu's gradient passed for gelu's: %.9g vs %.9g", a, numeric);
+    /* Every element through the same differences check as the random graphs: gelu' and silu'
+     * are close near some x (a single sampled element passed for some seeds), never everywhere. */
+    uint32_t caught = 0, total = (uint32_t)kf_tensor_size(inputs[0]);
+    for (uint32_t e = 0; e < total; e++) {
+        float x0 = inputs[0]->data[e];
+        inputs[0]->data[e] = x0 + 1e-3f;
+        double up = loss_at(&rc, inputs, &st);
+        inputs[0]->data[e] = x0 - 1e-3f;
+        double down = loss_at(&rc, inputs, &st);
+        inputs[0]->data[e] = x0;
+        double numeric = (up - down) / ((double)(x0 + 1e-3f) - (double)(x0 - 1e-3f));
+        double a = cv.v[dx.id]->data[e];
+        caught += fabs(a - numeric) > 1e-2 * fabs(numeric) + 1e-4;
+    }
+    KT_CHECK(caught * 4 > total, "silu's gradient passed for gelu's at %u of %u elements",
+             total - caught, total);
     values_free(&cv);
     kf_tensor_destroy(inputs[0]);
     kf_tensor_destroy(inputs[1]);
