@@ -134,7 +134,7 @@ typedef struct pro_case {
 
 static kf_kernel *op_kernel(const kf_operator *op, const kf_shape *shapes, const kf_op_params *p,
                             kf_dtype dtype) {
-    return op->kernel_forward(shapes, p, dtype);
+    return kf_op_kernel_forward(op, shapes, p, dtype);
 }
 
 /* One case: fused (interpreter and GPU) against unfused (prologue, then the op; both ways). */
