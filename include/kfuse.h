@@ -646,8 +646,8 @@ KF_API kf_kernel *kf_kernel_then(const kf_kernel *a, const kf_kernel *b);
  * loaded straight into subgroup matrices (KF_ERROR_UNSUPPORTED: stage it through workgroup
  * memory); a prologue of the wrong type or shape. Neither kernel is consumed. NULL only when out
  * of memory. */
-kf_kernel *kf_kernel_prologue(const kf_kernel *consumer, const char *binding,
-                              const kf_kernel *prologue);
+KF_API kf_kernel *kf_kernel_prologue(const kf_kernel *consumer, const char *binding,
+                                     const kf_kernel *prologue);
 
 typedef kf_val (*kf_map_fn)(kf_kernel *k, kf_val x, void *user);
 /* The seeds' mapK: a stage computing fn(In) for each element, in -> out. */
