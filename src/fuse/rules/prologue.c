@@ -102,9 +102,8 @@ static kf_kernel *prologue_stage(kf_plan *p, kf__group *grp, uint32_t i, kf__com
     view.kind = KF__GROUP_ELEMENTWISE;
     view.root = grp->prologue_in[i]; /* the emitter gives In for it */
     const kf__node *res = &g->nodes[view.result], *in = &g->nodes[view.root];
-    char name[96];
-    snprintf(name, sizeof name, "group%u_prologue%u", (unsigned)(grp - p->groups), (unsigned)i);
-    kf_kernel_desc desc = {.name = name,
+    /* named by what it is, like every planned kernel, so equal groups share a pipeline */
+    kf_kernel_desc desc = {.name = "prologue",
                            .input = kf__scalar_type_of(in->dtype),
                            .output = kf__scalar_type_of(res->dtype)};
     kf_kernel *k = kf_kernel_create(&desc);
