@@ -683,6 +683,25 @@ KF_API void kf_kernel_yield(kf_kernel *k, kf_val value, kf_val index);
  * mismatch. */
 KF_API kf_kernel *kf_kernel_then(const kf_kernel *a, const kf_kernel *b);
 
+/* The mirror of kf_kernel_then, on loads (a prologue): a new kernel that is `consumer` with every
+ * kf_load of its storage binding named `binding` replaced by `prologue` applied to the loaded
+ * value, at the point of the load; the prologue's index is the loaded element's index in the
+ * binding. `prologue` is a stage that yields exactly once, outside any if or loop, at its own
+ * kf_kernel_index, and stores nothing; like kf_kernel_then's b it may use no workgroup memory,
+ * barriers, subgroups or builtins (its workgroup size does not matter). It yields the binding's
+ * type, or, for a vector binding (the matmul's vec4 tile loads), its lane type: it then runs
+ * once per lane, lane l of vector i at index i * lanes + l. In the result the binding keeps its
+ * name and place and holds the prologue's input type (per lane for a vector binding); the
+ * prologue's own bindings follow the consumer's declared ones, renamed on a clash as in
+ * kf_kernel_then (broadcast inputs are the prologue's to index from its index), then "out". The
+ * result keeps the consumer's input, output and grid; an identity prologue gives the consumer
+ * back. Refused (the result's status): a binding that is missing, read_write or a uniform; one
+ * loaded straight into subgroup matrices (KF_ERROR_UNSUPPORTED: stage it through workgroup
+ * memory); a prologue of the wrong type or shape. Neither kernel is consumed. NULL only when out
+ * of memory. */
+KF_API kf_kernel *kf_kernel_prologue(const kf_kernel *consumer, const char *binding,
+                                     const kf_kernel *prologue);
+
 typedef kf_val (*kf_map_fn)(kf_kernel *k, kf_val x, void *user);
 /* The seeds' mapK: a stage computing fn(In) for each element, in -> out. */
 KF_API kf_kernel *kf_kernel_map(const char *name, kf_type input, kf_type output,

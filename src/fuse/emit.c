@@ -259,6 +259,12 @@ kf_kernel *kf__build_rooted(kf_plan *p, kf__group *grp, kf__compiled *c, kf_kern
             return NULL;
         }
     }
+    if (kf__group_has_prologue(grp)) {
+        base = kf__compose_prologues(p, grp, c, base);
+        if (!base) {
+            return NULL;
+        }
+    }
     kf_kernel *k = base;
     if (grp->node_count > 0) {
         uint32_t wg[3];

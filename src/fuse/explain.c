@@ -91,6 +91,18 @@ static void put_tensor(text *t, const kf_plan *p, uint32_t id) {
 static void put_ops(text *t, const kf_plan *p, const kf__group *grp) {
     const kf_graph *g = p->graph;
     bool first = true;
+    /* prologues first, one chain per input ("gelu |> matmul", "gelu, tanh |> matmul") */
+    for (uint32_t i = 0; grp->root && i < KF_NODE_MAX_INPUTS; i++) {
+        const kf__group *pro = grp->prologue[i] ? &p->groups[grp->prologue[i] - 1] : NULL;
+        for (uint32_t j = 0; pro && j < pro->node_count; j++) {
+            put(t, "%s%s", first ? "" : j ? " |> " : ", ", g->nodes[pro->nodes[j]].op->name);
+            first = false;
+        }
+    }
+    if (!first) {
+        put(t, " |> ");
+        first = true;
+    }
     if (grp->root) {
         put(t, "%s", g->nodes[grp->root].op->name);
         first = false;

@@ -51,9 +51,14 @@ typedef struct kf__group {
     uint32_t *reads;
     uint32_t read_count;
     uint32_t read_capacity;
-    uint32_t result;   /* the node this group writes to memory */
-    uint32_t level;    /* 1 + the deepest level it reads from; inputs are level 0 */
-    bool absorbed;     /* a member of a horizontal group */
+    uint32_t result; /* the node this group writes to memory */
+    uint32_t level;  /* 1 + the deepest level it reads from; inputs are level 0 */
+    bool absorbed;   /* a member of a horizontal group */
+    /* Prologues (src/fuse/rules/prologue.c), per input of the root: 1 + the element-wise group
+     * composed into the root kernel's loads of that input (0: none; that group is DEAD but keeps
+     * its nodes and reads), and the node the load reads instead (the prologue's In). */
+    uint32_t prologue[KF_NODE_MAX_INPUTS];
+    uint32_t prologue_in[KF_NODE_MAX_INPUTS];
     uint32_t *members; /* horizontal groups: the groups they run */
     uint32_t member_count;
     uint32_t member_capacity;

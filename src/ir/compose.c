@@ -24,6 +24,10 @@ struct copier {
     uint32_t input, index;     /* dst values for src's In and index; 0: dst's placeholders */
     yield_fn on_yield;         /* NULL: copy the yield */
     void *user;
+    /* kf_kernel_prologue: loads of src binding load_binding become on_load's value (index: the
+     * load's index, already copied) */
+    uint32_t load_binding;
+    uint32_t (*on_load)(copier *c, uint32_t src_node, uint32_t index);
 };
 
 static uint32_t copy_node(copier *c, uint32_t id);
@@ -132,6 +136,10 @@ static void copy_let(copier *c, const kf__stmt *s) {
         if (!args[i]) {
             return;
         }
+    }
+    if (c->on_load && n->kind == KF__NODE_LOAD && n->ref == c->load_binding) {
+        c->nodes[s->ref] = c->on_load(c, s->ref, args[0]);
+        return;
     }
     uint32_t ref = 0;
     switch ((kf__node_kind)n->kind) {
@@ -422,13 +430,17 @@ static void unique_binding_name(const kf_kernel *r, const char *base, char *out,
     }
 }
 
+/* Declares src's bindings, overrides and workgroup arrays in r, filling the maps. `fn` names the
+ * caller in messages; binding `retype` (0: none) is declared with type `as` instead of its own. */
 static bool copy_decls(kf_kernel *r, const kf_kernel *src, uint32_t *bmap, uint32_t *omap,
-                       uint32_t *smap, bool merge_overrides) {
+                       uint32_t *smap, bool merge_overrides, const char *fn, uint32_t retype,
+                       kf_type as) {
     char name[300];
     for (uint32_t i = 1; i < src->binding_count && kf__ok(r); i++) {
         const kf__binding *b = &src->bindings[i];
         unique_binding_name(r, kf__str(src, b->name), name, sizeof name);
-        bmap[i] = kf__binding_new(r, name, (kf_binding_kind)b->kind, b->type, KF__ROLE_DECLARED);
+        bmap[i] = kf__binding_new(r, name, (kf_binding_kind)b->kind, i == retype ? as : b->type,
+                                  KF__ROLE_DECLARED);
     }
     for (uint32_t i = 1; i < src->override_count && kf__ok(r); i++) {
         const kf__override *o = &src->overrides[i];
@@ -437,9 +449,8 @@ static bool copy_decls(kf_kernel *r, const kf_kernel *src, uint32_t *bmap, uint3
         if (found) {
             char s0[48], s1[48];
             if (!kf_type_eq(r->overrides[found].type, o->type)) {
-                kf__fail(r, KF_ERROR_TYPE,
-                         "kf_kernel_then: override '%s' is %s in one kernel and %s in '%s'", nm,
-                         kf_type_str(r->overrides[found].type, s0, sizeof s0),
+                kf__fail(r, KF_ERROR_TYPE, "%s: override '%s' is %s in one kernel and %s in '%s'",
+                         fn, nm, kf_type_str(r->overrides[found].type, s0, sizeof s0),
                          kf_type_str(o->type, s1, sizeof s1), src->name);
                 return false;
             }
@@ -489,7 +500,9 @@ kf_kernel *kf_kernel_then(const kf_kernel *a, const kf_kernel *b) {
     }
     uint32_t *ab = maps, *ao = ab + a->binding_count, *as = ao + a->override_count;
     uint32_t *bb = as + a->shared_count, *bo = bb + b->binding_count, *bs = bo + b->override_count;
-    if (copy_decls(r, a, ab, ao, as, false) && copy_decls(r, b, bb, bo, bs, true)) {
+    kf_type none = kf_type_scalar(KF_SCALAR_VOID);
+    if (copy_decls(r, a, ab, ao, as, false, "kf_kernel_then", 0, none) &&
+        copy_decls(r, b, bb, bo, bs, true, "kf_kernel_then", 0, none)) {
         then_ctx t = {b, bb, bo, bs};
         copier ca;
         if (copier_init(&ca, r, a)) {
@@ -497,6 +510,292 @@ kf_kernel *kf_kernel_then(const kf_kernel *a, const kf_kernel *b) {
             ca.overrides = ao;
             ca.shareds = as;
             ca.on_yield = inline_b;
+            ca.user = &t;
+            copy_block(&ca, 1);
+            copier_free(&ca);
+        }
+    }
+    free(maps);
+    if (r->status == KF_ERROR_OUT_OF_MEMORY) {
+        kf_kernel_destroy(r);
+        return NULL;
+    }
+    return r;
+}
+
+/* ======================================================================================== */
+/* kf_kernel_prologue                                                                       */
+/* ======================================================================================== */
+
+typedef struct pro_ctx {
+    const kf_kernel *p;
+    const uint32_t *bindings, *overrides, *shareds;
+    uint32_t binding; /* the retyped binding in the result */
+    kf_type loaded;   /* what a load of it gives in the result */
+    bool lanewise;    /* p runs once per lane of each vector loaded */
+    uint32_t lanes;   /* of the binding's type */
+    const char *hint; /* names p's result */
+    uint32_t yielded; /* p's yielded value, set by capture_yield */
+} pro_ctx;
+
+static void capture_yield(copier *cp, uint32_t value, uint32_t index) {
+    (void)index; /* checked to be p's own index before composing */
+    pro_ctx *t = cp->user;
+    t->yielded = value;
+}
+
+/* p's body, with In bound to `input` and its index to `index`, at the current point of r; returns
+ * the value p yields (0 on failure). */
+static uint32_t apply_p(kf_kernel *r, pro_ctx *t, uint32_t input, uint32_t index) {
+    copier cp;
+    if (!copier_init(&cp, r, t->p)) {
+        return 0;
+    }
+    cp.bindings = t->bindings;
+    cp.overrides = t->overrides;
+    cp.shareds = t->shareds;
+    cp.input = input;
+    cp.index = index;
+    cp.on_yield = capture_yield;
+    cp.user = t;
+    t->yielded = 0;
+    copy_block(&cp, 1);
+    copier_free(&cp);
+    return kf__ok(r) ? t->yielded : 0;
+}
+
+static uint32_t u32_lit(kf_kernel *r, uint32_t v) {
+    return kf__lit_bits(r, KF_SCALAR_U32, v);
+}
+
+/* A load of the prologue's binding: the load from the retyped binding, then p on what it gives
+ * (lane by lane for a vector whose lanes p takes one at a time, each lane's index being the
+ * vector's index times its lanes plus the lane: the element's own index). */
+static uint32_t load_through_p(copier *ca, uint32_t src_node, uint32_t index) {
+    pro_ctx *t = ca->user;
+    kf_kernel *r = ca->dst;
+    const kf__node *n = &ca->src->nodes[src_node];
+    const char *hint = n->name ? kf__str(ca->src, n->name) : NULL;
+    uint32_t raw = kf__materialize(r, KF__NODE_LOAD, 0, t->loaded, &index, 1, t->binding, hint);
+    if (!raw) {
+        return 0;
+    }
+    kf_type u32 = kf_type_scalar(KF_SCALAR_U32);
+    uint32_t at = index;
+    if (r->nodes[at].type.scalar != KF_SCALAR_U32) {
+        at = kf__pure(r, KF__NODE_CAST, 0, u32, &at, 1); /* p's index is a u32 */
+    }
+    uint32_t value = 0;
+    if (!t->lanewise) {
+        value = apply_p(r, t, raw, at);
+    } else {
+        uint32_t lanes[4] = {0};
+        kf_type lane_type = kf__type_elem(t->loaded);
+        uint32_t mul_args[2] = {at, u32_lit(r, t->lanes)};
+        uint32_t first = kf__pure(r, KF__NODE_BINARY, KF_OP_MUL, u32, mul_args, 2);
+        for (uint32_t l = 0; l < t->lanes && kf__ok(r); l++) {
+            uint32_t in = kf__pure(r, KF__NODE_EXTRACT, 0, lane_type, &raw, 1);
+            if (!in) {
+                return 0;
+            }
+            r->nodes[in].ref = l;
+            uint32_t add_args[2] = {first, u32_lit(r, l)};
+            uint32_t idx = l ? kf__pure(r, KF__NODE_BINARY, KF_OP_ADD, u32, add_args, 2) : first;
+            lanes[l] = idx ? apply_p(r, t, in, idx) : 0;
+            if (!lanes[l]) {
+                return 0;
+            }
+        }
+        kf_type vt = kf_type_vec(t->p->output.scalar, t->lanes);
+        /* p yielding its In unchanged gives back the loaded vector: an identity prologue leaves
+         * the consumer as it was */
+        bool same = kf_type_eq(vt, t->loaded);
+        for (uint32_t l = 0; l < t->lanes && same; l++) {
+            const kf__node *ln = &r->nodes[lanes[l]];
+            same = ln->kind == KF__NODE_EXTRACT && ln->args[0] == raw && ln->ref == l;
+        }
+        value = same ? raw : kf__pure(r, KF__NODE_VEC, 0, vt, lanes, t->lanes);
+    }
+    if (value && !is_trivial(r, value)) {
+        value = kf__materialize(r, KF__NODE_NAMED, 0, r->nodes[value].type, &value, 1, 0, t->hint);
+    }
+    return value;
+}
+
+/* Why p cannot be composed into the loads of binding `bi` of c: 0 when it can; else the status,
+ * with the message on r. Sets *lanewise and *as (the binding's type in the result). */
+static kf_status pro_check(kf_kernel *r, const kf_kernel *c, const char *name, const kf_kernel *p,
+                           uint32_t *bi, bool *lanewise, kf_type *as) {
+    const char *cn = c->name, *pn = p->name;
+    char s0[48], s1[48];
+    if (c->status != KF_OK || p->status != KF_OK) {
+        const kf_kernel *bad = c->status != KF_OK ? c : p;
+        kf__fail(r, bad->status, "kf_kernel_prologue: '%s' is invalid: %s", bad->name, bad->error);
+        return bad->status;
+    }
+    if (c->cur_block != 1 || p->cur_block != 1) {
+        kf__fail(r, KF_ERROR_INVALID_ARGUMENT,
+                 "kf_kernel_prologue: '%s' still has an open if, for or while (close it with "
+                 "kf_end)",
+                 c->cur_block != 1 ? cn : pn);
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    *bi = kf__binding_find(c, name);
+    if (!*bi) {
+        bool in = c->input.scalar != KF_SCALAR_VOID && !strcmp(name, "in");
+        kf__fail(r, KF_ERROR_INVALID_ARGUMENT,
+                 in ? "kf_kernel_prologue: '%s' is a stage: compose onto its In with "
+                      "kf_kernel_then(prologue, stage) (binding '%s')"
+                    : "kf_kernel_prologue: '%s' has no binding '%s' (declared with "
+                      "kf_kernel_storage)",
+                 cn, name);
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    const kf__binding *b = &c->bindings[*bi];
+    if (b->kind != KF_BINDING_STORAGE_READ) {
+        kf__fail(r, KF_ERROR_TYPE,
+                 "kf_kernel_prologue: binding '%s' of '%s' is %s; a prologue applies to a "
+                 "read-only storage binding",
+                 name, cn, b->kind == KF_BINDING_UNIFORM ? "a uniform" : "read_write");
+        return KF_ERROR_TYPE;
+    }
+    for (uint32_t s = 1; s < c->stmt_count; s++) {
+        const kf__stmt *st = &c->stmts[s];
+        if ((st->kind == KF__STMT_SGMAT_LOAD || st->kind == KF__STMT_SGMAT_STORE) &&
+            (st->flags & KF__SGMAT_STORAGE) && st->d == *bi) {
+            kf__fail(r, KF_ERROR_UNSUPPORTED,
+                     "kf_kernel_prologue: '%s' loads binding '%s' straight into subgroup "
+                     "matrices (kf_sgmat_load_storage), whose elements no element-wise kernel "
+                     "can reach; stage that operand through workgroup memory",
+                     cn, name);
+            return KF_ERROR_UNSUPPORTED;
+        }
+    }
+    if (p->input.scalar == KF_SCALAR_VOID || p->output.scalar == KF_SCALAR_VOID) {
+        kf__fail(r, KF_ERROR_TYPE,
+                 "kf_kernel_prologue: '%s' is not a stage with an output (its input or output "
+                 "is void), so it cannot transform the values '%s' loads",
+                 pn, cn);
+        return KF_ERROR_TYPE;
+    }
+    const char *what = NULL;
+    if (p->uses & KF__USES_WORKGROUP) {
+        what = "workgroup memory";
+    } else if (p->uses & KF__USES_BARRIER) {
+        what = "barriers";
+    } else if (p->uses & KF__USES_SUBGROUP) {
+        what = "subgroup operations";
+    } else if (p->uses & KF__USES_BUILTIN) {
+        what = "invocation builtins (ids)";
+    }
+    if (what) {
+        kf__fail(r, KF_ERROR_TYPE,
+                 "kf_kernel_prologue: '%s' uses %s; a prologue runs at each load of '%s' and may "
+                 "only use its In value, its index and its own bindings",
+                 pn, what, cn);
+        return KF_ERROR_TYPE;
+    }
+    uint32_t yields = 0, top = 0;
+    for (uint32_t s = 1; s < p->stmt_count; s++) {
+        const kf__stmt *st = &p->stmts[s];
+        if (st->kind == KF__STMT_YIELD) {
+            yields++;
+            top += st->block == 1 && st->b == p->index_node;
+        }
+        if (st->kind == KF__STMT_STORE) {
+            kf__fail(r, KF_ERROR_TYPE,
+                     "kf_kernel_prologue: '%s' stores to memory; a prologue runs at every load "
+                     "(some elements are loaded many times) and may only yield",
+                     pn);
+            return KF_ERROR_TYPE;
+        }
+    }
+    if (yields != 1 || top != 1) {
+        kf__fail(r, KF_ERROR_TYPE,
+                 "kf_kernel_prologue: '%s' yields %u time(s)%s; a prologue yields one value per "
+                 "element, once, outside any if or loop, at its own index (kf_kernel_index)",
+                 pn, (unsigned)yields, yields == 1 ? " but not once at its own index" : "");
+        return KF_ERROR_TYPE;
+    }
+    /* p yields what the binding held, element by element or lane by lane */
+    kf_type t = b->type;
+    if (kf_type_eq(p->output, t)) {
+        *lanewise = false;
+        *as = p->input;
+    } else if (kf__type_is_vec(t) && kf_type_eq(p->output, kf__type_elem(t)) &&
+               kf__type_lanes(p->input) == 1) {
+        *lanewise = true;
+        *as = kf_type_vec(p->input.scalar, kf__type_lanes(t));
+    } else {
+        kf__fail(r, KF_ERROR_TYPE,
+                 "kf_kernel_prologue: '%s' yields %s but binding '%s' of '%s' holds %s (a "
+                 "prologue yields the binding's type, or its lane type for a vector binding)",
+                 pn, kf_type_str(p->output, s0, sizeof s0), name, cn,
+                 kf_type_str(t, s1, sizeof s1));
+        return KF_ERROR_TYPE;
+    }
+    if (as->count || !kf__type_valid(*as)) {
+        kf__fail(r, KF_ERROR_TYPE, "kf_kernel_prologue: '%s' takes %s, which a binding cannot hold",
+                 pn, kf_type_str(p->input, s0, sizeof s0));
+        return KF_ERROR_TYPE;
+    }
+    return KF_OK;
+}
+
+kf_kernel *kf_kernel_prologue(const kf_kernel *consumer, const char *binding,
+                              const kf_kernel *prologue) {
+    const kf_kernel *c = consumer, *p = prologue;
+    char name[256];
+    snprintf(name, sizeof name, "%s |> %s.%s", p ? p->name : "(null)", c ? c->name : "(null)",
+             binding ? binding : "(null)");
+    kf_kernel_desc desc = {0};
+    desc.name = name;
+    if (c) {
+        memcpy(desc.workgroup_size, c->workgroup, sizeof desc.workgroup_size);
+        desc.input = c->input;
+        desc.output = c->output;
+    }
+    kf_kernel *r = kf__kernel_new(&desc);
+    if (!r) {
+        return NULL;
+    }
+    if (!c || !p || !binding) {
+        kf__fail(r, KF_ERROR_INVALID_ARGUMENT, "kf_kernel_prologue: %s is NULL",
+                 !c   ? "consumer"
+                 : !p ? "prologue"
+                      : "binding");
+        return r;
+    }
+    uint32_t bi = 0;
+    bool lanewise = false;
+    kf_type as = {0};
+    if (!kf__ok(r) || pro_check(r, c, binding, p, &bi, &lanewise, &as) != KF_OK) {
+        return r;
+    }
+    memcpy(r->grid, c->grid, sizeof r->grid);
+    r->uses |= c->uses | p->uses;
+    uint32_t *maps = calloc((size_t)c->binding_count + c->override_count + c->shared_count +
+                                p->binding_count + p->override_count + p->shared_count,
+                            sizeof *maps);
+    if (!maps) {
+        kf_kernel_destroy(r);
+        return NULL;
+    }
+    uint32_t *cb = maps, *co = cb + c->binding_count, *cs = co + c->override_count;
+    uint32_t *pb = cs + c->shared_count, *po = pb + p->binding_count, *ps = po + p->override_count;
+    const char *fn = "kf_kernel_prologue";
+    if (copy_decls(r, c, cb, co, cs, false, fn, bi, as) &&
+        copy_decls(r, p, pb, po, ps, true, fn, 0, as)) {
+        char hint[300];
+        snprintf(hint, sizeof hint, "%s_in", binding);
+        pro_ctx t = {p, pb, po, ps, cb[bi], as, lanewise, kf__type_lanes(as), hint, 0};
+        copier ca;
+        if (copier_init(&ca, r, c)) {
+            ca.bindings = cb;
+            ca.overrides = co;
+            ca.shareds = cs;
+            ca.load_binding = bi;
+            ca.on_load = load_through_p;
             ca.user = &t;
             copy_block(&ca, 1);
             copier_free(&ca);

@@ -178,6 +178,108 @@ KT_TEST(fusion, norms_with_weight_and_tail) {
                       2, 5);
 }
 
+/* ---- prologues: element-wise producers of a matmul's or a row reduction's input run in its
+ * loads (kf_kernel_prologue) ---- */
+
+KT_TEST(fusion, matmul_prologue_gelu_is_one_dispatch) {
+    expect_dispatches("x: f32[37,53]\nw: f32[53,29]\ny = matmul(gelu(x), w)\n", 1, 2);
+    /* register-blocked: vec4 tile loads (lane by lane) and scalar ones */
+    expect_dispatches("x: f32[130,68]\nw: f32[68,96]\ny = matmul(gelu(x), w)\n", 1, 2);
+    expect_dispatches("x: f32[23,29]\nw: f32[29,31]\ny = matmul(x, gelu(w))\n", 1, 2);
+    expect_dispatches("x: f16[65,68]\nw: f16[68,64]\ny = matmul(gelu(x), w)\n", 1, 2);
+}
+
+KT_TEST(fusion, matmul_prologue_broadcast_and_chains) {
+    /* x * m with m one row (broadcast), a chain, both operands, and an epilogue too */
+    expect_dispatches("x: f32[67,68]\nm: f32[68]\nw: f32[68,97]\ny = matmul(mul(x, m), w)\n", 1, 2);
+    expect_dispatches("x: f32[31,17]\nc: f32[31,1]\nw: f32[17,45]\n"
+                      "y = matmul(x |> mul(c) |> add(1) |> tanh, w)\n",
+                      1, 4);
+    expect_dispatches("x: f32[40,24]\nw: f32[24,36]\ny = matmul(gelu(x), tanh(w))\n", 1, 3);
+    expect_dispatches("x: f32[64,128]\nw: f32[128,256]\nb: f32[256]\n"
+                      "y = matmul(gelu(x), w) |> add(b) |> relu\n",
+                      1, 4);
+}
+
+/* cuBLASLt's DGELU: dX = (dY * gelu'(pre)) W^T, the derivative applied as the matmul loads dY */
+KT_TEST(fusion, matmul_prologue_activation_derivative) {
+    expect_dispatches("pre: f32[64,48]\ndy: f32[64,48]\nw: f32[32,48]\n"
+                      "dx = matmul(gelu_grad(pre, dy), w, transpose_b=true)\n",
+                      1, 2);
+    expect_dispatches("pre: f32[67,93]\ndy: f32[67,93]\nw: f32[93,129]\n"
+                      "dx = matmul(relu_grad(pre, dy), w)\n",
+                      1, 2);
+}
+
+KT_TEST(fusion, row_reduction_prologues) {
+    expect_dispatches("x: f32[19,300]\ns: f32[300]\ny = softmax(mul(x, s))\n", 1, 2);
+    expect_dispatches("x: f32[13,37]\ny = softmax(x |> scale(0.5)) |> scale(3)\n", 1, 3);
+    expect_dispatches("x: f32[13,257]\nw: f32[257]\ny = rmsnorm(gelu(x), w)\n", 1, 2);
+    expect_dispatches("x: f32[11,100]\nm: f32[100]\nw: f32[100]\nb: f32[100]\n"
+                      "y = layernorm(mul(x, m), w, b) |> gelu\n",
+                      1, 3);
+    expect_dispatches("x: f32[7,4099]\ny = sum(tanh(x))\n", 1, 2);
+    expect_dispatches("x: f16[13,100]\ns: f16[100]\ny = softmax(mul(x, s))\n", 1, 2);
+}
+
+KT_TEST(fusion, prologue_legality) {
+    /* t read twice, or an output: it is written, and the matmul reads it */
+    expect_dispatches("x: f32[16,24]\nw: f32[24,8]\nt = gelu(x)\ny = matmul(t, w)\n"
+                      "z = t |> exp\nout y, z\n",
+                      3, 3);
+    expect_dispatches("x: f32[16,24]\nw: f32[24,8]\nt = gelu(x)\ny = matmul(t, w)\nout t, y\n", 2,
+                      2);
+    /* the binding budget, 10 storage buffers: x, w, seven more rows and out fit in the matmul's
+     * kernel; with an eighth row the sum is written and read back */
+    const char *fits = "x: f32[16,24]\nw: f32[24,8]\na: f32[24]\nb: f32[24]\nc: f32[24]\n"
+                       "d: f32[24]\ne: f32[24]\nf: f32[24]\ng: f32[24]\n"
+                       "y = matmul(x |> add(a) |> add(b) |> add(c) |> add(d) |> add(e) |> add(f) "
+                       "|> add(g), w)\n";
+    const char *over = "x: f32[16,24]\nw: f32[24,8]\na: f32[24]\nb: f32[24]\nc: f32[24]\n"
+                       "d: f32[24]\ne: f32[24]\nf: f32[24]\ng: f32[24]\nh: f32[24]\n"
+                       "y = matmul(x |> add(a) |> add(b) |> add(c) |> add(d) |> add(e) |> add(f) "
+                       "|> add(g) |> add(h), w)\n";
+    const char *programs[2] = {fits, over};
+    const uint32_t want[2] = {1, 2};
+    for (int i = 0; i < 2; i++) {
+        kf_graph *g = parse(programs[i]);
+        KT_CHECK(g, "parse");
+        kf_compile_options opts = {.max_storage_buffers = 10};
+        kf_plan *plan = NULL;
+        kf_plan_report report;
+        kf_plan_summary sum = {0};
+        kf_status st = kf_graph_compile(kt_context(), g, &opts, &plan);
+        st = st == KF_OK ? kf_plan_verify(plan, kt_rand_u64(), &report) : st;
+        if (plan) {
+            kf_plan_summary_get(plan, &sum);
+        }
+        kf_plan_destroy(plan);
+        kf_graph_destroy(g);
+        KT_CHECK(st == KF_OK && sum.dispatches == want[i],
+                 "budget 10, %s: %s, %u dispatches (want %u)", i ? "over" : "fits",
+                 kf_status_str(st), sum.dispatches, want[i]);
+    }
+}
+
+KT_TEST(fusion, prologue_explain_names_it) {
+    kf_context *ctx = kt_context();
+    KT_CHECK(ctx, "no WebGPU adapter");
+    kf_graph *g = parse("x: f32[64,128]\nw: f32[128,256]\nb: f32[256]\n"
+                        "y = matmul(gelu(x), w)\nz = matmul(gelu(x), w) |> add(b)\n"
+                        "s = softmax(mul(x, 2))\nout y, z, s\n");
+    KT_CHECK(g, "parse");
+    kf_plan *plan = NULL;
+    kf_status st = kf_graph_compile(ctx, g, NULL, &plan);
+    char *text = st == KF_OK ? kf_plan_explain(plan, false) : NULL;
+    bool ok = text && strstr(text, "matmul prologue: gelu |> matmul -> y") &&
+              strstr(text, "matmul prologue + epilogue: gelu |> matmul |> add -> z") &&
+              strstr(text, "reduction prologue: mul |> softmax -> s");
+    kf_plan_destroy(plan);
+    kf_graph_destroy(g);
+    KT_CHECK(ok, "explain:\n%s", text ? text : kf_context_last_error(ctx));
+    kf_free(text);
+}
+
 KT_TEST(fusion, ffn_save_is_one_dispatch) {
     /* The seeds' FFN save: gate, up, hidden (ffnDim) and residual1 (dim), copied in one dispatch
      * where the seeds needed two. */

@@ -46,6 +46,7 @@ extern const kf__fusion_rule kf__rule_reduction_tail;
 extern const kf__fusion_rule kf__rule_layout;
 extern const kf__fusion_rule kf__rule_elementwise;
 extern const kf__fusion_rule kf__rule_horizontal;
+extern const kf__fusion_rule kf__rule_prologue;
 
 /* ---- planning helpers (plan.c) ---- */
 
@@ -117,6 +118,17 @@ kf_val kf__emit_invocation(kf__emit *s, kf_val at, bool vectorized);
 /* A rooted group's kernel: the root operator's kernel (its inputs bound in order) with the
  * group's element-wise nodes composed into its store phase (kf_kernel_then). */
 kf_kernel *kf__build_rooted(kf_plan *p, kf__group *grp, kf__compiled *c, kf_kernel *base);
+/* ---- prologues (rules/prologue.c) ---- */
+
+/* Whether any input of grp's root has a prologue. */
+bool kf__group_has_prologue(const kf__group *grp);
+/* base (consumed) with each of grp's prologues composed into its loads of that input
+ * (kf_kernel_prologue), called by kf__build_rooted once the root's inputs are c's first slots:
+ * an input's slot becomes its prologue's In, and each prologue's other reads follow the root's
+ * inputs. Where the chosen kernel refuses (it loads the input straight into subgroup matrices),
+ * the operator's own kernel is used. NULL with the plan's status set on failure. */
+kf_kernel *kf__compose_prologues(kf_plan *p, kf__group *grp, kf__compiled *c, kf_kernel *base);
+
 /* The root operator's kernel for the group, as the operator chooses it for the plan's context
  * and the root's input shapes (kf__op_kernel_for); NULL with the plan's status set when there is
  * none. */

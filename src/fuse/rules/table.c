@@ -7,6 +7,7 @@ const kf__fusion_rule *const kf__fusion_rules[] = {
     &kf__rule_reduction_tail,  /* row reduction |> element-wise */
     &kf__rule_layout,          /* transpose: a group of its own */
     &kf__rule_elementwise,     /* element-wise chains and trees */
+    &kf__rule_prologue,        /* element-wise producers in a matmul's or reduction's loads */
     &kf__rule_horizontal,      /* independent element-wise groups in one dispatch */
 };
 
