@@ -348,7 +348,7 @@ static kf_kernel *matmul_kernel(uint32_t m, uint32_t k, uint32_t n) {
     return op_kernel(kf_op_find("matmul"), s, &P0, F32);
 }
 
-KT_TEST(unit, prologue_identity_gives_the_consumer_back) {
+KT_CPU_TEST(unit, prologue_identity_gives_the_consumer_back) {
     const uint32_t shapes[][3] = {{37, 53, 29}, {65, 68, 64}, {65, 67, 67}};
     kf_kernel *id = kf_kernel_identity(kf_type_scalar(KF_SCALAR_F32), NULL);
     for (size_t i = 0; i < 3; i++) {
@@ -381,7 +381,7 @@ static kf_kernel *bias_stage(const kf_kernel *consumer, uint32_t n) {
     return k;
 }
 
-KT_TEST(unit, prologue_commutes_with_epilogue_and_composes) {
+KT_CPU_TEST(unit, prologue_commutes_with_epilogue_and_composes) {
     const uint32_t m = 65, kk = 68, n = 64;
     kf_type f32 = kf_type_scalar(KF_SCALAR_F32);
     kf_kernel *mm = matmul_kernel(m, kk, n);
@@ -465,7 +465,7 @@ KT_TEST(unit, prologue_commutes_with_epilogue_and_composes) {
 /* The subgroup-matrix f16 matmul (interpreter: lavapipe has no subgroup matrices): an operand
  * staged through workgroup memory takes a prologue, bit for bit as unfused; one its matrices are
  * loaded from straight out of storage is refused, never miscompiled. */
-KT_TEST(unit, prologue_subgroup_matrix_matmul) {
+KT_CPU_TEST(unit, prologue_subgroup_matrix_matmul) {
     const uint32_t m = 64, kk = 64, n = 64, sg = 32;
     const kf__sgmat_config staged = {64, 64, 32, 2, 2, 2, 0, 2}; /* a staged, b direct */
     kf_kernel *mm = kf__matmul_sgmat(m, kk, n, &staged, sg);
@@ -555,7 +555,7 @@ static bool refused(kf_kernel *r, kf_status want, const char *needle) {
     return ok;
 }
 
-KT_TEST(unit, prologue_refusals) {
+KT_CPU_TEST(unit, prologue_refusals) {
     kf_type f32 = kf_type_scalar(KF_SCALAR_F32), f16 = kf_type_scalar(KF_SCALAR_F16);
     kf_kernel *mm = matmul_kernel(37, 53, 29);
     kf_kernel *ok_stage = stage_with("fine", 0);
