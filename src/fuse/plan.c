@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/mutate.h"
 #include "ops/matmul_blocked.h"
 #include "ops/matmul_sgmat.h"
 #include "util/half.h"
@@ -722,7 +723,7 @@ void kf__plan_compile_group(kf_plan *p, kf__group *grp) {
                   (unsigned)(grp - p->groups), kf_kernel_binding_count(k), c->slot_count);
         return;
     }
-    c->wgsl = kf_kernel_emit_wgsl(k);
+    c->wgsl = kf__kernel_emit_for(p->ctx, k); /* the context's kernel transform, if any */
     if (!c->wgsl) {
         plan_fail(p, KF_ERROR_INTERNAL, "group %u: %s", (unsigned)(grp - p->groups),
                   kf_kernel_error(k));

@@ -1,6 +1,7 @@
 /* Running a kernel on the GPU through the runtime's public API: emit (cached on the kernel),
  * compile (cached by the context), work out the grid and constants, dispatch. */
 #include "ir/ir_internal.h"
+#include "ir/mutate.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,7 +122,11 @@ kf_status kf_kernel_dispatch(kf_context *ctx, kf_kernel *k, const kf_kernel_laun
     }
     kf_kernel_binding_kinds(k, kp, nb);
     kf_pipeline_desc pd = {0};
-    pd.wgsl = wgsl;
+    /* A context under mutation testing runs its transform's kernel (same bindings) instead. */
+    kf_kernel *mutant = kf__context_transform_kernel(ctx, k);
+    char *mutant_wgsl = mutant ? kf_kernel_emit_wgsl(mutant) : NULL;
+    kf_kernel_destroy(mutant);
+    pd.wgsl = mutant_wgsl ? mutant_wgsl : wgsl;
     pd.entry_point = "main";
     pd.constants = constants;
     pd.constant_count = nc;
@@ -129,6 +134,7 @@ kf_status kf_kernel_dispatch(kf_context *ctx, kf_kernel *k, const kf_kernel_laun
     pd.binding_count = nb;
     kf_pipeline *pipe = NULL;
     kf_status st = kf_pipeline_get(ctx, &pd, &pipe);
+    kf_free(mutant_wgsl);
     if (kp != kinds) {
         free(kp);
     }

@@ -130,6 +130,10 @@ struct kf_context {
     struct kf_buffer *live_buffers;
     /* Tuned matmul tiles (src/ops/matmul_tune.c), loaded from the cache file on first use. */
     struct kf__matmul_tuning *matmul_tuning;
+    /* Mutation testing (src/ir/mutate.h): consulted for every kernel before its WGSL is
+     * emitted for a pipeline of this context; NULL: kernels run as built. */
+    kf_kernel *(*kernel_transform)(void *user, const kf_kernel *k);
+    void *kernel_transform_user;
 };
 
 /* Frees the matmul tuning table (src/ops/matmul_tune.c); NULL is a no-op. */

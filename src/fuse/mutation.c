@@ -1,0 +1,398 @@
+/* The mutation campaign (ir/mutate.h): operator checks (kf_op_verify) and fused plans
+ * (kf_plan_verify) run once as built, recording which kernels each compiles; then every mutant
+ * of those kernels, one at a time, against the checks that compile its kernel.
+ *
+ * A mutant is killed when a check fails. A surviving mutant "matters" when it changed a value
+ * by more than the tolerance documented for it, measured against the original kernel's value:
+ * for plans, every output against the tolerance of the group that writes it (the tightest
+ * documented bound on it); for operator checks, kf_op_verify's error against the spec: a mutant
+ * whose error exceeds the original's by more than the op's tolerance changed the output by more
+ * than that (and fails the check). */
+#include "fuse/plan_internal.h"
+#include "ir/mutate.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ops/ops_internal.h"
+
+/* The fused plans every mutant meets: deep ones (2 and 3 layer MLPs), norms feeding softmax,
+ * element-wise chains side by side, f16. Small shapes, primes among them, so a check is fast. */
+static const char *const plan_specs[] = {
+    "x: f32[24, 40]; w1: f32[40, 72]; b1: f32[72]; w2: f32[72, 10]; b2: f32[10]\n"
+    "h = matmul(x, w1) |> add(b1) |> gelu\n"
+    "y = matmul(h, w2) |> add(b2) |> softmax\nout y",
+    "x: f32[13, 48]; w1: f32[48, 64]; b1: f32[64]; w2: f32[64, 33]; b2: f32[33]\n"
+    "w3: f32[33, 7]\n"
+    "h1 = matmul(x, w1) |> add(b1) |> silu\nh2 = matmul(h1, w2) |> add(b2) |> tanh\n"
+    "y = matmul(h2, w3) |> log_softmax\nout y",
+    "x: f32[9, 130]; g: f32[130]; b: f32[130]\n"
+    "h = layernorm(x, g, b) |> gelu\ny = rmsnorm(h) |> softmax |> scale(3)\n"
+    "m = max(y)\ns = sum(h) |> sqrt\nout y, m, s",
+    "x: f32[37, 21]; r: f32[21]; c: f32[37, 1]; z: f32[37, 21]\n"
+    "a = x |> mul(r) |> add(c) |> exp\nb = z |> sigmoid |> sub(r) |> abs\n"
+    "d = z |> maximum(x) |> leaky_relu\nout a, b, d",
+    "x: f16[16, 40]; w: f16[40, 24]; b: f16[24]\n"
+    "y = matmul(x, w) |> add(b) |> relu |> softmax\nout y",
+    "x: f32[11, 64]; w: f32[64, 64]; b: f32[64]\n"
+    "t = transpose(x) |> mul(2)\nh = matmul(x, w) |> add(b) |> square |> mean\nout t, h",
+};
+
+#define MAX_OUTPUTS 8
+
+typedef struct check {
+    bool plan;
+    kf_verify_case vc;
+    const char *spec;
+    char name[160];
+    /* baseline */
+    double err;                      /* op checks: kf_op_verify's error */
+    double tol;                      /* op checks: the op's tolerance */
+    kf_tensor *outputs[MAX_OUTPUTS]; /* plans: the outputs as built */
+    double output_tol[MAX_OUTPUTS];
+    uint32_t output_count;
+} check;
+
+typedef struct kernel_entry {
+    char name[128];
+    uint32_t sites[KF__MUTANT_KIND_COUNT];
+    uint32_t *checks; /* the checks that compile it */
+    uint32_t check_count, check_cap;
+} kernel_entry;
+
+typedef struct campaign {
+    kf_context *ctx;
+    const kf__mutation_options *o;
+    check *checks;
+    uint32_t check_count, check_cap;
+    kernel_entry *kernels;
+    uint32_t kernel_count, kernel_cap;
+    bool recording;
+    uint32_t current; /* the check running while recording */
+    /* the mutant in force */
+    uint32_t kernel;
+    kf__mutant_kind kind;
+    uint32_t site;
+    uint32_t applied;
+    bool oom;
+} campaign;
+
+static kernel_entry *find_kernel(campaign *c, const char *name) {
+    for (uint32_t i = 0; i < c->kernel_count; i++) {
+        if (!strcmp(c->kernels[i].name, name)) {
+            return &c->kernels[i];
+        }
+    }
+    return NULL;
+}
+
+static kf_kernel *transform(void *user, const kf_kernel *k) {
+    campaign *c = user;
+    const char *name = kf_kernel_name(k);
+    if (c->recording) {
+        if (c->o->filter && !strstr(name, c->o->filter)) {
+            return NULL;
+        }
+        kernel_entry *e = find_kernel(c, name);
+        if (!e) {
+            if (c->kernel_count == c->kernel_cap) {
+                uint32_t cap = c->kernel_cap ? 2 * c->kernel_cap : 64;
+                kernel_entry *grown = realloc(c->kernels, sizeof *grown * cap);
+                if (!grown) {
+                    c->oom = true;
+                    return NULL;
+                }
+                c->kernels = grown;
+                c->kernel_cap = cap;
+            }
+            e = &c->kernels[c->kernel_count++];
+            memset(e, 0, sizeof *e);
+            snprintf(e->name, sizeof e->name, "%s", name);
+        }
+        uint32_t sites[KF__MUTANT_KIND_COUNT];
+        kf__mutant_sites(k, sites);
+        for (uint32_t i = 0; i < KF__MUTANT_KIND_COUNT; i++) {
+            e->sites[i] = sites[i] > e->sites[i] ? sites[i] : e->sites[i];
+        }
+        if (e->check_count && e->checks[e->check_count - 1] == c->current) {
+            return NULL;
+        }
+        if (e->check_count == e->check_cap) {
+            uint32_t cap = e->check_cap ? 2 * e->check_cap : 8;
+            uint32_t *grown = realloc(e->checks, sizeof *grown * cap);
+            if (!grown) {
+                c->oom = true;
+                return NULL;
+            }
+            e->checks = grown;
+            e->check_cap = cap;
+        }
+        e->checks[e->check_count++] = c->current;
+        return NULL;
+    }
+    if (strcmp(name, c->kernels[c->kernel].name) != 0) {
+        return NULL;
+    }
+    kf_kernel *m = kf__mutant_apply(k, c->kind, c->site);
+    c->applied += m != NULL;
+    return m;
+}
+
+static check *add_check(campaign *c) {
+    if (c->check_count == c->check_cap) {
+        uint32_t cap = c->check_cap ? 2 * c->check_cap : 64;
+        check *grown = realloc(c->checks, sizeof *grown * cap);
+        if (!grown) {
+            return NULL;
+        }
+        c->checks = grown;
+        c->check_cap = cap;
+    }
+    check *k = &c->checks[c->check_count++];
+    memset(k, 0, sizeof *k);
+    return k;
+}
+
+static kf_status list_checks(campaign *c) {
+    uint32_t per_op = c->o->quick ? 2 : 1000;
+    for (uint32_t i = 0; i < kf_op_count(); i++) {
+        const kf_operator *op = kf_op_at(i);
+        uint32_t taken = 0;
+        for (uint32_t ci = 0; ci < op->case_count && taken < per_op; ci++) {
+            const kf_op_case *oc = &op->cases[ci];
+            uint64_t elements = 0;
+            for (uint32_t j = 0; j < 4; j++) {
+                elements += oc->shapes[j].rank || j == 0 ? kf_shape_elements(&oc->shapes[j]) : 0;
+            }
+            if (elements > (1u << 18)) {
+                continue; /* the large cases take seconds each on a CPU driver */
+            }
+            taken++;
+            for (int dtype = 0; dtype < 2; dtype++) {
+                for (int backward = 0; backward < 2; backward++) {
+                    check *k = add_check(c);
+                    if (!k) {
+                        return KF_ERROR_OUT_OF_MEMORY;
+                    }
+                    k->vc.op = op;
+                    k->vc.params = oc->params;
+                    memcpy(k->vc.shapes, oc->shapes, sizeof k->vc.shapes);
+                    k->vc.dtype = dtype ? KF_DTYPE_F16 : KF_DTYPE_F32;
+                    k->vc.backward = backward;
+                    k->vc.seed = c->o->seed + c->check_count;
+                    snprintf(k->name, sizeof k->name, "verify %s case %u %s %s", op->name, ci,
+                             dtype ? "f16" : "f32", backward ? "backward" : "forward");
+                }
+            }
+        }
+    }
+    for (uint32_t i = 0; i < sizeof plan_specs / sizeof plan_specs[0]; i++) {
+        check *k = add_check(c);
+        if (!k) {
+            return KF_ERROR_OUT_OF_MEMORY;
+        }
+        k->plan = true;
+        k->spec = plan_specs[i];
+        snprintf(k->name, sizeof k->name, "plan %u", i + 1);
+    }
+    return KF_OK;
+}
+
+typedef enum verdict { PASSED, FAILED, BROKEN } verdict;
+
+/* Runs check k. baseline: records what it computes; else compares with the baseline and sets
+ * *mattered when a value moved by more than its tolerance. */
+static verdict run_check(campaign *c, check *k, bool baseline, bool *mattered) {
+    if (!k->plan) {
+        kf_verify_result res;
+        kf_status st = kf_op_verify(c->ctx, &k->vc, &res);
+        if (baseline) {
+            k->err = res.max_rel_error;
+            k->tol = res.tolerance;
+        } else if (st == KF_OK || st == KF_ERROR_MISMATCH) {
+            *mattered |= !(res.max_rel_error - k->err <= k->tol);
+        }
+        return st == KF_OK ? PASSED : st == KF_ERROR_MISMATCH ? FAILED : BROKEN;
+    }
+    kf_graph *g = NULL;
+    kf_plan *p = NULL;
+    kf_spec_error err;
+    verdict v = BROKEN;
+    if (kf_spec_parse(k->spec, strlen(k->spec), &g, &err) != KF_OK ||
+        kf_graph_compile(c->ctx, g, NULL, &p) != KF_OK) {
+        kf_graph_destroy(g);
+        return BROKEN;
+    }
+    kf_plan_report rep;
+    kf_status st = kf_plan_verify(p, c->o->seed, &rep);
+    v = st == KF_OK ? PASSED : st == KF_ERROR_MISMATCH ? FAILED : BROKEN;
+    uint32_t n = kf_graph_output_count(g) < MAX_OUTPUTS ? kf_graph_output_count(g) : MAX_OUTPUTS;
+    for (uint32_t o = 0; v != BROKEN && o < n; o++) {
+        const char *name;
+        kf_shape shape;
+        kf_graph_output_info(g, o, &name, &shape, NULL);
+        kf_tensor *t = NULL;
+        if (kf_tensor_create(&shape, &t) != KF_OK || kf_plan_get_output(p, name, t) != KF_OK) {
+            kf_tensor_destroy(t);
+            v = BROKEN;
+            break;
+        }
+        if (baseline) {
+            k->outputs[o] = t;
+            k->output_count = o + 1;
+            /* the tolerance of the group writing it; the output's own where none is listed */
+            k->output_tol[o] = INFINITY;
+            for (uint32_t r = 0; r < rep.output_count; r++) {
+                if (!strcmp(rep.outputs[r].name, name)) {
+                    k->output_tol[o] = rep.outputs[r].tolerance;
+                }
+            }
+            for (uint32_t gr = 0; gr < rep.group_count; gr++) {
+                if (!strcmp(rep.groups[gr].result, name)) {
+                    k->output_tol[o] = rep.groups[gr].tolerance;
+                }
+            }
+        } else {
+            const kf_tensor *ref = k->outputs[o];
+            uint64_t count = kf_tensor_size(ref);
+            double floor = kf__verify_floor(ref->data, count);
+            *mattered |= !(kf_max_rel_error(t->data, ref->data, count, floor) <= k->output_tol[o]);
+            kf_tensor_destroy(t);
+        }
+    }
+    kf_plan_destroy(p);
+    kf_graph_destroy(g);
+    return v;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void campaign_free(campaign *c) {
+    for (uint32_t i = 0; i < c->check_count; i++) {
+        for (uint32_t o = 0; o < c->checks[i].output_count; o++) {
+            kf_tensor_destroy(c->checks[i].outputs[o]);
+        }
+    }
+    for (uint32_t i = 0; i < c->kernel_count; i++) {
+        free(c->kernels[i].checks);
+    }
+    free(c->checks);
+    free(c->kernels);
+}
+
+kf_status kf__mutation_run(kf_context *ctx, const kf__mutation_options *o, kf__mutation_result *r) {
+    if (!ctx || !o || !r) {
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    memset(r, 0, sizeof *r);
+    double start = now_s();
+    campaign c = {.ctx = ctx, .o = o};
+    kf_status st = list_checks(&c);
+    kf__context_set_kernel_transform(ctx, transform, &c);
+    /* The checks as built: each must pass, and says which kernels it compiles. */
+    c.recording = true;
+    for (uint32_t i = 0; i < c.check_count && st == KF_OK; i++) {
+        c.current = i;
+        bool unused = false;
+        if (run_check(&c, &c.checks[i], true, &unused) != PASSED) {
+            kf__context_set_error(ctx, KF_ERROR_MISMATCH,
+                                  "mutation: check '%s' fails on the kernels as built: %s",
+                                  c.checks[i].name, kf_context_last_error(ctx));
+            st = KF_ERROR_MISMATCH;
+        }
+    }
+    st = st == KF_OK && c.oom ? KF_ERROR_OUT_OF_MEMORY : st;
+    c.recording = false;
+    r->kernels = c.kernel_count;
+    r->checks = c.check_count;
+    /* Every mutant as (kernel, kind, site), in one list; a sample shuffles it. */
+    uint32_t total = 0;
+    for (uint32_t i = 0; i < c.kernel_count; i++) {
+        for (uint32_t kind = 0; kind < KF__MUTANT_KIND_COUNT; kind++) {
+            total += c.kernels[i].sites[kind];
+        }
+    }
+    r->mutants = total;
+    uint32_t *order = st == KF_OK ? malloc(sizeof *order * (total ? total : 1)) : NULL;
+    st = st == KF_OK && !order ? KF_ERROR_OUT_OF_MEMORY : st;
+    for (uint32_t i = 0; order && i < total; i++) {
+        order[i] = i;
+    }
+    if (order && o->budget_s > 0) {
+        uint64_t state = o->seed ^ 0x6d757461746531ULL;
+        for (uint32_t i = total; i > 1; i--) {
+            uint32_t j = (uint32_t)(kf__splitmix64(&state) % i);
+            uint32_t t = order[i - 1];
+            order[i - 1] = order[j];
+            order[j] = t;
+        }
+    }
+    for (uint32_t m = 0; order && m < total; m++) {
+        if (o->budget_s > 0 && now_s() - start > o->budget_s) {
+            break;
+        }
+        /* mutant number order[m] as (kernel, kind, site) */
+        uint32_t index = order[m];
+        for (c.kernel = 0; c.kernel < c.kernel_count; c.kernel++) {
+            bool found = false;
+            for (uint32_t kind = 0; kind < KF__MUTANT_KIND_COUNT && !found; kind++) {
+                uint32_t n = c.kernels[c.kernel].sites[kind];
+                if (index < n) {
+                    c.kind = (kf__mutant_kind)kind;
+                    c.site = index;
+                    found = true;
+                } else {
+                    index -= n;
+                }
+            }
+            if (found) {
+                break;
+            }
+        }
+        const kernel_entry *e = &c.kernels[c.kernel];
+        c.applied = 0;
+        verdict worst = PASSED;
+        bool mattered = false;
+        const char *killer = NULL;
+        for (uint32_t i = 0; i < e->check_count && worst == PASSED; i++) {
+            check *k = &c.checks[e->checks[i]];
+            worst = run_check(&c, k, false, &mattered);
+            killer = worst != PASSED ? k->name : killer;
+        }
+        r->tried++;
+        if (worst == FAILED) {
+            r->killed++;
+        } else if (worst == BROKEN) {
+            r->stillborn++;
+        } else {
+            r->survived++;
+            r->mattered += mattered;
+            r->unchanged += !mattered;
+        }
+        if (o->log && (o->verbose || (worst == PASSED && mattered))) {
+            fprintf(o->log, "%s %s site %u (%s): %s%s\n", e->name, kf__mutant_kind_str(c.kind),
+                    c.site, c.applied ? "applied" : "not applied",
+                    worst == FAILED   ? "killed by "
+                    : worst == BROKEN ? "does not run: "
+                    : mattered        ? "SURVIVED and it matters"
+                                      : "survived, no output moved past its tolerance",
+                    worst != PASSED && killer ? killer : "");
+        }
+        /* Mutants' pipelines are used once: let the context drop them now and then. */
+        if (m % 64 == 63) {
+            kf__context_forget_pipelines(ctx);
+        }
+    }
+    kf__context_set_kernel_transform(ctx, NULL, NULL);
+    free(order);
+    campaign_free(&c);
+    r->seconds = now_s() - start;
+    return st;
+}
