@@ -175,6 +175,7 @@ typedef struct group_view {
     uint32_t op_count;
     uint32_t reads[KF_GROUP_MAX_SLOTS]; /* graph inputs and other groups' results, not scalars */
     uint32_t read_count;
+    uint32_t group;
 } group_view;
 
 static bool view_has(const group_view *v, uint32_t id) {
@@ -190,6 +191,7 @@ static void group_view_of(const kf_plan *p, const kf__group *grp, group_view *v)
     const kf_graph *g = p->graph;
     v->op_count = 0;
     v->read_count = 0;
+    v->group = (uint32_t)(grp - p->groups);
     if (grp->root) {
         v->ops[v->op_count++] = grp->root;
     }
@@ -349,6 +351,31 @@ static uint32_t dispatch_of(const kf_plan *p, uint32_t gi) {
     return 0;
 }
 
+/* Points local[] at what the group reads (values[] for graph inputs and scalars, the GPU's
+ * values for intermediates) and evaluates its ops into local[] (owned by the caller). */
+static kf_status group_reference(kf_plan *p, const group_view *v, kf_tensor **values,
+                                 kf_tensor **gpu, kf_tensor **local) {
+    const kf_graph *g = p->graph;
+    kf_status st = KF_OK;
+    for (uint32_t i = 0; i < v->op_count && st == KF_OK; i++) {
+        const kf__node *n = &g->nodes[v->ops[i]];
+        for (uint32_t j = 0; j < n->input_count; j++) {
+            uint32_t a = n->inputs[j];
+            if (view_has(v, a) || local[a]) {
+                continue;
+            }
+            if (g->nodes[a].kind != KF__NODE_OP) {
+                local[a] = values[a];
+            } else {
+                const kf_tensor *t = NULL;
+                st = gpu_value(p, gpu, a, &t);
+                local[a] = (kf_tensor *)t;
+            }
+        }
+    }
+    return st == KF_OK ? eval_group(p, &p->groups[v->group], v, local, 0) : st;
+}
+
 /* Checks group gi: the specs of its own ops on the values its kernel read, against what it
  * wrote; values[] holds graph inputs and scalars as uploaded. */
 static kf_status check_group(kf_plan *p, uint32_t gi, kf_tensor **values, kf_tensor **gpu,
@@ -363,31 +390,13 @@ static kf_status check_group(kf_plan *p, uint32_t gi, kf_tensor **values, kf_ten
     r->op_count = v.op_count;
     r->passed = true;
     /* local[id]: the group's view of node id. Reads and scalars point into values[] / gpu[]
-     * (not owned); the group's own nodes are owned (ref_of: the reference, with and without a
-     * nudge). */
+     * (not owned); the group's own nodes are owned (ref[]: the reference, moved there before
+     * the nudged runs). */
     kf_tensor **local = calloc(g->node_count, sizeof *local);
     kf_tensor **ref = calloc(g->node_count, sizeof *ref);
     double *bound = NULL;
-    kf_status st = local && ref ? KF_OK : KF_ERROR_OUT_OF_MEMORY;
-    for (uint32_t i = 0; i < v.op_count && st == KF_OK; i++) {
-        const kf__node *n = &g->nodes[v.ops[i]];
-        for (uint32_t j = 0; j < n->input_count; j++) {
-            uint32_t a = n->inputs[j];
-            if (view_has(&v, a) || local[a]) {
-                continue;
-            }
-            if (g->nodes[a].kind != KF__NODE_OP) {
-                local[a] = values[a];
-            } else {
-                const kf_tensor *t = NULL;
-                st = gpu_value(p, gpu, a, &t);
-                local[a] = (kf_tensor *)t;
-            }
-        }
-    }
-    if (st == KF_OK) {
-        st = eval_group(p, grp, &v, local, 0);
-    }
+    kf_status st =
+        local && ref ? group_reference(p, &v, values, gpu, local) : KF_ERROR_OUT_OF_MEMORY;
     const kf_tensor *got = NULL;
     if (st == KF_OK) {
         st = gpu_value(p, gpu, grp->result, &got);
@@ -493,47 +502,112 @@ static void describe_group(const kf_plan *p, const group_check *c, kf_plan_group
     r->expected = c->expected;
 }
 
-/* The group as a graph of its own: what it reads becomes inputs (named as node_label names
- * them), its ops are rebuilt with their parameters, its result is the output. */
-static kf_graph *group_graph(const kf_plan *p, uint32_t gi) {
+static void input_label(const kf_graph *g, uint32_t id, char *buf, size_t size) {
+    const kf__node *n = &g->nodes[id];
+    if (n->kind == KF__NODE_INPUT) {
+        snprintf(buf, size, "%s", n->name);
+    } else {
+        snprintf(buf, size, "%s_%u", n->op->name, id);
+    }
+}
+
+/* Ops ops[0..count) (in evaluation order) as a graph of their own: what they read from outside
+ * becomes inputs (named by input_label), the last op's value the output (named by node_label).
+ * reads/read_count (optional) receive the nodes that became inputs, in input order. */
+static kf_graph *sub_graph(const kf_plan *p, const uint32_t *ops, uint32_t count, uint32_t *reads,
+                           uint32_t *read_count) {
     const kf_graph *g = p->graph;
-    const kf__group *grp = &p->groups[gi];
-    group_view v;
-    group_view_of(p, grp, &v);
     kf_graph *sub = kf_graph_create();
     kf_node *map = calloc(g->node_count, sizeof *map);
-    if (!sub || !map) {
+    bool *mine = calloc(g->node_count, sizeof *mine);
+    if (!sub || !map || !mine) {
         kf_graph_destroy(sub);
         free(map);
+        free(mine);
         return NULL;
     }
-    char name[KF_NAME_MAX + 16];
-    for (uint32_t i = 0; i < v.read_count; i++) {
-        const kf__node *n = &g->nodes[v.reads[i]];
-        if (n->kind == KF__NODE_INPUT) {
-            snprintf(name, sizeof name, "%s", n->name);
-        } else {
-            snprintf(name, sizeof name, "%s_%u", n->op->name, v.reads[i]);
-        }
-        map[v.reads[i]] = kf_graph_input(sub, name, &n->shape, n->dtype);
+    for (uint32_t i = 0; i < count; i++) {
+        mine[ops[i]] = true;
     }
-    for (uint32_t i = 0; i < v.op_count; i++) {
-        const kf__node *n = &g->nodes[v.ops[i]];
+    uint32_t nr = 0;
+    char name[KF_NAME_MAX + 16];
+    for (uint32_t i = 0; i < count; i++) {
+        const kf__node *n = &g->nodes[ops[i]];
         kf_node in[KF_NODE_MAX_INPUTS];
         for (uint32_t j = 0; j < n->input_count; j++) {
             uint32_t a = n->inputs[j];
-            if (g->nodes[a].kind == KF__NODE_SCALAR && !map[a].id) {
-                map[a] = kf_graph_scalar(sub, g->nodes[a].scalar);
+            const kf__node *an = &g->nodes[a];
+            if (!map[a].id && an->kind == KF__NODE_SCALAR) {
+                map[a] = kf_graph_scalar(sub, an->scalar);
+            } else if (!map[a].id && !mine[a]) {
+                input_label(g, a, name, sizeof name);
+                map[a] = kf_graph_input(sub, name, &an->shape, an->dtype);
+                if (reads && nr < KF_GROUP_MAX_SLOTS) {
+                    reads[nr] = a;
+                }
+                nr++;
             }
             in[j] = map[a];
         }
-        map[v.ops[i]] = kf_graph_op(sub, n->op->name, in, n->input_count, &n->params);
+        map[ops[i]] = kf_graph_op(sub, n->op->name, in, n->input_count, &n->params);
     }
     char out_name[KF_NAME_MAX];
-    node_label(g, grp->result, out_name, sizeof out_name);
-    kf_graph_output(sub, out_name, map[grp->result]);
+    node_label(g, ops[count - 1], out_name, sizeof out_name);
+    kf_graph_output(sub, out_name, map[ops[count - 1]]);
+    if (read_count) {
+        *read_count = nr < KF_GROUP_MAX_SLOTS ? nr : KF_GROUP_MAX_SLOTS;
+    }
     free(map);
+    free(mine);
     return sub;
+}
+
+/* Does op `id` fail on its own, compiled alone and fed with the values local[] holds for its
+ * inputs (the group's reference for what it computes before it)? */
+static bool fails_alone(kf_plan *p, uint32_t id, kf_tensor **local, uint64_t seed, kf_graph **out) {
+    uint32_t reads[KF_GROUP_MAX_SLOTS], nr = 0;
+    kf_graph *sub = sub_graph(p, &id, 1, reads, &nr);
+    kf_plan *sp = NULL;
+    bool fails = false;
+    if (sub && kf_graph_compile(p->ctx, sub, NULL, &sp) == KF_OK) {
+        char names[KF_GROUP_MAX_SLOTS][KF_NAME_MAX + 16];
+        const char *name_of[KF_GROUP_MAX_SLOTS];
+        const kf_tensor *given[KF_GROUP_MAX_SLOTS];
+        for (uint32_t i = 0; i < nr; i++) {
+            input_label(p->graph, reads[i], names[i], sizeof names[i]);
+            name_of[i] = names[i];
+            given[i] = local[reads[i]];
+        }
+        kf_plan_report rep;
+        fails = kf_plan_check(sp, name_of, given, nr, seed, &rep) == KF_ERROR_MISMATCH;
+    }
+    kf_plan_destroy(sp);
+    if (fails) {
+        *out = sub;
+    } else {
+        kf_graph_destroy(sub);
+    }
+    return fails;
+}
+
+/* The smallest failing subgraph of failing group gi: the first of its ops that fails alone on
+ * the values the group feeds it, else the whole group (the fusion itself is wrong). */
+static kf_graph *smallest_failing(kf_plan *p, uint32_t gi, kf_tensor **values, kf_tensor **gpu,
+                                  uint64_t seed) {
+    group_view v;
+    group_view_of(p, &p->groups[gi], &v);
+    kf_graph *found = NULL;
+    kf_tensor **local = v.op_count > 1 ? calloc(p->graph->node_count, sizeof *local) : NULL;
+    if (local && group_reference(p, &v, values, gpu, local) == KF_OK) {
+        for (uint32_t i = 0; i < v.op_count && !found; i++) {
+            fails_alone(p, v.ops[i], local, seed, &found);
+        }
+    }
+    for (uint32_t i = 0; local && i < v.op_count; i++) {
+        kf_tensor_destroy(local[v.ops[i]]);
+    }
+    free(local);
+    return found ? found : sub_graph(p, v.ops, v.op_count, NULL, NULL);
 }
 
 static int compare_checks(const group_check *a, const group_check *b) {
@@ -545,7 +619,7 @@ static int compare_checks(const group_check *a, const group_check *b) {
 
 /* Checks every group that writes a value (each member of a horizontal dispatch on its own) and
  * fills the report's group part. */
-static kf_status check_groups(kf_plan *p, kf_tensor **values, kf_plan_report *out) {
+static kf_status check_groups(kf_plan *p, kf_tensor **values, uint64_t seed, kf_plan_report *out) {
     const kf_graph *g = p->graph;
     kf_tensor **gpu = calloc(g->node_count, sizeof *gpu);
     group_check *checks = calloc(p->group_count ? p->group_count : 1, sizeof *checks);
@@ -586,7 +660,7 @@ static kf_status check_groups(kf_plan *p, kf_tensor **values, kf_plan_report *ou
             }
         }
         if (smallest >= 0) {
-            kf_graph *sub = group_graph(p, checks[smallest].group);
+            kf_graph *sub = smallest_failing(p, checks[smallest].group, values, gpu, seed);
             char *text = sub ? kf_graph_format(sub) : NULL;
             if (text && strlen(text) < sizeof out->failing_graph) {
                 memcpy(out->failing_graph, text, strlen(text) + 1);
@@ -669,7 +743,7 @@ kf_status kf__plan_check(kf_plan *p, const kf_tensor *const *given, uint64_t see
     }
     /* First line: each group on its own inputs, before values[] fills with the reference. */
     if (st == KF_OK) {
-        st = check_groups(p, values, out);
+        st = check_groups(p, values, seed, out);
     }
     /* Second line, the unfused specification, one operator at a time; then again with every
      * intermediate nudged by its op's tolerance, to see how much this graph amplifies such

@@ -455,7 +455,8 @@ int kf_cmd_run(int argc, char **argv) {
                    report.total_outputs);
         }
         if (report.failing_graph[0]) {
-            printf("smallest failing group, as a graph:\n%s", report.failing_graph);
+            printf("smallest failing subgraph (its inputs as the group read them):\n%s",
+                   report.failing_graph);
         }
         printf("time: %.4f ms median of %u runs (%s)\n", timing.median_ms, a.repeat,
                timing.gpu_timestamps ? "GPU timestamps" : "wall clock");
