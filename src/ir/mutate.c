@@ -213,13 +213,14 @@ static void unlink_stmt(kf_kernel *k, uint32_t s) {
 static bool mutate_stmt(kf_kernel *k, uint32_t s, kf__mutant_kind kind) {
     switch (kind) {
     case KF__MUTANT_LOOP_BOUND: {
-        /* end' = max(end, 1) - 1: one iteration fewer, never a wrap below zero. */
+        /* end' = max(end, step) - step: the last iteration dropped (end - 1 would change
+         * nothing in a loop that steps by a tile), never a wrap below zero. */
         uint32_t end = k->stmts[s].b;
         kf_type t = k->nodes[end].type;
-        uint32_t one = lit_one(k, t);
-        uint32_t margs[2] = {end, one};
-        uint32_t at_least = one ? pure_like(k, end, KF__NODE_CALL, KF_FN_MAX, t, margs, 2) : 0;
-        uint32_t sargs[2] = {at_least, one};
+        uint32_t step = k->stmts[s].c ? k->stmts[s].c : lit_one(k, t);
+        uint32_t margs[2] = {end, step};
+        uint32_t at_least = step ? pure_like(k, end, KF__NODE_CALL, KF_FN_MAX, t, margs, 2) : 0;
+        uint32_t sargs[2] = {at_least, step};
         uint32_t shorter =
             at_least ? pure_like(k, end, KF__NODE_BINARY, KF_OP_SUB, t, sargs, 2) : 0;
         if (!shorter) {

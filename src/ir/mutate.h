@@ -20,7 +20,7 @@ typedef enum kf__mutant_kind {
     KF__MUTANT_ADD_SUB,       /* a + becomes -, or a - becomes + */
     KF__MUTANT_MIN_MAX,       /* min becomes max, or max min */
     KF__MUTANT_INDEX,         /* a load from storage or workgroup memory reads index + 1 */
-    KF__MUTANT_LOOP_BOUND,    /* a for loop's end one less */
+    KF__MUTANT_LOOP_BOUND,    /* a for loop's last iteration dropped (end - step) */
     KF__MUTANT_BARRIER,       /* a workgroup barrier removed */
     KF__MUTANT_EPILOGUE,      /* the yielded value's expression applied again to its result */
     KF__MUTANT_KIND_COUNT
