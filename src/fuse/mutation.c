@@ -348,9 +348,13 @@ kf_status kf__mutation_run(kf_context *ctx, const kf__mutation_options *o, kf__m
             order[j] = t;
         }
     }
+    double sample_start = now_s(); /* the budget is the mutants' time, after the baseline */
     for (uint32_t m = 0; order && m < total; m++) {
-        if (o->budget_s > 0 && now_s() - start > o->budget_s) {
+        if (o->budget_s > 0 && r->tried > 0 && now_s() - sample_start > o->budget_s) {
             break;
+        }
+        if (o->shards > 1 && m % o->shards != o->shard) {
+            continue;
         }
         /* mutant number order[m] as (kernel, kind, site) */
         uint32_t index = order[m];
@@ -398,6 +402,7 @@ kf_status kf__mutation_run(kf_context *ctx, const kf__mutation_options *o, kf__m
                     : mattered        ? "SURVIVED and it matters"
                                       : "survived, no output moved past its tolerance",
                     worst != PASSED && killer ? killer : "");
+            fflush(o->log); /* a run cut short keeps what it found */
         }
         /* Mutants' pipelines are used once: let the context drop them now and then. */
         if (m % 64 == 63) {

@@ -48,12 +48,13 @@ char *kf__kernel_emit_for(kf_context *ctx, kf_kernel *k);
 /* ---- the campaign (src/fuse/mutation.c) ---- */
 
 typedef struct kf__mutation_options {
-    uint64_t seed;      /* inputs of every check, and which mutants a sample takes */
-    double budget_s;    /* > 0: a random sample, stopping once this much time has passed */
-    bool quick;         /* fewer operator cases (the CI sample) */
-    const char *filter; /* only kernels whose name contains this (NULL: all) */
-    FILE *log;          /* progress and survivors (NULL: quiet) */
-    bool verbose;       /* every mutant, not only survivors */
+    uint64_t seed;          /* inputs of every check, and which mutants a sample takes */
+    double budget_s;        /* > 0: a random sample, stopping once the mutants took this long */
+    uint32_t shard, shards; /* shards > 1: only mutants m with m % shards == shard */
+    bool quick;             /* fewer operator cases (the CI sample) */
+    const char *filter;     /* only kernels whose name contains this (NULL: all) */
+    FILE *log;              /* progress and survivors (NULL: quiet) */
+    bool verbose;           /* every mutant, not only survivors */
 } kf__mutation_options;
 
 typedef struct kf__mutation_result {

@@ -9,7 +9,7 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: kfuse mutate [--seed N] [--budget SECONDS] [--quick] [--kernel TEXT] "
-               "[--verbose]\n\n"
+               "[--shard I/N] [--verbose]\n\n"
                "Builds mutants of every kernel the checks compile (a literal off by 1%% and 10%%,\n"
                "+ for -, min for max, a load's index off by one, a loop one step short, a barrier\n"
                "removed, the epilogue applied twice), in the IR, one at a time, and runs the\n"
@@ -19,6 +19,7 @@ static void usage(FILE *f) {
                "  --budget S   a random sample (from the seed) that stops after S seconds\n"
                "  --quick      two cases per operator instead of every small one\n"
                "  --kernel T   only kernels whose name contains T\n"
+               "  --shard I/N  only mutant numbers m with m %% N == I (runs side by side)\n"
                "  --verbose    every mutant's fate\n");
 }
 
@@ -43,6 +44,16 @@ int kf_cmd_mutate(int argc, char **argv) {
                 fprintf(stderr, "kfuse mutate: --budget takes seconds > 0, got '%s'\n", argv[i]);
                 return 2;
             }
+        } else if (!strcmp(a, "--shard") && i + 1 < argc) {
+            unsigned shard = 0, shards = 0;
+            char extra = 0;
+            if (sscanf(argv[++i], "%u/%u%c", &shard, &shards, &extra) != 2 || shards == 0 ||
+                shard >= shards) {
+                fprintf(stderr, "kfuse mutate: --shard takes I/N with I < N, got '%s'\n", argv[i]);
+                return 2;
+            }
+            o.shard = shard;
+            o.shards = shards;
         } else if (!strcmp(a, "--quick")) {
             o.quick = true;
         } else if (!strcmp(a, "--kernel") && i + 1 < argc) {
