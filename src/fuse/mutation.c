@@ -2,12 +2,13 @@
  * (kf_plan_verify) run once as built, recording which kernels each compiles; then every mutant
  * of those kernels, one at a time, against the checks that compile its kernel.
  *
- * A mutant is killed when a check fails. A surviving mutant "matters" when it changed a value
- * by more than the tolerance documented for it, measured against the original kernel's value:
- * for plans, every output against the tolerance of the group that writes it (the tightest
- * documented bound on it); for operator checks, kf_op_verify's error against the spec: a mutant
- * whose error exceeds the original's by more than the op's tolerance changed the output by more
- * than that (and fails the check). */
+ * A mutant is killed when a check fails. A surviving mutant "matters" when it changed a
+ * kernel's own result by more than the tolerance documented for it, against the original
+ * kernel's result on the same inputs: in plans, any group whose inputs are bit for bit what they
+ * were as built (so the change is its kernel's, not one arriving from upstream within the
+ * upstream group's tolerance) against that group's tolerance; for operator checks, where only
+ * kf_op_verify's error against the spec is seen, a mutant's error exceeding the original's by
+ * more than the op's tolerance (which implies the change; such a mutant also fails the check). */
 #include "fuse/plan_internal.h"
 #include "ir/mutate.h"
 
@@ -41,7 +42,7 @@ static const char *const plan_specs[] = {
     "t = transpose(x) |> mul(2)\nh = matmul(x, w) |> add(b) |> square |> mean\nout t, h",
 };
 
-#define MAX_OUTPUTS 8
+#define MAX_VALUES 32
 
 typedef struct check {
     bool plan;
@@ -49,11 +50,13 @@ typedef struct check {
     const char *spec;
     char name[160];
     /* baseline */
-    double err;                      /* op checks: kf_op_verify's error */
-    double tol;                      /* op checks: the op's tolerance */
-    kf_tensor *outputs[MAX_OUTPUTS]; /* plans: the outputs as built */
-    double output_tol[MAX_OUTPUTS];
-    uint32_t output_count;
+    double err; /* op checks: kf_op_verify's error */
+    double tol; /* op checks: the op's tolerance */
+    /* plans: every group's result as built (node id, value, the group's tolerance) */
+    uint32_t value_nodes[MAX_VALUES];
+    kf_tensor *values[MAX_VALUES];
+    double value_tol[MAX_VALUES];
+    uint32_t value_count;
 } check;
 
 typedef struct kernel_entry {
@@ -215,6 +218,104 @@ static kf_status list_checks(campaign *c) {
     return KF_OK;
 }
 
+/* The value group gi of plan p wrote, downloaded. */
+static kf_status group_value(const kf_plan *p, uint32_t id, kf_tensor **out) {
+    kf_status st = kf_tensor_create(&p->graph->nodes[id].shape, out);
+    if (st == KF_OK) {
+        st = kf__plan_download(p, id, (*out)->data);
+    }
+    if (st != KF_OK) {
+        kf_tensor_destroy(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+static int32_t value_index(const check *k, uint32_t node) {
+    for (uint32_t i = 0; i < k->value_count; i++) {
+        if (k->value_nodes[i] == node) {
+            return (int32_t)i;
+        }
+    }
+    return -1;
+}
+
+/* After kf_plan_verify ran p on the check's inputs: the baseline records every group's result
+ * and tolerance; a mutant's run sets *mattered when some group, reading exactly what it read as
+ * built, wrote a result that moved past that group's tolerance (a change that only arrives
+ * from upstream, within the upstream group's tolerance, is no change of this kernel's). */
+static kf_status plan_values(const kf_plan *p, check *k, const kf_plan_report *rep, bool baseline,
+                             bool *mattered) {
+    kf_tensor *now[MAX_VALUES] = {0};
+    uint32_t nodes[MAX_VALUES];
+    uint32_t n = 0;
+    kf_status st = KF_OK;
+    for (uint32_t gi = 0; gi < p->group_count && n < MAX_VALUES && st == KF_OK; gi++) {
+        const kf__group *grp = &p->groups[gi];
+        if (grp->kind == KF__GROUP_DEAD || grp->kind == KF__GROUP_HORIZONTAL || !grp->result) {
+            continue;
+        }
+        nodes[n] = grp->result;
+        st = group_value(p, grp->result, &now[n]);
+        n++;
+    }
+    if (st == KF_OK && baseline) {
+        for (uint32_t i = 0; i < n; i++) {
+            k->value_nodes[i] = nodes[i];
+            k->values[i] = now[i];
+            now[i] = NULL;
+            /* the group's tolerance, from the report (by the name it gives the result) */
+            const kf__node *res = &p->graph->nodes[nodes[i]];
+            char label[KF_NAME_MAX + 16];
+            snprintf(label, sizeof label, "%s_%u", res->op->name, nodes[i]);
+            k->value_tol[i] = INFINITY;
+            for (uint32_t r = 0; r < rep->group_count; r++) {
+                bool named = !strcmp(rep->groups[r].result, label);
+                for (uint32_t o = 0; o < p->graph->output_count; o++) {
+                    named |= p->graph->outputs[o].node == nodes[i] &&
+                             !strcmp(rep->groups[r].result, p->graph->outputs[o].name);
+                }
+                if (named) {
+                    k->value_tol[i] = rep->groups[r].tolerance;
+                }
+            }
+        }
+        k->value_count = n;
+    } else if (st == KF_OK) {
+        for (uint32_t i = 0; i < n; i++) {
+            int32_t base = value_index(k, nodes[i]);
+            if (base < 0) {
+                continue;
+            }
+            /* the same inputs as built? */
+            uint32_t reads[KF_GROUP_MAX_SLOTS];
+            uint32_t nr =
+                kf__plan_group_reads(p, (uint32_t)p->group_of[nodes[i]], reads, KF_GROUP_MAX_SLOTS);
+            bool same = true;
+            for (uint32_t r = 0; r < nr && same; r++) {
+                int32_t b = value_index(k, reads[r]);
+                uint32_t j = 0;
+                while (j < n && nodes[j] != reads[r]) {
+                    j++;
+                }
+                if (b >= 0 && j < n) {
+                    same = !memcmp(k->values[b]->data, now[j]->data,
+                                   kf_tensor_size(now[j]) * sizeof(float));
+                }
+            }
+            const kf_tensor *ref = k->values[base];
+            uint64_t count = kf_tensor_size(ref);
+            double floor = kf__verify_floor(ref->data, count);
+            double moved = kf_max_rel_error(now[i]->data, ref->data, count, floor);
+            *mattered |= same && !(moved <= k->value_tol[base]);
+        }
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        kf_tensor_destroy(now[i]);
+    }
+    return st;
+}
+
 typedef enum verdict { PASSED, FAILED, BROKEN } verdict;
 
 /* Runs check k. baseline: records what it computes; else compares with the baseline and sets
@@ -243,39 +344,9 @@ static verdict run_check(campaign *c, check *k, bool baseline, bool *mattered) {
     kf_plan_report rep;
     kf_status st = kf_plan_verify(p, c->o->seed, &rep);
     v = st == KF_OK ? PASSED : st == KF_ERROR_MISMATCH ? FAILED : BROKEN;
-    uint32_t n = kf_graph_output_count(g) < MAX_OUTPUTS ? kf_graph_output_count(g) : MAX_OUTPUTS;
-    for (uint32_t o = 0; v != BROKEN && o < n; o++) {
-        const char *name;
-        kf_shape shape;
-        kf_graph_output_info(g, o, &name, &shape, NULL);
-        kf_tensor *t = NULL;
-        if (kf_tensor_create(&shape, &t) != KF_OK || kf_plan_get_output(p, name, t) != KF_OK) {
-            kf_tensor_destroy(t);
-            v = BROKEN;
-            break;
-        }
-        if (baseline) {
-            k->outputs[o] = t;
-            k->output_count = o + 1;
-            /* the tolerance of the group writing it; the output's own where none is listed */
-            k->output_tol[o] = INFINITY;
-            for (uint32_t r = 0; r < rep.output_count; r++) {
-                if (!strcmp(rep.outputs[r].name, name)) {
-                    k->output_tol[o] = rep.outputs[r].tolerance;
-                }
-            }
-            for (uint32_t gr = 0; gr < rep.group_count; gr++) {
-                if (!strcmp(rep.groups[gr].result, name)) {
-                    k->output_tol[o] = rep.groups[gr].tolerance;
-                }
-            }
-        } else {
-            const kf_tensor *ref = k->outputs[o];
-            uint64_t count = kf_tensor_size(ref);
-            double floor = kf__verify_floor(ref->data, count);
-            *mattered |= !(kf_max_rel_error(t->data, ref->data, count, floor) <= k->output_tol[o]);
-            kf_tensor_destroy(t);
-        }
+    if (v == PASSED) {
+        st = plan_values(p, k, &rep, baseline, mattered);
+        v = st == KF_OK ? PASSED : BROKEN;
     }
     kf_plan_destroy(p);
     kf_graph_destroy(g);
@@ -290,8 +361,8 @@ static double now_s(void) {
 
 static void campaign_free(campaign *c) {
     for (uint32_t i = 0; i < c->check_count; i++) {
-        for (uint32_t o = 0; o < c->checks[i].output_count; o++) {
-            kf_tensor_destroy(c->checks[i].outputs[o]);
+        for (uint32_t v = 0; v < c->checks[i].value_count; v++) {
+            kf_tensor_destroy(c->checks[i].values[v]);
         }
     }
     for (uint32_t i = 0; i < c->kernel_count; i++) {

@@ -213,6 +213,14 @@ static void group_view_of(const kf_plan *p, const kf__group *grp, group_view *v)
     }
 }
 
+uint32_t kf__plan_group_reads(const kf_plan *p, uint32_t gi, uint32_t *reads, uint32_t cap) {
+    group_view v;
+    group_view_of(p, &p->groups[gi], &v);
+    uint32_t n = v.read_count < cap ? v.read_count : cap;
+    memcpy(reads, v.reads, n * sizeof *reads);
+    return n;
+}
+
 /* The longest accumulation an operator's verification table exercises, forward or backward (a
  * matmul's K, M or N; a row reduction's row length): its documented tolerance was measured up to
  * there. 0 for operators that accumulate nothing. */
