@@ -157,3 +157,24 @@ KT_TEST(fusion, mutation_sample_kills_every_mutant_that_matters) {
     KT_CHECK(r.mattered == 0, "%u surviving mutants changed an output past its tolerance",
              r.mattered);
 }
+
+KT_TEST(fusion, verify_allows_for_a_kernel_that_cancels_its_input) {
+    KT_NEED_GPU(ctx);
+    /* layernorm of rows of 2 gives +-1; abs makes them equal up to their last bits; the next
+     * layernorm normalizes those bits (random graph 251 of a fuzz run). The group is right to
+     * its f32 arithmetic, and its tolerance must say how far that goes (docs/fusion.md). */
+    kf_graph *g = parse("x: f32[32, 2]\nt = silu(x) |> abs |> layernorm |> abs\n"
+                        "y = layernorm(t) |> scale(0.5) |> layernorm\nout y");
+    KT_CHECK(g, "the program parses");
+    kf_plan *p = NULL;
+    KT_CHECK_OK(kf_graph_compile(ctx, g, NULL, &p));
+    kf_plan_report rep;
+    kf_status st = kf_plan_verify(p, kt_rand_u64(), &rep);
+    kf_plan_destroy(p);
+    kf_graph_destroy(g);
+    for (uint32_t i = 0; st != KF_OK && i < rep.group_count; i++) {
+        fprintf(stderr, "    group %u (%s): err %.3g tol %.3g\n", rep.groups[i].dispatch,
+                rep.groups[i].ops, rep.groups[i].max_rel_error, rep.groups[i].tolerance);
+    }
+    KT_CHECK(st == KF_OK, "verify: %s", kf_status_str(st));
+}
