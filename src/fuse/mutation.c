@@ -81,6 +81,7 @@ typedef struct campaign {
     uint32_t site;
     uint32_t applied;
     bool oom;
+    char why[256]; /* what the last failing check said */
 } campaign;
 
 static kernel_entry *find_kernel(campaign *c, const char *name) {
@@ -190,6 +191,9 @@ static kf_status list_checks(campaign *c) {
             }
             for (int dtype = 0; dtype < 2; dtype++) {
                 for (int backward = 0; backward < 2; backward++) {
+                    if (backward && !kf_op_has_backward(op)) {
+                        continue; /* backward operators and sum_to have no backward kernel */
+                    }
                     check *k = add_check(c);
                     if (!k) {
                         return KF_ERROR_OUT_OF_MEMORY;
@@ -324,6 +328,7 @@ static verdict run_check(campaign *c, check *k, bool baseline, bool *mattered) {
     if (!k->plan) {
         kf_verify_result res;
         kf_status st = kf_op_verify(c->ctx, &k->vc, &res);
+        snprintf(c->why, sizeof c->why, "%s", st == KF_OK ? "" : res.message);
         if (baseline) {
             k->err = res.max_rel_error;
             k->tol = res.tolerance;
@@ -338,12 +343,17 @@ static verdict run_check(campaign *c, check *k, bool baseline, bool *mattered) {
     verdict v = BROKEN;
     if (kf_spec_parse(k->spec, strlen(k->spec), &g, &err) != KF_OK ||
         kf_graph_compile(c->ctx, g, NULL, &p) != KF_OK) {
+        snprintf(c->why, sizeof c->why, "%s", g ? kf_context_last_error(c->ctx) : err.message);
         kf_graph_destroy(g);
         return BROKEN;
     }
     kf_plan_report rep;
     kf_status st = kf_plan_verify(p, c->o->seed, &rep);
     v = st == KF_OK ? PASSED : st == KF_ERROR_MISMATCH ? FAILED : BROKEN;
+    snprintf(c->why, sizeof c->why, "%s",
+             st == KF_OK               ? ""
+             : st == KF_ERROR_MISMATCH ? "a group or an output is outside its tolerance"
+                                       : kf_context_last_error(c->ctx));
     if (v == PASSED) {
         st = plan_values(p, k, &rep, baseline, mattered);
         v = st == KF_OK ? PASSED : BROKEN;
@@ -389,7 +399,7 @@ kf_status kf__mutation_run(kf_context *ctx, const kf__mutation_options *o, kf__m
         if (run_check(&c, &c.checks[i], true, &unused) != PASSED) {
             kf__context_set_error(ctx, KF_ERROR_MISMATCH,
                                   "mutation: check '%s' fails on the kernels as built: %s",
-                                  c.checks[i].name, kf_context_last_error(ctx));
+                                  c.checks[i].name, c.why);
             st = KF_ERROR_MISMATCH;
         }
     }

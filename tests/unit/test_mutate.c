@@ -11,7 +11,7 @@ static kf_kernel *op_kernel(const char *name, kf_shape a, kf_shape b) {
     return kf_op_kernel_forward(kf_op_find(name), in, NULL, KF_DTYPE_F32);
 }
 
-KT_TEST(unit, mutants_change_the_kernel_and_only_the_copy) {
+KT_CPU_TEST(unit, mutants_change_the_kernel_and_only_the_copy) {
     kf_shape rows = {2, {5, 300}}, small = {2, {7, 13}};
     kf_shape a = {2, {33, 17}}, b = {2, {17, 9}};
     kf_kernel *kernels[] = {op_kernel("softmax", rows, rows), op_kernel("gelu", small, small),
