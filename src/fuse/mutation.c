@@ -21,7 +21,8 @@
 #include "ops/ops_internal.h"
 
 /* The fused plans every mutant meets: deep ones (2 and 3 layer MLPs), norms feeding softmax,
- * element-wise chains side by side, f16. Small shapes, primes among them, so a check is fast. */
+ * element-wise chains side by side, f16, a training graph. Small shapes, primes among them, so
+ * a check is fast. */
 static const char *const plan_specs[] = {
     "x: f32[24, 40]; w1: f32[40, 72]; b1: f32[72]; w2: f32[72, 10]; b2: f32[10]\n"
     "h = matmul(x, w1) |> add(b1) |> gelu\n"
@@ -40,6 +41,11 @@ static const char *const plan_specs[] = {
     "y = matmul(x, w) |> add(b) |> relu |> softmax\nout y",
     "x: f32[11, 64]; w: f32[64, 64]; b: f32[64]\n"
     "t = transpose(x) |> mul(2)\nh = matmul(x, w) |> add(b) |> square |> mean\nout t, h",
+    /* a training step's graph: forward, loss and every weight's gradient (kf_graph_grad) */
+    "x: f32[12, 20]; w1: f32[20, 36]; b1: f32[36]; w2: f32[36, 5]; b2: f32[5]\n"
+    "h = matmul(x, w1) |> add(b1) |> gelu\nlogits = matmul(h, w2) |> add(b2)\n"
+    "loss = mean(mean(square(logits)))\ndw1, db1, dw2, db2 = grad(loss, w1, b1, w2, b2)\n"
+    "out loss, dw1, db1, dw2, db2",
 };
 
 #define MAX_VALUES 32
