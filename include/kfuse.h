@@ -1214,20 +1214,50 @@ KF_API kf_status kf_plan_time_sequence(kf_plan *const *plans, uint32_t count, ui
 KF_API kf_status kf_plan_dispatches(const kf_plan *p, const kf_dispatch **out, uint32_t *count);
 
 #define KF_PLAN_MAX_REPORTED 16
+/* One fused group checked on its own (kf_plan_report.groups): the GPU's values of what it reads
+ * (graph inputs and the results of earlier groups, downloaded) through the CPU specs of its own
+ * operators, against what it wrote. */
+typedef struct kf_plan_group_report {
+    uint32_t dispatch;    /* 1-based, as kf_plan_explain numbers the plan's dispatches */
+    char rule[32];        /* the rule that made it: "element-wise", "matmul", "reduction", ... */
+    char ops[192];        /* its operators in evaluation order: "matmul |> add |> gelu" */
+    char result[64];      /* the value it writes: an output's name, else "op_<node>" */
+    double max_rel_error; /* measured as for outputs */
+    double tolerance;     /* from its operators' documented errors (docs/fusion.md) */
+    bool passed;
+    uint64_t element;    /* the first element outside tolerance (row-major index) */
+    float got, expected; /* that element as the GPU wrote it and as the specs compute it */
+} kf_plan_group_report;
+
 typedef struct kf_plan_report {
-    uint32_t output_count;
+    uint32_t output_count; /* entries in outputs[]: min(total_outputs, KF_PLAN_MAX_REPORTED) */
     struct {
         char name[64];
         double max_rel_error;
         double tolerance;
         bool passed;
-    } outputs[KF_PLAN_MAX_REPORTED];
-    bool passed;
+        uint32_t index;              /* the output's number in the graph (kf_graph_output_info) */
+    } outputs[KF_PLAN_MAX_REPORTED]; /* failed outputs first, then the others in graph order */
+    bool passed;                     /* every output and every group within its tolerance */
+    uint32_t total_outputs;          /* the plan's outputs: every element of each is compared */
+    uint32_t failed_outputs;         /* how many of them failed, listed or not */
+    uint32_t group_count;            /* entries in groups[]: min(total_groups, MAX_REPORTED) */
+    kf_plan_group_report groups[KF_PLAN_MAX_REPORTED]; /* failed first, then by dispatch */
+    uint32_t total_groups;  /* groups checked (each member of a horizontal dispatch counts) */
+    uint32_t failed_groups; /* how many of them failed, listed or not */
+    /* The smallest failing group as a graph of its own (kf_graph_format: the language), its
+     * inputs named as the graph names them or "op_<node>" for intermediate values; "" when every
+     * group passed (or the text did not fit). */
+    char failing_graph[2048];
 } kf_plan_report;
 
-/* Fills the inputs with fresh random data from seed, runs the plan (outputs poisoned first), runs
- * the unfused composition of CPU specs in float64-accumulating loops, and compares every output
- * element. KF_ERROR_MISMATCH when any output is outside its tolerance. */
+/* Fills the inputs with fresh random data from seed, runs the plan (outputs poisoned first) and
+ * runs the unfused composition of CPU specs in float64-accumulating loops. Then checks, first,
+ * every fused group on its own: the specs of the group's own operators on the values the GPU
+ * read (its inputs downloaded), every element, against a tolerance derived from those
+ * operators' documented errors (docs/fusion.md); second, every element of every output against
+ * the whole unfused composition. KF_ERROR_MISMATCH when any group or output is outside its
+ * tolerance; the report names it (group: its rule, operators, first element off). */
 KF_API kf_status kf_plan_verify(kf_plan *p, uint64_t seed, kf_plan_report *out);
 
 /* kf_plan_verify with chosen inputs: values[i] for the input named names[i]; inputs not named

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "fuse/rules/rule.h"
+#include "ir/mutate.h"
 #include "util/half.h"
 
 static void plan_failv(kf_plan *p, kf_status st, const char *fmt, va_list ap) {
@@ -464,7 +465,7 @@ void kf__plan_compile_group(kf_plan *p, kf__group *grp) {
         plan_fail(p, KF_ERROR_OUT_OF_MEMORY, "out of memory compiling a group");
         return;
     }
-    c->wgsl = kf_kernel_emit_wgsl(k);
+    c->wgsl = kf__kernel_emit_for(p->ctx, k); /* the context's kernel transform, if any */
     if (!c->wgsl) {
         plan_fail(p, KF_ERROR_INTERNAL, "group %u: %s", (unsigned)(grp - p->groups),
                   kf_kernel_error(k));

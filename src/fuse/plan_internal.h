@@ -122,6 +122,9 @@ kf_status kf__plan_random_input(const kf_plan *p, uint32_t id, uint64_t seed, kf
  * drawn at random from seed). */
 kf_status kf__plan_check(kf_plan *p, const kf_tensor *const *given, uint64_t seed,
                          kf_plan_report *out);
+/* What group gi reads from memory (graph inputs and other groups' results; scalars not), up to
+ * cap node ids into reads; returns how many (plan_verify.c). */
+uint32_t kf__plan_group_reads(const kf_plan *p, uint32_t gi, uint32_t *reads, uint32_t cap);
 
 /* A plan holds its context from compile to destroy (defined by the runtime, see
  * src/runtime/runtime.h): after kf_context_destroy its calls fail with KF_ERROR_DEVICE_LOST. */

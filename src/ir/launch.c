@@ -1,6 +1,7 @@
 /* Running a kernel on the GPU through the runtime's public API: emit (cached on the kernel),
  * compile (cached by the context), work out the grid and constants, dispatch. */
 #include "ir/ir_internal.h"
+#include "ir/mutate.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,20 +122,29 @@ kf_status kf_kernel_dispatch(kf_context *ctx, kf_kernel *k, const kf_kernel_laun
     }
     kf_kernel_binding_kinds(k, kp, nb);
     kf_pipeline_desc pd = {0};
-    pd.wgsl = wgsl;
+    /* A context under mutation testing runs its transform's kernel (same bindings) instead. */
+    kf_kernel *mutant = kf__context_transform_kernel(ctx, k);
+    char *mutant_wgsl = mutant ? kf_kernel_emit_wgsl(mutant) : NULL;
+    bool mutant_failed = mutant && !mutant_wgsl;
+    kf_kernel_destroy(mutant);
+    pd.wgsl = mutant_wgsl ? mutant_wgsl : wgsl;
     pd.entry_point = "main";
     pd.constants = constants;
     pd.constant_count = nc;
     pd.bindings = kp;
     pd.binding_count = nb;
     kf_pipeline *pipe = NULL;
-    kf_status st = kf_pipeline_get(ctx, &pd, &pipe);
+    kf_status st = mutant_failed ? KF_ERROR_INTERNAL : kf_pipeline_get(ctx, &pd, &pipe);
+    kf_free(mutant_wgsl);
     if (kp != kinds) {
         free(kp);
     }
     free(constants);
     if (st != KF_OK) {
-        return kf__run_fail(k, st, "%s", kf_context_last_error(ctx));
+        return kf__run_fail(k, st, "%s",
+                            mutant_failed ? "kf_kernel_dispatch: the context's kernel transform "
+                                            "gave a kernel that does not emit"
+                                          : kf_context_last_error(ctx));
     }
     out->pipeline = pipe;
     out->buffers = launch->buffers;

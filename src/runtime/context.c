@@ -10,6 +10,7 @@
 #include <pthread.h>
 
 #include "runtime/runtime.h"
+#include "ir/mutate.h"
 
 /* How long kfuse waits for one GPU operation before it gives up and reports it. */
 #define KF__WAIT_SLICE_NS 1000000000ull
@@ -997,4 +998,22 @@ kf_status kf__context_fake_oom(kf_context *ctx) {
     }
     ctx->fake_oom = true;
     return KF_OK;
+}
+
+void kf__context_set_kernel_transform(kf_context *ctx, kf__kernel_transform_fn fn, void *user) {
+    if (ctx) {
+        ctx->kernel_transform = fn;
+        ctx->kernel_transform_user = user;
+    }
+}
+
+kf_kernel *kf__context_transform_kernel(kf_context *ctx, const kf_kernel *k) {
+    return ctx && ctx->kernel_transform ? ctx->kernel_transform(ctx->kernel_transform_user, k)
+                                        : NULL;
+}
+
+void kf__context_forget_pipelines(kf_context *ctx) {
+    if (ctx) {
+        kf__pipeline_cache_destroy(ctx);
+    }
 }

@@ -131,6 +131,10 @@ struct kf_context {
     /* State layers above the runtime keep per context (extension.c). */
     struct kf__context_extension *extensions;
     uint32_t extension_count;
+    /* Mutation testing (src/ir/mutate.h): consulted for every kernel before its WGSL is
+     * emitted for a pipeline of this context; NULL: kernels run as built. */
+    kf_kernel *(*kernel_transform)(void *user, const kf_kernel *k);
+    void *kernel_transform_user;
 };
 
 /* extension.c: per-context state that a layer above the runtime keeps (the matmul tuner's table),

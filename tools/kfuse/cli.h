@@ -44,6 +44,7 @@ int kf_cmd_tune(int argc, char **argv);
 int kf_cmd_demo(int argc, char **argv);
 int kf_cmd_bench(int argc, char **argv);
 int kf_cmd_verify(int argc, char **argv);
+int kf_cmd_mutate(int argc, char **argv);
 int kf_cmd_wgsl(int argc, char **argv);
 int kf_cmd_sgmat(int argc, char **argv);
 int kf_cmd_train(int argc, char **argv);

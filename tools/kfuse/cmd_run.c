@@ -413,8 +413,10 @@ int kf_cmd_run(int argc, char **argv) {
         printf(", \"compile_ms\": %.3f, \"first_run_ms\": %.3f, \"disk_cache_loads\": %llu",
                compile_ms, first_run_ms, (unsigned long long)after.disk_cache_loads);
         if (a.check) {
-            printf(", \"max_rel_err\": %.6g, \"passed\": %s", worst,
-                   report.passed ? "true" : "false");
+            printf(", \"max_rel_err\": %.6g, \"passed\": %s, \"outputs\": %u, "
+                   "\"failed_outputs\": %u, \"groups\": %u, \"failed_groups\": %u",
+                   worst, report.passed ? "true" : "false", report.total_outputs,
+                   report.failed_outputs, report.total_groups, report.failed_groups);
         }
         printf("}\n");
     } else {
@@ -425,10 +427,36 @@ int kf_cmd_run(int argc, char **argv) {
             kf_graph_output_info(g, o, &name, NULL, NULL);
             print_summary(name, outs[o]);
         }
+        for (uint32_t i = 0; i < report.group_count; i++) {
+            const kf_plan_group_report *gr = &report.groups[i];
+            printf("check group %u (%s: %s -> %s) max_rel_err %.3g (tolerance %.3g) %s",
+                   gr->dispatch, gr->rule, gr->ops, gr->result, gr->max_rel_error, gr->tolerance,
+                   gr->passed ? "ok" : "FAILED");
+            if (!gr->passed) {
+                printf(": element %llu is %.9g, the specs say %.9g",
+                       (unsigned long long)gr->element, (double)gr->got, (double)gr->expected);
+            }
+            printf("\n");
+        }
+        if (report.total_groups > report.group_count) {
+            printf("check groups: %u more not listed; %u of %u failed\n",
+                   report.total_groups - report.group_count, report.failed_groups,
+                   report.total_groups);
+        }
         for (uint32_t o = 0; o < report.output_count; o++) {
             printf("check %-6s max_rel_err %.3g (tolerance %.3g) %s\n", report.outputs[o].name,
                    report.outputs[o].max_rel_error, report.outputs[o].tolerance,
                    report.outputs[o].passed ? "ok" : "FAILED");
+        }
+        if (report.total_outputs > report.output_count) {
+            printf("check outputs: %u more not listed (they passed unless counted here); %u of %u "
+                   "failed\n",
+                   report.total_outputs - report.output_count, report.failed_outputs,
+                   report.total_outputs);
+        }
+        if (report.failing_graph[0]) {
+            printf("smallest failing subgraph (its inputs as the group read them):\n%s",
+                   report.failing_graph);
         }
         printf("time: %.4f ms median of %u runs (%s)\n", timing.median_ms, a.repeat,
                timing.gpu_timestamps ? "GPU timestamps" : "wall clock");

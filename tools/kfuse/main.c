@@ -12,6 +12,7 @@ static const kf_cli_command commands[] = {
     {"run", "run a graph fused (or not), check it against the CPU specs, time it", kf_cmd_run},
     {"bench", "time fused against unfused on this device (docs/PERFORMANCE.md)", kf_cmd_bench},
     {"verify", "check every operator's GPU kernels against its CPU spec", kf_cmd_verify},
+    {"mutate", "mutation testing: wrong kernels made on purpose must fail a check", kf_cmd_mutate},
     {"wgsl", "print the WGSL of a named kernel (an example or an operator)", kf_cmd_wgsl},
     {"tune", "time the matmul tile configurations on this device and cache the fastest",
      kf_cmd_tune},

@@ -1,0 +1,77 @@
+/* Mutation testing: wrong kernels made on purpose, in the IR, to see that verification catches
+ * them (docs/fusion.md, "Mutation testing").
+ *
+ * A mutant is one small change (a literal off by 1% or 10%, + for -, min for max, a load's index
+ * off by one, a loop ending one step early, a barrier removed, the store phase's epilogue applied
+ * twice) at one site of the kernels of one name. A context given a kernel transform
+ * (kf__context_set_kernel_transform) hands it every kernel before emitting the WGSL its pipeline
+ * is made from, so a mutant runs wherever that kernel runs (plans, kf_op_verify, kf_kernel_run)
+ * and no source is edited. */
+#ifndef KF_IR_MUTATE_H
+#define KF_IR_MUTATE_H
+
+#include "kfuse.h"
+
+#include <stdio.h>
+
+typedef enum kf__mutant_kind {
+    KF__MUTANT_LITERAL_1 = 0, /* a nonzero float literal times 1.01 */
+    KF__MUTANT_LITERAL_10,    /* ... times 1.1 */
+    KF__MUTANT_ADD_SUB,       /* a + becomes -, or a - becomes + */
+    KF__MUTANT_MIN_MAX,       /* min becomes max, or max min */
+    KF__MUTANT_INDEX,         /* a load from storage or workgroup memory reads index + 1 */
+    KF__MUTANT_LOOP_BOUND,    /* a for loop's last iteration dropped (end - step) */
+    KF__MUTANT_BARRIER,       /* a workgroup barrier removed */
+    KF__MUTANT_EPILOGUE,      /* the yielded value's expression applied again to its result */
+    KF__MUTANT_KIND_COUNT
+} kf__mutant_kind;
+
+const char *kf__mutant_kind_str(kf__mutant_kind kind);
+
+/* Sites of each kind in k (counts[KF__MUTANT_KIND_COUNT]). */
+void kf__mutant_sites(const kf_kernel *k, uint32_t *counts);
+/* A copy of k with site `site` of `kind` changed; NULL when k has no such site or out of memory.
+ * The caller destroys it. */
+kf_kernel *kf__mutant_apply(const kf_kernel *k, kf__mutant_kind kind, uint32_t site);
+
+/* The per-context hook (defined by the runtime, src/runtime/context.c): fn(user, k) returns a
+ * kernel to run instead of k (the caller destroys it) or NULL to run k as built. NULL fn: none. */
+typedef kf_kernel *(*kf__kernel_transform_fn)(void *user, const kf_kernel *k);
+void kf__context_set_kernel_transform(kf_context *ctx, kf__kernel_transform_fn fn, void *user);
+/* What the context's transform makes of k: NULL when it has none or it leaves k as built. */
+kf_kernel *kf__context_transform_kernel(kf_context *ctx, const kf_kernel *k);
+/* Drops the context's cached pipelines (mutants' are used once); no plan may be alive. */
+void kf__context_forget_pipelines(kf_context *ctx);
+/* k's WGSL as ctx will run it (the transform's kernel where it gives one); caller kf_free()s. */
+char *kf__kernel_emit_for(kf_context *ctx, kf_kernel *k);
+
+/* ---- the campaign (src/fuse/mutation.c) ---- */
+
+typedef struct kf__mutation_options {
+    uint64_t seed;          /* inputs of every check, and which mutants a sample takes */
+    double budget_s;        /* > 0: a random sample, stopping once the mutants took this long */
+    uint32_t shard, shards; /* shards > 1: only mutants m with m % shards == shard */
+    bool quick;             /* fewer operator cases (the CI sample) */
+    const char *filter;     /* only kernels whose name contains this (NULL: all) */
+    FILE *log;              /* progress and survivors (NULL: quiet) */
+    bool verbose;           /* every mutant, not only survivors */
+} kf__mutation_options;
+
+typedef struct kf__mutation_result {
+    uint32_t kernels;   /* kernel names seen */
+    uint32_t checks;    /* operator and plan checks */
+    uint32_t mutants;   /* mutants there are */
+    uint32_t tried;     /* run (all of them, or a sample) */
+    uint32_t killed;    /* some check failed (mismatch) */
+    uint32_t stillborn; /* the mutant did not compile or run: a check failed loudly */
+    uint32_t survived;  /* every check passed */
+    uint32_t mattered;  /* of the survivors: changed an output by more than its tolerance */
+    uint32_t unchanged; /* of the survivors: every output within tolerance of the original */
+    double seconds;
+} kf__mutation_result;
+
+/* Runs the checks on ctx as built (they must pass), then each mutant of every kernel they
+ * compile, one at a time, against the checks that compile that kernel. */
+kf_status kf__mutation_run(kf_context *ctx, const kf__mutation_options *o, kf__mutation_result *r);
+
+#endif
