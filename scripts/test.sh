@@ -80,7 +80,7 @@ done
 if [[ " ${PRESETS[*]} " == *" debug "* ]] && [ -x build/debug/kfuse ]; then
     banner "tests gles (KF_BACKEND=gles, debug build)"
     gles_log="build/test-gles.log"
-    if KF_BACKEND=gles EGL_PLATFORM="${EGL_PLATFORM:-surfaceless}" build/debug/kfuse verify --quick \
+    if KF_BACKEND=gles EGL_PLATFORM="${EGL_PLATFORM:-surfaceless}" build/debug/kfuse verify --quick ${KFUSE_TEST_SEED:+--seed "$KFUSE_TEST_SEED"} \
         >"$gles_log" 2>&1 &&
         EGL_PLATFORM="${EGL_PLATFORM:-surfaceless}" build/debug/kfuse_tests --suite gles \
             >>"$gles_log" 2>&1; then
