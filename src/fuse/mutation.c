@@ -99,9 +99,26 @@ static kernel_entry *find_kernel(campaign *c, const char *name) {
     return NULL;
 }
 
+/* A kernel's identity in a campaign: its name and a hash of its WGSL. Plan kernels are named by
+ * what they are ("elementwise", "tail"), not by group, so that equal groups share a pipeline; the
+ * hash keeps kernels of one name that compute different things apart, so a mutant changes one
+ * kernel, not every kernel of that name. */
+static void kernel_key(const kf_kernel *k, char *out, size_t size) {
+    kf_kernel *copy = kf_kernel_clone(k);
+    char *wgsl = copy ? kf_kernel_emit_wgsl(copy) : NULL;
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (const char *ch = wgsl; ch && *ch; ch++) {
+        h = (h ^ (uint8_t)*ch) * 16777619u;
+    }
+    snprintf(out, size, "%.100s#%08x", kf_kernel_name(k), (unsigned)h);
+    kf_free(wgsl);
+    kf_kernel_destroy(copy);
+}
+
 static kf_kernel *transform(void *user, const kf_kernel *k) {
     campaign *c = user;
-    const char *name = kf_kernel_name(k);
+    char name[128];
+    kernel_key(k, name, sizeof name);
     if (c->recording) {
         if (c->o->filter && !strstr(name, c->o->filter)) {
             return NULL;
