@@ -361,6 +361,24 @@ static void wg_str(const kf_kernel *k, char *buf, size_t size) {
              (unsigned)k->workgroup[2]);
 }
 
+/* What a stage composed into another kernel's invocations (an epilogue or a prologue) may not
+ * use, in words, or NULL: it runs per element inside the host kernel's own invocations. */
+static const char *stage_forbidden_use(uint32_t uses) {
+    if (uses & KF__USES_WORKGROUP) {
+        return "workgroup memory";
+    }
+    if (uses & KF__USES_BARRIER) {
+        return "barriers";
+    }
+    if (uses & KF__USES_SUBGROUP) {
+        return "subgroup operations";
+    }
+    if (uses & KF__USES_BUILTIN) {
+        return "invocation builtins (ids)";
+    }
+    return NULL;
+}
+
 static bool then_check(kf_kernel *r, const kf_kernel *a, const kf_kernel *b) {
     char s0[48], s1[48];
     const char *an = a->name, *bn = b->name;
@@ -399,16 +417,7 @@ static bool then_check(kf_kernel *r, const kf_kernel *a, const kf_kernel *b) {
                  an, s0, bn, s1);
         return false;
     }
-    const char *what = NULL;
-    if (b->uses & KF__USES_WORKGROUP) {
-        what = "workgroup memory";
-    } else if (b->uses & KF__USES_BARRIER) {
-        what = "barriers";
-    } else if (b->uses & KF__USES_SUBGROUP) {
-        what = "subgroup operations";
-    } else if (b->uses & KF__USES_BUILTIN) {
-        what = "invocation builtins (ids)";
-    }
+    const char *what = stage_forbidden_use(b->uses);
     if (what) {
         kf__fail(r, KF_ERROR_TYPE,
                  "kf_kernel_then: '%s' uses %s; a stage composed after '%s' runs inside its "
@@ -678,16 +687,7 @@ static kf_status pro_check(kf_kernel *r, const kf_kernel *c, const char *name, c
                  pn, cn);
         return KF_ERROR_TYPE;
     }
-    const char *what = NULL;
-    if (p->uses & KF__USES_WORKGROUP) {
-        what = "workgroup memory";
-    } else if (p->uses & KF__USES_BARRIER) {
-        what = "barriers";
-    } else if (p->uses & KF__USES_SUBGROUP) {
-        what = "subgroup operations";
-    } else if (p->uses & KF__USES_BUILTIN) {
-        what = "invocation builtins (ids)";
-    }
+    const char *what = stage_forbidden_use(p->uses);
     if (what) {
         kf__fail(r, KF_ERROR_TYPE,
                  "kf_kernel_prologue: '%s' uses %s; a prologue runs at each load of '%s' and may "
