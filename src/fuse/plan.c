@@ -21,7 +21,7 @@
 
 #include "fuse/rules/rule.h"
 #include "ir/mutate.h"
-#include "util/half.h"
+#include "core/half.h"
 
 static void plan_failv(kf_plan *p, kf_status st, const char *fmt, va_list ap) {
     if (p->status != KF_OK) {

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "ops/ops_internal.h"
-#include "util/half.h"
+#include "core/half.h"
 
 /* The range random data for input `id` is drawn from: the narrowest range its consumers ask for
  * (log, sqrt and reciprocal want positive numbers). */

@@ -2,7 +2,7 @@
  * types, records the first error on the kernel and returns the invalid handle after it, so that
  * building code reads straight without a check per line. */
 #include "ir/ir_internal.h"
-#include "util/half.h"
+#include "core/half.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -41,7 +41,7 @@ static uint32_t val(kf_kernel *k, kf_val v, const char *fn, int arg) {
                  arg);
         return 0;
     }
-    const kf__node *n = &k->nodes[v.id];
+    const kf__ir_node *n = &k->nodes[v.id];
     if (!kf__block_within(k, k->cur_block, n->scope)) {
         char t[48];
         kf__fail(k, KF_ERROR_TYPE,
@@ -57,8 +57,8 @@ static kf_type ty(const kf_kernel *k, uint32_t id) {
     return k->nodes[id].type;
 }
 
-uint32_t kf__pure(kf_kernel *k, kf__node_kind kind, uint8_t op, kf_type type, const uint32_t *args,
-                  uint32_t nargs) {
+uint32_t kf__pure(kf_kernel *k, kf__ir_node_kind kind, uint8_t op, kf_type type,
+                  const uint32_t *args, uint32_t nargs) {
     if (!kf__ok(k)) {
         return 0;
     }
@@ -66,13 +66,13 @@ uint32_t kf__pure(kf_kernel *k, kf__node_kind kind, uint8_t op, kf_type type, co
     if (!id) {
         return 0;
     }
-    kf__node *n = &k->nodes[id];
+    kf__ir_node *n = &k->nodes[id];
     n->op = op;
     n->nargs = (uint8_t)nargs;
     uint32_t scope = 0, depth = 1;
     for (uint32_t i = 0; i < nargs; i++) {
         n->args[i] = args[i];
-        const kf__node *a = &k->nodes[args[i]];
+        const kf__ir_node *a = &k->nodes[args[i]];
         scope = kf__block_deeper(k, scope, a->scope);
         if (a->depth + 1 > depth) {
             depth = a->depth + 1;
@@ -111,7 +111,7 @@ uint32_t kf__emit_stmt(kf_kernel *k, kf__stmt_kind kind, uint32_t ref, uint32_t 
     return id;
 }
 
-uint32_t kf__materialize(kf_kernel *k, kf__node_kind kind, uint8_t op, kf_type type,
+uint32_t kf__materialize(kf_kernel *k, kf__ir_node_kind kind, uint8_t op, kf_type type,
                          const uint32_t *args, uint32_t nargs, uint32_t ref, const char *hint) {
     if (!kf__ok(k)) {
         return 0;
@@ -121,7 +121,7 @@ uint32_t kf__materialize(kf_kernel *k, kf__node_kind kind, uint8_t op, kf_type t
     if (!id || !kf__ok(k)) {
         return 0;
     }
-    kf__node *n = &k->nodes[id];
+    kf__ir_node *n = &k->nodes[id];
     n->op = op;
     n->nargs = (uint8_t)nargs;
     for (uint32_t i = 0; i < nargs; i++) {
@@ -180,7 +180,7 @@ uint32_t kf__open_for(kf_kernel *k, const char *name, uint32_t start, uint32_t e
     if (!body || !var || !kf__ok(k)) {
         return 0;
     }
-    kf__node *n = &k->nodes[var];
+    kf__ir_node *n = &k->nodes[var];
     n->ref = s;
     n->name = nm;
     n->scope = body;
@@ -994,7 +994,7 @@ static bool index_ok(kf_kernel *k, uint32_t idx, const char *fn, const char *wha
 /* WGSL refuses a constant index past a fixed-size array when it compiles: say so here. */
 static bool const_index_ok(kf_kernel *k, uint32_t idx, uint32_t count, const char *fn,
                            const char *what) {
-    const kf__node *n = &k->nodes[idx];
+    const kf__ir_node *n = &k->nodes[idx];
     if (n->kind != KF__NODE_LIT) {
         return true;
     }
@@ -1353,7 +1353,7 @@ static void sgmat_access(kf_kernel *k, const char *fn, bool store, uint32_t im, 
         return;
     }
     uint32_t least = col_major ? mv->rows : mv->cols;
-    const kf__node *sn = &k->nodes[is];
+    const kf__ir_node *sn = &k->nodes[is];
     if (sn->kind == KF__NODE_LIT && sn->bits < least) {
         kf__fail(k, KF_ERROR_INVALID_ARGUMENT, "%s: stride %u is less than the %u %s of '%s' (%s)",
                  fn, (unsigned)sn->bits, (unsigned)least, col_major ? "rows" : "cols", mname,
@@ -1678,7 +1678,7 @@ kf_val kf_kernel_input(kf_kernel *k) {
         return INVALID;
     }
     if (!k->input_node) {
-        k->input_node = kf__pure(k, KF__NODE_INPUT, 0, k->input, NULL, 0);
+        k->input_node = kf__pure(k, KF__NODE_STAGE_IN, 0, k->input, NULL, 0);
     }
     return mkval(k, k->input_node);
 }

@@ -52,10 +52,10 @@ static void copier_free(copier *c) {
     free(c->vars);
 }
 
-static uint32_t placeholder(kf_kernel *dst, kf__node_kind kind) {
-    uint32_t *slot = kind == KF__NODE_INPUT ? &dst->input_node : &dst->index_node;
+static uint32_t placeholder(kf_kernel *dst, kf__ir_node_kind kind) {
+    uint32_t *slot = kind == KF__NODE_STAGE_IN ? &dst->input_node : &dst->index_node;
     if (!*slot) {
-        kf_type t = kind == KF__NODE_INPUT ? dst->input : kf_type_scalar(KF_SCALAR_U32);
+        kf_type t = kind == KF__NODE_STAGE_IN ? dst->input : kf_type_scalar(KF_SCALAR_U32);
         *slot = kf__pure(dst, kind, 0, t, NULL, 0);
     }
     return *slot;
@@ -68,11 +68,11 @@ static uint32_t copy_node(copier *c, uint32_t id) {
     if (c->nodes[id]) {
         return c->nodes[id];
     }
-    const kf__node *n = &c->src->nodes[id];
+    const kf__ir_node *n = &c->src->nodes[id];
     uint32_t r = 0;
-    switch ((kf__node_kind)n->kind) {
-    case KF__NODE_INPUT:
-        r = c->input ? c->input : placeholder(c->dst, KF__NODE_INPUT);
+    switch ((kf__ir_node_kind)n->kind) {
+    case KF__NODE_STAGE_IN:
+        r = c->input ? c->input : placeholder(c->dst, KF__NODE_STAGE_IN);
         break;
     case KF__NODE_INDEX:
         r = c->index ? c->index : placeholder(c->dst, KF__NODE_INDEX);
@@ -96,7 +96,7 @@ static uint32_t copy_node(copier *c, uint32_t id) {
             }
         }
         /* n points into src, which does not move; dst's arrays may, as nodes are added */
-        kf__node_kind kind = (kf__node_kind)n->kind;
+        kf__ir_node_kind kind = (kf__ir_node_kind)n->kind;
         uint32_t ref = kind == KF__NODE_OVERRIDE ? c->overrides[n->ref] : n->ref;
         uint32_t bits = n->bits;
         const char *hint = n->name ? kf__str(c->src, n->name) : NULL;
@@ -125,7 +125,7 @@ static uint32_t copy_node(copier *c, uint32_t id) {
 static void copy_block(copier *c, uint32_t block);
 
 static void copy_let(copier *c, const kf__stmt *s) {
-    const kf__node *n = &c->src->nodes[s->ref];
+    const kf__ir_node *n = &c->src->nodes[s->ref];
     if (!n->materialized || n->kind < KF__NODE_NAMED) {
         copy_node(c, s->ref); /* a hoisted pure value: the copy decides anew */
         return;
@@ -142,7 +142,7 @@ static void copy_let(copier *c, const kf__stmt *s) {
         return;
     }
     uint32_t ref = 0;
-    switch ((kf__node_kind)n->kind) {
+    switch ((kf__ir_node_kind)n->kind) {
     case KF__NODE_LOAD:
     case KF__NODE_LENGTH:
         ref = c->bindings[n->ref];
@@ -156,7 +156,7 @@ static void copy_let(copier *c, const kf__stmt *s) {
     default:
         break;
     }
-    uint32_t r = kf__materialize(c->dst, (kf__node_kind)n->kind, n->op, n->type, args, n->nargs,
+    uint32_t r = kf__materialize(c->dst, (kf__ir_node_kind)n->kind, n->op, n->type, args, n->nargs,
                                  ref, n->name ? kf__str(c->src, n->name) : NULL);
     c->nodes[s->ref] = r;
 }
@@ -290,16 +290,16 @@ static void copy_block(copier *c, uint32_t block) {
 }
 
 static bool is_trivial(const kf_kernel *k, uint32_t id) {
-    const kf__node *n = &k->nodes[id];
+    const kf__ir_node *n = &k->nodes[id];
     if (n->materialized) {
         return true;
     }
-    switch ((kf__node_kind)n->kind) {
+    switch ((kf__ir_node_kind)n->kind) {
     case KF__NODE_LIT:
     case KF__NODE_BUILTIN:
     case KF__NODE_OVERRIDE:
     case KF__NODE_LOOP_VAR:
-    case KF__NODE_INPUT:
+    case KF__NODE_STAGE_IN:
     case KF__NODE_INDEX:
         return true;
     case KF__NODE_EXTRACT:
@@ -583,7 +583,7 @@ static uint32_t u32_lit(kf_kernel *r, uint32_t v) {
 static uint32_t load_through_p(copier *ca, uint32_t src_node, uint32_t index) {
     pro_ctx *t = ca->user;
     kf_kernel *r = ca->dst;
-    const kf__node *n = &ca->src->nodes[src_node];
+    const kf__ir_node *n = &ca->src->nodes[src_node];
     const char *hint = n->name ? kf__str(ca->src, n->name) : NULL;
     uint32_t raw = kf__materialize(r, KF__NODE_LOAD, 0, t->loaded, &index, 1, t->binding, hint);
     if (!raw) {
@@ -620,7 +620,7 @@ static uint32_t load_through_p(copier *ca, uint32_t src_node, uint32_t index) {
          * the consumer as it was */
         bool same = kf_type_eq(vt, t->loaded);
         for (uint32_t l = 0; l < t->lanes && same; l++) {
-            const kf__node *ln = &r->nodes[lanes[l]];
+            const kf__ir_node *ln = &r->nodes[lanes[l]];
             same = ln->kind == KF__NODE_EXTRACT && ln->args[0] == raw && ln->ref == l;
         }
         value = same ? raw : kf__pure(r, KF__NODE_VEC, 0, vt, lanes, t->lanes);
@@ -872,7 +872,7 @@ static void count_use(const kf_kernel *w, uint32_t id, uint32_t *uses, uint8_t *
         return;
     }
     uses[id]++;
-    const kf__node *n = &w->nodes[id];
+    const kf__ir_node *n = &w->nodes[id];
     if (seen[id] || n->materialized) {
         return;
     }
@@ -927,7 +927,7 @@ static void hoist_shared_values(kf_kernel *w) {
     for (uint32_t s = 1; s < w->stmt_count; s++) {
         const kf__stmt *st = &w->stmts[s];
         if (st->kind == KF__STMT_LET) {
-            const kf__node *n = &w->nodes[st->ref];
+            const kf__ir_node *n = &w->nodes[st->ref];
             for (uint32_t i = 0; i < n->nargs; i++) {
                 count_use(w, n->args[i], uses, seen);
             }
@@ -948,7 +948,7 @@ static void hoist_shared_values(kf_kernel *w) {
         if (uses[id] < 2 || is_trivial(w, id)) {
             continue;
         }
-        const kf__node *n = &w->nodes[id];
+        const kf__ir_node *n = &w->nodes[id];
         uint32_t scope = n->scope ? n->scope : 1;
         uint32_t blk = n->at_block, after = n->at_stmt;
         if (blk != scope) {
@@ -981,7 +981,7 @@ static void hoist_shared_values(kf_kernel *w) {
 enum { K_RUNTIME = 0, K_CONST, K_OVERRIDE };
 
 static bool literal_form(const kf_kernel *w, uint32_t id) {
-    const kf__node *n = &w->nodes[id];
+    const kf__ir_node *n = &w->nodes[id];
     if (n->kind == KF__NODE_LIT) {
         return true;
     }
@@ -998,7 +998,7 @@ static bool literal_form(const kf_kernel *w, uint32_t id) {
 
 /* The lanes of a literal-form node. */
 static void literal_lanes(const kf_kernel *w, uint32_t id, uint32_t *out) {
-    const kf__node *n = &w->nodes[id];
+    const kf__ir_node *n = &w->nodes[id];
     uint32_t lanes = kf__type_lanes(n->type);
     for (uint32_t c = 0; c < lanes; c++) {
         if (n->kind == KF__NODE_LIT) {
@@ -1054,7 +1054,7 @@ static uint32_t override_let(kf_kernel *w, uint32_t ov_node, uint32_t *lets) {
     if (!id || !kf__ok(w)) {
         return 0;
     }
-    kf__node *n = &w->nodes[id];
+    kf__ir_node *n = &w->nodes[id];
     n->args[0] = ov_node;
     n->nargs = 1;
     n->materialized = 1;
@@ -1096,8 +1096,8 @@ static void fold_constants(kf_kernel *w) {
         goto done;
     }
     for (uint32_t id = 1; id < count; id++) {
-        const kf__node *n = &w->nodes[id];
-        switch ((kf__node_kind)n->kind) {
+        const kf__ir_node *n = &w->nodes[id];
+        switch ((kf__ir_node_kind)n->kind) {
         case KF__NODE_LIT:
             kind[id] = K_CONST;
             break;
@@ -1132,7 +1132,7 @@ static void fold_constants(kf_kernel *w) {
             kf_type t = w->nodes[id].type;
             uint32_t lanes = kf__type_lanes(t);
             if (lanes == 1) {
-                kf__node *n = &w->nodes[id];
+                kf__ir_node *n = &w->nodes[id];
                 n->kind = KF__NODE_LIT;
                 n->nargs = 0;
                 n->bits = words[at[id]];
@@ -1163,7 +1163,7 @@ static void fold_constants(kf_kernel *w) {
     /* run-time operations with a constant operand WGSL would refuse */
     uint32_t after_fold = w->node_count;
     for (uint32_t id = 1; id < after_fold && kf__ok(w); id++) {
-        kf__node n = w->nodes[id];
+        kf__ir_node n = w->nodes[id];
         uint32_t lanes[4], lo[4], hi[4];
         kf_scalar s = n.type.scalar;
         if (n.kind == KF__NODE_BINARY && (n.op == KF_OP_SHL || n.op == KF_OP_SHR) &&
@@ -1210,7 +1210,7 @@ static void fold_constants(kf_kernel *w) {
                 }
                 w->nodes[mx].at_block = n.at_block;
                 w->nodes[mx].at_stmt = n.at_stmt;
-                kf__node *m = &w->nodes[id];
+                kf__ir_node *m = &w->nodes[id];
                 m->op = KF_FN_MIN;
                 m->nargs = 2;
                 m->args[0] = mx;

@@ -5,7 +5,7 @@
  * invocation as 32-bit words: f32 as its bits, f16 as the bits of the f32 holding the half value
  * (every f16 operation rounds to half precision, ties to even), integers wrap as in WGSL. */
 #include "ir/ir_internal.h"
-#include "util/half.h"
+#include "core/half.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -73,7 +73,7 @@ static bool fail(interp *ip, kf_status st, const char *fmt, ...) {
     if (ip->st != KF_OK) {
         return false;
     }
-    char msg[KF__ERROR_SIZE];
+    char msg[KF__KERNEL_ERROR_SIZE];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
@@ -445,7 +445,7 @@ static void write_elem(uint8_t *p, kf_type t, const uint32_t *in) {
 }
 
 static bool do_load(interp *ip, uint32_t id, uint32_t lane) {
-    const kf__node *n = &ip->w->nodes[id];
+    const kf__ir_node *n = &ip->w->nodes[id];
     const kf__binding *b = &ip->w->bindings[n->ref];
     const ibuf *buf = &ip->bufs[n->ref];
     uint32_t *out = V(ip, id, lane);
@@ -485,7 +485,7 @@ static bool do_load(interp *ip, uint32_t id, uint32_t lane) {
 }
 
 static bool do_subgroup(interp *ip, uint32_t id, const uint8_t *m) {
-    const kf__node *n = &ip->w->nodes[id];
+    const kf__ir_node *n = &ip->w->nodes[id];
     kf_type t = n->type;
     kf_scalar s = t.scalar;
     uint32_t comps = kf__type_lanes(t);
@@ -538,7 +538,7 @@ static bool do_subgroup(interp *ip, uint32_t id, const uint8_t *m) {
 /* Computes node id for the active invocations, evaluating its operands first. */
 static bool compute(interp *ip, uint32_t id, const uint8_t *m) {
     const kf_kernel *w = ip->w;
-    const kf__node *n = &w->nodes[id];
+    const kf__ir_node *n = &w->nodes[id];
     for (uint32_t i = 0; i < n->nargs; i++) {
         if (!eval(ip, n->args[i], m)) {
             return false;
@@ -548,7 +548,7 @@ static bool compute(interp *ip, uint32_t id, const uint8_t *m) {
     kf_scalar s = t.scalar;
     uint32_t comps = kf__type_lanes(t);
     uint32_t words = kf__type_words(t);
-    switch ((kf__node_kind)n->kind) {
+    switch ((kf__ir_node_kind)n->kind) {
     case KF__NODE_LIT:
         FOR_LANES(ip, m, l) {
             V(ip, id, l)[0] = n->bits;
@@ -712,7 +712,7 @@ static bool compute(interp *ip, uint32_t id, const uint8_t *m) {
 }
 
 static bool eval(interp *ip, uint32_t id, const uint8_t *m) {
-    const kf__node *n = &ip->w->nodes[id];
+    const kf__ir_node *n = &ip->w->nodes[id];
     if (n->materialized || n->kind == KF__NODE_LOOP_VAR) {
         return true; /* its let (or loop) already set it */
     }

@@ -25,7 +25,7 @@
 
 #include <stdarg.h>
 
-typedef enum kf__node_kind {
+typedef enum kf__ir_node_kind {
     KF__NODE_NONE = 0,
     /* pure */
     KF__NODE_LIT,      /* bits: the value (f32 and f16 as the bits of an f32) */
@@ -39,7 +39,7 @@ typedef enum kf__node_kind {
     KF__NODE_EXTRACT,  /* args[0] lane/element `ref` */
     KF__NODE_BUILTIN,  /* op: kf_builtin */
     KF__NODE_OVERRIDE, /* ref: override */
-    KF__NODE_INPUT,    /* a stage's In (replaced when the kernel is lowered) */
+    KF__NODE_STAGE_IN, /* a stage's In (replaced when the kernel is lowered) */
     KF__NODE_INDEX,    /* a stage's element index (replaced when the kernel is lowered) */
     KF__NODE_LOOP_VAR, /* ref: the for statement */
     /* materialized: a KF__STMT_LET defines them */
@@ -49,9 +49,9 @@ typedef enum kf__node_kind {
     KF__NODE_READ,        /* ref: variable */
     KF__NODE_SUBGROUP,    /* op: kf_subgroup_op; args[0]: value; args[1]: lane or 0 */
     KF__NODE_LENGTH       /* ref: binding */
-} kf__node_kind;
+} kf__ir_node_kind;
 
-typedef struct kf__node {
+typedef struct kf__ir_node {
     uint8_t kind;
     uint8_t op;
     uint8_t nargs;
@@ -68,7 +68,7 @@ typedef struct kf__node {
      * holding that point, in an outer block). */
     uint32_t at_block;
     uint32_t at_stmt;
-} kf__node;
+} kf__ir_node;
 
 typedef enum kf__stmt_kind {
     KF__STMT_NONE = 0,
@@ -157,7 +157,7 @@ enum {
     KF__USES_F16 = 1u << 4
 };
 
-#define KF__ERROR_SIZE 512
+#define KF__KERNEL_ERROR_SIZE 512
 #define KF__MAX_DEPTH 1000 /* expression nesting; deeper ones must be named with kf_let */
 
 struct kf_kernel {
@@ -167,8 +167,8 @@ struct kf_kernel {
     uint32_t workgroup[3];
     uint32_t grid[3];
     kf_status status;
-    char error[KF__ERROR_SIZE];
-    char run_error[KF__ERROR_SIZE]; /* the last failed run or interpretation */
+    char error[KF__KERNEL_ERROR_SIZE];
+    char run_error[KF__KERNEL_ERROR_SIZE]; /* the last failed run or interpretation */
     uint32_t cur_block;
     uint32_t uses;
     uint32_t input_node, index_node;
@@ -177,7 +177,7 @@ struct kf_kernel {
     char *wgsl;
     uint64_t wgsl_version;
 
-    kf__node *nodes;
+    kf__ir_node *nodes;
     uint32_t node_count, node_cap;
     kf__stmt *stmts;
     uint32_t stmt_count, stmt_cap;
@@ -211,8 +211,8 @@ uint32_t kf__string_add(kf_kernel *k, const char *s); /* 0 when out of memory (e
 static inline const char *kf__str(const kf_kernel *k, uint32_t off) {
     return k->strings + off;
 }
-uint32_t kf__node_new(kf_kernel *k, kf__node_kind kind, kf_type type); /* 0 on failure */
-uint32_t kf__stmt_new(kf_kernel *k, kf__stmt_kind kind);               /* appended */
+uint32_t kf__node_new(kf_kernel *k, kf__ir_node_kind kind, kf_type type); /* 0 on failure */
+uint32_t kf__stmt_new(kf_kernel *k, kf__stmt_kind kind);                  /* appended */
 uint32_t kf__block_new(kf_kernel *k, uint32_t parent, uint32_t owner);
 uint32_t kf__binding_new(kf_kernel *k, const char *name, kf_binding_kind kind, kf_type type,
                          kf__binding_role role);
@@ -237,10 +237,10 @@ const char *kf__open_block_str(const kf_kernel *k, char *buf, size_t size);
 /* ---- builder.c: internal constructors that skip the user-facing checks (the copier's) ---- */
 
 /* A pure node with args; scope/depth/creation point computed. 0 on failure. */
-uint32_t kf__pure(kf_kernel *k, kf__node_kind kind, uint8_t op, kf_type type, const uint32_t *args,
-                  uint32_t nargs);
+uint32_t kf__pure(kf_kernel *k, kf__ir_node_kind kind, uint8_t op, kf_type type,
+                  const uint32_t *args, uint32_t nargs);
 /* A materialized node and its let in the current block. 0 on failure. */
-uint32_t kf__materialize(kf_kernel *k, kf__node_kind kind, uint8_t op, kf_type type,
+uint32_t kf__materialize(kf_kernel *k, kf__ir_node_kind kind, uint8_t op, kf_type type,
                          const uint32_t *args, uint32_t nargs, uint32_t ref, const char *hint);
 /* Statements in the current block; compound ones open their body (kf__open_*). */
 uint32_t kf__emit_stmt(kf_kernel *k, kf__stmt_kind kind, uint32_t ref, uint32_t a, uint32_t b,

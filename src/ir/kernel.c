@@ -113,12 +113,12 @@ uint32_t kf__string_add(kf_kernel *k, const char *s) {
     return off;
 }
 
-uint32_t kf__node_new(kf_kernel *k, kf__node_kind kind, kf_type type) {
+uint32_t kf__node_new(kf_kernel *k, kf__ir_node_kind kind, kf_type type) {
     if (!GROW(k, nodes, node_count, node_cap)) {
         return 0;
     }
     uint32_t id = k->node_count++;
-    kf__node *n = &k->nodes[id];
+    kf__ir_node *n = &k->nodes[id];
     memset(n, 0, sizeof *n);
     n->kind = (uint8_t)kind;
     n->type = type;

@@ -16,13 +16,13 @@ const char *kf__mutant_kind_str(kf__mutant_kind kind) {
     return kind < KF__MUTANT_KIND_COUNT ? names[kind] : "?";
 }
 
-static bool is_pure(const kf__node *n) {
+static bool is_pure(const kf__ir_node *n) {
     return n->kind >= KF__NODE_LIT && n->kind <= KF__NODE_LOOP_VAR && !n->materialized;
 }
 
 /* A pure node computed from other values (not a leaf: literals, builtins, inputs ...). */
-static bool is_inner(const kf__node *n) {
-    switch ((kf__node_kind)n->kind) {
+static bool is_inner(const kf__ir_node *n) {
+    switch ((kf__ir_node_kind)n->kind) {
     case KF__NODE_UNARY:
     case KF__NODE_BINARY:
     case KF__NODE_CALL:
@@ -37,7 +37,7 @@ static bool is_inner(const kf__node *n) {
     }
 }
 
-static bool literal_site(const kf__node *n) {
+static bool literal_site(const kf__ir_node *n) {
     if (n->kind != KF__NODE_LIT || n->type.lanes > 1 || n->type.count ||
         (n->type.scalar != KF_SCALAR_F32 && n->type.scalar != KF_SCALAR_F16)) {
         return false;
@@ -50,7 +50,7 @@ static bool literal_site(const kf__node *n) {
 /* The value an epilogue carries: down the first operands of the yielded expression to its leaf,
  * which must have the yielded value's type to take its place. 0 when there is none. */
 static uint32_t carried_leaf(const kf_kernel *k, uint32_t value) {
-    const kf__node *v = &k->nodes[value];
+    const kf__ir_node *v = &k->nodes[value];
     if (!is_inner(v)) {
         return 0;
     }
@@ -61,7 +61,7 @@ static uint32_t carried_leaf(const kf_kernel *k, uint32_t value) {
     return kf_type_eq(k->nodes[id].type, v->type) ? id : 0;
 }
 
-static bool node_site(const kf_kernel *k, const kf__node *n, kf__mutant_kind kind) {
+static bool node_site(const kf_kernel *k, const kf__ir_node *n, kf__mutant_kind kind) {
     switch (kind) {
     case KF__MUTANT_LITERAL_1:
     case KF__MUTANT_LITERAL_10:
@@ -108,8 +108,8 @@ void kf__mutant_sites(const kf_kernel *k, uint32_t *counts) {
 
 /* New pure nodes go where `like` was created, so a let kf__kernel_prepare gives one (when used
  * twice) stands where its operands exist. */
-static uint32_t pure_like(kf_kernel *k, uint32_t like, kf__node_kind kind, uint8_t op, kf_type type,
-                          const uint32_t *args, uint32_t nargs) {
+static uint32_t pure_like(kf_kernel *k, uint32_t like, kf__ir_node_kind kind, uint8_t op,
+                          kf_type type, const uint32_t *args, uint32_t nargs) {
     uint32_t id = kf__pure(k, kind, op, type, args, nargs);
     if (id) {
         k->nodes[id].at_block = k->nodes[like].at_block;
@@ -135,7 +135,7 @@ static uint32_t copy_tree(kf_kernel *k, uint32_t id, uint32_t carried, uint32_t 
     if (copies[id]) {
         return copies[id];
     }
-    kf__node n = k->nodes[id];
+    kf__ir_node n = k->nodes[id];
     uint32_t args[4];
     for (uint32_t i = 0; i < n.nargs; i++) {
         args[i] = copy_tree(k, n.args[i], carried, with, copies, limit);
@@ -143,7 +143,7 @@ static uint32_t copy_tree(kf_kernel *k, uint32_t id, uint32_t carried, uint32_t 
             return 0;
         }
     }
-    uint32_t c = pure_like(k, with, (kf__node_kind)n.kind, n.op, n.type, args, n.nargs);
+    uint32_t c = pure_like(k, with, (kf__ir_node_kind)n.kind, n.op, n.type, args, n.nargs);
     if (c) {
         k->nodes[c].ref = n.ref;
         k->nodes[c].bits = n.bits;
@@ -153,7 +153,7 @@ static uint32_t copy_tree(kf_kernel *k, uint32_t id, uint32_t carried, uint32_t 
 }
 
 static bool mutate_node(kf_kernel *k, uint32_t id, kf__mutant_kind kind) {
-    kf__node *n = &k->nodes[id];
+    kf__ir_node *n = &k->nodes[id];
     switch (kind) {
     case KF__MUTANT_LITERAL_1:
     case KF__MUTANT_LITERAL_10: {

@@ -11,6 +11,7 @@
 #define KF_IR_MUTATE_H
 
 #include "kfuse.h"
+#include "runtime/runtime.h"
 
 #include <stdio.h>
 
@@ -34,14 +35,8 @@ void kf__mutant_sites(const kf_kernel *k, uint32_t *counts);
  * The caller destroys it. */
 kf_kernel *kf__mutant_apply(const kf_kernel *k, kf__mutant_kind kind, uint32_t site);
 
-/* The per-context hook (defined by the runtime, src/runtime/context.c): fn(user, k) returns a
- * kernel to run instead of k (the caller destroys it) or NULL to run k as built. NULL fn: none. */
-typedef kf_kernel *(*kf__kernel_transform_fn)(void *user, const kf_kernel *k);
-void kf__context_set_kernel_transform(kf_context *ctx, kf__kernel_transform_fn fn, void *user);
-/* What the context's transform makes of k: NULL when it has none or it leaves k as built. */
-kf_kernel *kf__context_transform_kernel(kf_context *ctx, const kf_kernel *k);
-/* Drops the context's cached pipelines (mutants' are used once); no plan may be alive. */
-void kf__context_forget_pipelines(kf_context *ctx);
+/* The per-context hook that hands kernels to a transform is the runtime's
+ * (kf__context_set_kernel_transform, runtime/runtime.h). */
 /* k's WGSL as ctx will run it (the transform's kernel where it gives one); caller kf_free()s. */
 char *kf__kernel_emit_for(kf_context *ctx, kf_kernel *k);
 

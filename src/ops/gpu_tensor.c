@@ -2,7 +2,7 @@
  * always f32; conversions to f16 (round to nearest, ties to even) and i32 happen on the host. */
 #include "ops/ops_internal.h"
 #include "runtime/runtime.h"
-#include "util/half.h"
+#include "core/half.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -18,6 +18,7 @@
 #ifndef KF_OPS_INTERNAL_H
 #define KF_OPS_INTERNAL_H
 
+#include "core/core.h"
 #include "kfuse.h"
 #include "ops/operator.h"
 
@@ -62,30 +63,7 @@ extern const kf_operator kf__op_rmsnorm_grad_x, kf__op_rmsnorm_grad_w, kf__op_la
 /* Messages and shapes                                                                      */
 /* ---------------------------------------------------------------------------------------- */
 
-/* snprintf into msg (msg may be NULL or msg_size 0); returns KF_ERROR_SHAPE for `return ...`. */
-kf_status kf__shape_error(char *msg, size_t msg_size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-/* The rows x cols view: cols = last dim (1 for rank 0), rows = product of the others. */
-void kf__shape_rows_cols(const kf_shape *s, uint64_t *rows, uint32_t *cols);
-/* The shape with its last dim dropped (rank 0 stays rank 0): a row reduction's output. */
-kf_shape kf__shape_drop_last(const kf_shape *s);
-/* A valid shape: rank <= KF_MAX_DIMS, every dim >= 1, elements < 2^32 (kernels index in u32). */
-bool kf__shape_valid(const kf_shape *s);
-
-/* How an input maps onto an output's elements (element-wise ops; checked in this order). */
-typedef enum kf__bcast {
-    KF__BCAST_FULL = 0, /* same shape: in[i] */
-    KF__BCAST_SCALAR,   /* one element: in[0] */
-    KF__BCAST_ROW,      /* [cols] or [1, ..., cols] against rows x cols: in[i % cols] (a bias) */
-    KF__BCAST_COL,      /* [..., 1] with the out's leading dims: in[i / cols] */
-    KF__BCAST_NONE      /* does not broadcast onto out */
-} kf__bcast;
-
-kf__bcast kf__broadcast_kind(const kf_shape *in, const kf_shape *out);
-/* Output shape of an element-wise op: the inputs' common shape, where each input is the output's
- * shape, a scalar, a row or a column of it; the largest input gives the output shape. */
-kf_status kf__broadcast_shape(const kf_shape *in, uint32_t arity, const char *op_name,
-                              kf_shape *out, char *msg, size_t msg_size);
+/* The shape and broadcast helpers are core's (core/core.h). */
 
 /* ---------------------------------------------------------------------------------------- */
 /* Kernel helpers: dtypes, grids                                                            */
@@ -220,10 +198,7 @@ uint32_t kf__grad_arity(const kf_operator *op, const kf_op_params *p);
 /* Tensors                                                                                  */
 /* ---------------------------------------------------------------------------------------- */
 
-/* f16 conversion (round to nearest even) is util/half.h's kf__half_from_float / _to_float. */
-/* The error of one element as kf_max_rel_error counts it: |a - b| / max(|b|, floor); NaN against
- * a number and unequal infinities are infinite, NaN against NaN and equal infinities zero. */
-double kf__rel_error(float a, float b, double floor);
+/* f16 conversion, kf__rel_error and the random stream are core's (core/core.h, core/half.h). */
 /* The floor verification divides by: 1% of the rms of the finite expected values (1e-6 when
  * that is zero), so elements near zero are judged against the tensor's scale. */
 double kf__verify_floor(const float *expected, uint64_t n);
@@ -232,10 +207,6 @@ double kf__verify_floor(const float *expected, uint64_t n);
  * (kf_context_float_behaviour, measured only then), they become signed zeros. So a spec is not
  * held to numbers the device never had (src/ops/float_probe.c). */
 kf_status kf__match_device_subnormals(kf_context *ctx, kf_dtype dtype, kf_tensor *t);
-/* splitmix64 step (the stream every kfuse random fill uses). */
-uint64_t kf__splitmix64(uint64_t *state);
-/* A uniform double in [0, 1) from the stream. */
-double kf__rand_unit(uint64_t *state);
 
 /* Shape literals for the operators' verification tables (kf_op_case.shapes). */
 #define SHAPE0                                                                                     \

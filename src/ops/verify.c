@@ -14,7 +14,7 @@
  * expected tensor (docs/operators.md says why). */
 #include "ops/ops_internal.h"
 #include "runtime/runtime.h"
-#include "util/half.h"
+#include "core/half.h"
 
 #include <math.h>
 #include <stdarg.h>

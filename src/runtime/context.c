@@ -10,7 +10,6 @@
 #include <pthread.h>
 
 #include "runtime/runtime.h"
-#include "ir/mutate.h"
 
 /* How long kfuse waits for one GPU operation before it gives up and reports it. */
 #define KF__WAIT_SLICE_NS 1000000000ull

@@ -131,8 +131,8 @@ struct kf_context {
     /* State layers above the runtime keep per context (extension.c). */
     struct kf__context_extension *extensions;
     uint32_t extension_count;
-    /* Mutation testing (src/ir/mutate.h): consulted for every kernel before its WGSL is
-     * emitted for a pipeline of this context; NULL: kernels run as built. */
+    /* Mutation testing (kf__context_set_kernel_transform): consulted for every kernel before its
+     * WGSL is emitted for a pipeline of this context; NULL: kernels run as built. */
     kf_kernel *(*kernel_transform)(void *user, const kf_kernel *k);
     void *kernel_transform_user;
 };
@@ -219,6 +219,15 @@ void kf__buffer_hold(kf_buffer *buf);
 void kf__buffer_drop(kf_buffer *buf);
 /* Releases the WebGPU buffer of every live kf_buffer (kf_context_destroy). */
 void kf__context_buffers_release(kf_context *ctx);
+
+/* The per-context hook (context.c), for mutation testing (src/ir/mutate.h): fn(user, k) returns a
+ * kernel to run instead of k (the caller destroys it) or NULL to run k as built. NULL fn: none. */
+typedef kf_kernel *(*kf__kernel_transform_fn)(void *user, const kf_kernel *k);
+void kf__context_set_kernel_transform(kf_context *ctx, kf__kernel_transform_fn fn, void *user);
+/* What the context's transform makes of k: NULL when it has none or it leaves k as built. */
+kf_kernel *kf__context_transform_kernel(kf_context *ctx, const kf_kernel *k);
+/* Drops the context's cached pipelines (mutants' are used once); no plan may be alive. */
+void kf__context_forget_pipelines(kf_context *ctx);
 
 /* For tests: the next kf_buffer_create fails the way an exhausted device fails (Dawn only). */
 kf_status kf__context_fake_oom(kf_context *ctx);

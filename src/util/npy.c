@@ -8,7 +8,7 @@
  * Files come from anywhere, so every field is checked before it is trusted: the header length
  * before allocating, the data size against the file size before allocating the tensor. A bad file
  * gets a message naming the file and what is wrong with it, never a crash. */
-#include "util/half.h"
+#include "core/half.h"
 
 #include "kfuse.h"
 

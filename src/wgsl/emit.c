@@ -3,7 +3,7 @@
  * (`a_v` for a load from a, `sg_sum`, `idx`), made valid and unique; pure values are written
  * inline with only the parentheses WGSL needs; `enable` lines appear only for what is used. */
 #include "ir/ir_internal.h"
-#include "util/half.h"
+#include "core/half.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -197,7 +197,7 @@ static const char *type_name(kf_type t, char *buf, size_t size) {
     return kf_type_str(t, buf, size);
 }
 
-static void emit_literal(emitter *e, const kf__node *n) {
+static void emit_literal(emitter *e, const kf__ir_node *n) {
     switch (n->type.scalar) {
     case KF_SCALAR_F32:
     case KF_SCALAR_F16: {
@@ -260,7 +260,7 @@ static void emit_literal(emitter *e, const kf__node *n) {
     }
 }
 
-static bool negative_literal(const kf__node *n) {
+static bool negative_literal(const kf__ir_node *n) {
     if (n->kind != KF__NODE_LIT) {
         return false;
     }
@@ -274,7 +274,7 @@ static bool negative_literal(const kf__node *n) {
 
 /* ---- expressions ---- */
 
-static bool shown_by_name(const kf__node *n) {
+static bool shown_by_name(const kf__ir_node *n) {
     return n->materialized || n->kind == KF__NODE_LOOP_VAR;
 }
 
@@ -303,9 +303,9 @@ static int prec_of(kf_op op) {
 
 /* Does child need parentheses as an operand of binary `parent` (left side or right)? Only what
  * WGSL's grammar requires, plus whatever keeps the tree's shape. */
-static bool binary_child_parens(const kf_kernel *w, const kf__node *parent, uint32_t child,
+static bool binary_child_parens(const kf_kernel *w, const kf__ir_node *parent, uint32_t child,
                                 bool left) {
-    const kf__node *c = &w->nodes[child];
+    const kf__ir_node *c = &w->nodes[child];
     if (shown_by_name(c)) {
         return false;
     }
@@ -340,7 +340,7 @@ static bool binary_child_parens(const kf_kernel *w, const kf__node *parent, uint
  * would make the parser read `b ... >` as a template list. */
 static void emit_expr(emitter *e, uint32_t id, bool safe);
 
-static void emit_args(emitter *e, const kf__node *n) {
+static void emit_args(emitter *e, const kf__ir_node *n) {
     for (uint32_t i = 0; i < n->nargs; i++) {
         if (i) {
             sb_printf(&e->out, ", ");
@@ -363,14 +363,14 @@ static const char *erf_name(kf_type t, char *buf, size_t size) {
 /* The expression that defines node id (ignoring a name it may have). */
 static void emit_def(emitter *e, uint32_t id, bool safe) {
     const kf_kernel *w = e->w;
-    const kf__node *n = &w->nodes[id];
+    const kf__ir_node *n = &w->nodes[id];
     char tb[48];
-    switch ((kf__node_kind)n->kind) {
+    switch ((kf__ir_node_kind)n->kind) {
     case KF__NODE_LIT:
         emit_literal(e, n);
         return;
     case KF__NODE_UNARY: {
-        const kf__node *a = &w->nodes[n->args[0]];
+        const kf__ir_node *a = &w->nodes[n->args[0]];
         bool paren = !shown_by_name(a) && (a->kind == KF__NODE_BINARY ||
                                            a->kind == KF__NODE_UNARY || negative_literal(a));
         sb_printf(&e->out, "%s%s", kf__op_str((kf_op)n->op), paren ? "(" : "");
@@ -417,7 +417,7 @@ static void emit_def(emitter *e, uint32_t id, bool safe) {
         sb_printf(&e->out, ")");
         return;
     case KF__NODE_EXTRACT: {
-        const kf__node *a = &w->nodes[n->args[0]];
+        const kf__ir_node *a = &w->nodes[n->args[0]];
         bool paren = !shown_by_name(a) && (a->kind == KF__NODE_BINARY ||
                                            a->kind == KF__NODE_UNARY || negative_literal(a));
         sb_printf(&e->out, "%s", paren ? "(" : "");
@@ -473,7 +473,7 @@ static void emit_def(emitter *e, uint32_t id, bool safe) {
 }
 
 static void emit_expr(emitter *e, uint32_t id, bool safe) {
-    const kf__node *n = &e->w->nodes[id];
+    const kf__ir_node *n = &e->w->nodes[id];
     if (shown_by_name(n)) {
         sb_printf(&e->out, "%s", e->node_names[id] ? e->node_names[id] : "<?>");
         return;
@@ -628,7 +628,7 @@ static void name_block(emitter *e, uint32_t block) {
         const kf__stmt *s = &w->stmts[sid];
         switch ((kf__stmt_kind)s->kind) {
         case KF__STMT_LET: {
-            const kf__node *n = &w->nodes[s->ref];
+            const kf__ir_node *n = &w->nodes[s->ref];
             e->node_names[s->ref] = claim(e, kf__str(w, n->name), "t");
             break;
         }
@@ -728,7 +728,7 @@ static void emit_override_default(emitter *e, const kf__override *o) {
     switch (o->type.scalar) {
     case KF_SCALAR_F32:
     case KF_SCALAR_F16: {
-        kf__node lit = {0};
+        kf__ir_node lit = {0};
         lit.kind = KF__NODE_LIT;
         lit.type = o->type;
         float f = (float)o->value;
@@ -770,7 +770,7 @@ char *kf__wgsl_emit(const kf_kernel *w, const char *title) {
     bool subgroups = false;
     bool builtins[KF_BUILTIN_SUBGROUP_SIZE + 1] = {false};
     for (uint32_t i = 1; i < w->node_count; i++) {
-        const kf__node *n = &w->nodes[i];
+        const kf__ir_node *n = &w->nodes[i];
         if (n->kind == KF__NODE_BUILTIN) {
             builtins[n->op] = true;
             subgroups = subgroups || n->op == KF_BUILTIN_SUBGROUP_INVOCATION_ID ||

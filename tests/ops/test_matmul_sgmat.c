@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "ops/matmul_sgmat.h"
-#include "util/half.h"
+#include "core/half.h"
 
 static const kf__sgmat_config configs[] = {
     {32, 32, 16, 2, 2, 1, 0, 0},   /* one matrix per subgroup, single-buffered */

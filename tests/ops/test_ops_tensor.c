@@ -1,7 +1,7 @@
 /* CPU and GPU tensors, shapes, broadcasting rules and the relative error every check reports. */
 #include "harness.h"
 #include "ops/ops_internal.h"
-#include "util/half.h"
+#include "core/half.h"
 
 #include <math.h>
 #include <stdlib.h>

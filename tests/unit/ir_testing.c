@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util/half.h"
+#include "core/half.h"
 
 #define GUARD_WORDS 4u
 #define GUARD 0xdeadbeefu

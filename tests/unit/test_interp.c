@@ -9,7 +9,7 @@
 
 #include "ir/ir_internal.h"
 #include "ir_testing.h"
-#include "util/half.h"
+#include "core/half.h"
 
 static kf_type T(kf_scalar s) {
     return kf_type_scalar(s);

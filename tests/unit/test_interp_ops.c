@@ -8,7 +8,7 @@
 
 #include "ir_testing.h"
 #include "ops/operator.h"
-#include "util/half.h"
+#include "core/half.h"
 
 #define MAX_ELEMENTS 20000u /* the interpreter is for small inputs */
 

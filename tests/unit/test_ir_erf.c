@@ -7,7 +7,7 @@
 
 #include "ir/ir_internal.h"
 #include "ir_testing.h"
-#include "util/half.h"
+#include "core/half.h"
 
 /* The bounds docs/builder.md and include/kfuse.h state. */
 #define ERF_MAX_ABS_ERROR_CPU 2.5e-7

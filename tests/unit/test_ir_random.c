@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "ir_testing.h"
-#include "util/half.h"
+#include "core/half.h"
 
 #define N_ELEMS 777u /* not a multiple of any workgroup size */
 

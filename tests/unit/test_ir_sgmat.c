@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util/half.h"
+#include "core/half.h"
 
 /* c (f32, 16 x 16 per subgroup) = a (f16 storage, row-major) * b (f16 through workgroup memory,
  * column-major): two subgroups, each its own 16-row block of a. */

@@ -2,7 +2,7 @@
  * read exactly, files kfuse writes are byte-identical to numpy's, f16 conversion is exact and
  * rounds to nearest even, and damaged files of every kind are refused with a message. */
 #include "harness.h"
-#include "util/half.h"
+#include "core/half.h"
 
 #include <dirent.h>
 #include <math.h>

@@ -13,7 +13,7 @@
 #include "ir/examples.h"
 #include "ir_testing.h"
 #include "ops/matmul_sgmat.h"
-#include "util/half.h"
+#include "core/half.h"
 
 enum { PRO_GELU, PRO_SCALE };
 

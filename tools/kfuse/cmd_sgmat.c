@@ -11,7 +11,7 @@
 #include <time.h>
 
 #include "ops/matmul_sgmat.h"
-#include "util/half.h"
+#include "core/half.h"
 
 /* The first ones were the fastest on an H200 (bench/results/h200-sgmat-*.txt); reading a or b
  * straight from their buffers (direct 1, 2, 3) measured slower there. */

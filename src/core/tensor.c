@@ -1,8 +1,9 @@
 /* CPU tensors (the seeds' TensorData), shapes, broadcasting rules, the relative error every check
  * in kfuse reports, and random fills. */
-#include "ops/ops_internal.h"
+#include "core/core.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

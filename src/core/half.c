@@ -1,4 +1,4 @@
-#include "util/half.h"
+#include "core/half.h"
 
 #include <string.h>
 
