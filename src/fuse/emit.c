@@ -259,6 +259,17 @@ kf_kernel *kf__build_rooted(kf_plan *p, kf__group *grp, kf__compiled *c, kf_kern
             return NULL;
         }
     }
+    /* Sides the root's kernel computes: declared right after its inputs (kf__group.sides). */
+    for (uint32_t s = 0; s < grp->side_count; s++) {
+        bool in_tail = false;
+        for (uint32_t i = 0; i < grp->node_count; i++) {
+            in_tail |= grp->nodes[i] == grp->sides[s];
+        }
+        if (!in_tail && !kf__compiled_add_slot(p, c, grp->sides[s])) {
+            kf_kernel_destroy(base);
+            return NULL;
+        }
+    }
     if (kf__group_has_prologue(grp)) {
         base = kf__compose_prologues(p, grp, c, base);
         if (!base) {

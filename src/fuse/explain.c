@@ -107,6 +107,21 @@ static void put_ops(text *t, const kf_plan *p, const kf__group *grp) {
         put(t, "%s", g->nodes[grp->root].op->name);
         first = false;
     }
+    /* what the root's kernel computes beside its own value: "matmul + sum_leading",
+     * "cross_entropy + broadcast_to |> cross_entropy_grad" */
+    for (uint32_t i = 0; i < grp->side_input_count; i++) {
+        put(t, "%s%s", i ? " |> " : " + ", g->nodes[grp->side_inputs[i]].op->name);
+    }
+    for (uint32_t i = 0; i < grp->side_count; i++) {
+        bool in_tail = false;
+        for (uint32_t j = 0; j < grp->node_count; j++) {
+            in_tail |= grp->nodes[j] == grp->sides[i];
+        }
+        if (!in_tail) {
+            put(t, "%s%s", grp->side_input_count ? " |> " : " + ",
+                g->nodes[grp->sides[i]].op->name);
+        }
+    }
     for (uint32_t i = 0; i < grp->node_count; i++) {
         put(t, "%s%s", first ? "" : " |> ", g->nodes[grp->nodes[i]].op->name);
         first = false;
@@ -125,6 +140,10 @@ static void put_group_line(text *t, const kf_plan *p, const kf__group *grp) {
     put_ops(t, p, grp);
     put(t, " -> ");
     put_tensor(t, p, grp->result);
+    for (uint32_t i = 0; i < grp->side_count; i++) {
+        put(t, ", ");
+        put_tensor(t, p, grp->sides[i]);
+    }
     put(t, "\n");
 }
 
@@ -161,7 +180,7 @@ char *kf_plan_explain(const kf_plan *p, bool with_wgsl) {
             for (uint32_t m = 0; m < grp->member_count; m++) {
                 written |= p->groups[grp->members[m]].result == c->slots[s];
             }
-            if (c->slots[s] == grp->result || written) {
+            if (kf__group_writes(grp, c->slots[s]) || written) {
                 continue;
             }
             put(&t, "%s", any ? ", " : "");

@@ -99,9 +99,12 @@ static void group_release(kf__group *grp) {
     free(grp->nodes);
     free(grp->reads);
     free(grp->members);
-    grp->nodes = grp->reads = grp->members = NULL;
-    grp->node_count = grp->read_count = grp->member_count = 0;
-    grp->node_capacity = grp->read_capacity = grp->member_capacity = 0;
+    free(grp->sides);
+    free(grp->side_inputs);
+    grp->nodes = grp->reads = grp->members = grp->sides = grp->side_inputs = NULL;
+    grp->node_count = grp->read_count = grp->member_count = grp->side_count = 0;
+    grp->node_capacity = grp->read_capacity = grp->member_capacity = grp->side_capacity = 0;
+    grp->side_input_count = grp->side_input_capacity = 0;
 }
 
 static bool group_push_node(kf_plan *p, kf__group *grp, uint32_t node) {
@@ -168,7 +171,113 @@ kf__group *kf__plan_open_group(kf_plan *p, const kf__fusion_rule *rule, kf__grou
 
 uint32_t kf__group_bindings(const kf_plan *p, const kf__group *grp) {
     uint32_t root_inputs = grp->root ? p->graph->nodes[grp->root].input_count : 0;
-    return root_inputs + grp->read_count + 1;
+    return root_inputs + grp->read_count + grp->side_count + 1;
+}
+
+bool kf__group_writes(const kf__group *grp, uint32_t id) {
+    return grp->result == id || ids_contain(grp->sides, grp->side_count, id);
+}
+
+bool kf__group_add_side_input(kf_plan *p, kf__group *grp, uint32_t node) {
+    if (ids_contain(grp->side_inputs, grp->side_input_count, node)) {
+        return true;
+    }
+    if (grp->side_input_count >= KF_GROUP_MAX_SIDES) {
+        plan_fail(p, KF_ERROR_INTERNAL, "a group has at most %u side inputs", KF_GROUP_MAX_SIDES);
+        return false;
+    }
+    if (!grow_ids(&grp->side_inputs, &grp->side_input_capacity, grp->side_input_count)) {
+        plan_fail(p, KF_ERROR_OUT_OF_MEMORY, "out of memory planning groups");
+        return false;
+    }
+    grp->side_inputs[grp->side_input_count++] = node;
+    return true;
+}
+
+bool kf__group_add_side(kf_plan *p, kf__group *grp, uint32_t side) {
+    int32_t from = p->group_of[side];
+    if (grp->side_count >= KF_GROUP_MAX_SIDES) {
+        plan_fail(p, KF_ERROR_INTERNAL, "a group has at most %u sides", KF_GROUP_MAX_SIDES);
+        return false;
+    }
+    if (!grow_ids(&grp->sides, &grp->side_capacity, grp->side_count)) {
+        plan_fail(p, KF_ERROR_OUT_OF_MEMORY, "out of memory planning groups");
+        return false;
+    }
+    grp->sides[grp->side_count++] = side;
+    if (from >= 0 && &p->groups[from] != grp) {
+        p->groups[from].kind = KF__GROUP_DEAD;
+        group_release(&p->groups[from]);
+        p->groups[from].result = 0;
+        p->groups[from].root = 0;
+    }
+    p->group_of[side] = (int32_t)(grp - p->groups);
+    return true;
+}
+
+/* What group grp's kernel reads from memory, in no particular order, through visit(node):
+ * its root's inputs, its element-wise nodes' reads, the inputs of sides its root computes, its
+ * prologues' reads. */
+static void group_each_read(const kf_plan *p, const kf__group *grp,
+                            void (*visit)(const kf_plan *, uint32_t, void *), void *user) {
+    const kf_graph *g = p->graph;
+    if (grp->root) {
+        const kf__node *root = &g->nodes[grp->root];
+        for (uint32_t i = 0; i < root->input_count; i++) {
+            visit(p, root->inputs[i], user);
+        }
+    }
+    for (uint32_t i = 0; i < grp->read_count; i++) {
+        visit(p, grp->reads[i], user);
+    }
+    for (uint32_t s = 0; s < grp->side_count; s++) {
+        const kf__node *n = &g->nodes[grp->sides[s]];
+        for (uint32_t i = 0;
+             !ids_contain(grp->nodes, grp->node_count, grp->sides[s]) && i < n->input_count; i++) {
+            if (!ids_contain(grp->side_inputs, grp->side_input_count, n->inputs[i])) {
+                visit(p, n->inputs[i], user);
+            }
+        }
+    }
+    for (uint32_t i = 0; i < KF_NODE_MAX_INPUTS; i++) {
+        if (grp->prologue[i]) {
+            const kf__group *pro = &p->groups[grp->prologue[i] - 1];
+            for (uint32_t r = 0; r < pro->read_count; r++) {
+                visit(p, pro->reads[r], user);
+            }
+        }
+    }
+}
+
+typedef struct depends_walk {
+    uint32_t from;
+    bool *seen; /* per group */
+    bool found;
+} depends_walk;
+
+static void depends_visit(const kf_plan *p, uint32_t node, void *user) {
+    depends_walk *w = user;
+    int32_t src = p->group_of[node];
+    if (w->found || src < 0 || w->seen[src]) {
+        return;
+    }
+    w->seen[src] = true;
+    if ((uint32_t)src == w->from) {
+        w->found = true;
+        return;
+    }
+    group_each_read(p, &p->groups[src], depends_visit, w);
+}
+
+bool kf__group_depends_on(const kf_plan *p, uint32_t gi, uint32_t from) {
+    depends_walk w = {.from = from, .seen = calloc(p->group_count, sizeof(bool))};
+    if (!w.seen) {
+        return true; /* out of memory: the cautious answer */
+    }
+    w.seen[gi] = true;
+    group_each_read(p, &p->groups[gi], depends_visit, &w);
+    free(w.seen);
+    return w.found;
 }
 
 /* The bindings base's kernel would have with `node` joined and the groups with[0..count) merged
@@ -347,7 +456,22 @@ static void plan_vertical(kf_plan *p) {
     }
 }
 
-static void plan_levels(kf_plan *p) {
+typedef struct level_walk {
+    uint32_t gi;
+    bool changed;
+} level_walk;
+
+static void level_visit(const kf_plan *p, uint32_t read, void *user) {
+    level_walk *w = user;
+    int32_t src = p->group_of[read];
+    kf__group *grp = &((kf_plan *)p)->groups[w->gi];
+    if (src >= 0 && src != (int32_t)w->gi && p->groups[src].level + 1 > grp->level) {
+        grp->level = p->groups[src].level + 1;
+        w->changed = true;
+    }
+}
+
+void kf__plan_settle_levels(kf_plan *p) {
     /* A group can grow after later groups were created (an element-wise node joining it reads
      * their results), so creation order is not dependency order: settle levels to a fixed point.
      * Dependencies are acyclic (a group's value leaves it only through its result), so this ends
@@ -363,16 +487,9 @@ static void plan_levels(kf_plan *p) {
             if (grp->kind == KF__GROUP_DEAD) {
                 continue;
             }
-            const kf__node *root = grp->root ? &p->graph->nodes[grp->root] : NULL;
-            uint32_t root_inputs = root ? root->input_count : 0;
-            for (uint32_t i = 0; i < root_inputs + grp->read_count; i++) {
-                uint32_t read = i < root_inputs ? root->inputs[i] : grp->reads[i - root_inputs];
-                int32_t src = p->group_of[read];
-                if (src >= 0 && src != (int32_t)gi && p->groups[src].level + 1 > grp->level) {
-                    grp->level = p->groups[src].level + 1;
-                    changed = true;
-                }
-            }
+            level_walk w = {.gi = gi};
+            group_each_read(p, grp, level_visit, &w);
+            changed |= w.changed;
         }
     }
 }
@@ -490,7 +607,7 @@ static kf_status make_buffers(kf_plan *p) {
         const kf__node *n = &g->nodes[id];
         bool needed =
             n->kind == KF__NODE_INPUT || (n->kind == KF__NODE_OP && p->group_of[id] >= 0 &&
-                                          p->groups[p->group_of[id]].result == id &&
+                                          kf__group_writes(&p->groups[p->group_of[id]], id) &&
                                           p->groups[p->group_of[id]].kind != KF__GROUP_DEAD);
         if (!needed) {
             continue;
@@ -646,7 +763,7 @@ kf_status kf_graph_compile(kf_context *ctx, const kf_graph *g, const kf_compile_
     }
     set_binding_budget(p, opts);
     plan_vertical(p);
-    plan_levels(p);
+    kf__plan_settle_levels(p);
     if (!p->no_fuse) {
         plan_passes(p);
     }

@@ -11,6 +11,8 @@
 /* The most storage bindings a planned kernel has, whatever the device allows (execution sizes its
  * lists of binding kinds with it). Not the size of any planner array: those grow. */
 #define KF_GROUP_MAX_SLOTS 64
+/* The most side results (kf__group.sides) and values computed for them a group has. */
+#define KF_GROUP_MAX_SIDES 8
 
 typedef enum kf__group_kind {
     KF__GROUP_DEAD = 0,    /* merged into another group */
@@ -52,8 +54,22 @@ typedef struct kf__group {
     uint32_t read_count;
     uint32_t read_capacity;
     uint32_t result; /* the node this group writes to memory */
-    uint32_t level;  /* 1 + the deepest level it reads from; inputs are level 0 */
-    bool absorbed;   /* a member of a horizontal group */
+    /* Side results: other nodes the group's kernel writes to memory as well (a multi-output
+     * group), in binding order; each has group_of pointing here and a buffer of its own, is read
+     * by later groups like a result, and is checked on its own by kf_plan_verify. A side that is
+     * not one of grp->nodes is computed by the root's kernel, which declares its binding right
+     * after the root's inputs (kf__build_rooted adds the slots there). kf__group_add_side. */
+    uint32_t *sides;
+    uint32_t side_count;
+    uint32_t side_capacity;
+    /* Element-wise nodes (of DEAD groups) the kernel computes in registers as inputs of its
+     * sides, in evaluation order: a value that reads nothing but scalars and shape-only inputs,
+     * such as autodiff's seed broadcast_to(1, loss). */
+    uint32_t *side_inputs;
+    uint32_t side_input_count;
+    uint32_t side_input_capacity;
+    uint32_t level; /* 1 + the deepest level it reads from; inputs are level 0 */
+    bool absorbed;  /* a member of a horizontal group */
     /* Prologues (src/fuse/rules/prologue.c), per input of the root: 1 + the element-wise group
      * composed into the root kernel's loads of that input (0: none; that group is DEAD but keeps
      * its nodes and reads), and the node the load reads instead (the prologue's In). */

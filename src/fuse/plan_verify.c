@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuse/rules/rule.h"
 #include "ops/ops_internal.h"
 #include "core/half.h"
 
@@ -172,7 +173,7 @@ kf_status kf_plan_verify(kf_plan *p, uint64_t seed, kf_plan_report *out) {
 /* The nodes a group computes, in evaluation order (its root first), and what it reads. */
 typedef struct group_view {
     /* prologue groups' nodes (one per root input at most), the root, its epilogue */
-    uint32_t ops[KF_GROUP_MAX_NODES * (KF_NODE_MAX_INPUTS + 1) + 1];
+    uint32_t ops[KF_GROUP_MAX_NODES * (KF_NODE_MAX_INPUTS + 1) + 1 + 2 * KF_GROUP_MAX_SIDES];
     uint32_t op_count;
     uint32_t reads[KF_GROUP_MAX_SLOTS]; /* graph inputs and other groups' results, not scalars */
     uint32_t read_count;
@@ -205,6 +206,20 @@ static void group_view_of(const kf_plan *p, const kf__group *grp, group_view *v)
     }
     if (grp->root) {
         v->ops[v->op_count++] = grp->root;
+    }
+    /* Sides the root's kernel computes, after what they read in registers (kf__group.sides):
+     * they read the root's inputs (and maybe its value), never its tail. */
+    for (uint32_t i = 0; i < grp->side_input_count; i++) {
+        v->ops[v->op_count++] = grp->side_inputs[i];
+    }
+    for (uint32_t i = 0; i < grp->side_count; i++) {
+        bool in_tail = false;
+        for (uint32_t j = 0; j < grp->node_count; j++) {
+            in_tail |= grp->nodes[j] == grp->sides[i];
+        }
+        if (!in_tail) {
+            v->ops[v->op_count++] = grp->sides[i];
+        }
     }
     for (uint32_t i = 0; i < grp->node_count; i++) {
         v->ops[v->op_count++] = grp->nodes[i];
@@ -273,7 +288,7 @@ static uint64_t accumulation_length(const kf_graph *g, const kf__node *n) {
  * measured, as rounding errors of a sum grow like a random walk. */
 static double node_error(const kf_plan *p, const kf__group *grp, uint32_t id) {
     const kf__node *n = &p->graph->nodes[id];
-    bool rounds_f16 = n->dtype == KF_DTYPE_F16 && (id == grp->result || id == grp->root);
+    bool rounds_f16 = n->dtype == KF_DTYPE_F16 && (kf__group_writes(grp, id) || id == grp->root);
     double eps = rounds_f16 ? n->op->tolerance_f16 : n->op->tolerance_f32;
     uint64_t len = accumulation_length(p->graph, n);
     uint64_t doc = documented_length(n->op);
@@ -285,6 +300,7 @@ static double node_error(const kf_plan *p, const kf__group *grp, uint32_t id) {
 
 typedef struct group_check {
     uint32_t group;
+    uint32_t target; /* the value compared: the group's result or one of its sides */
     uint32_t dispatch;
     uint32_t op_count;
     double err, tol;
@@ -332,7 +348,7 @@ static kf_status eval_group(const kf_plan *p, const kf__group *grp, const group_
         if (st != KF_OK) {
             return st;
         }
-        if (n->dtype == KF_DTYPE_F16 && (id == grp->result || id == grp->root)) {
+        if (n->dtype == KF_DTYPE_F16 && (kf__group_writes(grp, id) || id == grp->root)) {
             round_to_half(local[id]); /* what the group's kernel stores (or yields) as f16 */
         }
     }
@@ -401,7 +417,7 @@ static kf_status group_reference(kf_plan *p, const group_view *v, kf_tensor **va
 
 /* Adds to bound[] what the group's result moves by when every value it reads (not scalars,
  * not class labels) is multiplied by 1 +- KF_INPUT_ULPS, the sign drawn per element. */
-static kf_status nudge_reads(kf_plan *p, const kf__group *grp, const group_view *v,
+static kf_status nudge_reads(kf_plan *p, const kf__group *grp, const group_view *v, uint32_t target,
                              kf_tensor **local, kf_tensor **ref, double *bound, uint64_t count) {
     const kf_graph *g = p->graph;
     kf_tensor *saved[KF_GROUP_MAX_SLOTS] = {0};
@@ -426,9 +442,9 @@ static kf_status nudge_reads(kf_plan *p, const kf__group *grp, const group_view 
     if (st == KF_OK) {
         st = eval_group(p, grp, v, local, 0);
     }
-    const kf_tensor *moved = st == KF_OK ? local[grp->result] : NULL;
+    const kf_tensor *moved = st == KF_OK ? local[target] : NULL;
     for (uint64_t e = 0; moved && e < count; e++) {
-        double d = fabs((double)moved->data[e] - (double)ref[grp->result]->data[e]);
+        double d = fabs((double)moved->data[e] - (double)ref[target]->data[e]);
         bound[e] += isfinite(d) ? d : 0.0;
     }
     for (uint32_t i = 0; i < v->op_count; i++) {
@@ -446,14 +462,15 @@ static kf_status nudge_reads(kf_plan *p, const kf__group *grp, const group_view 
 
 /* Checks group gi: the specs of its own ops on the values its kernel read, against what it
  * wrote; values[] holds graph inputs and scalars as uploaded. */
-static kf_status check_group(kf_plan *p, uint32_t gi, kf_tensor **values, kf_tensor **gpu,
-                             group_check *r) {
+static kf_status check_group(kf_plan *p, uint32_t gi, uint32_t target, kf_tensor **values,
+                             kf_tensor **gpu, group_check *r) {
     const kf_graph *g = p->graph;
     const kf__group *grp = &p->groups[gi];
     group_view v;
     group_view_of(p, grp, &v);
     memset(r, 0, sizeof *r);
     r->group = gi;
+    r->target = target;
     r->dispatch = dispatch_of(p, gi);
     r->op_count = v.op_count;
     r->passed = true;
@@ -467,9 +484,9 @@ static kf_status check_group(kf_plan *p, uint32_t gi, kf_tensor **values, kf_ten
         local && ref ? group_reference(p, &v, values, gpu, local) : KF_ERROR_OUT_OF_MEMORY;
     const kf_tensor *got = NULL;
     if (st == KF_OK) {
-        st = gpu_value(p, gpu, grp->result, &got);
+        st = gpu_value(p, gpu, target, &got);
     }
-    uint64_t count = kf_shape_elements(&g->nodes[grp->result].shape);
+    uint64_t count = kf_shape_elements(&g->nodes[target].shape);
     if (st == KF_OK) {
         bound = calloc(count, sizeof *bound);
         st = bound ? KF_OK : KF_ERROR_OUT_OF_MEMORY;
@@ -488,9 +505,9 @@ static kf_status check_group(kf_plan *p, uint32_t gi, kf_tensor **values, kf_ten
         if (st == KF_OK) {
             st = eval_group(p, grp, &v, local, i + 1);
         }
-        const kf_tensor *nudged = local[grp->result];
+        const kf_tensor *nudged = local[target];
         for (uint64_t e = 0; st == KF_OK && e < count; e++) {
-            double d = fabs((double)nudged->data[e] - (double)ref[grp->result]->data[e]);
+            double d = fabs((double)nudged->data[e] - (double)ref[target]->data[e]);
             bound[e] += isfinite(d) ? d : 0.0;
         }
         for (uint32_t j = i; j < v.op_count; j++) {
@@ -505,12 +522,12 @@ static kf_status check_group(kf_plan *p, uint32_t gi, kf_tensor **values, kf_ten
      * measured on well-conditioned inputs; this is what an operator that cancels (layernorm of a
      * nearly constant row) makes of the last bits of its input. */
     if (st == KF_OK) {
-        st = nudge_reads(p, grp, &v, local, ref, bound, count);
+        st = nudge_reads(p, grp, &v, target, local, ref, bound, count);
     }
     if (st == KF_OK) {
-        const float *want = ref[grp->result]->data;
+        const float *want = ref[target]->data;
         double floor = kf__verify_floor(want, count);
-        if (g->nodes[grp->result].dtype == KF_DTYPE_F16 && floor < 0x1p-14) {
+        if (g->nodes[target].dtype == KF_DTYPE_F16 && floor < 0x1p-14) {
             floor = 0x1p-14; /* below f16's normal range the format has absolute precision */
         }
         for (uint64_t e = 0; e < count; e++) {
@@ -568,7 +585,7 @@ static void describe_group(const kf_plan *p, const group_check *c, kf_plan_group
                          g->nodes[v.ops[i]].op->name);
         len += n > 0 ? (size_t)n : 0;
     }
-    node_label(g, grp->result, r->result, sizeof r->result);
+    node_label(g, c->target, r->result, sizeof r->result);
     r->max_rel_error = c->err;
     r->tolerance = c->tol;
     r->passed = c->passed;
@@ -697,7 +714,11 @@ static int compare_checks(const group_check *a, const group_check *b) {
 static kf_status check_groups(kf_plan *p, kf_tensor **values, uint64_t seed, kf_plan_report *out) {
     const kf_graph *g = p->graph;
     kf_tensor **gpu = calloc(g->node_count, sizeof *gpu);
-    group_check *checks = calloc(p->group_count ? p->group_count : 1, sizeof *checks);
+    uint32_t slots = p->group_count;
+    for (uint32_t gi = 0; gi < p->group_count; gi++) {
+        slots += p->groups[gi].side_count;
+    }
+    group_check *checks = calloc(slots ? slots : 1, sizeof *checks);
     kf_status st = gpu && checks ? KF_OK : KF_ERROR_OUT_OF_MEMORY;
     uint32_t n = 0;
     for (uint32_t gi = 0; gi < p->group_count && st == KF_OK; gi++) {
@@ -705,9 +726,12 @@ static kf_status check_groups(kf_plan *p, kf_tensor **values, uint64_t seed, kf_
         if (grp->kind == KF__GROUP_DEAD || grp->kind == KF__GROUP_HORIZONTAL || !grp->result) {
             continue;
         }
-        st = check_group(p, gi, values, gpu, &checks[n]);
-        if (st == KF_OK) {
-            n++;
+        /* every value the group writes, each on its own (a multi-output group's sides too) */
+        for (uint32_t t = 0; t <= grp->side_count && st == KF_OK; t++) {
+            st = check_group(p, gi, t ? grp->sides[t - 1] : grp->result, values, gpu, &checks[n]);
+            if (st == KF_OK) {
+                n++;
+            }
         }
     }
     if (st == KF_OK) {

@@ -64,6 +64,24 @@ kf__group *kf__plan_open_group(kf_plan *p, const kf__fusion_rule *rule, kf__grou
  * memory (grp->reads), its result. The planner keeps every vertical group within
  * p->max_storage_buffers. */
 uint32_t kf__group_bindings(const kf_plan *p, const kf__group *grp);
+/* Makes node `side`, the root and result of a group of its own (which turns DEAD; it must have no
+ * tail or side; a prologue it had must be taken over by the caller, as side inputs), a side
+ * result of grp: grp's kernel writes it too (a multi-output
+ * group, kf__group.sides). The caller's rule computes it in grp's kernel and has checked that
+ * nothing grp reads depends on it; levels are settled again by kf__plan_settle_levels. False out
+ * of memory (the plan's status set). */
+bool kf__group_add_side(kf_plan *p, kf__group *grp, uint32_t side);
+/* Records that grp's kernel computes element-wise node `node` in registers as an input of a side
+ * (kf__group.side_inputs; its own group stays DEAD). False out of memory. */
+bool kf__group_add_side_input(kf_plan *p, kf__group *grp, uint32_t node);
+/* Whether grp writes node id (its result or one of its sides). */
+bool kf__group_writes(const kf__group *grp, uint32_t id);
+/* Whether group `gi`'s kernel reads, directly or through earlier groups, what group `from`
+ * writes. */
+bool kf__group_depends_on(const kf_plan *p, uint32_t gi, uint32_t from);
+/* Gives every group its level again (1 + the deepest level it reads from): after a plan-wide
+ * pass moved nodes between groups. */
+void kf__plan_settle_levels(kf_plan *p);
 /* Appends a member to a horizontal group (false out of memory, with the plan's status set). */
 bool kf__group_add_member(kf_plan *p, kf__group *h, uint32_t member);
 /* Appends binding `node` to c->slots (false out of memory, with the plan's status set). */
