@@ -107,6 +107,10 @@ static void put_ops(text *t, const kf_plan *p, const kf__group *grp) {
         put(t, "%s", g->nodes[grp->root].op->name);
         first = false;
     }
+    for (uint32_t i = 0; i < grp->node_count; i++) {
+        put(t, "%s%s", first ? "" : " |> ", g->nodes[grp->nodes[i]].op->name);
+        first = false;
+    }
     /* what the root's kernel computes beside its own value: "matmul + sum_leading",
      * "cross_entropy + broadcast_to |> cross_entropy_grad" */
     for (uint32_t i = 0; i < grp->side_input_count; i++) {
@@ -121,10 +125,6 @@ static void put_ops(text *t, const kf_plan *p, const kf__group *grp) {
             put(t, "%s%s", grp->side_input_count ? " |> " : " + ",
                 g->nodes[grp->sides[i]].op->name);
         }
-    }
-    for (uint32_t i = 0; i < grp->node_count; i++) {
-        put(t, "%s%s", first ? "" : " |> ", g->nodes[grp->nodes[i]].op->name);
-        first = false;
     }
 }
 

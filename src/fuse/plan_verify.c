@@ -207,8 +207,12 @@ static void group_view_of(const kf_plan *p, const kf__group *grp, group_view *v)
     if (grp->root) {
         v->ops[v->op_count++] = grp->root;
     }
+    for (uint32_t i = 0; i < grp->node_count; i++) {
+        v->ops[v->op_count++] = grp->nodes[i];
+    }
     /* Sides the root's kernel computes, after what they read in registers (kf__group.sides):
-     * they read the root's inputs (and maybe its value), never its tail. */
+     * they read the root's inputs and maybe the group's values (a seed's
+     * shape), and nothing of the group reads them. */
     for (uint32_t i = 0; i < grp->side_input_count; i++) {
         v->ops[v->op_count++] = grp->side_inputs[i];
     }
@@ -220,9 +224,6 @@ static void group_view_of(const kf_plan *p, const kf__group *grp, group_view *v)
         if (!in_tail) {
             v->ops[v->op_count++] = grp->sides[i];
         }
-    }
-    for (uint32_t i = 0; i < grp->node_count; i++) {
-        v->ops[v->op_count++] = grp->nodes[i];
     }
     for (uint32_t i = 0; i < v->op_count; i++) {
         const kf__node *n = &g->nodes[v->ops[i]];
