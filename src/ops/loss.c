@@ -214,6 +214,89 @@ static kf_kernel *ce_kernel_forward(const kf_shape *in, const kf_op_params *p, k
     return k;
 }
 
+/* The forward kernel's work and, in the same pass over each row, d logits = (softmax(row) -
+ * onehot(label)) * dy / N for a constant dy (autodiff's seed, 1): llm.c's fused classifier, the
+ * loss and its gradient in one dispatch, each row's max and sum of exp computed once for both.
+ * One workgroup as the forward (rows lane, lane + 256, ...), so the planner asks for it only on
+ * small logits (KF__CLASSIFIER_MAX_LOGITS): past that the parallel gradient kernel beats one
+ * workgroup doing a third pass. Bindings: logits, labels, the gradient (read_write), "out". */
+static kf_kernel *ce_kernel_with_grad(const kf_shape *in, const kf_op_params *p, kf_dtype dtype,
+                                      uint32_t which, float dy) {
+    (void)p;
+    if (which != 0 || kf_shape_elements(&in[0]) > KF__CLASSIFIER_MAX_LOGITS) {
+        return NULL;
+    }
+    uint64_t rows;
+    uint32_t cols;
+    kf__shape_rows_cols(&in[0], &rows, &cols);
+    const uint32_t lanes = KF__WORKGROUP;
+    kf_kernel_desc desc = {0};
+    desc.name = "cross_entropy_with_grad";
+    desc.workgroup_size[0] = lanes;
+    desc.output = kf__dtype_type(dtype);
+    kf_kernel *k = kf_kernel_create(&desc);
+    if (!k) {
+        return NULL;
+    }
+    const uint32_t one_group[3] = {1, 1, 1};
+    kf_kernel_set_grid(k, one_group);
+    ce_bindings b = bind_ce(k, dtype, false);
+    b.grad_in = kf__bind(k, "grad", dtype, KF_ACCESS_READ_WRITE);
+    kf_type f32 = kf_type_scalar(KF_SCALAR_F32);
+
+    kf_val lane = kf_let(k, "lane", kf_builtin_get(k, KF_BUILTIN_LOCAL_INDEX));
+    kf_val scale = kf_let(k, "scale", kf_lit_f32(k, (float)((double)dy / (double)rows)));
+    kf_var total = kf_declare(k, "total", f32, kf_lit_f32(k, 0));
+    kf_val row = kf_for(k, "row", lane, kf__u32(k, rows), kf__u32(k, lanes));
+    kf_val base = kf_let(k, "base", kf_mul(k, row, kf__u32(k, cols)));
+    kf_var m = kf_declare(k, "m", f32, kf__load_f32(k, b.logits, base, dtype));
+    kf_val c = kf_for(k, "c", kf__u32(k, 1), kf__u32(k, cols), kf__u32(k, 1));
+    kf_val v = kf_let(k, "v", kf__load_f32(k, b.logits, kf_add(k, base, c), dtype));
+    kf_assign(k, m, kf__max_nan(k, kf_read(k, m), v));
+    kf_end(k);
+    kf_val mx = kf_let(k, "mx", kf_read(k, m));
+    kf_var s = kf_declare(k, "s", f32, kf_lit_f32(k, 0));
+    kf_val c2 = kf_for(k, "c", kf__u32(k, 0), kf__u32(k, cols), kf__u32(k, 1));
+    kf_val v2 = kf__load_f32(k, b.logits, kf_add(k, base, c2), dtype);
+    kf_assign(k, s, kf_add(k, kf_read(k, s), kf_call1(k, KF_FN_EXP, kf_sub(k, v2, mx))));
+    kf_end(k);
+    kf_val sum = kf_let(k, "sum", kf_read(k, s));
+    kf_val label = kf_let(k, "label", kf_load(k, b.labels, row));
+    kf_val ok = label_valid(k, label, cols);
+    kf_val at_label = label_index(k, label, cols);
+    kf_val nan = kf_let(k, "nan", kf__nan(k, kf_bitcast(k, kf_type_scalar(KF_SCALAR_U32), label)));
+    kf_val picked = kf__load_f32(k, b.logits, kf_add(k, base, at_label), dtype);
+    kf_val loss = kf_sub(k, kf_add(k, mx, kf_call1(k, KF_FN_LOG, sum)), picked);
+    kf_assign(k, total, kf_add(k, kf_read(k, total), kf_select(k, nan, loss, ok)));
+    kf_val j = kf_for(k, "j", kf__u32(k, 0), kf__u32(k, cols), kf__u32(k, 1));
+    kf_val at = kf_let(k, "at", kf_add(k, base, j));
+    kf_val prob =
+        kf_div(k, kf_call1(k, KF_FN_EXP, kf_sub(k, kf__load_f32(k, b.logits, at, dtype), mx)), sum);
+    kf_val onehot =
+        kf_select(k, kf_lit_f32(k, 0), kf_lit_f32(k, 1), kf_binary(k, KF_OP_EQ, j, at_label));
+    kf_val dx = kf_mul(k, kf_sub(k, prob, onehot), scale);
+    kf__store_f32(k, b.grad_in, at, kf_select(k, nan, dx, ok), dtype);
+    kf_end(k);
+    kf_end(k);
+
+    kf_shared partial = kf_kernel_workgroup(k, "partial", f32, lanes);
+    kf_shared_store(k, partial, lane, kf_read(k, total));
+    kf_barrier(k);
+    for (uint32_t stride = lanes / 2; stride >= 1; stride /= 2) {
+        kf_if(k, kf_binary(k, KF_OP_LT, lane, kf__u32(k, stride)));
+        kf_val a = kf_shared_load(k, partial, lane);
+        kf_val o = kf_shared_load(k, partial, kf_add(k, lane, kf__u32(k, stride)));
+        kf_shared_store(k, partial, lane, kf_add(k, a, o));
+        kf_end(k);
+        kf_barrier(k);
+    }
+    kf_if(k, kf_binary(k, KF_OP_EQ, lane, kf__u32(k, 0)));
+    kf_val mean = kf_div(k, kf_shared_load(k, partial, kf__u32(k, 0)), kf_lit_f32(k, (float)rows));
+    kf__yield_f32(k, mean, kf__u32(k, 0), dtype);
+    kf_end(k);
+    return k;
+}
+
 /* d logits: a row kernel (rowwise.h): the row's max and sum of exp(x - max), then
  * (exp(x - max) / sum - onehot) * grad_out / N per element. */
 static kf_kernel *ce_kernel_backward_logits(const kf_shape *in, kf_dtype dtype, bool producer) {
@@ -350,6 +433,7 @@ const kf_operator kf__op_cross_entropy = {
     .spec_backward = ce_spec_backward,
     .kernel_forward = ce_kernel_forward,
     .kernel_backward = ce_kernel_backward,
+    .kernel_with_grad = ce_kernel_with_grad,
     .tolerance_f32 = 1e-4,
     .tolerance_f16 = 2e-3,
     .input_lo = -4.0f,

@@ -429,6 +429,7 @@ const kf_operator kf__op_matmul = {
     .kernel_forward = mm_kernel_forward,
     .kernel_choose = mm_kernel_choose,
     .kernel_backward = mm_kernel_backward,
+    .kernel_column_sums = kf__matmul_column_sums_kernel, /* src/ops/column_sums.c */
     .tolerance_f32 = 3e-4,
     .tolerance_f16 = 2e-3,
     .input_lo = -1.0f,

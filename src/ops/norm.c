@@ -511,9 +511,12 @@ static void blocked_sum_close(kf_kernel *k, kf_var total, kf_var part) {
  * dweight each invocation first computes one row's mu and r of the chunk (a serial pass over that
  * row, no barriers) into workgroup memory, then every invocation accumulates its column over the
  * chunk's rows. Row statistics are recomputed once per 256 columns. */
+/* dw (or db) as column sums over the rows; with `dy_sums` (a producer only) the column sums of
+ * dy as well, from the same loads, into a binding declared right after the inputs (the bias's
+ * gradient riding along with the weight's: kf_operator.kernel_column_sums). */
 static kf_kernel *norm_kernel_backward_param(const norm_kind *kind, const kf_shape *in,
                                              const kf_op_params *p, kf_dtype dtype, bool is_bias,
-                                             bool producer) {
+                                             bool producer, bool dy_sums) {
     uint64_t rows;
     uint32_t cols;
     kf__shape_rows_cols(&in[0], &rows, &cols);
@@ -537,6 +540,8 @@ static kf_kernel *norm_kernel_backward_param(const norm_kind *kind, const kf_sha
     kf__grid_1d(cols, KF__WORKGROUP, groups);
     kf_kernel_set_grid(k, groups);
     norm_bindings b = bind_norm(k, p, dtype, true, producer);
+    kf_binding sums =
+        dy_sums ? kf__bind(k, "dy_sums", dtype, KF_ACCESS_READ_WRITE) : (kf_binding){0};
     kf_type f32 = kf_type_scalar(KF_SCALAR_F32);
 
     kf_val lane = kf_let(k, "lane", kf_builtin_get(k, KF_BUILTIN_LOCAL_INDEX));
@@ -544,6 +549,7 @@ static kf_kernel *norm_kernel_backward_param(const norm_kind *kind, const kf_sha
     kf_val valid = kf_let(k, "valid", kf_binary(k, KF_OP_LT, column, kf__u32(k, cols)));
     kf_val col = kf_let(k, "col", kf_call2(k, KF_FN_MIN, column, kf__u32(k, cols - 1)));
     kf_var acc = kf_declare(k, "acc", f32, kf_lit_f32(k, 0));
+    kf_var dy_acc = dy_sums ? kf_declare(k, "dy_acc", f32, kf_lit_f32(k, 0)) : (kf_var){0};
     kf_shared mu_s = {0}, rstd_s = {0};
     if (!is_bias) {
         mu_s = kf_kernel_workgroup(k, "chunk_mu", f32, chunk);
@@ -584,9 +590,14 @@ static kf_kernel *norm_kernel_backward_param(const norm_kind *kind, const kf_sha
     kf_val count = kf_let(
         k, "count", kf_call2(k, KF_FN_MIN, kf__u32(k, chunk), kf_sub(k, kf__u32(k, rows), start)));
     kf_var part = kf_declare(k, "part", f32, kf_lit_f32(k, 0));
+    kf_var dy_part = dy_sums ? kf_declare(k, "dy_part", f32, kf_lit_f32(k, 0)) : (kf_var){0};
     kf_val q = kf_for(k, "q", kf__u32(k, 0), count, kf__u32(k, 1));
     kf_val at = kf_let(k, "at", kf_add(k, kf_mul(k, kf_add(k, start, q), kf__u32(k, cols)), col));
     kf_val term = kf__load_f32(k, b.grad_out, at, dtype);
+    if (dy_sums) {
+        term = kf_let(k, "dy_v", term);
+        kf_assign(k, dy_part, kf_add(k, kf_read(k, dy_part), term));
+    }
     if (!is_bias) {
         kf_val xhat =
             kf_mul(k, kf_sub(k, kf__load_f32(k, b.x, at, dtype), kf_shared_load(k, mu_s, q)),
@@ -596,15 +607,27 @@ static kf_kernel *norm_kernel_backward_param(const norm_kind *kind, const kf_sha
     kf_assign(k, part, kf_add(k, kf_read(k, part), term));
     kf_end(k);
     kf_assign(k, acc, kf_add(k, kf_read(k, acc), kf_read(k, part)));
+    if (dy_sums) {
+        kf_assign(k, dy_acc, kf_add(k, kf_read(k, dy_acc), kf_read(k, dy_part)));
+    }
     if (!is_bias) {
         /* the next chunk overwrites the statistics */
         kf_barrier(k);
     }
     kf_end(k);
     kf_if(k, valid);
+    if (dy_sums) {
+        kf__store_f32(k, sums, col, kf_read(k, dy_acc), dtype);
+    }
     kf__store_or_yield(k, b.grad_in, col, kf_read(k, acc), dtype);
     kf_end(k);
     return k;
+}
+
+kf_kernel *kf__norm_grad_w_with_dy_sums(bool center, const kf_shape *in, const kf_op_params *p,
+                                        kf_dtype dtype) {
+    return norm_kernel_backward_param(center ? &LAYERNORM : &RMSNORM, in, p, dtype, false, true,
+                                      true);
 }
 
 static kf_kernel *norm_kernel_backward(const norm_kind *kind, const kf_shape *in,
@@ -616,14 +639,14 @@ static kf_kernel *norm_kernel_backward(const norm_kind *kind, const kf_shape *in
         return NULL; /* no such input */
     }
     bool is_bias = which == bias_index(p);
-    return norm_kernel_backward_param(kind, in, p, dtype, is_bias, false);
+    return norm_kernel_backward_param(kind, in, p, dtype, is_bias, false, false);
 }
 
 kf_kernel *kf__norm_grad_kernel(bool center, const kf_shape *in, const kf_op_params *p,
                                 kf_dtype dtype, bool weight) {
     const norm_kind *kind = center ? &LAYERNORM : &RMSNORM;
     if (weight) {
-        return norm_kernel_backward_param(kind, in, p, dtype, false, true);
+        return norm_kernel_backward_param(kind, in, p, dtype, false, true, false);
     }
     return norm_kernel_backward_x(kind, in, p, dtype, true);
 }

@@ -6,7 +6,10 @@
  *   grad_w: dw = sum over rows of dy * xhat (needs params.has_weight; w itself is not read)
  *
  * The kernels are norm.c's backward kernels with the gradient yielded: a row kernel for dx, a
- * column kernel for dw. Tolerances are the forward operators' (3e-4; norm.c says why). */
+ * column kernel for dw. The weight's kernel can also write sum_leading(dy) from the same loads
+ * (kernel_column_sums): the planner's bias-gradient rule (src/fuse/rules/bias_grad.c) then makes
+ * a norm's whole backward (dx, dw, db) two kernels. Tolerances are the forward operators' (3e-4;
+ * norm.c says why). */
 #include "ops/ops_internal.h"
 #include "ops/rowwise.h"
 
@@ -44,6 +47,14 @@ static const kf__param norm_grad_params[] = {
     }                                                                                              \
     static kf_kernel *NAME##_kernel(const kf_shape *in, const kf_op_params *p, kf_dtype dtype) {   \
         return kf__norm_grad_kernel(CENTER, in, p, dtype, WEIGHT);                                 \
+    }                                                                                              \
+    static kf_kernel *NAME##_sums(const kf_shape *in, const kf_op_params *p, kf_dtype dtype,       \
+                                  uint32_t which) {                                                \
+        uint32_t dy = 1u + (p && p->has_weight ? 1u : 0u) + (p && p->has_bias ? 1u : 0u);          \
+        if (!WEIGHT || which != dy) {                                                              \
+            return NULL;                                                                           \
+        }                                                                                          \
+        return kf__norm_grad_w_with_dy_sums(CENTER, in, p, dtype);                                 \
     }                                                                                              \
     static void NAME##_grid(const kf_shape *in, const kf_op_params *p, int32_t which,              \
                             uint32_t groups[3]) {                                                  \
@@ -118,6 +129,7 @@ static const kf_op_case grad_w_cases[] = {
                                        .shape = NAME##_shape,                                      \
                                        .spec_forward = NAME##_spec,                                \
                                        .kernel_forward = NAME##_kernel,                            \
+                                       .kernel_column_sums = NAME##_sums,                          \
                                        .tolerance_f32 = 3e-4,                                      \
                                        .tolerance_f16 = 2e-3,                                      \
                                        .input_lo = -2.0f,                                          \

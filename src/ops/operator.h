@@ -96,6 +96,25 @@ struct kf_operator {
      * (the forward output), "grad_out", then "grad_in". */
     kf_kernel *(*kernel_backward)(const kf_shape *in, const kf_op_params *p, kf_dtype dtype,
                                   uint32_t which);
+    /* The op's kernel that also writes, as a second output, the column sums of input `which`
+     * (its sum over every axis but the last: sum_leading), where the kernel reads that input
+     * over all of its rows anyway (dW = X^T dY reads every row of dY: cuBLASLt's BGRADB; a
+     * norm's weight gradient walks the rows of dy). Bindings: the inputs in order, then the sums
+     * (read_write), then "out"; the op's output goes through kf_kernel_yield as in
+     * kernel_forward, and the grid is recorded. NULL where it cannot for these shapes and params
+     * (the planner then keeps sum_leading a kernel of its own). NULL hook: never. */
+    kf_kernel *(*kernel_column_sums)(const kf_shape *in, const kf_op_params *p, kf_dtype dtype,
+                                     uint32_t which);
+    /* Forward and backward in one kernel (llm.c's fused classifier): this op's output, yielded as
+     * in kernel_forward, and, as a second output, its backward operator's result for input
+     * `which` (kf_operator.grad_of) when dy, the gradient of the output, is the constant `dy`
+     * (autodiff's seed). Bindings: the inputs in order, the gradient (read_write), then "out".
+     * NULL where the op declines for these shapes. NULL hook: never. */
+    kf_kernel *(*kernel_with_grad)(const kf_shape *in, const kf_op_params *p, kf_dtype dtype,
+                                   uint32_t which, float dy);
+    /* Bit i set: input i is read for its shape only, never its values (broadcast_to's and
+     * sum_to's `like`), so a value computed from nothing else is a constant. */
+    uint32_t shape_inputs;
     kf_op_expr_fn expr;                   /* element-wise ops only */
     kf_op_expr_backward_fn expr_backward; /* element-wise ops only */
     double tolerance_f32;                 /* max relative error accepted, documented at the op */

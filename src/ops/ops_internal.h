@@ -180,6 +180,18 @@ kf_kernel *kf__softmax_grad_kernel(const char *name, bool log_form, const kf_sha
 kf_kernel *kf__norm_grad_kernel(bool center, const kf_shape *in, const kf_op_params *p,
                                 kf_dtype dtype, bool weight);
 kf_kernel *kf__cross_entropy_grad_kernel(const kf_shape *in, kf_dtype dtype);
+/* The most logits cross_entropy's loss-and-gradient kernel (one workgroup: kernel_with_grad)
+ * takes; past it the planner keeps the parallel gradient kernel. */
+#define KF__CLASSIFIER_MAX_LOGITS (1u << 16)
+/* The NAME_grad_w kernel (in: x, w, [b], dy) that also stores the column sums of dy into a
+ * binding "dy_sums" declared after the inputs: the bias's gradient from the same loads. */
+kf_kernel *kf__norm_grad_w_with_dy_sums(bool center, const kf_shape *in, const kf_op_params *p,
+                                        kf_dtype dtype);
+/* dW = A^T B (matmul with transpose_a, rank 2) that also stores the column sums of B, the bias's
+ * gradient when B is dY, from the B tiles it loads (src/ops/column_sums.c): bindings a, b, the
+ * sums, then what composition adds and "out". NULL for other params or shapes. */
+kf_kernel *kf__matmul_column_sums_kernel(const kf_shape *in, const kf_op_params *p, kf_dtype dtype,
+                                         uint32_t which);
 
 /* The shape rule every backward operator shares: in[0..n) must fit grad_of (n its arity for p),
  * in[n] (dy) must have grad_of's output shape; out is in[grad_input]'s shape (element-wise

@@ -47,6 +47,8 @@ extern const kf__fusion_rule kf__rule_layout;
 extern const kf__fusion_rule kf__rule_elementwise;
 extern const kf__fusion_rule kf__rule_horizontal;
 extern const kf__fusion_rule kf__rule_prologue;
+extern const kf__fusion_rule kf__rule_classifier;
+extern const kf__fusion_rule kf__rule_bias_grad;
 
 /* ---- planning helpers (plan.c) ---- */
 
