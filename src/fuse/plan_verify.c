@@ -98,6 +98,19 @@ static void round_to_half(kf_tensor *t) {
 /* Evaluates every operator's spec_forward in graph order into values[] (inputs and scalars must
  * be there). With a nonzero `shake`, each op's output is then multiplied by (1 + u * tolerance),
  * u uniform in [-1, 1]: the spec's own sensitivity to errors of the size each op may make. */
+/* A backward operator's error is at the scale of its dy, not of its result: its result is dy times
+ * derivative terms of order one, which cancel to nearly nothing in places (layernorm_grad_x of a
+ * two-element row is zero but for eps). The floor its error is measured against, as kf_op_verify
+ * measures it (docs/operators.md, "Errors"): 1% of the rms of dy, its last input, in values[];
+ * 0 for a forward operator. */
+static double grad_floor(const kf__node *n, kf_tensor *const *values) {
+    if (!n->op || !n->op->grad_of || !n->input_count) {
+        return 0.0;
+    }
+    const kf_tensor *dy = values[n->inputs[n->input_count - 1]];
+    return dy ? kf__verify_floor(dy->data, kf_tensor_size(dy)) : 0.0;
+}
+
 static kf_status run_specs(const kf_graph *g, kf_tensor **values, uint64_t shake) {
     for (uint32_t id = 1; id < g->node_count; id++) {
         const kf__node *n = &g->nodes[id];
@@ -124,9 +137,10 @@ static kf_status run_specs(const kf_graph *g, kf_tensor **values, uint64_t shake
                 return st;
             }
             kf_tensor_fill_random(noise, shake + id, -1.0f, 1.0f);
-            double tol = op_tolerance(n);
+            double tol = op_tolerance(n), floor = grad_floor(n, values);
             for (uint64_t i = 0; i < count; i++) {
-                values[id]->data[i] *= (float)(1.0 + tol * noise->data[i]);
+                double v = values[id]->data[i];
+                values[id]->data[i] = (float)(v + tol * noise->data[i] * fmax(fabs(v), floor));
             }
             kf_tensor_destroy(noise);
         }
@@ -358,13 +372,13 @@ static kf_status eval_group(const kf_plan *p, const kf__group *grp, const group_
 
 /* A copy of t with every element raised by eps * max(|value|, floor): the error an op whose
  * result t is may make. */
-static kf_status nudged_copy(const kf_tensor *t, double eps, kf_tensor **out) {
+static kf_status nudged_copy(const kf_tensor *t, double eps, double min_floor, kf_tensor **out) {
     kf_status st = kf_tensor_create(&t->shape, out);
     if (st != KF_OK) {
         return st;
     }
     uint64_t count = kf_tensor_size(t);
-    double floor = kf__verify_floor(t->data, count);
+    double floor = fmax(kf__verify_floor(t->data, count), min_floor);
     for (uint64_t e = 0; e < count; e++) {
         double x = t->data[e];
         (*out)->data[e] = (float)(x + eps * (fabs(x) > floor ? fabs(x) : floor));
@@ -502,7 +516,8 @@ static kf_status check_group(kf_plan *p, uint32_t gi, uint32_t target, kf_tensor
         for (uint32_t j = 0; j < i; j++) {
             local[v.ops[j]] = ref[v.ops[j]]; /* earlier ops as computed */
         }
-        st = nudged_copy(ref[v.ops[i]], node_error(p, grp, v.ops[i]), &local[v.ops[i]]);
+        st = nudged_copy(ref[v.ops[i]], node_error(p, grp, v.ops[i]),
+                         grad_floor(&g->nodes[v.ops[i]], local), &local[v.ops[i]]);
         if (st == KF_OK) {
             st = eval_group(p, grp, &v, local, i + 1);
         }
