@@ -1133,6 +1133,13 @@ KF_API kf_status kf_graph_input_info(const kf_graph *g, uint32_t i, const char *
 KF_API kf_status kf_graph_output_info(const kf_graph *g, uint32_t i, const char **name,
                                       kf_shape *shape, kf_dtype *dtype);
 
+typedef enum kf_activation_policy {
+    KF_ACTIVATIONS_AUTO = 0,  /* save or recompute, by bytes */
+    KF_ACTIVATIONS_SAVE,      /* always save (a second output of the forward group) */
+    KF_ACTIVATIONS_RECOMPUTE, /* recompute where every reader can (else save) */
+    KF_ACTIVATIONS_SPLIT      /* neither: the value ends its group (the planner before issue 13) */
+} kf_activation_policy;
+
 typedef struct kf_compile_options {
     bool no_fuse; /* one dispatch per operator (the baseline fusion is compared against) */
     /* The storage bindings one fused kernel may use. 0: the device's
@@ -1145,6 +1152,12 @@ typedef struct kf_compile_options {
      * default kf_graph_compile does, so that a driver that compiles at the first dispatch
      * (lavapipe) has done so before the first kf_plan_run; with no_prime that run pays. */
     bool no_prime;
+    /* What backward reads from a fused forward group (the pre-activation of matmul |> add |>
+     * gelu, which gelu's gradient reads): written by the group's store phase as a second output
+     * (cuBLASLt's GELU_AUX), or recomputed by each kernel that reads it from the group's own
+     * reads. 0 (KF_ACTIVATIONS_AUTO): whichever moves fewer bytes (docs/training.md states the
+     * cost model); kf_plan_explain says which was chosen and why. */
+    kf_activation_policy activations;
 } kf_compile_options;
 
 /* Plans and compiles the graph for ctx. The plan copies what it needs from g. */
@@ -1367,9 +1380,10 @@ KF_API kf_status kf_optimizer_verify(kf_context *ctx, const kf_optimizer_desc *d
  * recorded losses. `kfuse train` is built on it. */
 typedef struct kf_trainer_desc {
     kf_optimizer_desc optimizer;
-    const char *loss; /* the output to minimise, rank 0; NULL: "loss" */
-    uint64_t seed;    /* of the params' initialisers */
-    bool no_fuse;     /* one dispatch per operator (for comparison) */
+    const char *loss;                 /* the output to minimise, rank 0; NULL: "loss" */
+    uint64_t seed;                    /* of the params' initialisers */
+    bool no_fuse;                     /* one dispatch per operator (for comparison) */
+    kf_activation_policy activations; /* kf_compile_options.activations of the training plan */
 } kf_trainer_desc;
 typedef struct kf_trainer kf_trainer;
 

@@ -156,10 +156,15 @@ static kf_val from_f32(kf_kernel *k, kf_val v, kf_dtype d) {
     return d == KF_DTYPE_F16 ? kf_cast(k, kf_type_scalar(KF_SCALAR_F16), v) : v;
 }
 
+static kf_val recomputed_value(kf__emit *s, uint32_t id);
+
 static kf_val operand_value(kf__emit *s, uint32_t id, const kf_shape *out_shape) {
     const kf__node *n = &s->p->graph->nodes[id];
     if (id == s->grp->root) {
         return to_f32(s->k, s->in);
+    }
+    if (id == s->grp->recompute) {
+        return recomputed_value(s, id);
     }
     for (uint32_t i = 0; i < s->computed_count; i++) {
         if (s->grp->nodes[i] == id) {
@@ -225,6 +230,56 @@ kf_val kf__emit_invocation(kf__emit *s, kf_val at, bool vectorized) {
         lanes[l] = kf__emit_elementwise(s);
     }
     return kf_vec(k, kf_type_vec(KF_SCALAR_F32, KF__PLAN_LANES), lanes, KF__PLAN_LANES);
+}
+
+/* A value of another group that this group's tail recomputes instead of loading
+ * (src/fuse/rules/activation_save.c): the producer's matmul as a K-long dot product for this
+ * element, then the producer's element-wise nodes up to the value. The element's index is the
+ * value's own (it has the shape of this group's result). */
+static kf_val recomputed_value(kf__emit *s, uint32_t id) {
+    kf_plan *p = s->p;
+    kf_kernel *k = s->k;
+    const kf_graph *g = p->graph;
+    kf__group from = p->groups[s->grp->recompute_from];
+    const kf__node *root = &g->nodes[from.root];
+    const kf_shape *as = &g->nodes[root->inputs[0]].shape, *bs = &g->nodes[root->inputs[1]].shape;
+    bool ta = root->params.transpose_a, tb = root->params.transpose_b;
+    uint32_t M = ta ? as->dims[1] : as->dims[0], K = ta ? as->dims[0] : as->dims[1];
+    uint32_t N = tb ? bs->dims[0] : bs->dims[1];
+    kf_type f32 = kf_type_scalar(KF_SCALAR_F32);
+    kf_binding a = binding_for(s, root->inputs[0], f32);
+    kf_binding b = binding_for(s, root->inputs[1], f32);
+    kf_val row = kf_let(k, "rrow", kf_div(k, s->index, kf_lit_u32(k, N)));
+    kf_val col = kf_let(k, "rcol", kf_binary(k, KF_OP_MOD, s->index, kf_lit_u32(k, N)));
+    kf_var acc = kf_declare(k, "racc", f32, kf_lit_f32(k, 0.0f));
+    kf_val kk = kf_for(k, "rk", kf_lit_u32(k, 0), kf_lit_u32(k, K), kf_lit_u32(k, 1));
+    kf_val a_at = ta ? kf_add(k, kf_mul(k, kk, kf_lit_u32(k, M)), row)
+                     : kf_add(k, kf_mul(k, row, kf_lit_u32(k, K)), kk);
+    kf_val b_at = tb ? kf_add(k, kf_mul(k, col, kf_lit_u32(k, K)), kk)
+                     : kf_add(k, kf_mul(k, kk, kf_lit_u32(k, N)), col);
+    kf_assign(k, acc,
+              kf_add(k, kf_read(k, acc), kf_mul(k, kf_load(k, a, a_at), kf_load(k, b, b_at))));
+    kf_end(k);
+    kf_val v = kf_read(k, acc);
+    if (id == from.root) {
+        return v;
+    }
+    from.node_count = 0;
+    while (from.node_count < p->groups[s->grp->recompute_from].node_count &&
+           from.nodes[from.node_count] != id) {
+        from.node_count++;
+    }
+    from.node_count++; /* up to and including the value */
+    from.recompute = 0;
+    kf__emit sub;
+    if (!kf__emit_init(&sub, p, k, &from, s->c)) {
+        return v;
+    }
+    sub.in = v;
+    sub.index = s->index;
+    v = kf__emit_elementwise(&sub);
+    kf__emit_release(&sub);
+    return v;
 }
 
 kf_kernel *kf__root_kernel(kf_plan *p, const kf__group *grp) {
@@ -297,6 +352,27 @@ kf_kernel *kf__build_rooted(kf_plan *p, kf__group *grp, kf__compiled *c, kf_kern
         s.in = kf_kernel_input(tail);
         s.index = kf_kernel_index(tail);
         kf_val v = kf__emit_elementwise(&s);
+        /* Sides that are tail nodes (a pre-activation saved for backward, cuBLASLt's
+         * GELU_AUX): stored where the tail computes them, each its own binding. */
+        for (uint32_t j = 0; j < grp->side_count; j++) {
+            kf_val side = {0};
+            for (uint32_t i = 0; i < grp->node_count && !side.id; i++) {
+                side = grp->nodes[i] == grp->sides[j] ? s.computed[i] : side;
+            }
+            if (!side.id) {
+                continue; /* computed by the root's kernel */
+            }
+            kf_dtype dt = g->nodes[grp->sides[j]].dtype;
+            kf_binding b =
+                kf_kernel_storage(tail, "side", kf__scalar_type_of(dt), KF_ACCESS_READ_WRITE);
+            kf_store(tail, b, s.index, from_f32(tail, side, dt));
+            if (!kf__compiled_add_slot(p, c, grp->sides[j])) {
+                kf__emit_release(&s);
+                kf_kernel_destroy(base);
+                kf_kernel_destroy(tail);
+                return NULL;
+            }
+        }
         kf__emit_release(&s);
         kf_kernel_yield(tail, from_f32(tail, v, g->nodes[grp->result].dtype), s.index);
         k = kf_kernel_then(base, tail);

@@ -147,6 +147,93 @@ static void put_group_line(text *t, const kf_plan *p, const kf__group *grp) {
     put(t, "\n");
 }
 
+/* Dispatch number (1-based) that runs group gi, 0 if none. */
+static uint32_t dispatch_number(const kf_plan *p, uint32_t gi) {
+    for (uint32_t d = 0; d < p->dispatch_count; d++) {
+        const kf__group *h = &p->groups[p->order[d]];
+        bool holds = p->order[d] == gi;
+        for (uint32_t m = 0; h->kind == KF__GROUP_HORIZONTAL && m < h->member_count; m++) {
+            holds |= h->members[m] == gi;
+        }
+        if (holds) {
+            return d + 1;
+        }
+    }
+    return 0;
+}
+
+/* Whether group gi loads node id from memory (its root's inputs, its tail's reads). */
+static bool group_loads(const kf_plan *p, uint32_t gi, uint32_t id) {
+    const kf__group *grp = &p->groups[gi];
+    const kf__node *root = grp->root ? &p->graph->nodes[grp->root] : NULL;
+    for (uint32_t i = 0; root && i < root->input_count; i++) {
+        if (root->inputs[i] == id) {
+            return true;
+        }
+    }
+    for (uint32_t i = 0; i < grp->read_count; i++) {
+        if (grp->reads[i] == id) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* The activation-save lines (src/fuse/rules/activation_save.c): what the group writes beside its
+ * result, or recomputes instead of reading, and the bytes each choice costs. */
+static void put_activation(text *t, const kf_plan *p, const kf__group *grp) {
+    for (uint32_t k = 0; grp->save_cost && k < grp->side_count; k++) {
+        uint32_t pre = grp->sides[k];
+        bool in_tail = false;
+        for (uint32_t i = 0; i < grp->node_count; i++) {
+            in_tail |= grp->nodes[i] == pre;
+        }
+        if (!in_tail) {
+            continue; /* a side of another rule (BGRAD's column sums) */
+        }
+        put(t, "  saves:  pre-activation ");
+        put_tensor(t, p, pre);
+        put(t, " (");
+        put_bytes(t, kf_shape_elements(&p->graph->nodes[pre].shape) * 4u);
+        put(t, ") as a second output, for dispatch");
+        bool any = false;
+        for (uint32_t gi = 0; gi < p->group_count; gi++) {
+            if (p->groups[gi].kind != KF__GROUP_DEAD && &p->groups[gi] != grp &&
+                group_loads(p, gi, pre)) {
+                put(t, "%s %u", any ? "," : "", dispatch_number(p, gi));
+                any = true;
+            }
+        }
+        put(t, "\n          saving moves ");
+        put_bytes(t, grp->save_cost);
+        if (grp->recompute_cost) {
+            put(t, ", recomputing would load ");
+            put_bytes(t, grp->recompute_cost);
+        } else {
+            put(t, " (recomputing is not possible here)");
+        }
+        put(t, "%s\n", p->activations == KF_ACTIVATIONS_SAVE ? " (save forced)" : "");
+    }
+    if (grp->recompute) {
+        const kf__group *from = &p->groups[grp->recompute_from];
+        put(t, "  recomputes: pre-activation ");
+        put_tensor(t, p, grp->recompute);
+        put(t, " of dispatch %u (", dispatch_number(p, grp->recompute_from));
+        put(t, "%s", p->graph->nodes[from->root].op->name);
+        for (uint32_t i = 0; i < from->node_count; i++) {
+            put(t, " |> %s", p->graph->nodes[from->nodes[i]].op->name);
+            if (from->nodes[i] == grp->recompute) {
+                break;
+            }
+        }
+        put(t, ") in its store phase instead of reading it\n          recomputing loads ");
+        put_bytes(t, grp->recompute_cost);
+        put(t, ", saving would move ");
+        put_bytes(t, grp->save_cost);
+        put(t, "%s\n", p->activations == KF_ACTIVATIONS_RECOMPUTE ? " (recompute forced)" : "");
+    }
+}
+
 char *kf_plan_explain(const kf_plan *p, bool with_wgsl) {
     if (!p) {
         return NULL;
@@ -187,7 +274,9 @@ char *kf_plan_explain(const kf_plan *p, bool with_wgsl) {
             put_tensor(&t, p, c->slots[s]);
             any = true;
         }
-        put(&t, "%s\n  bytes:  ", any ? "" : "(nothing)");
+        put(&t, "%s\n", any ? "" : "(nothing)");
+        put_activation(&t, p, grp);
+        put(&t, "  bytes:  ");
         put_bytes(&t, c->bytes);
         put(&t, "\n  grid:   %ux%ux%u workgroups\n", c->grid[0], c->grid[1], c->grid[2]);
         if (with_wgsl && c->wgsl) {

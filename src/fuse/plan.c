@@ -738,6 +738,7 @@ kf_status kf_graph_compile(kf_context *ctx, const kf_graph *g, const kf_compile_
     p->ctx = ctx;
     kf__context_hold(ctx); /* let go in kf_plan_destroy: a plan outliving its context fails */
     p->no_fuse = opts && opts->no_fuse;
+    p->activations = opts ? opts->activations : KF_ACTIVATIONS_AUTO;
     p->graph = kf__graph_copy(g);
     uint32_t nn = g->node_count;
     p->group_of = malloc(sizeof *p->group_of * nn);

@@ -79,6 +79,14 @@ typedef struct kf__group {
     uint32_t member_count;
     uint32_t member_capacity;
     kf__compiled *compiled;
+    /* Activation saves (src/fuse/rules/activation_save.c): a pre-activation later groups read
+     * is a side of its producer's group (a tail node the store phase also writes: cuBLASLt's
+     * GELU_AUX), or `recompute`: a node of another group (`recompute_from`, a group index) that
+     * is not written, so this group's tail computes it again from that group's reads. The costs
+     * the choice compared, in bytes (nonzero on both groups concerned). */
+    uint32_t recompute;
+    uint32_t recompute_from;
+    uint64_t save_cost, recompute_cost;
 } kf__group;
 
 struct kf_plan {
@@ -99,6 +107,7 @@ struct kf_plan {
     uint32_t max_storage_buffers; /* the binding budget of one kernel */
     uint32_t *scratch;            /* planning: a node list, grown on demand */
     uint32_t scratch_capacity;
+    kf_activation_policy activations; /* kf_compile_options.activations */
     kf_dispatch *dispatches;
     uint32_t *order; /* dispatch i runs group order[i] */
     uint32_t dispatch_count;

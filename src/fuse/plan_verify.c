@@ -218,6 +218,20 @@ static void group_view_of(const kf_plan *p, const kf__group *grp, group_view *v)
             }
         }
     }
+    /* A value recomputed in this group's tail (src/fuse/rules/activation_save.c): its producer's
+     * operators up to it are this group's too, evaluated from that producer's reads. */
+    if (grp->recompute) {
+        const kf__group *from = &p->groups[grp->recompute_from];
+        v->ops[v->op_count++] = from->root;
+        uint32_t room = (uint32_t)(sizeof v->ops / sizeof v->ops[0]) - KF_GROUP_MAX_NODES - 1;
+        for (uint32_t i = 0;
+             from->root != grp->recompute && i < from->node_count && v->op_count < room; i++) {
+            v->ops[v->op_count++] = from->nodes[i];
+            if (from->nodes[i] == grp->recompute) {
+                break;
+            }
+        }
+    }
     if (grp->root) {
         v->ops[v->op_count++] = grp->root;
     }

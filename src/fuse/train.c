@@ -168,7 +168,7 @@ kf_status kf_trainer_create(kf_context *ctx, const kf_graph *g, const kf_trainer
             snprintf(t->labels_name, sizeof t->labels_name, "%s", lab->name);
         }
     }
-    kf_compile_options opts = {.no_fuse = desc->no_fuse};
+    kf_compile_options opts = {.no_fuse = desc->no_fuse, .activations = desc->activations};
     st = kf_graph_compile(ctx, train, &opts, &t->plan);
     if (st == KF_OK) {
         st = kf_graph_compile(ctx, eval, &opts, &t->eval);

@@ -38,6 +38,8 @@ static void train_usage(FILE *f) {
                "  --save DIR         write the trained params to DIR/NAME.npy\n"
                "  --plot FILE.png    the loss curve, drawn by gnuplot\n"
                "  --no-fuse          one dispatch per operator (for comparison)\n"
+               "  --activations A    what backward reads from forward: auto (by bytes, default),\n"
+               "                     save, recompute or split (docs/training.md)\n"
                "  --explain          print the training plan (forward and backward groups) and\n"
                "                     exit: no data needed\n"
                "  --json             one object per step (step, loss), then a summary\n");
@@ -47,6 +49,7 @@ typedef struct train_args {
     const char *spec, *data, *init, *eval, *save, *plot;
     uint64_t steps, seed, shuffle_seed;
     bool shuffle, json, no_fuse, explain;
+    kf_activation_policy activations;
     kf_optimizer_desc opt;
 } train_args;
 
@@ -94,6 +97,19 @@ static int parse_args(int argc, char **argv, train_args *a) {
                 return 2;
             }
             a->spec = arg;
+        } else if (!strcmp(arg, "--activations")) {
+            const char *name = argv[++i];
+            static const char *const names[] = {"auto", "save", "recompute", "split"};
+            uint32_t k = 0;
+            while (k < 4 && strcmp(name, names[k])) {
+                k++;
+            }
+            if (k == 4) {
+                fprintf(stderr,
+                        "kfuse train: --activations takes auto, save, recompute or split\n");
+                return 2;
+            }
+            a->activations = (kf_activation_policy)k;
         } else if (!strcmp(arg, "--data")) {
             a->data = argv[++i];
         } else if (!strcmp(arg, "--init")) {
@@ -445,7 +461,8 @@ int kf_cmd_train(int argc, char **argv) {
     kf_context *ctx = NULL;
     if (a.explain) {
         ctx = kf_cli_context();
-        kf_trainer_desc desc = {.optimizer = a.opt, .seed = a.seed, .no_fuse = a.no_fuse};
+        kf_trainer_desc desc = {
+            .optimizer = a.opt, .seed = a.seed, .no_fuse = a.no_fuse, .activations = a.activations};
         kf_status st = ctx ? kf_trainer_create(ctx, g, &desc, &t) : KF_ERROR_NO_ADAPTER;
         char *text = st == KF_OK ? kf_plan_explain(kf_trainer_plan(t), false) : NULL;
         if (text) {
@@ -471,7 +488,8 @@ int kf_cmd_train(int argc, char **argv) {
     if (!ctx) {
         goto done;
     }
-    kf_trainer_desc desc = {.optimizer = a.opt, .seed = a.seed, .no_fuse = a.no_fuse};
+    kf_trainer_desc desc = {
+        .optimizer = a.opt, .seed = a.seed, .no_fuse = a.no_fuse, .activations = a.activations};
     kf_status st = kf_trainer_create(ctx, g, &desc, &t);
     if (st != KF_OK) {
         fprintf(stderr, "kfuse train: %s: %s\n", kf_status_str(st), kf_context_last_error(ctx));

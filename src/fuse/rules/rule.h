@@ -49,6 +49,7 @@ extern const kf__fusion_rule kf__rule_horizontal;
 extern const kf__fusion_rule kf__rule_prologue;
 extern const kf__fusion_rule kf__rule_classifier;
 extern const kf__fusion_rule kf__rule_bias_grad;
+extern const kf__fusion_rule kf__rule_activation_save;
 
 /* ---- planning helpers (plan.c) ---- */
 

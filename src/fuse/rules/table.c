@@ -7,6 +7,7 @@ const kf__fusion_rule *const kf__fusion_rules[] = {
     &kf__rule_reduction_tail,  /* row reduction |> element-wise */
     &kf__rule_layout,          /* transpose: a group of its own */
     &kf__rule_elementwise,     /* element-wise chains and trees */
+    &kf__rule_activation_save, /* a pre-activation backward reads: saved or recomputed */
     &kf__rule_prologue,        /* element-wise producers in a matmul's or reduction's loads */
     &kf__rule_classifier,      /* a loss and its gradient in one kernel (fused classifier) */
     &kf__rule_bias_grad,       /* sum_leading(dY) as a second output of a kernel reading dY */
