@@ -42,6 +42,7 @@ typedef struct bench_sizes {
     uint32_t norm_rows, norm_cols;
     uint32_t ffn_dim, dim, tokens;
     uint32_t reference_matmul; /* the rate reference's m = n = k */
+    uint32_t wide[4];          /* the wide MLP step: tokens, dim, ffn_dim, classes */
 } bench_sizes;
 
 static const bench_sizes full_sizes = {
@@ -54,6 +55,7 @@ static const bench_sizes full_sizes = {
     .dim = 4096,
     .tokens = 4096,
     .reference_matmul = 4096,
+    .wide = {4096, 4096, 16384, 4096},
 };
 
 static const bench_sizes small_sizes = {
@@ -66,6 +68,7 @@ static const bench_sizes small_sizes = {
     .dim = 512,
     .tokens = 64,
     .reference_matmul = 256,
+    .wide = {256, 256, 1024, 256}, /* the full step's shape divided by 16 */
 };
 
 static uint32_t make_cases(const bench_sizes *s, kf_bench_case *out) {
@@ -112,6 +115,24 @@ static uint32_t make_cases(const bench_sizes *s, kf_bench_case *out) {
     *t = (kf_bench_case){
         .family = KF_BENCH_TRAIN_STEP, .tokens = 64, .dim = 64, .ffn_dim = 128, .cols = 10};
     snprintf(t->name, sizeof t->name, "train_step_digits_mlp");
+    /* The wide MLP step of issue 13 (4096 tokens, 4096 -> 16384 -> gelu -> 4096 classes,
+     * cross_entropy, AdamW); KFUSE_BENCH_WIDE=TxDxFxC sets its size (lavapipe cannot run the
+     * full one in reasonable time). */
+    uint32_t wide[4] = {s->wide[0], s->wide[1], s->wide[2], s->wide[3]};
+    const char *env = getenv("KFUSE_BENCH_WIDE");
+    uint32_t asked[4];
+    if (env && sscanf(env, "%ux%ux%ux%u", &asked[0], &asked[1], &asked[2], &asked[3]) == 4 &&
+        asked[0] && asked[1] && asked[2] && asked[3]) {
+        memcpy(wide, asked, sizeof wide);
+    }
+    t = &out[n++];
+    *t = (kf_bench_case){.family = KF_BENCH_TRAIN_STEP,
+                         .tokens = wide[0],
+                         .dim = wide[1],
+                         .ffn_dim = wide[2],
+                         .cols = wide[3],
+                         .ops = 1 /* the batch stays on the device between steps */};
+    snprintf(t->name, sizeof t->name, "train_step_wide_mlp");
     return n;
 }
 

@@ -65,7 +65,7 @@ typedef struct kf_bench_case {
     kf_bench_family family;
     kf_dtype dtype;    /* of every input */
     uint64_t elements; /* copy, chain */
-    uint32_t ops;      /* chain length, 1..8 */
+    uint32_t ops;      /* chain length, 1..8; train step: 1 to upload the batch once only */
     uint32_t m, n, k;  /* matmul: a is [m, k], b is [k, n] */
     uint32_t rows, cols;
     uint32_t ffn_dim, dim, tokens; /* FFN save: 3 pairs of tokens*ffn_dim, 1 of tokens*dim */
