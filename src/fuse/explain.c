@@ -150,6 +150,9 @@ static void put_group_line(text *t, const kf_plan *p, const kf__group *grp) {
 /* Dispatch number (1-based) that runs group gi, 0 if none. */
 static uint32_t dispatch_number(const kf_plan *p, uint32_t gi) {
     for (uint32_t d = 0; d < p->dispatch_count; d++) {
+        if (p->order[d] == UINT32_MAX) {
+            continue; /* an activation save */
+        }
         const kf__group *h = &p->groups[p->order[d]];
         bool holds = p->order[d] == gi;
         for (uint32_t m = 0; h->kind == KF__GROUP_HORIZONTAL && m < h->member_count; m++) {
@@ -234,6 +237,56 @@ static void put_activation(text *t, const kf_plan *p, const kf__group *grp) {
     }
 }
 
+/* An activation-save dispatch (save.c): the inputs it copies, who overwrites them in place and
+ * who reads the copies. The plan's save dispatches share the copies in order, so each lists
+ * all of them (there is more than one only past the binding limit). */
+static void put_save(text *t, const kf_plan *p, uint32_t d) {
+    const kf_graph *g = p->graph;
+    put(t, "\ndispatch %u  activation save: ", d + 1);
+    uint64_t bytes = 0;
+    bool any = false;
+    for (uint32_t id = 0; id < g->node_count; id++) {
+        if (p->saved[id]) {
+            put(t, "%s", any ? ", " : "");
+            put_tensor(t, p, id);
+            bytes += 2u * kf_buffer_size(p->saved[id]);
+            any = true;
+        }
+    }
+    put(t, " copied%s (kf_save_activations)\n", p->save_count > 1 ? "" : " in one dispatch");
+    for (uint32_t id = 0; id < g->node_count; id++) {
+        if (!p->saved[id]) {
+            continue;
+        }
+        put(t, "  saves:  ");
+        put_node(t, p, id);
+        for (uint32_t o = 0; o < g->node_count; o++) {
+            if (o != id && g->nodes[o].kind == KF__NODE_OP && p->buffers[o] == p->buffers[id]) {
+                put(t, ", overwritten in place by ");
+                put_node(t, p, o);
+                put(t, " (dispatch %u)", dispatch_number(p, (uint32_t)p->group_of[o]));
+            }
+        }
+        put(t, "; the copy is read by dispatch");
+        bool first = true;
+        for (uint32_t gi = 0; gi < p->group_count; gi++) {
+            const kf__compiled *c = p->groups[gi].compiled;
+            bool reads = false;
+            for (uint32_t s = 0; c && s < c->slot_count; s++) {
+                reads |= c->slots[s] == id;
+            }
+            if (reads && p->groups[gi].kind != KF__GROUP_DEAD) {
+                put(t, "%s %u", first ? "" : ",", dispatch_number(p, gi));
+                first = false;
+            }
+        }
+        put(t, "\n");
+    }
+    put(t, "  bytes:  ");
+    put_bytes(t, bytes);
+    put(t, "\n");
+}
+
 char *kf_plan_explain(const kf_plan *p, bool with_wgsl) {
     if (!p) {
         return NULL;
@@ -248,6 +301,10 @@ char *kf_plan_explain(const kf_plan *p, bool with_wgsl) {
     put_bytes(&t, p->unfused_bytes);
     put(&t, ", %.0f%% less)\n", saved);
     for (uint32_t d = 0; d < p->dispatch_count; d++) {
+        if (p->order[d] == UINT32_MAX) {
+            put_save(&t, p, d);
+            continue;
+        }
         const kf__group *grp = &p->groups[p->order[d]];
         const kf__compiled *c = grp->compiled;
         put(&t, "\ndispatch %u  ", d + 1);

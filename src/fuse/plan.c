@@ -626,11 +626,22 @@ kf_status kf__plan_make_dispatches(kf_plan *p) {
     free(p->dispatches);
     free(p->order);
     p->dispatch_count = 0;
-    p->dispatches = calloc(p->group_count ? p->group_count : 1, sizeof *p->dispatches);
-    p->order = calloc(p->group_count ? p->group_count : 1, sizeof *p->order);
+    uint32_t room = p->group_count + kf__plan_save_capacity(p);
+    p->dispatches = calloc(room ? room : 1, sizeof *p->dispatches);
+    p->order = calloc(room ? room : 1, sizeof *p->order);
     if (!p->dispatches || !p->order) {
         plan_fail(p, KF_ERROR_OUT_OF_MEMORY, "out of memory");
         return p->status;
+    }
+    /* Activation saves first (save.c): copies of inputs that an in-place output overwrites
+     * while later groups still read them; order UINT32_MAX (no group). */
+    kf_status saved = kf__plan_record_saves(p, p->dispatches, &p->save_count);
+    if (saved != KF_OK) {
+        plan_fail(p, saved, "activation saves: %s", kf_context_last_error(p->ctx));
+        return saved;
+    }
+    for (; p->dispatch_count < p->save_count; p->dispatch_count++) {
+        p->order[p->dispatch_count] = UINT32_MAX;
     }
     uint32_t max_level = 0;
     for (uint32_t gi = 0; gi < p->group_count; gi++) {
@@ -646,7 +657,8 @@ kf_status kf__plan_make_dispatches(kf_plan *p) {
             }
             kf__compiled *c = grp->compiled;
             for (uint32_t s = 0; s < c->slot_count; s++) {
-                c->buffers[s] = p->buffers[c->slots[s]];
+                uint32_t id = c->slots[s];
+                c->buffers[s] = p->saved && p->saved[id] ? p->saved[id] : p->buffers[id];
             }
             kf_binding_kind kinds[KF_GROUP_MAX_SLOTS];
             uint32_t nk = kf_kernel_binding_kinds(c->kernel, kinds, KF_GROUP_MAX_SLOTS);
@@ -802,6 +814,7 @@ void kf_plan_destroy(kf_plan *p) {
         return;
     }
     kf__plan_binds_destroy(p);
+    kf__plan_saves_destroy(p);
     if (p->graph && p->buffers) {
         for (uint32_t id = 0; id < p->graph->node_count; id++) {
             kf_buffer_destroy(p->buffers[id]);

@@ -5,7 +5,10 @@
  * holds it (kf__buffer_hold) so that destroying the tensor first never leaves the plan with a
  * freed buffer. An output bound to the tensor of one of the plan's inputs is an in-place update;
  * it is accepted only where no element can be read after it was written:
- *   - every other dispatch that reads that input runs before the one that writes the output;
+ *   - every other dispatch that reads that input runs before the one that writes the output,
+ *     or the input is saved: copied at the start of the plan into a buffer that those later
+ *     dispatches read instead (an activation backward reads after an in-place forward wrote
+ *     it; all such copies in one dispatch, kf_save_activations' horizontal copy: save.c);
  *   - the writing dispatch is an element-wise group that reads the input at exactly the index it
  *     writes (same shape and dtype, no broadcast), so each element is read by the invocation
  *     that then writes it, and no other member of a horizontal dispatch reads it.
@@ -98,6 +101,11 @@ static bool group_reads_node(const kf_plan *p, const kf__group *grp, uint32_t id
             }
         }
     }
+    for (uint32_t i = 0; i < grp->read_count; i++) {
+        if (grp->reads[i] == id) {
+            return true; /* read by no node of its own: a recomputed value's operand */
+        }
+    }
     return false;
 }
 
@@ -144,8 +152,9 @@ static const char *node_label(const kf_plan *p, uint32_t id, char *buf, size_t s
 }
 
 /* Whether output node o may be written into the tensor that input node i reads. On success
- * *inplace is i when o's own dispatch reads i (it must then be compiled in place), else 0. */
-static kf_status check_inplace(kf_plan *p, uint32_t o, uint32_t i, uint32_t *inplace) {
+ * *inplace is i when o's own dispatch reads i (it must then be compiled in place), else 0, and
+ * *save is set when later dispatches read i, which then read a copy saved before. */
+static kf_status check_inplace(kf_plan *p, uint32_t o, uint32_t i, uint32_t *inplace, bool *save) {
     char ob[96], ib[96];
     const char *oname = node_label(p, o, ob, sizeof ob);
     const char *iname = node_label(p, i, ib, sizeof ib);
@@ -153,12 +162,17 @@ static kf_status check_inplace(kf_plan *p, uint32_t o, uint32_t i, uint32_t *inp
     uint32_t writer = dispatched_as(p, gi);
     uint32_t at = dispatch_position(p, writer);
     *inplace = 0;
+    *save = false;
+    const kf__node *input = &p->graph->nodes[i];
+    uint64_t bytes = kf_shape_elements(&input->shape) * kf_dtype_size(input->dtype);
     for (uint32_t k = 0; k < p->dispatch_count; k++) {
         uint32_t other = p->order[k];
-        if (k == at || !group_reads_node(p, &p->groups[other], i)) {
+        if (k == at || other == UINT32_MAX || !group_reads_node(p, &p->groups[other], i)) {
             continue;
         }
-        if (k > at) {
+        if (k > at && bytes % 4 == 0 && bytes / 4 <= UINT32_MAX) {
+            *save = true; /* it reads the copy */
+        } else if (k > at) {
             kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT,
                                   "output %s cannot be written into the tensor of input %s: "
                                   "group %u (%s) reads %s after group %u (%s) writes %s",
@@ -214,10 +228,12 @@ static kf_buffer *buffer_with(const kf_plan *p, uint32_t id, uint32_t over, kf_b
 }
 
 /* Checks every aliasing that binding `over` to over_buf (NULL: unbinding) would make; fills
- * inplace (node id -> input computed in place). */
-static kf_status check_aliases(kf_plan *p, uint32_t over, kf_buffer *over_buf, uint32_t *inplace) {
+ * inplace (node id -> input computed in place) and save (node id -> an input to save first). */
+static kf_status check_aliases(kf_plan *p, uint32_t over, kf_buffer *over_buf, uint32_t *inplace,
+                               bool *save) {
     const kf_graph *g = p->graph;
     memset(inplace, 0, sizeof *inplace * g->node_count);
+    memset(save, 0, sizeof *save * g->node_count);
     for (uint32_t o = 1; o < g->node_count; o++) {
         bool ob;
         kf_buffer *buf = buffer_with(p, o, over, over_buf, &ob);
@@ -240,10 +256,12 @@ static kf_status check_aliases(kf_plan *p, uint32_t over, kf_buffer *over_buf, u
                 return KF_ERROR_INVALID_ARGUMENT;
             }
             uint32_t ip = 0;
-            kf_status st = check_inplace(p, o, other, &ip);
+            bool later = false;
+            kf_status st = check_inplace(p, o, other, &ip, &later);
             if (st != KF_OK) {
                 return st;
             }
+            save[other] |= later;
             if (ip && ++readers > 1) {
                 kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT,
                                       "output %s is bound to a tensor that two of its group's "
@@ -267,9 +285,30 @@ static void free_compiled(kf__group *grp) {
 
 /* Takes the new in-place table: recompiles the dispatches whose in-place input changed, then
  * rebuilds the dispatch list over the current buffers. */
-static kf_status apply(kf_plan *p, const uint32_t *inplace) {
+static kf_status apply(kf_plan *p, const uint32_t *inplace, const bool *save) {
     const kf_graph *g = p->graph;
     uint32_t *old = p->binds->inplace;
+    /* The saved copies: made for new saves, freed for ended ones. */
+    if (!p->saved) {
+        p->saved = calloc(g->node_count, sizeof *p->saved);
+        if (!p->saved) {
+            kf__context_set_error(p->ctx, KF_ERROR_OUT_OF_MEMORY, "out of memory");
+            return KF_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    for (uint32_t i = 1; i < g->node_count; i++) {
+        if (save[i] && !p->saved[i]) {
+            const kf__node *n = &g->nodes[i];
+            kf_status st = kf_buffer_create(
+                p->ctx, kf_shape_elements(&n->shape) * kf_dtype_size(n->dtype), &p->saved[i]);
+            if (st != KF_OK) {
+                return st;
+            }
+        } else if (!save[i] && p->saved[i]) {
+            kf_buffer_destroy(p->saved[i]);
+            p->saved[i] = NULL;
+        }
+    }
     for (uint32_t o = 1; o < g->node_count; o++) {
         if (old[o] == inplace[o]) {
             continue;
@@ -317,11 +356,14 @@ static kf_status bind(kf_plan *p, uint32_t id, const char *what, const char *nam
         return KF_OK; /* bound already as asked */
     }
     uint32_t *inplace = calloc(p->graph->node_count, sizeof *inplace);
-    if (!inplace) {
+    bool *save = calloc(p->graph->node_count, sizeof *save);
+    if (!inplace || !save) {
+        free(inplace);
+        free(save);
         kf__context_set_error(p->ctx, KF_ERROR_OUT_OF_MEMORY, "binding a tensor: out of memory");
         return KF_ERROR_OUT_OF_MEMORY;
     }
-    st = check_aliases(p, id, buf, inplace);
+    st = check_aliases(p, id, buf, inplace, save);
     kf_buffer *own = NULL;
     if (st == KF_OK && !buf) {
         /* Unbinding: the plan gets a buffer of its own again (zeros until set or run). */
@@ -329,6 +371,7 @@ static kf_status bind(kf_plan *p, uint32_t id, const char *what, const char *nam
     }
     if (st != KF_OK) {
         free(inplace);
+        free(save);
         return st;
     }
     if (kf__plan_is_bound(p, id)) {
@@ -342,8 +385,9 @@ static kf_status bind(kf_plan *p, uint32_t id, const char *what, const char *nam
     if (n->kind == KF__NODE_INPUT) {
         p->inputs_set[id] = buf != NULL;
     }
-    st = apply(p, inplace);
+    st = apply(p, inplace, save);
     free(inplace);
+    free(save);
     return st;
 }
 

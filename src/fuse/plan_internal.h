@@ -115,7 +115,23 @@ struct kf_plan {
     uint64_t bytes;
     uint64_t unfused_bytes;
     struct kf__plan_binds *binds; /* GPU tensors bound to inputs and outputs (plan_bind.c) */
+    /* Activation saves (save.c): node id -> the copy of an input that an output overwrites in
+     * place while later dispatches still read it (plan_bind.c decides), or NULL. The copies are
+     * made by the plan's first dispatches (save_count of them, kf_save_activations' horizontal
+     * copy: one dispatch for all, split only at the binding limit); every group that reads such
+     * an input reads its copy. */
+    kf_buffer **saved;
+    kf_buffer **save_bindings;
+    uint32_t save_count;
 };
+
+/* save.c, for plan.c: records the copies of p->saved into out (room for every input node),
+ * setting *count; 0 when there is none. */
+kf_status kf__plan_record_saves(kf_plan *p, kf_dispatch *out, uint32_t *count);
+/* The number of dispatches kf__plan_record_saves makes at most (an upper bound for arrays). */
+uint32_t kf__plan_save_capacity(const kf_plan *p);
+/* Frees the saved copies (kf_plan_destroy). */
+void kf__plan_saves_destroy(kf_plan *p);
 
 /* plan.c, for plan_bind.c: (re)compiles one group (grp->compiled must be NULL; free an old one
  * with kf__plan_free_compiled), and builds the dispatch list anew from the groups and p->buffers

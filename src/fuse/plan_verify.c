@@ -403,6 +403,9 @@ static kf_status nudged_copy(const kf_tensor *t, double eps, double min_floor, k
 /* Dispatch number (1-based) of group gi, or of the horizontal dispatch holding it. */
 static uint32_t dispatch_of(const kf_plan *p, uint32_t gi) {
     for (uint32_t d = 0; d < p->dispatch_count; d++) {
+        if (p->order[d] == UINT32_MAX) {
+            continue; /* an activation save (save.c) */
+        }
         const kf__group *h = &p->groups[p->order[d]];
         bool holds = p->order[d] == gi;
         for (uint32_t m = 0; h->kind == KF__GROUP_HORIZONTAL && m < h->member_count; m++) {

@@ -130,3 +130,48 @@ kf_status kf_save_activations(kf_context *ctx, const kf_copy_pair *pairs, uint32
     free(bindings);
     return st;
 }
+
+/* ---- activation saves in plans ---- */
+
+uint32_t kf__plan_save_capacity(const kf_plan *p) {
+    uint32_t n = 0;
+    for (uint32_t id = 0; p->saved && id < p->graph->node_count; id++) {
+        n += p->saved[id] != NULL;
+    }
+    return n;
+}
+
+kf_status kf__plan_record_saves(kf_plan *p, kf_dispatch *out, uint32_t *count) {
+    *count = 0;
+    uint32_t n = kf__plan_save_capacity(p);
+    free(p->save_bindings);
+    p->save_bindings = NULL;
+    if (!n) {
+        return KF_OK;
+    }
+    kf_copy_pair *pairs = calloc(n, sizeof *pairs);
+    p->save_bindings = calloc(2u * n, sizeof *p->save_bindings);
+    if (!pairs || !p->save_bindings) {
+        free(pairs);
+        return KF_ERROR_OUT_OF_MEMORY;
+    }
+    uint32_t k = 0;
+    for (uint32_t id = 0; id < p->graph->node_count; id++) {
+        if (p->saved[id]) {
+            pairs[k++] = (kf_copy_pair){p->buffers[id], p->saved[id], kf_buffer_size(p->saved[id])};
+        }
+    }
+    kf_status st = kf_save_activations_record(p->ctx, pairs, n, p->save_bindings, out, count);
+    free(pairs);
+    return st;
+}
+
+void kf__plan_saves_destroy(kf_plan *p) {
+    for (uint32_t id = 0; p->saved && id < p->graph->node_count; id++) {
+        kf_buffer_destroy(p->saved[id]);
+    }
+    free(p->saved);
+    free(p->save_bindings);
+    p->saved = NULL;
+    p->save_bindings = NULL;
+}

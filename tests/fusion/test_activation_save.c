@@ -144,3 +144,94 @@ KT_TEST(fusion, activation_save_gelu_aux_or_recompute) {
     }
     kf_graph_destroy(g);
 }
+
+/* Forward tensors both overwritten in place and read by backward: tanh(a) and sigmoid(b) are
+ * written into the tensors of a and b (in-place activations), while backward's tanh_grad and
+ * sigmoid_grad read a and b afterwards. Binding them was refused before; now a and b are saved
+ * first, both in one dispatch (kf_save_activations' horizontal copy), and the later readers read
+ * the copies. */
+KT_TEST(fusion, activation_save_inputs_overwritten_in_place_in_one_dispatch) {
+    KT_NEED_GPU(ctx);
+    const char *text = "a: f32[37, 29]\n"
+                       "b: f32[37, 29]\n"
+                       "w: f32[29, 13]\n"
+                       "ha = tanh(a)\n"
+                       "hb = sigmoid(b)\n"
+                       "z = matmul(add(ha, hb), w)\n"
+                       "loss = mean(mean(square(z)))\n"
+                       "da, db, dw = grad(loss, a, b, w)\n"
+                       "out loss, ha, hb, da, db, dw\n";
+    kf_graph *g = NULL;
+    kf_spec_error err;
+    KT_CHECK(kf_spec_parse(text, strlen(text), &g, &err) == KF_OK, "%u:%u: %s", err.line,
+             err.column, err.message);
+    kf_plan *ref = NULL, *p = NULL;
+    KT_CHECK_OK(kf_graph_compile(ctx, g, NULL, &ref));
+    KT_CHECK_OK(kf_graph_compile(ctx, g, NULL, &p));
+    const char *names[3] = {"a", "b", "w"};
+    kf_tensor *in[3] = {0};
+    kf_gpu_tensor *dev[2] = {0};
+    for (uint32_t i = 0; i < 3; i++) {
+        KT_CHECK_OK(kf_plan_random_input(ref, names[i], kt_rand_u64(), &in[i]));
+        KT_CHECK_OK(kf_plan_set_input(ref, names[i], in[i]));
+    }
+    KT_CHECK_OK(kf_plan_run(ref));
+    kf_plan_summary before;
+    KT_CHECK_OK(kf_plan_summary_get(p, &before));
+    KT_CHECK_OK(kf_plan_set_input(p, "w", in[2]));
+    for (uint32_t i = 0; i < 2; i++) {
+        KT_CHECK_OK(kf_gpu_tensor_from(ctx, in[i], KF_DTYPE_F32, &dev[i]));
+        KT_CHECK_OK(kf_plan_bind_input(p, names[i], dev[i]));
+        kf_status st = kf_plan_bind_output(p, i ? "hb" : "ha", dev[i]);
+        KT_CHECK(st == KF_OK, "binding %s in place: %s: %s", i ? "hb" : "ha", kf_status_str(st),
+                 kf_context_last_error(ctx));
+    }
+    kf_plan_summary after;
+    KT_CHECK_OK(kf_plan_summary_get(p, &after));
+    char *explained = kf_plan_explain(p, false);
+    KT_CHECK(after.dispatches == before.dispatches + 1,
+             "one save dispatch for both inputs: %u dispatches, %u before\n%s", after.dispatches,
+             before.dispatches, explained ? explained : "");
+    KT_CHECK(explained && strstr(explained, "dispatch 1  activation save: a f32[37x29], b f32["),
+             "explain names the save:\n%s", explained ? explained : "");
+    KT_CHECK(strstr(explained, "saves:  a, overwritten in place by ha"), "%s", explained);
+    kf_free(explained);
+    KT_CHECK_OK(kf_plan_run(p)); /* once: afterwards a's and b's tensors hold ha and hb */
+    const char *outs[] = {"loss", "da", "db", "dw", "ha", "hb"};
+    for (uint32_t o = 0; o < 6; o++) {
+        uint32_t idx = 0;
+        kf_shape os;
+        const char *name = NULL;
+        while (kf_graph_output_info(g, idx, &name, &os, NULL) == KF_OK && strcmp(name, outs[o])) {
+            idx++;
+        }
+        kf_tensor *want = NULL, *got = NULL;
+        KT_CHECK_OK(kf_tensor_create(&os, &want));
+        KT_CHECK_OK(kf_tensor_create(&os, &got));
+        KT_CHECK_OK(kf_plan_get_output(ref, outs[o], want));
+        uint64_t n = kf_tensor_size(got);
+        for (uint64_t e = 0; e < n; e++) {
+            got->data[e] = NAN;
+        }
+        if (o < 4) {
+            KT_CHECK_OK(kf_plan_get_output(p, outs[o], got));
+        } else {
+            KT_CHECK_OK(kf_gpu_tensor_to(dev[o - 4], got)); /* the in-place result */
+        }
+        for (uint64_t e = 0; e < n; e++) {
+            /* both plans run the same kernels on the same values: bit for bit */
+            KT_CHECK(got->data[e] == want->data[e], "%s[%llu] = %.9g, unbound %.9g", outs[o],
+                     (unsigned long long)e, (double)got->data[e], (double)want->data[e]);
+        }
+        kf_tensor_destroy(want);
+        kf_tensor_destroy(got);
+    }
+    kf_plan_destroy(p);
+    kf_plan_destroy(ref);
+    for (uint32_t i = 0; i < 3; i++) {
+        kf_tensor_destroy(in[i]);
+    }
+    kf_gpu_tensor_destroy(dev[0]);
+    kf_gpu_tensor_destroy(dev[1]);
+    kf_graph_destroy(g);
+}
