@@ -113,6 +113,22 @@ def time_variant(torch, name, loss_fn, opt, x, labels, repeat, device, compiled)
     }
 
 
+def no_tf32(torch):
+    """f32 means f32 (as bench/torch_compare.py): PyTorch 2.9's fp32_precision settings where
+    they exist (not mixed with the deprecated allow_tf32), else allow_tf32 off."""
+    if hasattr(torch.backends, "fp32_precision"):
+        cudnn = torch.backends.cudnn
+        for backend in (torch.backends, torch.backends.cuda.matmul, cudnn,
+                        getattr(cudnn, "conv", None), getattr(cudnn, "rnn", None)):
+            if backend is not None and hasattr(backend, "fp32_precision"):
+                backend.fp32_precision = "ieee"
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        if hasattr(torch, "set_float32_matmul_precision"):
+            torch.set_float32_matmul_precision("highest")
+
+
 def kfuse_rows(path):
     rows = {}
     with open(path) as f:
@@ -137,10 +153,7 @@ def main():
     import torch.nn.functional as F
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if hasattr(torch.backends, "fp32_precision"):
-        torch.backends.fp32_precision = "ieee"
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    no_tf32(torch)
     T, D, Fd, C = parse_size(args.size)
     size = f"{T}x{D}-{Fd}-{C}"
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
