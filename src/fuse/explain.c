@@ -179,6 +179,14 @@ static bool group_loads(const kf_plan *p, uint32_t gi, uint32_t id) {
             return true;
         }
     }
+    for (uint32_t i = 0; grp->root && i < KF_NODE_MAX_INPUTS; i++) {
+        const kf__group *pro = grp->prologue[i] ? &p->groups[grp->prologue[i] - 1] : NULL;
+        for (uint32_t r = 0; pro && r < pro->read_count; r++) {
+            if (pro->reads[r] == id) {
+                return true; /* in a prologue, read as the consumer loads its input */
+            }
+        }
+    }
     return false;
 }
 

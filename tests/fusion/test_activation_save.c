@@ -238,3 +238,67 @@ KT_TEST(fusion, activation_save_inputs_overwritten_in_place_in_one_dispatch) {
     kf_gpu_tensor_destroy(dev[1]);
     kf_graph_destroy(g);
 }
+
+/* Compiles text fused with `policy` and checks it verifies; returns its dispatch count (0 on
+ * failure) and whether explain shows a saved pre-activation. */
+static uint32_t plan_with(kf_context *ctx, const char *text, kf_activation_policy policy,
+                          bool *saves) {
+    kf_graph *g = NULL;
+    kf_spec_error err;
+    if (kf_spec_parse(text, strlen(text), &g, &err) != KF_OK) {
+        kt_fail(__FILE__, __LINE__, "%u:%u: %s", err.line, err.column, err.message);
+        return 0;
+    }
+    kf_plan *p = NULL;
+    kf_compile_options o = {.activations = policy};
+    kf_status st = kf_graph_compile(ctx, g, &o, &p);
+    kf_graph_destroy(g);
+    if (st != KF_OK) {
+        kt_fail(__FILE__, __LINE__, "compile: %s", kf_context_last_error(ctx));
+        return 0;
+    }
+    kf_plan_report rep;
+    st = kf_plan_verify(p, kt_rand_u64(), &rep);
+    char *text_out = kf_plan_explain(p, false);
+    *saves = text_out && strstr(text_out, "saves:  pre-activation");
+    if (st != KF_OK) {
+        kt_fail(__FILE__, __LINE__, "verify: %s\n%s", kf_status_str(st), text_out);
+    }
+    kf_free(text_out);
+    kf_plan_summary s;
+    kf_plan_summary_get(p, &s);
+    kf_plan_destroy(p);
+    return st == KF_OK ? s.dispatches : 0;
+}
+
+KT_TEST(fusion, activation_save_edge_cases) {
+    KT_NEED_GPU(ctx);
+    bool saves = false;
+    /* the continuation reads the pre-activation twice and nothing else does: one kernel, nothing
+     * saved */
+    const char *twice = "x: f32[5, 7]\nw: f32[7, 3]\nb: f32[3]\n"
+                        "y = matmul(x, w) |> add(b)\nz = mul(y, y)\nout z\n";
+    uint32_t n = plan_with(ctx, twice, KF_ACTIVATIONS_AUTO, &saves);
+    KT_CHECK(n == 1 && !saves, "mul(y, y): %u dispatches (want 1), saves %d", n, saves);
+    KT_CHECK(plan_with(ctx, twice, KF_ACTIVATIONS_SPLIT, &saves) == 2, "split: 2 dispatches");
+    /* a row reduction's pre-activation (layernorm |> add(b), then gelu) read by backward:
+     * saved (recompute is for matmuls only, so forcing it saves too) */
+    const char *norm = "x: f32[13, 24]\nb: f32[24]\n"
+                       "h = layernorm(x) |> add(b) |> gelu\nloss = mean(mean(square(h)))\n"
+                       "dx, db = grad(loss, x, b)\nout loss, dx, db\n";
+    uint32_t split = plan_with(ctx, norm, KF_ACTIVATIONS_SPLIT, &saves);
+    uint32_t fused = plan_with(ctx, norm, KF_ACTIVATIONS_AUTO, &saves);
+    KT_CHECK(fused && fused + 1 == split && saves, "layernorm: %u dispatches, split %u, saves %d",
+             fused, split, saves);
+    fused = plan_with(ctx, norm, KF_ACTIVATIONS_RECOMPUTE, &saves);
+    KT_CHECK(fused + 1 == split && saves, "layernorm, recompute asked: %u, saves %d", fused, saves);
+    /* a continuation its consumer would take into its loads (a prologue) is left to that rule:
+     * rmsnorm_grad_x's dy = tanh_grad(...) * w, with tanh_grad's value read twice */
+    const char *pro = "x: f32[13, 24]\nw: f32[24]\n"
+                      "h = rmsnorm(x) |> mul(w) |> tanh\nloss = mean(mean(square(h)))\n"
+                      "dx, dw = grad(loss, x, w)\nout loss, dx, dw\n";
+    split = plan_with(ctx, pro, KF_ACTIVATIONS_SPLIT, &saves);
+    fused = plan_with(ctx, pro, KF_ACTIVATIONS_AUTO, &saves);
+    KT_CHECK(fused == split && !saves, "prologue left alone: %u dispatches, split %u, saves %d",
+             fused, split, saves);
+}

@@ -54,6 +54,27 @@ static bool push_read(kf_plan *p, kf__group *grp, uint32_t id) {
            push(p, &grp->reads, &grp->read_count, &grp->read_capacity, id);
 }
 
+/* Whether value v will likely run in its only consumer's loads (src/fuse/rules/prologue.c):
+ * read once, not an output, by a matmul or a row reduction as a value input. Merging its group
+ * here would then add a write instead of saving a dispatch. */
+static bool prologue_candidate(const kf_plan *p, uint32_t v) {
+    const kf_graph *g = p->graph;
+    if (p->uses[v] != 1 || p->is_output[v]) {
+        return false;
+    }
+    for (uint32_t c = v + 1; c < g->node_count; c++) {
+        const kf__node *n = &g->nodes[c];
+        for (uint32_t i = 0; n->kind == KF__NODE_OP && i < n->input_count; i++) {
+            if (n->inputs[i] == v) {
+                kf_op_class cls = n->op->op_class;
+                return (cls == KF_OP_CLASS_MATMUL || cls == KF_OP_CLASS_ROW_REDUCTION) &&
+                       !(n->op->index_inputs >> i & 1u);
+            }
+        }
+    }
+    return false;
+}
+
 /* The element-wise group that continues P inside the forward: it reads P, computes over P's
  * shape, and reads nothing that is not ready before P's producer runs. -1 when none. */
 static int32_t continuation(const kf_plan *p, uint32_t gi, uint32_t P) {
@@ -64,6 +85,9 @@ static int32_t continuation(const kf_plan *p, uint32_t gi, uint32_t P) {
         if (e->kind != KF__GROUP_ELEMENTWISE || e->absorbed || ei == gi ||
             !contains(e->reads, e->read_count, P)) {
             continue;
+        }
+        if (prologue_candidate(p, e->result)) {
+            continue; /* the prologue rule takes it into its consumer's loads for nothing */
         }
         const kf__node *en = &p->graph->nodes[e->result];
         if (!kf_shape_eq(&en->shape, &pn->shape) || en->dtype != KF_DTYPE_F32 ||
@@ -209,6 +233,9 @@ static void activation_pass(kf_plan *p) {
         eg->nodes = eg->reads = eg->members = NULL;
         eg->node_count = eg->read_count = eg->member_count = 0;
         eg->node_capacity = eg->read_capacity = eg->member_capacity = 0;
+        if (readers == 0) {
+            continue; /* the continuation read P twice (mul(P, P)): nothing else needs it */
+        }
         if (!recompute) {
             kf__group_add_side(p, grp, P); /* the store phase writes P too (GELU_AUX) */
             continue;
