@@ -58,8 +58,15 @@ uint64_t kf_bench_largest_buffer(const kf_bench_case *c) {
         return (uint64_t)c->rows * c->cols * size;
     case KF_BENCH_FFN_SAVE:
         return (uint64_t)c->tokens * (c->ffn_dim > c->dim ? c->ffn_dim : c->dim) * 4u;
-    case KF_BENCH_TRAIN_STEP:
-        return (uint64_t)(c->tokens > c->dim ? c->tokens : c->dim) * c->ffn_dim * 4u;
+    case KF_BENCH_TRAIN_STEP: {
+        /* an activation [tokens, ffn_dim], w1, and AdamW's state: m and v of every param in one
+         * buffer behind a 16-byte header (src/ops/optimizer.c) */
+        uint64_t act = (uint64_t)(c->tokens > c->dim ? c->tokens : c->dim) * c->ffn_dim * 4u;
+        uint64_t params =
+            (uint64_t)c->dim * c->ffn_dim + c->ffn_dim + (uint64_t)c->ffn_dim * c->cols + c->cols;
+        uint64_t state = 8u * params + 16u;
+        return act > state ? act : state;
+    }
     }
     return 0;
 }
