@@ -262,6 +262,9 @@ KF_API kf_status kf_context_float_behaviour(kf_context *ctx, kf_float_behaviour 
 typedef struct kf_context_stats {
     uint64_t pipelines_compiled; /* shader modules + pipelines actually created */
     uint64_t pipeline_cache_hits;
+    /* Of pipelines_compiled, those created in parallel on the implementation's threads
+     * (CreateComputePipelineAsync: kf_graph_compile requests a plan's pipelines together). */
+    uint64_t pipelines_async;
     uint64_t dispatches;  /* compute dispatches recorded */
     uint64_t submissions; /* queue submissions */
     /* Bytes moved between host and device by kf_buffer_upload / kf_buffer_fill_u32 (and

@@ -21,6 +21,7 @@
 
 #include "fuse/rules/rule.h"
 #include "ir/mutate.h"
+#include "runtime/runtime.h"
 #include "core/half.h"
 
 static void plan_failv(kf_plan *p, kf_status st, const char *fmt, va_list ap) {
@@ -626,9 +627,21 @@ kf_status kf__plan_make_dispatches(kf_plan *p) {
     free(p->dispatches);
     free(p->order);
     p->dispatch_count = 0;
-    p->dispatches = calloc(p->group_count ? p->group_count : 1, sizeof *p->dispatches);
-    p->order = calloc(p->group_count ? p->group_count : 1, sizeof *p->order);
-    if (!p->dispatches || !p->order) {
+    uint32_t n = p->group_count ? p->group_count : 1;
+    p->dispatches = calloc(n, sizeof *p->dispatches);
+    p->order = calloc(n, sizeof *p->order);
+    /* Every pipeline of the plan asked for at once, so they are created side by side. */
+    kf_pipeline_desc *descs = calloc(n, sizeof *descs);
+    kf_binding_kind(*kinds)[KF_GROUP_MAX_SLOTS] = calloc(n, sizeof *kinds);
+    char(*labels)[160] = calloc(n, sizeof *labels);
+    const char **label_of = calloc(n, sizeof *label_of);
+    kf_pipeline **pipes = calloc(n, sizeof *pipes);
+    if (!p->dispatches || !p->order || !descs || !kinds || !labels || !label_of || !pipes) {
+        free(descs);
+        free(kinds);
+        free(labels);
+        free(label_of);
+        free(pipes);
         plan_fail(p, KF_ERROR_OUT_OF_MEMORY, "out of memory");
         return p->status;
     }
@@ -648,22 +661,32 @@ kf_status kf__plan_make_dispatches(kf_plan *p) {
             for (uint32_t s = 0; s < c->slot_count; s++) {
                 c->buffers[s] = p->buffers[c->slots[s]];
             }
-            kf_binding_kind kinds[KF_GROUP_MAX_SLOTS];
-            uint32_t nk = kf_kernel_binding_kinds(c->kernel, kinds, KF_GROUP_MAX_SLOTS);
-            kf_pipeline_desc pd = {.wgsl = c->wgsl, .bindings = kinds, .binding_count = nk};
-            kf_pipeline *pipe = NULL;
-            kf_status st = kf_pipeline_get(p->ctx, &pd, &pipe);
-            if (st != KF_OK) {
-                plan_fail(p, st, "group %u (%s): %s", gi, grp->rule, kf_context_last_error(p->ctx));
-                return st;
-            }
+            uint32_t i = p->dispatch_count;
+            uint32_t nk = kf_kernel_binding_kinds(c->kernel, kinds[i], KF_GROUP_MAX_SLOTS);
+            descs[i] =
+                (kf_pipeline_desc){.wgsl = c->wgsl, .bindings = kinds[i], .binding_count = nk};
+            snprintf(labels[i], sizeof labels[i], "group %u (%s), kernel '%s'", gi, grp->rule,
+                     kf_kernel_name(c->kernel));
+            label_of[i] = labels[i];
             kf_dispatch *d = &p->dispatches[p->dispatch_count];
-            d->pipeline = pipe;
             d->buffers = c->buffers;
             d->buffer_count = c->slot_count;
             memcpy(d->groups, c->grid, sizeof d->groups);
             p->order[p->dispatch_count++] = gi;
         }
+    }
+    kf_status st = kf__pipeline_get_many(p->ctx, descs, label_of, p->dispatch_count, pipes);
+    for (uint32_t i = 0; i < p->dispatch_count; i++) {
+        p->dispatches[i].pipeline = pipes[i];
+    }
+    free(descs);
+    free(kinds);
+    free(labels);
+    free(label_of);
+    free(pipes);
+    if (st != KF_OK) {
+        plan_fail(p, st, "%s", kf_context_last_error(p->ctx));
+        return st;
     }
     return KF_OK;
 }

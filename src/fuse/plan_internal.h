@@ -3,6 +3,7 @@
 #define KF_PLAN_INTERNAL_H
 
 #include "fuse/fuse_internal.h"
+#include "runtime/runtime.h"
 
 /* A group holds at most this many element-wise nodes, so each kernel's size (and its shader
  * compilation time) stays bounded: a longer chain splits into groups of this size, and those that
@@ -142,12 +143,8 @@ kf_status kf__plan_check(kf_plan *p, const kf_tensor *const *given, uint64_t see
  * cap node ids into reads; returns how many (plan_verify.c). */
 uint32_t kf__plan_group_reads(const kf_plan *p, uint32_t gi, uint32_t *reads, uint32_t cap);
 
-/* A plan holds its context from compile to destroy (defined by the runtime, see
- * src/runtime/runtime.h): after kf_context_destroy its calls fail with KF_ERROR_DEVICE_LOST. */
-void kf__context_hold(kf_context *ctx);
-void kf__context_let_go(kf_context *ctx);
-/* Sets the context's last-error message (defined by the runtime). */
-void kf__context_set_error(kf_context *ctx, kf_status status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+/* A plan holds its context from compile to destroy (kf__context_hold, runtime/runtime.h): after
+ * kf_context_destroy its calls fail with KF_ERROR_DEVICE_LOST. Messages go to the context too
+ * (kf__context_set_error). */
 
 #endif

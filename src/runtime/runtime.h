@@ -60,6 +60,9 @@ typedef struct kf__wgpu_impl {
     size_t limits_size;         /* sizeof WGPULimits, whose layout is wg_limits */
     bool work_done_has_message; /* the queue's work-done callback has a message argument */
     bool timed_wait_any;        /* wgpuInstanceWaitAny takes a timeout */
+    /* wgpuDeviceCreateComputePipelineAsync with wg_create_compute_pipeline_callback_info's
+     * layout (measured); false: pipelines are created one after another */
+    bool async_pipelines;
     /* extension structs (0: none): Dawn's toggles, its fake out-of-memory test hook, and its
      * cache interface (load/store callbacks: the persistent pipeline cache, disk_cache.c) */
     uint32_t stype_toggles, stype_fake_buffer_oom, stype_cache_device;
@@ -97,6 +100,9 @@ struct kf_context {
     kf_adapter_info info;
 
     kf__pipeline_cache pipelines;
+    /* kf__pipeline_get_many: 0 as $KF_PIPELINE_ASYNC says (on unless "0" or "off"), 1 async
+     * where the implementation has it, -1 one after another (kf__context_set_pipeline_async) */
+    int pipeline_async;
     kf_context_stats stats;
 
     /* A MapRead buffer reused by downloads, grown on demand. */
@@ -197,6 +203,18 @@ kf_status kf__context_submit_wait(kf_context *ctx, wg_command_buffer commands, c
 void kf__wg_string_copy(char *dst, size_t dst_size, wg_string src);
 
 /* pipeline.c */
+/* Gets count pipelines as kf_pipeline_get does, but creates the ones not cached all at once:
+ * each is requested with CreateComputePipelineAsync where the implementation has it (and
+ * pipeline_async allows), then all are waited for together; otherwise they are created one
+ * after another. Identical descriptors get one pipeline. labels[i] names descs[i] in messages
+ * (a kernel's name). On failure, returns the first failure's status, with the context's last
+ * error listing every pipeline that failed by its label, and out[i] NULL for those (the others
+ * are cached and set). */
+kf_status kf__pipeline_get_many(kf_context *ctx, const kf_pipeline_desc *descs,
+                                const char *const *labels, uint32_t count, kf_pipeline **out);
+/* For tests and measurements: 1 async where the implementation allows, -1 one after another,
+ * 0 as $KF_PIPELINE_ASYNC says. Whether pipelines will be created in parallel is returned. */
+bool kf__context_set_pipeline_async(kf_context *ctx, int mode);
 /* Releases every cached pipeline's WebGPU objects (kf_context_destroy), keeping the structs. */
 void kf__pipeline_cache_release(kf_context *ctx);
 void kf__pipeline_cache_destroy(kf_context *ctx);
