@@ -230,6 +230,8 @@ typedef struct kf_adapter_info {
     uint32_t subgroup_max_size;
     uint64_t max_buffer_size;
     uint64_t max_storage_buffer_binding_size;
+    /* A buffer view (kf_buffer_view, kf_plan_bind_input_at) starts at a multiple of this. */
+    uint32_t min_storage_buffer_offset_alignment;
     uint32_t max_storage_buffers_per_stage;
     uint32_t max_compute_workgroup_storage_size;
     uint32_t max_compute_invocations_per_workgroup;
@@ -289,6 +291,14 @@ KF_API kf_status kf_context_stats_get(const kf_context *ctx, kf_context_stats *o
 KF_API kf_status kf_buffer_create(kf_context *ctx, uint64_t size, kf_buffer **out);
 KF_API void kf_buffer_destroy(kf_buffer *buf);
 KF_API uint64_t kf_buffer_size(const kf_buffer *buf); /* the size asked for */
+/* A view: bytes [offset, offset + size) of buf as a buffer of their own, for a dispatch's binding
+ * (or a plan's input or output, see kf_plan_bind_input_at) and for transfers, whose offsets are
+ * then the view's. offset must be a multiple of the device's minStorageBufferOffsetAlignment
+ * (kf_adapter_info.min_storage_buffer_offset_alignment; KF_ERROR_INVALID_ARGUMENT naming it
+ * otherwise) and the range must lie inside buf. The view keeps buf's memory alive (buf may be
+ * destroyed first); destroy it with kf_buffer_destroy. A view of a view is a view of its
+ * buffer. */
+KF_API kf_status kf_buffer_view(kf_buffer *buf, uint64_t offset, uint64_t size, kf_buffer **out);
 /* Copies bytes host -> device. Any offset and size inside the buffer (no alignment needed). */
 KF_API kf_status kf_buffer_upload(kf_buffer *buf, uint64_t offset, const void *data, uint64_t size);
 /* Copies bytes device -> host and waits for them. */
@@ -1202,6 +1212,17 @@ KF_API kf_status kf_plan_get_output(const kf_plan *p, const char *name, kf_tenso
  * checked when made; a plan never rebinds on its own. */
 KF_API kf_status kf_plan_bind_input(kf_plan *p, const char *name, kf_gpu_tensor *t);
 KF_API kf_status kf_plan_bind_output(kf_plan *p, const char *name, kf_gpu_tensor *t);
+/* The same for a region of t: the input or output is the graph's shape, stored from byte_offset
+ * of t's buffer on (several parameters packed in one tensor, an output written into part of
+ * one). t's dtype must be the graph's; t's shape only bounds the region: one that does not fit
+ * in t is KF_ERROR_INVALID_ARGUMENT naming both sizes. byte_offset must be a multiple of
+ * kf_adapter_info.min_storage_buffer_offset_alignment (the message names it). Regions of one
+ * tensor that overlap count as one tensor for the rules above (an output's region is an
+ * in-place update of an input's only when it is exactly that region). */
+KF_API kf_status kf_plan_bind_input_at(kf_plan *p, const char *name, kf_gpu_tensor *t,
+                                       uint64_t byte_offset);
+KF_API kf_status kf_plan_bind_output_at(kf_plan *p, const char *name, kf_gpu_tensor *t,
+                                        uint64_t byte_offset);
 
 /* Runs plans[0], plans[1], ... in order as one compute pass and one submission, then waits once:
  * no host synchronisation between them, each plan sees the writes of those before it (chain

@@ -945,7 +945,7 @@ kf_status kf__plan_check_inputs(const kf_plan *p) {
             return KF_ERROR_INVALID_ARGUMENT;
         }
     }
-    return KF_OK;
+    return kf__plan_check_usage(p);
 }
 
 kf_status kf_plan_run(kf_plan *p) {

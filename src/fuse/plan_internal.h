@@ -117,6 +117,10 @@ void kf__plan_free_compiled(kf__compiled *c); /* NULL: nothing */
 kf_status kf__plan_make_dispatches(kf_plan *p);
 /* KF_OK when every input was set or bound; else the message names the first that was not. */
 kf_status kf__plan_check_inputs(const kf_plan *p);
+/* KF_ERROR_INVALID_ARGUMENT (naming both nodes) when a dispatch would bind one buffer read-only
+ * and read-write (regions of one tensor bound to an input and an output of one group), which
+ * WebGPU refuses; checked at run since a second binding may yet make it in place (plan_bind.c). */
+kf_status kf__plan_check_usage(const kf_plan *p);
 
 /* plan_bind.c */
 /* The input node whose tensor the group result `result` is computed into, in place (an output

@@ -661,6 +661,7 @@ static void fill_info(kf_context *ctx) {
     const wg_limits *l = &ctx->limits;
     info->max_buffer_size = l->max_buffer_size;
     info->max_storage_buffer_binding_size = l->max_storage_buffer_binding_size;
+    info->min_storage_buffer_offset_alignment = l->min_storage_buffer_offset_alignment;
     info->max_storage_buffers_per_stage = l->max_storage_buffers_per_shader_stage;
     info->max_compute_workgroup_storage_size = l->max_compute_workgroup_storage_size;
     info->max_compute_invocations_per_workgroup = l->max_compute_invocations_per_workgroup;

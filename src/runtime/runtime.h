@@ -23,6 +23,10 @@ struct kf_buffer {
      * destroyed, and the last kf__buffer_drop frees it. */
     uint32_t holds;
     bool destroyed;
+    /* A view (kf_buffer_view): handle is NULL and the memory is view_of's (held), from
+     * view_offset on. NULL for a buffer of its own. */
+    struct kf_buffer *view_of;
+    uint64_t view_offset;
 };
 
 struct kf_pipeline {
@@ -235,6 +239,13 @@ void kf__context_staging_destroy(kf_context *ctx);
  * frees it only once every hold is dropped. NULL is a no-op. */
 void kf__buffer_hold(kf_buffer *buf);
 void kf__buffer_drop(kf_buffer *buf);
+/* The WebGPU buffer holding buf's bytes and where they start in it (a view's is its buffer's). */
+wg_buffer kf__buffer_handle(const kf_buffer *buf, uint64_t *offset);
+/* Whether a and b share a byte of device memory (views of one buffer that overlap, or one
+ * buffer); *same: they are exactly the same bytes. */
+bool kf__buffer_overlap(const kf_buffer *a, const kf_buffer *b, bool *same);
+/* The buffer whose memory buf is (itself, or the buffer it is a view of). */
+const kf_buffer *kf__buffer_base(const kf_buffer *buf);
 /* Releases the WebGPU buffer of every live kf_buffer (kf_context_destroy). */
 void kf__context_buffers_release(kf_context *ctx);
 
