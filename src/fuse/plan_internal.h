@@ -87,7 +87,7 @@ struct kf_plan {
     kf_graph *graph; /* the plan's own copy */
     bool no_fuse;
     kf_status status;
-    char error[512];
+    char error[4096]; /* as long as a context's: a compile lists each failing pipeline */
     kf__group *groups;
     uint32_t group_count;
     uint32_t group_capacity;
