@@ -735,6 +735,7 @@ static void count_bytes(kf_plan *p) {
 kf_status kf_graph_compile(kf_context *ctx, const kf_graph *g, const kf_compile_options *opts,
                            kf_plan **out) {
     if (!out) {
+        kf__context_set_error(ctx, KF_ERROR_INVALID_ARGUMENT, "kf_graph_compile: out is NULL");
         return KF_ERROR_INVALID_ARGUMENT;
     }
     *out = NULL;
@@ -756,6 +757,7 @@ kf_status kf_graph_compile(kf_context *ctx, const kf_graph *g, const kf_compile_
     }
     kf_plan *p = calloc(1, sizeof *p);
     if (!p) {
+        kf__context_set_error(ctx, KF_ERROR_OUT_OF_MEMORY, "kf_graph_compile: out of host memory");
         return KF_ERROR_OUT_OF_MEMORY;
     }
     p->ctx = ctx;
@@ -770,6 +772,7 @@ kf_status kf_graph_compile(kf_context *ctx, const kf_graph *g, const kf_compile_
     p->inputs_set = calloc(nn, sizeof *p->inputs_set);
     if (!p->graph || !p->group_of || !p->uses || !p->is_output || !p->buffers || !p->inputs_set) {
         kf_plan_destroy(p);
+        kf__context_set_error(ctx, KF_ERROR_OUT_OF_MEMORY, "kf_graph_compile: out of host memory");
         return KF_ERROR_OUT_OF_MEMORY;
     }
     for (uint32_t i = 0; i < nn; i++) {
@@ -885,6 +888,8 @@ kf_status kf__plan_upload(kf_plan *p, uint32_t id, const float *data) {
     }
     void *staged = malloc(count * kf_dtype_size(n->dtype));
     if (!staged) {
+        kf__context_set_error(p->ctx, KF_ERROR_OUT_OF_MEMORY, "%s: out of host memory",
+                              n->kind == KF__NODE_INPUT ? n->name : "an output");
         return KF_ERROR_OUT_OF_MEMORY;
     }
     for (uint64_t i = 0; i < count; i++) {
@@ -1001,6 +1006,8 @@ kf_status kf__plan_download(const kf_plan *p, uint32_t id, float *data) {
     }
     void *staged = malloc(count * kf_dtype_size(n->dtype));
     if (!staged) {
+        kf__context_set_error(p->ctx, KF_ERROR_OUT_OF_MEMORY, "%s: out of host memory",
+                              n->kind == KF__NODE_INPUT ? n->name : "an output");
         return KF_ERROR_OUT_OF_MEMORY;
     }
     kf_status st = kf_buffer_download(p->buffers[id], 0, staged, count * kf_dtype_size(n->dtype));

@@ -44,6 +44,10 @@ kf_status kf_save_activations_record(kf_context *ctx, const kf_copy_pair *pairs,
         *dispatches = 0;
     }
     if (!ctx || (count && (!pairs || !bindings || !out))) {
+        kf__context_set_error(ctx, KF_ERROR_INVALID_ARGUMENT, "save_activations: %s is NULL",
+                              !pairs      ? "pairs"
+                              : !bindings ? "bindings"
+                                          : "out");
         return KF_ERROR_INVALID_ARGUMENT;
     }
     uint32_t lanes = 4;
@@ -109,6 +113,7 @@ kf_status kf_save_activations(kf_context *ctx, const kf_copy_pair *pairs, uint32
         *dispatches = 0;
     }
     if (!ctx || (count && !pairs)) {
+        kf__context_set_error(ctx, KF_ERROR_INVALID_ARGUMENT, "save_activations: pairs is NULL");
         return KF_ERROR_INVALID_ARGUMENT;
     }
     kf_dispatch *ds = calloc(count ? count : 1, sizeof *ds);
