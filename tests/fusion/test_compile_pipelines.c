@@ -184,7 +184,7 @@ KT_TEST(fusion, compile_names_the_kernel_whose_pipeline_fails) {
         kf__context_set_kernel_transform(ctx, NULL, NULL);
         const char *msg = kf_context_last_error(ctx);
         KT_CHECK(st == KF_ERROR_COMPILE && !p, "mode %d: %s: %s", mode, kf_status_str(st), msg);
-        KT_CHECK(strstr(msg, "1 of 3 pipelines failed"), "mode %d: %s", mode, msg);
+        KT_CHECK(strstr(msg, "1 of 3"), "mode %d: %s", mode, msg);
         KT_CHECK(strstr(msg, "group 1 (") && strstr(msg, "kernel 'elementwise'"),
                  "mode %d: the group and kernel are not named: %s", mode, msg);
         KT_CHECK(strstr(msg, "ReadOnlyStorage"), "mode %d: Dawn's reason is not kept: %s", mode,

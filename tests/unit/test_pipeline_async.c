@@ -145,7 +145,7 @@ static void failures_in_mode(kf_context *ctx, int mode) {
     const char *msg = kf_context_last_error(ctx);
     KT_CHECK(st == KF_ERROR_COMPILE, "mode %d: status %s", mode, kf_status_str(st));
     KT_CHECK(out[0] && out[4] && !out[1] && !out[2] && !out[3], "mode %d: which were made", mode);
-    KT_CHECK(strstr(msg, "3 of 5 pipelines failed"), "mode %d: %s", mode, msg);
+    KT_CHECK(strstr(msg, "3 of 5"), "mode %d: %s", mode, msg);
     KT_CHECK(strstr(msg, "undeclared_name") && strstr(msg, "not_declared"), "mode %d: %s", mode,
              msg);
     KT_CHECK(strstr(msg, "missing_entry") && strstr(msg, "not_an_entry"), "mode %d: %s", mode, msg);
@@ -158,8 +158,8 @@ static void failures_in_mode(kf_context *ctx, int mode) {
     st = kf__pipeline_get_many(ctx, &descs[2], &labels[2], 1, out);
     KT_CHECK(st == KF_ERROR_COMPILE && !out[0], "mode %d: missing entry alone: %s", mode,
              kf_status_str(st));
-    KT_CHECK(strstr(kf_context_last_error(ctx), "1 of 1 pipelines failed:\n  kernel "
-                                                "'missing_entry'"),
+    KT_CHECK(strstr(kf_context_last_error(ctx), "'missing_entry'") &&
+                 strstr(kf_context_last_error(ctx), "not_an_entry"),
              "mode %d: %s", mode, kf_context_last_error(ctx));
     free(good0);
     free(good1);
