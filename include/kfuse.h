@@ -1160,7 +1160,11 @@ typedef struct kf_compile_options {
     bool no_prime;
 } kf_compile_options;
 
-/* Plans and compiles the graph for ctx. The plan copies what it needs from g. */
+/* Plans and compiles the graph for ctx. The plan copies what it needs from g. Every pipeline
+ * of the plan is created here, all requested together (CreateComputePipelineAsync, where the
+ * implementation has it and KF_PIPELINE_ASYNC is not "off"), so the first run creates none. A
+ * kernel whose pipeline fails is KF_ERROR_COMPILE, the message listing each failing one by its
+ * group and kernel name. */
 KF_API kf_status kf_graph_compile(kf_context *ctx, const kf_graph *g,
                                   const kf_compile_options *opts, kf_plan **out);
 KF_API void kf_plan_destroy(kf_plan *p);
