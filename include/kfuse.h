@@ -74,8 +74,9 @@
  * Ownership: every _create has a _destroy; destroying NULL is a no-op. Strings the library
  * returns as `char *` are the caller's, freed with kf_free().
  *
- * Errors: fallible calls return kf_status; kf_status_str() names it and the object's last-error
- * message (kf_context_last_error, kf_kernel_error, ...) says what to do about it. The library
+ * Errors: fallible calls return kf_status; kf_status_str() names it and the message on the
+ * object you hold (kf_context_last_error for a context and everything made from one,
+ * kf_kernel_error, kf_graph_error; docs/errors.md) names the culprit and what to do. The library
  * never aborts or exits on user input.
  */
 #ifndef KFUSE_H
@@ -462,7 +463,8 @@ KF_API kf_kernel *kf_kernel_clone(const kf_kernel *k);
 /* KF_OK, or the first error met while building (or emitting: an if, for or while left open). */
 KF_API kf_status kf_kernel_status(const kf_kernel *k);
 /* The first build error's message; if none, the message of the last failed kf_kernel_run,
- * kf_kernel_dispatch or kf_kernel_interpret on k; "" when none. Valid until the next call on k. */
+ * kf_kernel_dispatch, kf_kernel_interpret or query (kf_kernel_binding_info) on k, none of which
+ * makes the kernel failed; "" when none. Valid until the next call on k. */
 KF_API const char *kf_kernel_error(const kf_kernel *k);
 KF_API const char *kf_kernel_name(const kf_kernel *k);
 KF_API kf_type kf_kernel_input_type(const kf_kernel *k);
@@ -1051,7 +1053,9 @@ typedef struct kf_node {
     uint32_t id; /* 0 is invalid */
 } kf_node;
 
-/* A graph records its first error like a kernel does; later calls return invalid nodes. */
+/* A graph records its first error like a kernel does; later calls return invalid nodes.
+ * kf_graph_error: that error's message; if none, the last failed query's (kf_graph_input_info
+ * or kf_graph_output_info past the end), which leaves the graph usable. */
 KF_API kf_graph *kf_graph_create(void);
 KF_API void kf_graph_destroy(kf_graph *g);
 KF_API kf_status kf_graph_status(const kf_graph *g);
