@@ -55,10 +55,17 @@ kf_status kf_save_activations_record(kf_context *ctx, const kf_copy_pair *pairs,
         const kf_copy_pair *c = &pairs[i];
         if (!c->src || !c->dst || c->size % 4 != 0 || c->size > kf_buffer_size(c->src) ||
             c->size > kf_buffer_size(c->dst) || c->src == c->dst) {
+            const char *what = !c->src                            ? "src is NULL"
+                               : !c->dst                          ? "dst is NULL"
+                               : c->src == c->dst                 ? "src and dst are one buffer"
+                               : c->size % 4 != 0                 ? "size is not a multiple of 4"
+                               : c->size > kf_buffer_size(c->src) ? "size exceeds src"
+                                                                  : "size exceeds dst";
             kf__context_set_error(ctx, KF_ERROR_INVALID_ARGUMENT,
-                                  "save_activations: pair %u: need distinct src and dst buffers "
-                                  "and a size that is a multiple of 4 and fits both",
-                                  i);
+                                  "save_activations: pair %u: %s (size %llu; need distinct src "
+                                  "and dst buffers and a size that is a multiple of 4 and fits "
+                                  "both)",
+                                  i, what, (unsigned long long)c->size);
             return KF_ERROR_INVALID_ARGUMENT;
         }
         if (c->size / 4 > UINT32_MAX) {

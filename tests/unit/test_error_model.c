@@ -70,7 +70,13 @@ KT_TEST(unit, error_model_context_buffers_pipelines_dispatch) {
     EXPECT(ctx, KF_ERROR_INVALID_ARGUMENT, kf_context_time(ctx, &d, 1, 1, NULL), last(ctx), "out");
     kf_copy_pair pair = {b, b, 6};
     EXPECT(ctx, KF_ERROR_INVALID_ARGUMENT, kf_save_activations(ctx, &pair, 1, NULL), last(ctx),
-           "pair 0");
+           "pair 0: src and dst");
+    kf_buffer *b2 = NULL;
+    KT_CHECK_OK(kf_buffer_create(ctx, 64, &b2));
+    pair.dst = b2;
+    EXPECT(ctx, KF_ERROR_INVALID_ARGUMENT, kf_save_activations(ctx, &pair, 1, NULL), last(ctx),
+           "size 6");
+    kf_buffer_destroy(b2);
     EXPECT(ctx, KF_ERROR_INVALID_ARGUMENT, kf_save_activations(ctx, NULL, 1, NULL), last(ctx),
            "pairs");
     kf_dispatch rec[1];
@@ -86,7 +92,7 @@ KT_TEST(unit, error_model_context_buffers_pipelines_dispatch) {
     kf_status st = kf_context_create(&bad, &none);
     KT_CHECK(st == KF_ERROR_NO_LIBRARY && none == NULL && strstr(err, "libkfuse-test-webgpu"),
              "kf_context_create: %s: '%s'", kf_status_str(st), err);
-    KT_CHECK(checked == 19, "%u checks", checked);
+    KT_CHECK(checked == 20, "%u checks", checked);
 }
 
 KT_TEST(unit, error_model_kernels_tensors_ops) {
