@@ -74,8 +74,9 @@
  * Ownership: every _create has a _destroy; destroying NULL is a no-op. Strings the library
  * returns as `char *` are the caller's, freed with kf_free().
  *
- * Errors: fallible calls return kf_status; kf_status_str() names it and the object's last-error
- * message (kf_context_last_error, kf_kernel_error, ...) says what to do about it. The library
+ * Errors: fallible calls return kf_status; kf_status_str() names it and the message on the
+ * object you hold (kf_context_last_error for a context and everything made from one,
+ * kf_kernel_error, kf_graph_error; docs/errors.md) names the culprit and what to do. The library
  * never aborts or exits on user input.
  */
 #ifndef KFUSE_H
@@ -230,6 +231,8 @@ typedef struct kf_adapter_info {
     uint32_t subgroup_max_size;
     uint64_t max_buffer_size;
     uint64_t max_storage_buffer_binding_size;
+    /* A buffer view (kf_buffer_view, kf_plan_bind_input_at) starts at a multiple of this. */
+    uint32_t min_storage_buffer_offset_alignment;
     uint32_t max_storage_buffers_per_stage;
     uint32_t max_compute_workgroup_storage_size;
     uint32_t max_compute_invocations_per_workgroup;
@@ -262,6 +265,9 @@ KF_API kf_status kf_context_float_behaviour(kf_context *ctx, kf_float_behaviour 
 typedef struct kf_context_stats {
     uint64_t pipelines_compiled; /* shader modules + pipelines actually created */
     uint64_t pipeline_cache_hits;
+    /* Of pipelines_compiled, those created in parallel on the implementation's threads
+     * (CreateComputePipelineAsync: kf_graph_compile requests a plan's pipelines together). */
+    uint64_t pipelines_async;
     uint64_t dispatches;  /* compute dispatches recorded */
     uint64_t submissions; /* queue submissions */
     /* Bytes moved between host and device by kf_buffer_upload / kf_buffer_fill_u32 (and
@@ -286,6 +292,14 @@ KF_API kf_status kf_context_stats_get(const kf_context *ctx, kf_context_stats *o
 KF_API kf_status kf_buffer_create(kf_context *ctx, uint64_t size, kf_buffer **out);
 KF_API void kf_buffer_destroy(kf_buffer *buf);
 KF_API uint64_t kf_buffer_size(const kf_buffer *buf); /* the size asked for */
+/* A view: bytes [offset, offset + size) of buf as a buffer of their own, for a dispatch's binding
+ * (or a plan's input or output, see kf_plan_bind_input_at) and for transfers, whose offsets are
+ * then the view's. offset must be a multiple of the device's minStorageBufferOffsetAlignment
+ * (kf_adapter_info.min_storage_buffer_offset_alignment; KF_ERROR_INVALID_ARGUMENT naming it
+ * otherwise) and the range must lie inside buf. The view keeps buf's memory alive (buf may be
+ * destroyed first); destroy it with kf_buffer_destroy. A view of a view is a view of its
+ * buffer. */
+KF_API kf_status kf_buffer_view(kf_buffer *buf, uint64_t offset, uint64_t size, kf_buffer **out);
 /* Copies bytes host -> device. Any offset and size inside the buffer (no alignment needed). */
 KF_API kf_status kf_buffer_upload(kf_buffer *buf, uint64_t offset, const void *data, uint64_t size);
 /* Copies bytes device -> host and waits for them. */
@@ -449,7 +463,8 @@ KF_API kf_kernel *kf_kernel_clone(const kf_kernel *k);
 /* KF_OK, or the first error met while building (or emitting: an if, for or while left open). */
 KF_API kf_status kf_kernel_status(const kf_kernel *k);
 /* The first build error's message; if none, the message of the last failed kf_kernel_run,
- * kf_kernel_dispatch or kf_kernel_interpret on k; "" when none. Valid until the next call on k. */
+ * kf_kernel_dispatch, kf_kernel_interpret or query (kf_kernel_binding_info) on k, none of which
+ * makes the kernel failed; "" when none. Valid until the next call on k. */
 KF_API const char *kf_kernel_error(const kf_kernel *k);
 KF_API const char *kf_kernel_name(const kf_kernel *k);
 KF_API kf_type kf_kernel_input_type(const kf_kernel *k);
@@ -1038,7 +1053,9 @@ typedef struct kf_node {
     uint32_t id; /* 0 is invalid */
 } kf_node;
 
-/* A graph records its first error like a kernel does; later calls return invalid nodes. */
+/* A graph records its first error like a kernel does; later calls return invalid nodes.
+ * kf_graph_error: that error's message; if none, the last failed query's (kf_graph_input_info
+ * or kf_graph_output_info past the end), which leaves the graph usable. */
 KF_API kf_graph *kf_graph_create(void);
 KF_API void kf_graph_destroy(kf_graph *g);
 KF_API kf_status kf_graph_status(const kf_graph *g);
@@ -1160,7 +1177,11 @@ typedef struct kf_compile_options {
     kf_activation_policy activations;
 } kf_compile_options;
 
-/* Plans and compiles the graph for ctx. The plan copies what it needs from g. */
+/* Plans and compiles the graph for ctx. The plan copies what it needs from g. Every pipeline
+ * of the plan is created here, all requested together (CreateComputePipelineAsync, where the
+ * implementation has it and KF_PIPELINE_ASYNC is not "off"), so the first run creates none. A
+ * kernel whose pipeline fails is KF_ERROR_COMPILE, the message listing each failing one by its
+ * group and kernel name. */
 KF_API kf_status kf_graph_compile(kf_context *ctx, const kf_graph *g,
                                   const kf_compile_options *opts, kf_plan **out);
 KF_API void kf_plan_destroy(kf_plan *p);
@@ -1212,6 +1233,17 @@ KF_API kf_status kf_plan_get_output(const kf_plan *p, const char *name, kf_tenso
  * checked when made; a plan never rebinds on its own. */
 KF_API kf_status kf_plan_bind_input(kf_plan *p, const char *name, kf_gpu_tensor *t);
 KF_API kf_status kf_plan_bind_output(kf_plan *p, const char *name, kf_gpu_tensor *t);
+/* The same for a region of t: the input or output is the graph's shape, stored from byte_offset
+ * of t's buffer on (several parameters packed in one tensor, an output written into part of
+ * one). t's dtype must be the graph's; t's shape only bounds the region: one that does not fit
+ * in t is KF_ERROR_INVALID_ARGUMENT naming both sizes. byte_offset must be a multiple of
+ * kf_adapter_info.min_storage_buffer_offset_alignment (the message names it). Regions of one
+ * tensor that overlap count as one tensor for the rules above (an output's region is an
+ * in-place update of an input's only when it is exactly that region). */
+KF_API kf_status kf_plan_bind_input_at(kf_plan *p, const char *name, kf_gpu_tensor *t,
+                                       uint64_t byte_offset);
+KF_API kf_status kf_plan_bind_output_at(kf_plan *p, const char *name, kf_gpu_tensor *t,
+                                        uint64_t byte_offset);
 
 /* Runs plans[0], plans[1], ... in order as one compute pass and one submission, then waits once:
  * no host synchronisation between them, each plan sees the writes of those before it (chain

@@ -21,6 +21,20 @@ static void graph_fail(kf_graph *g, kf_status st, const char *fmt, ...) {
     va_end(ap);
 }
 
+/* A query on a graph that failed (an index past the end): its message, without making the graph
+ * failed, and never over a build error (kf_graph_error gives the first build error, else this). */
+static kf_status query_fail(const kf_graph *g, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static kf_status query_fail(const kf_graph *g, const char *fmt, ...) {
+    if (g && g->status == KF_OK) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(((kf_graph *)g)->error, sizeof g->error, fmt, ap); /* the caller's object */
+        va_end(ap);
+    }
+    return KF_ERROR_INVALID_ARGUMENT;
+}
+
 kf_graph *kf_graph_create(void) {
     kf_graph *g = calloc(1, sizeof *g);
     if (!g) {
@@ -599,13 +613,14 @@ kf_status kf_graph_input_info(const kf_graph *g, uint32_t index, const char **na
             return KF_OK;
         }
     }
-    return KF_ERROR_INVALID_ARGUMENT;
+    return query_fail(g, "kf_graph_input_info: input %u of a graph with %u inputs", index, seen);
 }
 
 kf_status kf_graph_output_info(const kf_graph *g, uint32_t index, const char **name,
                                kf_shape *shape, kf_dtype *dtype) {
     if (!g || index >= g->output_count) {
-        return KF_ERROR_INVALID_ARGUMENT;
+        return query_fail(g, "kf_graph_output_info: output %u of a graph with %u outputs", index,
+                          g ? g->output_count : 0);
     }
     const kf__node *n = &g->nodes[g->outputs[index].node];
     if (name) {

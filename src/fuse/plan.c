@@ -21,6 +21,7 @@
 
 #include "fuse/rules/rule.h"
 #include "ir/mutate.h"
+#include "runtime/runtime.h"
 #include "core/half.h"
 
 static void plan_failv(kf_plan *p, kf_status st, const char *fmt, va_list ap) {
@@ -626,19 +627,37 @@ kf_status kf__plan_make_dispatches(kf_plan *p) {
     free(p->dispatches);
     free(p->order);
     p->dispatch_count = 0;
-    uint32_t room = p->group_count + kf__plan_save_capacity(p);
-    p->dispatches = calloc(room ? room : 1, sizeof *p->dispatches);
-    p->order = calloc(room ? room : 1, sizeof *p->order);
-    if (!p->dispatches || !p->order) {
+    uint32_t n = p->group_count + kf__plan_save_capacity(p);
+    n = n ? n : 1;
+    p->dispatches = calloc(n, sizeof *p->dispatches);
+    p->order = calloc(n, sizeof *p->order);
+    /* Every pipeline of the plan asked for at once, so they are created side by side. */
+    kf_pipeline_desc *descs = calloc(n, sizeof *descs);
+    kf_binding_kind(*kinds)[KF_GROUP_MAX_SLOTS] = calloc(n, sizeof *kinds);
+    char(*labels)[160] = calloc(n, sizeof *labels);
+    const char **label_of = calloc(n, sizeof *label_of);
+    kf_pipeline **pipes = calloc(n, sizeof *pipes);
+    if (!p->dispatches || !p->order || !descs || !kinds || !labels || !label_of || !pipes) {
+        free(descs);
+        free(kinds);
+        free(labels);
+        free(label_of);
+        free(pipes);
         plan_fail(p, KF_ERROR_OUT_OF_MEMORY, "out of memory");
         return p->status;
     }
     /* Activation saves first (save.c): copies of inputs that an in-place output overwrites
-     * while later groups still read them; order UINT32_MAX (no group). */
-    kf_status saved = kf__plan_record_saves(p, p->dispatches, &p->save_count);
-    if (saved != KF_OK) {
-        plan_fail(p, saved, "activation saves: %s", kf_context_last_error(p->ctx));
-        return saved;
+     * while later groups still read them; order UINT32_MAX (no group). Their pipelines come
+     * with them. */
+    kf_status st = kf__plan_record_saves(p, p->dispatches, &p->save_count);
+    if (st != KF_OK) {
+        free(descs);
+        free(kinds);
+        free(labels);
+        free(label_of);
+        free(pipes);
+        plan_fail(p, st, "activation saves: %s", kf_context_last_error(p->ctx));
+        return st;
     }
     for (; p->dispatch_count < p->save_count; p->dispatch_count++) {
         p->order[p->dispatch_count] = UINT32_MAX;
@@ -660,22 +679,34 @@ kf_status kf__plan_make_dispatches(kf_plan *p) {
                 uint32_t id = c->slots[s];
                 c->buffers[s] = p->saved && p->saved[id] ? p->saved[id] : p->buffers[id];
             }
-            kf_binding_kind kinds[KF_GROUP_MAX_SLOTS];
-            uint32_t nk = kf_kernel_binding_kinds(c->kernel, kinds, KF_GROUP_MAX_SLOTS);
-            kf_pipeline_desc pd = {.wgsl = c->wgsl, .bindings = kinds, .binding_count = nk};
-            kf_pipeline *pipe = NULL;
-            kf_status st = kf_pipeline_get(p->ctx, &pd, &pipe);
-            if (st != KF_OK) {
-                plan_fail(p, st, "group %u (%s): %s", gi, grp->rule, kf_context_last_error(p->ctx));
-                return st;
-            }
+            uint32_t i = p->dispatch_count;
+            uint32_t nk = kf_kernel_binding_kinds(c->kernel, kinds[i], KF_GROUP_MAX_SLOTS);
+            descs[i] =
+                (kf_pipeline_desc){.wgsl = c->wgsl, .bindings = kinds[i], .binding_count = nk};
+            snprintf(labels[i], sizeof labels[i], "group %u (%s), kernel '%s'", gi, grp->rule,
+                     kf_kernel_name(c->kernel));
+            label_of[i] = labels[i];
             kf_dispatch *d = &p->dispatches[p->dispatch_count];
-            d->pipeline = pipe;
             d->buffers = c->buffers;
             d->buffer_count = c->slot_count;
             memcpy(d->groups, c->grid, sizeof d->groups);
             p->order[p->dispatch_count++] = gi;
         }
+    }
+    uint32_t first = p->save_count;
+    st = kf__pipeline_get_many(p->ctx, descs + first, label_of + first, p->dispatch_count - first,
+                               pipes + first);
+    for (uint32_t i = first; i < p->dispatch_count; i++) {
+        p->dispatches[i].pipeline = pipes[i];
+    }
+    free(descs);
+    free(kinds);
+    free(labels);
+    free(label_of);
+    free(pipes);
+    if (st != KF_OK) {
+        plan_fail(p, st, "%s", kf_context_last_error(p->ctx));
+        return st;
     }
     return KF_OK;
 }
@@ -724,6 +755,7 @@ static void count_bytes(kf_plan *p) {
 kf_status kf_graph_compile(kf_context *ctx, const kf_graph *g, const kf_compile_options *opts,
                            kf_plan **out) {
     if (!out) {
+        kf__context_set_error(ctx, KF_ERROR_INVALID_ARGUMENT, "kf_graph_compile: out is NULL");
         return KF_ERROR_INVALID_ARGUMENT;
     }
     *out = NULL;
@@ -745,6 +777,7 @@ kf_status kf_graph_compile(kf_context *ctx, const kf_graph *g, const kf_compile_
     }
     kf_plan *p = calloc(1, sizeof *p);
     if (!p) {
+        kf__context_set_error(ctx, KF_ERROR_OUT_OF_MEMORY, "kf_graph_compile: out of host memory");
         return KF_ERROR_OUT_OF_MEMORY;
     }
     p->ctx = ctx;
@@ -760,6 +793,7 @@ kf_status kf_graph_compile(kf_context *ctx, const kf_graph *g, const kf_compile_
     p->inputs_set = calloc(nn, sizeof *p->inputs_set);
     if (!p->graph || !p->group_of || !p->uses || !p->is_output || !p->buffers || !p->inputs_set) {
         kf_plan_destroy(p);
+        kf__context_set_error(ctx, KF_ERROR_OUT_OF_MEMORY, "kf_graph_compile: out of host memory");
         return KF_ERROR_OUT_OF_MEMORY;
     }
     for (uint32_t i = 0; i < nn; i++) {
@@ -876,6 +910,8 @@ kf_status kf__plan_upload(kf_plan *p, uint32_t id, const float *data) {
     }
     void *staged = malloc(count * kf_dtype_size(n->dtype));
     if (!staged) {
+        kf__context_set_error(p->ctx, KF_ERROR_OUT_OF_MEMORY, "%s: out of host memory",
+                              n->kind == KF__NODE_INPUT ? n->name : "an output");
         return KF_ERROR_OUT_OF_MEMORY;
     }
     for (uint64_t i = 0; i < count; i++) {
@@ -936,7 +972,7 @@ kf_status kf__plan_check_inputs(const kf_plan *p) {
             return KF_ERROR_INVALID_ARGUMENT;
         }
     }
-    return KF_OK;
+    return kf__plan_check_usage(p);
 }
 
 kf_status kf_plan_run(kf_plan *p) {
@@ -992,6 +1028,8 @@ kf_status kf__plan_download(const kf_plan *p, uint32_t id, float *data) {
     }
     void *staged = malloc(count * kf_dtype_size(n->dtype));
     if (!staged) {
+        kf__context_set_error(p->ctx, KF_ERROR_OUT_OF_MEMORY, "%s: out of host memory",
+                              n->kind == KF__NODE_INPUT ? n->name : "an output");
         return KF_ERROR_OUT_OF_MEMORY;
     }
     kf_status st = kf_buffer_download(p->buffers[id], 0, staged, count * kf_dtype_size(n->dtype));

@@ -153,8 +153,10 @@ static const char *node_label(const kf_plan *p, uint32_t id, char *buf, size_t s
 
 /* Whether output node o may be written into the tensor that input node i reads. On success
  * *inplace is i when o's own dispatch reads i (it must then be compiled in place), else 0, and
- * *save is set when later dispatches read i, which then read a copy saved before. */
-static kf_status check_inplace(kf_plan *p, uint32_t o, uint32_t i, uint32_t *inplace, bool *save) {
+ * *save is set when later dispatches read i, which then read a copy saved before (only where o
+ * and i are the same bytes: a copy of a region o overlaps only in part is not made). */
+static kf_status check_inplace(kf_plan *p, uint32_t o, uint32_t i, bool same, uint32_t *inplace,
+                               bool *save) {
     char ob[96], ib[96];
     const char *oname = node_label(p, o, ob, sizeof ob);
     const char *iname = node_label(p, i, ib, sizeof ib);
@@ -170,7 +172,7 @@ static kf_status check_inplace(kf_plan *p, uint32_t o, uint32_t i, uint32_t *inp
         if (k == at || other == UINT32_MAX || !group_reads_node(p, &p->groups[other], i)) {
             continue;
         }
-        if (k > at && bytes % 4 == 0 && bytes / 4 <= UINT32_MAX) {
+        if (k > at && same && bytes % 4 == 0 && bytes / 4 <= UINT32_MAX) {
             *save = true; /* it reads the copy */
         } else if (k > at) {
             kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT,
@@ -198,6 +200,14 @@ static kf_status check_inplace(kf_plan *p, uint32_t o, uint32_t i, uint32_t *inp
     if (!group_reads_node(p, grp, i)) {
         return KF_OK; /* the input is read only by earlier dispatches */
     }
+    if (!same) {
+        kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT,
+                              "output %s cannot be written into the tensor of input %s: their "
+                              "regions of it overlap without being the same bytes, and group %u "
+                              "(%s) reads %s while it writes %s",
+                              oname, iname, gi, grp->rule, iname, oname);
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
     const kf__node *on = &p->graph->nodes[o], *in = &p->graph->nodes[i];
     if (grp->kind != KF__GROUP_ELEMENTWISE || !kf_shape_eq(&on->shape, &in->shape) ||
         on->dtype != in->dtype) {
@@ -213,6 +223,43 @@ static kf_status check_inplace(kf_plan *p, uint32_t o, uint32_t i, uint32_t *inp
         return KF_ERROR_INVALID_ARGUMENT;
     }
     *inplace = i;
+    return KF_OK;
+}
+
+kf_status kf__plan_check_usage(const kf_plan *p) {
+    if (!p->binds) {
+        return KF_OK; /* the plan's own buffers are all distinct */
+    }
+    for (uint32_t k = 0; k < p->dispatch_count; k++) {
+        if (p->order[k] == UINT32_MAX) {
+            continue; /* an activation save: it copies into a buffer of its own */
+        }
+        const kf__group *grp = &p->groups[p->order[k]];
+        const kf__compiled *c = grp->compiled;
+        kf_binding_kind kinds[KF_GROUP_MAX_SLOTS];
+        uint32_t nk = kf_kernel_binding_kinds(c->kernel, kinds, KF_GROUP_MAX_SLOTS);
+        for (uint32_t w = 0; w < nk && w < c->slot_count; w++) {
+            if (kinds[w] != KF_BINDING_STORAGE_READ_WRITE) {
+                continue;
+            }
+            for (uint32_t r = 0; r < nk && r < c->slot_count; r++) {
+                if (kinds[r] == KF_BINDING_STORAGE_READ_WRITE ||
+                    kf__buffer_base(c->buffers[r]) != kf__buffer_base(c->buffers[w])) {
+                    continue;
+                }
+                char wb[96], rb[96];
+                kf__context_set_error(
+                    p->ctx, KF_ERROR_INVALID_ARGUMENT,
+                    "output %s and input %s are regions of one tensor that group %u (%s) writes "
+                    "and reads in one dispatch, which WebGPU forbids (one buffer bound read-write "
+                    "and read-only at once): bind the output over exactly the input's region (in "
+                    "place), or one of them to another tensor",
+                    node_label(p, c->slots[w], wb, sizeof wb),
+                    node_label(p, c->slots[r], rb, sizeof rb), p->order[k], grp->rule);
+                return KF_ERROR_INVALID_ARGUMENT;
+            }
+        }
+    }
     return KF_OK;
 }
 
@@ -242,22 +289,26 @@ static kf_status check_aliases(kf_plan *p, uint32_t over, kf_buffer *over_buf, u
         }
         uint32_t readers = 0;
         for (uint32_t other = 1; other < g->node_count; other++) {
-            bool b;
-            if (other == o || buffer_with(p, other, over, over_buf, &b) != buf || !b) {
+            bool b, same = false;
+            kf_buffer *obuf = buffer_with(p, other, over, over_buf, &b);
+            if (other == o || !b || kf__buffer_base(obuf) != kf__buffer_base(buf)) {
                 continue;
             }
             char ob_[96], xb[96];
+            if (!kf__buffer_overlap(obuf, buf, &same)) {
+                continue; /* other bytes of one buffer (kf__plan_check_usage checks the rest) */
+            }
             if (g->nodes[other].kind == KF__NODE_OP) {
                 kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT,
-                                      "outputs %s and %s are bound to one tensor; each output "
-                                      "needs a tensor of its own",
+                                      "outputs %s and %s are bound to one tensor (or overlapping "
+                                      "regions of one); each output needs bytes of its own",
                                       node_label(p, o, ob_, sizeof ob_),
                                       node_label(p, other, xb, sizeof xb));
                 return KF_ERROR_INVALID_ARGUMENT;
             }
             uint32_t ip = 0;
             bool later = false;
-            kf_status st = check_inplace(p, o, other, &ip, &later);
+            kf_status st = check_inplace(p, o, other, same, &ip, &later);
             if (st != KF_OK) {
                 return st;
             }
@@ -328,30 +379,34 @@ static kf_status apply(kf_plan *p, const uint32_t *inplace, const bool *save) {
     return kf__plan_make_dispatches(p) == KF_OK ? KF_OK : p->status;
 }
 
-static kf_status bind(kf_plan *p, uint32_t id, const char *what, const char *name,
-                      kf_gpu_tensor *t) {
+/* Checks t for node id as a whole tensor. */
+static kf_status check_whole(kf_plan *p, uint32_t id, const char *what, const char *name,
+                             const kf_gpu_tensor *t) {
     const kf__node *n = &p->graph->nodes[id];
-    if (t) {
-        if (t->ctx != p->ctx || !t->buffer) {
-            kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT,
-                                  "%s %s: the tensor belongs to another context", what, name);
-            return KF_ERROR_INVALID_ARGUMENT;
-        }
-        if (!kf_shape_eq(&n->shape, &t->shape) || n->dtype != t->dtype) {
-            char a[64], b[64];
-            kf__context_set_error(
-                p->ctx, kf_shape_eq(&n->shape, &t->shape) ? KF_ERROR_TYPE : KF_ERROR_SHAPE,
-                "%s %s: the graph says %s %s, the tensor is %s %s", what, name,
-                kf_dtype_str(n->dtype), kf_shape_str(&n->shape, a, sizeof a),
-                kf_dtype_str(t->dtype), kf_shape_str(&t->shape, b, sizeof b));
-            return kf_shape_eq(&n->shape, &t->shape) ? KF_ERROR_TYPE : KF_ERROR_SHAPE;
-        }
+    if (t->ctx != p->ctx || !t->buffer) {
+        kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT,
+                              "%s %s: the tensor belongs to another context", what, name);
+        return KF_ERROR_INVALID_ARGUMENT;
     }
+    if (!kf_shape_eq(&n->shape, &t->shape) || n->dtype != t->dtype) {
+        char a[64], b[64];
+        kf__context_set_error(p->ctx,
+                              kf_shape_eq(&n->shape, &t->shape) ? KF_ERROR_TYPE : KF_ERROR_SHAPE,
+                              "%s %s: the graph says %s %s, the tensor is %s %s", what, name,
+                              kf_dtype_str(n->dtype), kf_shape_str(&n->shape, a, sizeof a),
+                              kf_dtype_str(t->dtype), kf_shape_str(&t->shape, b, sizeof b));
+        return kf_shape_eq(&n->shape, &t->shape) ? KF_ERROR_TYPE : KF_ERROR_SHAPE;
+    }
+    return KF_OK;
+}
+
+/* Binds node id to buf (NULL: unbinds), after the aliasing checks. */
+static kf_status bind_buffer(kf_plan *p, uint32_t id, kf_buffer *buf) {
+    const kf__node *n = &p->graph->nodes[id];
     kf_status st = binds_ensure(p);
     if (st != KF_OK) {
         return st;
     }
-    kf_buffer *buf = t ? t->buffer : NULL;
     if (buf == (kf__plan_is_bound(p, id) ? p->buffers[id] : NULL)) {
         return KF_OK; /* bound already as asked */
     }
@@ -389,6 +444,116 @@ static kf_status bind(kf_plan *p, uint32_t id, const char *what, const char *nam
     free(inplace);
     free(save);
     return st;
+}
+
+static kf_status bind(kf_plan *p, uint32_t id, const char *what, const char *name,
+                      kf_gpu_tensor *t) {
+    kf_status st = t ? check_whole(p, id, what, name, t) : KF_OK;
+    return st == KF_OK ? bind_buffer(p, id, t ? t->buffer : NULL) : st;
+}
+
+/* Binds node id to the bytes of t from byte_offset on, through a view the plan owns. */
+static kf_status bind_at(kf_plan *p, uint32_t id, const char *what, const char *name,
+                         kf_gpu_tensor *t, uint64_t byte_offset) {
+    const kf__node *n = &p->graph->nodes[id];
+    if (!t) {
+        kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT,
+                              "%s %s: the tensor is NULL (kf_plan_bind_%s(p, name, NULL) unbinds)",
+                              what, name, what);
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    if (t->ctx != p->ctx || !t->buffer) {
+        kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT,
+                              "%s %s: the tensor belongs to another context", what, name);
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    if (n->dtype != t->dtype) {
+        kf__context_set_error(p->ctx, KF_ERROR_TYPE, "%s %s: the graph says %s, the tensor is %s",
+                              what, name, kf_dtype_str(n->dtype), kf_dtype_str(t->dtype));
+        return KF_ERROR_TYPE;
+    }
+    char a[64], b[64];
+    uint64_t bytes = kf_shape_elements(&n->shape) * kf_dtype_size(n->dtype);
+    uint64_t have = kf_shape_elements(&t->shape) * kf_dtype_size(t->dtype);
+    if (byte_offset > have || bytes > have - byte_offset) {
+        kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT,
+                              "%s %s: %s %s is %llu bytes, which do not fit at byte %llu of a "
+                              "tensor %s %s of %llu bytes",
+                              what, name, kf_dtype_str(n->dtype),
+                              kf_shape_str(&n->shape, a, sizeof a), (unsigned long long)bytes,
+                              (unsigned long long)byte_offset, kf_dtype_str(t->dtype),
+                              kf_shape_str(&t->shape, b, sizeof b), (unsigned long long)have);
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    if (n->kind == KF__NODE_OP && bytes % 4) {
+        /* kernels store f16 in pairs: the half after the last would be the next region's */
+        kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT,
+                              "%s %s: %s %s is %llu bytes, not whole 4-byte words, so it cannot "
+                              "be written into part of a tensor; bind a tensor of its own",
+                              what, name, kf_dtype_str(n->dtype),
+                              kf_shape_str(&n->shape, a, sizeof a), (unsigned long long)bytes);
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    kf_buffer *view = NULL;
+    kf_status st = kf_buffer_view(t->buffer, byte_offset, bytes, &view);
+    if (st != KF_OK) {
+        kf__context_set_error(p->ctx, st, "%s %s: %s", what, name, kf_context_last_error(p->ctx));
+        return st;
+    }
+    st = bind_buffer(p, id, view);
+    kf_buffer_destroy(view); /* the plan's hold keeps it until it unbinds; freed now on failure */
+    return st;
+}
+
+static uint32_t input_node(const kf_plan *p, const char *name) {
+    const kf_graph *g = p->graph;
+    for (uint32_t id = 1; name && id < g->node_count; id++) {
+        if (g->nodes[id].kind == KF__NODE_INPUT && !strcmp(g->nodes[id].name, name)) {
+            return id;
+        }
+    }
+    return 0;
+}
+
+kf_status kf_plan_bind_input_at(kf_plan *p, const char *name, kf_gpu_tensor *t,
+                                uint64_t byte_offset) {
+    if (!p) {
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    uint32_t id = input_node(p, name);
+    if (!id) {
+        kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT, "plan has no input named '%s'",
+                              name ? name : "(null)");
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    return bind_at(p, id, "input", name, t, byte_offset);
+}
+
+/* The output node of name that bind may bind; 0 (with the message set) otherwise. */
+static uint32_t bindable_output(kf_plan *p, const char *name) {
+    uint32_t id = kf__plan_output_node(p, name);
+    if (!id) {
+        kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT, "plan has no output named '%s'",
+                              name ? name : "(null)");
+        return 0;
+    }
+    const kf__node *n = &p->graph->nodes[id];
+    if (n->kind != KF__NODE_OP || !p->buffers[id]) {
+        kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT,
+                              "output %s is the graph's input %s itself: bind the input instead",
+                              name, n->kind == KF__NODE_INPUT ? n->name : "(a constant)");
+        return 0;
+    }
+    return id;
+}
+
+kf_status kf_plan_bind_output_at(kf_plan *p, const char *name, kf_gpu_tensor *t,
+                                 uint64_t byte_offset) {
+    if (!p) {
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    uint32_t id = bindable_output(p, name);
+    return id ? bind_at(p, id, "output", name, t, byte_offset) : KF_ERROR_INVALID_ARGUMENT;
 }
 
 kf_status kf_plan_bind_input(kf_plan *p, const char *name, kf_gpu_tensor *t) {

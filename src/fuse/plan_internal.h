@@ -3,6 +3,7 @@
 #define KF_PLAN_INTERNAL_H
 
 #include "fuse/fuse_internal.h"
+#include "runtime/runtime.h"
 
 /* A group holds at most this many element-wise nodes, so each kernel's size (and its shader
  * compilation time) stays bounded: a longer chain splits into groups of this size, and those that
@@ -94,7 +95,7 @@ struct kf_plan {
     kf_graph *graph; /* the plan's own copy */
     bool no_fuse;
     kf_status status;
-    char error[512];
+    char error[4096]; /* as long as a context's: a compile lists each failing pipeline */
     kf__group *groups;
     uint32_t group_count;
     uint32_t group_capacity;
@@ -141,6 +142,10 @@ void kf__plan_free_compiled(kf__compiled *c); /* NULL: nothing */
 kf_status kf__plan_make_dispatches(kf_plan *p);
 /* KF_OK when every input was set or bound; else the message names the first that was not. */
 kf_status kf__plan_check_inputs(const kf_plan *p);
+/* KF_ERROR_INVALID_ARGUMENT (naming both nodes) when a dispatch would bind one buffer read-only
+ * and read-write (regions of one tensor bound to an input and an output of one group), which
+ * WebGPU refuses; checked at run since a second binding may yet make it in place (plan_bind.c). */
+kf_status kf__plan_check_usage(const kf_plan *p);
 
 /* plan_bind.c */
 /* The input node whose tensor the group result `result` is computed into, in place (an output
@@ -167,12 +172,8 @@ kf_status kf__plan_check(kf_plan *p, const kf_tensor *const *given, uint64_t see
  * cap node ids into reads; returns how many (plan_verify.c). */
 uint32_t kf__plan_group_reads(const kf_plan *p, uint32_t gi, uint32_t *reads, uint32_t cap);
 
-/* A plan holds its context from compile to destroy (defined by the runtime, see
- * src/runtime/runtime.h): after kf_context_destroy its calls fail with KF_ERROR_DEVICE_LOST. */
-void kf__context_hold(kf_context *ctx);
-void kf__context_let_go(kf_context *ctx);
-/* Sets the context's last-error message (defined by the runtime). */
-void kf__context_set_error(kf_context *ctx, kf_status status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+/* A plan holds its context from compile to destroy (kf__context_hold, runtime/runtime.h): after
+ * kf_context_destroy its calls fail with KF_ERROR_DEVICE_LOST. Messages go to the context too
+ * (kf__context_set_error). */
 
 #endif

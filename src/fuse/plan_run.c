@@ -7,6 +7,10 @@
 
 kf_status kf_plan_dispatches(const kf_plan *p, const kf_dispatch **out, uint32_t *count) {
     if (!p || !out || !count) {
+        if (p) {
+            kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT,
+                                  "kf_plan_dispatches: %s is NULL", !out ? "out" : "count");
+        }
         return KF_ERROR_INVALID_ARGUMENT;
     }
     kf_status st = kf__plan_check_inputs(p);
@@ -83,6 +87,10 @@ kf_status kf_plan_run_sequence(kf_plan *const *plans, uint32_t count) {
 kf_status kf_plan_time_sequence(kf_plan *const *plans, uint32_t count, uint32_t repeat,
                                 kf_timing *out) {
     if (!out) {
+        if (plans && count && plans[0]) {
+            kf__context_set_error(plans[0]->ctx, KF_ERROR_INVALID_ARGUMENT,
+                                  "kf_plan_time_sequence: out is NULL");
+        }
         return KF_ERROR_INVALID_ARGUMENT;
     }
     memset(out, 0, sizeof *out);

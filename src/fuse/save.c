@@ -44,6 +44,10 @@ kf_status kf_save_activations_record(kf_context *ctx, const kf_copy_pair *pairs,
         *dispatches = 0;
     }
     if (!ctx || (count && (!pairs || !bindings || !out))) {
+        kf__context_set_error(ctx, KF_ERROR_INVALID_ARGUMENT, "save_activations: %s is NULL",
+                              !pairs      ? "pairs"
+                              : !bindings ? "bindings"
+                                          : "out");
         return KF_ERROR_INVALID_ARGUMENT;
     }
     uint32_t lanes = 4;
@@ -51,10 +55,17 @@ kf_status kf_save_activations_record(kf_context *ctx, const kf_copy_pair *pairs,
         const kf_copy_pair *c = &pairs[i];
         if (!c->src || !c->dst || c->size % 4 != 0 || c->size > kf_buffer_size(c->src) ||
             c->size > kf_buffer_size(c->dst) || c->src == c->dst) {
+            const char *what = !c->src                            ? "src is NULL"
+                               : !c->dst                          ? "dst is NULL"
+                               : c->src == c->dst                 ? "src and dst are one buffer"
+                               : c->size % 4 != 0                 ? "size is not a multiple of 4"
+                               : c->size > kf_buffer_size(c->src) ? "size exceeds src"
+                                                                  : "size exceeds dst";
             kf__context_set_error(ctx, KF_ERROR_INVALID_ARGUMENT,
-                                  "save_activations: pair %u: need distinct src and dst buffers "
-                                  "and a size that is a multiple of 4 and fits both",
-                                  i);
+                                  "save_activations: pair %u: %s (size %llu; need distinct src "
+                                  "and dst buffers and a size that is a multiple of 4 and fits "
+                                  "both)",
+                                  i, what, (unsigned long long)c->size);
             return KF_ERROR_INVALID_ARGUMENT;
         }
         if (c->size / 4 > UINT32_MAX) {
@@ -109,6 +120,7 @@ kf_status kf_save_activations(kf_context *ctx, const kf_copy_pair *pairs, uint32
         *dispatches = 0;
     }
     if (!ctx || (count && !pairs)) {
+        kf__context_set_error(ctx, KF_ERROR_INVALID_ARGUMENT, "save_activations: pairs is NULL");
         return KF_ERROR_INVALID_ARGUMENT;
     }
     kf_dispatch *ds = calloc(count ? count : 1, sizeof *ds);

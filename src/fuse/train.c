@@ -98,11 +98,14 @@ static uint32_t loss_node(const kf_graph *g, const char *name) {
 
 kf_status kf_trainer_create(kf_context *ctx, const kf_graph *g, const kf_trainer_desc *desc,
                             kf_trainer **out) {
-    if (!out) {
-        return KF_ERROR_INVALID_ARGUMENT;
+    if (out) {
+        *out = NULL;
     }
-    *out = NULL;
-    if (!ctx || !g || !desc) {
+    if (!out || !ctx || !g || !desc) {
+        kf__context_set_error(ctx, KF_ERROR_INVALID_ARGUMENT, "kf_trainer_create: %s is NULL",
+                              !out ? "out"
+                              : !g ? "g"
+                                   : "desc");
         return KF_ERROR_INVALID_ARGUMENT;
     }
     if (g->status != KF_OK) {
@@ -266,6 +269,11 @@ static kf_status param_of(const kf_trainer *t, const char *name, const kf_shape 
 
 kf_status kf_trainer_set_param(kf_trainer *t, const char *name, const kf_tensor *value) {
     if (!t || !value) {
+        if (t) {
+            kf__context_set_error(t->ctx, KF_ERROR_INVALID_ARGUMENT,
+                                  "kf_trainer_set_param: param %s: value is NULL",
+                                  name ? name : "(null)");
+        }
         return KF_ERROR_INVALID_ARGUMENT;
     }
     kf_gpu_tensor *p;
@@ -276,6 +284,11 @@ kf_status kf_trainer_set_param(kf_trainer *t, const char *name, const kf_tensor 
 
 kf_status kf_trainer_get_param(const kf_trainer *t, const char *name, kf_tensor *out) {
     if (!t || !out) {
+        if (t) {
+            kf__context_set_error(t->ctx, KF_ERROR_INVALID_ARGUMENT,
+                                  "kf_trainer_get_param: param %s: out is NULL",
+                                  name ? name : "(null)");
+        }
         return KF_ERROR_INVALID_ARGUMENT;
     }
     kf_gpu_tensor *p;
@@ -337,6 +350,10 @@ static kf_status drain(kf_trainer *t) {
 kf_status kf_trainer_step(kf_trainer *t, const char *const *names, const kf_tensor *const *batch,
                           uint32_t count) {
     if (!t || (count && (!names || !batch))) {
+        if (t) {
+            kf__context_set_error(t->ctx, KF_ERROR_INVALID_ARGUMENT, "kf_trainer_step: %s is NULL",
+                                  !names ? "names" : "batch");
+        }
         return KF_ERROR_INVALID_ARGUMENT;
     }
     kf_status st = t->pending == HISTORY ? drain(t) : KF_OK;
@@ -368,6 +385,10 @@ kf_status kf_trainer_step(kf_trainer *t, const char *const *names, const kf_tens
 
 kf_status kf_trainer_losses(kf_trainer *t, const float **losses, uint64_t *count) {
     if (!t || !losses || !count) {
+        if (t) {
+            kf__context_set_error(t->ctx, KF_ERROR_INVALID_ARGUMENT,
+                                  "kf_trainer_losses: %s is NULL", !losses ? "losses" : "count");
+        }
         return KF_ERROR_INVALID_ARGUMENT;
     }
     kf_status st = drain(t);
@@ -380,6 +401,10 @@ kf_status kf_trainer_evaluate(kf_trainer *t, const char *const *names,
                               const kf_tensor *const *batch, uint32_t count, uint32_t rows,
                               float *loss, uint32_t *correct) {
     if (!t || (count && (!names || !batch))) {
+        if (t) {
+            kf__context_set_error(t->ctx, KF_ERROR_INVALID_ARGUMENT,
+                                  "kf_trainer_evaluate: %s is NULL", !names ? "names" : "batch");
+        }
         return KF_ERROR_INVALID_ARGUMENT;
     }
     const kf_tensor *labels = NULL;

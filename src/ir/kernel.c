@@ -531,6 +531,10 @@ uint32_t kf_kernel_binding_count(const kf_kernel *k) {
 
 kf_status kf_kernel_binding_info(const kf_kernel *k, uint32_t index, kf_binding_info *out) {
     if (!k || !out) {
+        if (k) {
+            snprintf(((kf_kernel *)k)->run_error, sizeof k->run_error,
+                     "kf_kernel_binding_info: out is NULL");
+        }
         return KF_ERROR_INVALID_ARGUMENT;
     }
     uint32_t i = index;
@@ -557,6 +561,11 @@ kf_status kf_kernel_binding_info(const kf_kernel *k, uint32_t index, kf_binding_
         out->elem = k->output;
         return KF_OK;
     }
+    /* A failed query is reported like a failed run (run_error), not as a building error, which
+     * would poison the kernel; the message is the caller's even through a const handle. */
+    snprintf(((kf_kernel *)k)->run_error, sizeof k->run_error,
+             "kf_kernel_binding_info: binding %u of '%s', which has %u bindings", index, k->name,
+             kf_kernel_binding_count(k));
     return KF_ERROR_INVALID_ARGUMENT;
 }
 

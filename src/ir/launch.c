@@ -33,6 +33,7 @@ static uint64_t binding_length(const kf_kernel *k, uint32_t i, uint64_t bytes) {
 kf_status kf_kernel_dispatch(kf_context *ctx, kf_kernel *k, const kf_kernel_launch *launch,
                              kf_dispatch *out) {
     if (!k) {
+        kf__context_set_error(ctx, KF_ERROR_INVALID_ARGUMENT, "kf_kernel_dispatch: k is NULL");
         return KF_ERROR_INVALID_ARGUMENT;
     }
     k->run_error[0] = '\0';

@@ -32,11 +32,12 @@ static kf_status check_dtype(kf_context *ctx, kf_dtype dtype) {
 
 kf_status kf_gpu_tensor_create(kf_context *ctx, const kf_shape *shape, kf_dtype dtype,
                                kf_gpu_tensor **out) {
-    if (!out) {
-        return KF_ERROR_INVALID_ARGUMENT;
+    if (out) {
+        *out = NULL;
     }
-    *out = NULL;
-    if (!ctx || !shape) {
+    if (!out || !ctx || !shape) {
+        kf__context_set_error(ctx, KF_ERROR_INVALID_ARGUMENT, "kf_gpu_tensor_create: %s is NULL",
+                              !out ? "out" : "shape");
         return KF_ERROR_INVALID_ARGUMENT;
     }
     if (!kf__shape_valid(shape)) {
@@ -53,6 +54,7 @@ kf_status kf_gpu_tensor_create(kf_context *ctx, const kf_shape *shape, kf_dtype 
     }
     kf_gpu_tensor *g = calloc(1, sizeof *g);
     if (!g) {
+        kf__context_set_error(ctx, KF_ERROR_OUT_OF_MEMORY, "gpu tensor: out of host memory");
         return KF_ERROR_OUT_OF_MEMORY;
     }
     g->ctx = ctx;
@@ -70,13 +72,15 @@ kf_status kf_gpu_tensor_create(kf_context *ctx, const kf_shape *shape, kf_dtype 
 
 kf_status kf_gpu_tensor_from(kf_context *ctx, const kf_tensor *t, kf_dtype dtype,
                              kf_gpu_tensor **out) {
-    if (!out) {
+    if (!out || !t) {
+        if (out) {
+            *out = NULL;
+        }
+        kf__context_set_error(ctx, KF_ERROR_INVALID_ARGUMENT, "kf_gpu_tensor_from: %s is NULL",
+                              out ? "t" : "out");
         return KF_ERROR_INVALID_ARGUMENT;
     }
     *out = NULL;
-    if (!t) {
-        return KF_ERROR_INVALID_ARGUMENT;
-    }
     uint64_t n = kf_tensor_size(t);
     const void *bytes = t->data;
     void *converted = NULL;
@@ -124,6 +128,9 @@ kf_status kf_gpu_tensor_from(kf_context *ctx, const kf_tensor *t, kf_dtype dtype
 
 kf_status kf_gpu_tensor_to(const kf_gpu_tensor *g, kf_tensor *t) {
     if (!g || !t) {
+        if (g) {
+            kf__context_set_error(g->ctx, KF_ERROR_INVALID_ARGUMENT, "kf_gpu_tensor_to: t is NULL");
+        }
         return KF_ERROR_INVALID_ARGUMENT;
     }
     if (!kf_shape_eq(&g->shape, &t->shape)) {
@@ -139,6 +146,7 @@ kf_status kf_gpu_tensor_to(const kf_gpu_tensor *g, kf_tensor *t) {
     }
     void *tmp = malloc((size_t)n * kf_dtype_size(g->dtype) + 4);
     if (!tmp) {
+        kf__context_set_error(g->ctx, KF_ERROR_OUT_OF_MEMORY, "gpu tensor: out of host memory");
         return KF_ERROR_OUT_OF_MEMORY;
     }
     kf_status st = kf_buffer_download(g->buffer, 0, tmp, n * kf_dtype_size(g->dtype));

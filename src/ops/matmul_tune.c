@@ -210,6 +210,9 @@ static double time_config(kf_context *ctx, uint32_t m, uint32_t k, uint32_t n,
 kf_status kf_matmul_tune(kf_context *ctx, uint32_t m, uint32_t k, uint32_t n,
                          kf_matmul_tuning *out) {
     if (!ctx || !out || !m || !k || !n) {
+        kf__context_set_error(ctx, KF_ERROR_INVALID_ARGUMENT,
+                              "matmul tune: %s (m %u, k %u, n %u: each at least 1)",
+                              !out ? "out is NULL" : "a dimension is 0", m, k, n);
         return KF_ERROR_INVALID_ARGUMENT;
     }
     memset(out, 0, sizeof *out);

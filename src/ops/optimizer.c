@@ -310,11 +310,11 @@ static kf_status make_batch(kf_optimizer *o, opt_batch *b) {
 kf_status kf_optimizer_create(kf_context *ctx, const kf_optimizer_desc *desc,
                               kf_gpu_tensor *const *params, kf_gpu_tensor *const *grads,
                               uint32_t count, kf_optimizer **out) {
-    if (!out) {
-        return KF_ERROR_INVALID_ARGUMENT;
+    if (out) {
+        *out = NULL;
     }
-    *out = NULL;
-    if (!ctx) {
+    if (!out || !ctx) {
+        kf__context_set_error(ctx, KF_ERROR_INVALID_ARGUMENT, "kf_optimizer_create: out is NULL");
         return KF_ERROR_INVALID_ARGUMENT;
     }
     if (!desc || !params || !grads || count == 0) {
@@ -387,6 +387,10 @@ kf_status kf_optimizer_create(kf_context *ctx, const kf_optimizer_desc *desc,
 
 kf_status kf_optimizer_record(kf_optimizer *o, const kf_dispatch **out, uint32_t *count) {
     if (!o || !out || !count) {
+        if (o) {
+            kf__context_set_error(o->ctx, KF_ERROR_INVALID_ARGUMENT,
+                                  "kf_optimizer_record: %s is NULL", !out ? "out" : "count");
+        }
         return KF_ERROR_INVALID_ARGUMENT;
     }
     *out = o->dispatches[o->steps % 2];
@@ -591,6 +595,16 @@ kf_status kf_optimizer_verify(kf_context *ctx, const kf_optimizer_desc *desc,
                               const kf_shape *shapes, uint32_t count, uint32_t steps, uint64_t seed,
                               kf_verify_result *out) {
     if (!ctx || !desc || !shapes || !out || count == 0 || count > 64 || steps == 0) {
+        if (out) {
+            memset(out, 0, sizeof *out);
+            snprintf(out->message, sizeof out->message, "kf_optimizer_verify: %s",
+                     !ctx                       ? "ctx is NULL"
+                     : !desc                    ? "desc is NULL"
+                     : !shapes                  ? "shapes is NULL"
+                     : count == 0 || count > 64 ? "count must be 1 to 64"
+                                                : "steps must be at least 1");
+            kf__context_set_error(ctx, KF_ERROR_INVALID_ARGUMENT, "%s", out->message);
+        }
         return KF_ERROR_INVALID_ARGUMENT;
     }
     memset(out, 0, sizeof *out);

@@ -756,6 +756,8 @@ kf_status kf_op_check_gradient(const kf_verify_case *c, kf_verify_result *out) {
     memset(out, 0, sizeof *out);
     out->tolerance = GRADIENT_TOLERANCE;
     if (!c || !c->op) {
+        snprintf(out->message, sizeof out->message, "kf_op_check_gradient: %s is NULL",
+                 c ? "the case's op" : "the case");
         return KF_ERROR_INVALID_ARGUMENT;
     }
     const kf_operator *op = c->op;

@@ -90,7 +90,8 @@ static void buffer_release(kf_buffer *buf) {
 
 static void buffer_free(kf_buffer *buf) {
     kf_context *ctx = buf->ctx;
-    buffer_release(buf); /* NULL already when the context was destroyed */
+    buffer_release(buf); /* NULL already when the context was destroyed, and for a view */
+    kf_buffer *of = buf->view_of;
     if (buf->prev_live) {
         buf->prev_live->next_live = buf->next_live;
     } else {
@@ -100,6 +101,7 @@ static void buffer_free(kf_buffer *buf) {
         buf->next_live->prev_live = buf->prev_live;
     }
     free(buf);
+    kf__buffer_drop(of);
     kf__context_let_go(ctx);
 }
 
@@ -137,6 +139,80 @@ void kf__buffer_drop(kf_buffer *buf) {
 
 uint64_t kf_buffer_size(const kf_buffer *buf) {
     return buf ? buf->size : 0;
+}
+
+kf_status kf_buffer_view(kf_buffer *buf, uint64_t offset, uint64_t size, kf_buffer **out) {
+    if (out) {
+        *out = NULL;
+    }
+    if (!buf || !out) {
+        return kf__context_fail(buf ? buf->ctx : NULL, KF_ERROR_INVALID_ARGUMENT,
+                                "kf_buffer_view: %s is NULL", buf ? "out" : "buf");
+    }
+    kf_context *ctx = buf->ctx;
+    kf_status st = kf__context_check(ctx);
+    if (st != KF_OK) {
+        return st;
+    }
+    if (buf->destroyed) {
+        return kf__context_fail(ctx, KF_ERROR_INVALID_ARGUMENT,
+                                "kf_buffer_view: the buffer was destroyed");
+    }
+    if (size == 0 || offset > buf->size || size > buf->size - offset) {
+        return kf__context_fail(ctx, KF_ERROR_INVALID_ARGUMENT,
+                                "kf_buffer_view: %llu bytes at offset %llu do not fit in a buffer "
+                                "of %llu bytes%s",
+                                (unsigned long long)size, (unsigned long long)offset,
+                                (unsigned long long)buf->size,
+                                size ? "" : " (a view holds 1 or more)");
+    }
+    /* WebGPU binds and copies whole words, so never less than 4 */
+    uint32_t align = ctx->limits.min_storage_buffer_offset_alignment;
+    align = align > 4 ? align : 4;
+    uint64_t base = buf->view_offset + offset;
+    if (base % align) {
+        return kf__context_fail(ctx, KF_ERROR_INVALID_ARGUMENT,
+                                "kf_buffer_view: offset %llu is not a multiple of this device's "
+                                "minStorageBufferOffsetAlignment (%u bytes)",
+                                (unsigned long long)base, align);
+    }
+    kf_buffer *v = calloc(1, sizeof *v);
+    if (!v) {
+        return kf__context_fail(ctx, KF_ERROR_OUT_OF_MEMORY, "kf_buffer_view: out of host memory");
+    }
+    kf_buffer *of = buf->view_of ? buf->view_of : buf;
+    v->ctx = ctx;
+    kf__context_hold(ctx);
+    v->next_live = ctx->live_buffers;
+    if (ctx->live_buffers) {
+        ctx->live_buffers->prev_live = v;
+    }
+    ctx->live_buffers = v;
+    v->size = size;
+    v->alloc_size = round_up4(size);
+    v->view_of = of;
+    v->view_offset = base;
+    kf__buffer_hold(of);
+    *out = v;
+    return KF_OK;
+}
+
+wg_buffer kf__buffer_handle(const kf_buffer *buf, uint64_t *offset) {
+    if (offset) {
+        *offset = buf->view_offset;
+    }
+    return buf->view_of ? buf->view_of->handle : buf->handle;
+}
+
+const kf_buffer *kf__buffer_base(const kf_buffer *buf) {
+    return buf->view_of ? buf->view_of : buf;
+}
+
+bool kf__buffer_overlap(const kf_buffer *a, const kf_buffer *b, bool *same) {
+    const kf_buffer *ra = a->view_of ? a->view_of : a, *rb = b->view_of ? b->view_of : b;
+    *same = ra == rb && a->view_offset == b->view_offset && a->size == b->size;
+    return ra == rb && a->view_offset < b->view_offset + b->size &&
+           b->view_offset < a->view_offset + a->size;
 }
 
 void kf__context_staging_destroy(kf_context *ctx) {
@@ -198,7 +274,10 @@ static kf_status write_words(kf_buffer *buf, uint64_t offset, const uint8_t *dat
     kf__context_scope_push(ctx);
     for (uint64_t done = 0; done < size; done += KF__CHUNK_BYTES) {
         uint64_t n = size - done < KF__CHUNK_BYTES ? size - done : KF__CHUNK_BYTES;
-        ctx->api.queue_write_buffer(ctx->queue, buf->handle, offset + done, data + done, (size_t)n);
+        uint64_t base;
+        wg_buffer handle = kf__buffer_handle(buf, &base);
+        ctx->api.queue_write_buffer(ctx->queue, handle, base + offset + done, data + done,
+                                    (size_t)n);
     }
     return kf__context_scope_pop(ctx, KF_ERROR_VALIDATION, "kf_buffer_upload");
 }
@@ -230,7 +309,9 @@ static kf_status read_words(kf_buffer *buf, uint64_t begin, uint64_t end, uint64
             return st;
         }
         wg_command_encoder enc = ctx->api.device_create_command_encoder(ctx->device, NULL);
-        ctx->api.command_encoder_copy_buffer_to_buffer(enc, buf->handle, c0, ctx->staging, 0, n);
+        uint64_t base;
+        wg_buffer handle = kf__buffer_handle(buf, &base);
+        ctx->api.command_encoder_copy_buffer_to_buffer(enc, handle, base + c0, ctx->staging, 0, n);
         wg_command_buffer cmd = ctx->api.command_encoder_finish(enc, NULL);
         ctx->api.command_encoder_release(enc);
         st = kf__context_submit(ctx, cmd, "kf_buffer_download");
@@ -351,12 +432,17 @@ kf_status kf_buffer_fill_u32(kf_buffer *buf, uint32_t pattern) {
     for (uint64_t i = 0; i < chunk / 4; i++) {
         words[i] = pattern;
     }
-    for (uint64_t done = 0; done < buf->alloc_size && st == KF_OK; done += chunk) {
-        uint64_t n = buf->alloc_size - done < chunk ? buf->alloc_size - done : chunk;
+    /* A view ends where its bytes end: the rest of its last word is another region's. */
+    uint64_t whole = buf->view_of ? buf->size & ~(uint64_t)3 : buf->alloc_size;
+    for (uint64_t done = 0; done < whole && st == KF_OK; done += chunk) {
+        uint64_t n = whole - done < chunk ? whole - done : chunk;
         st = write_words(buf, done, (const uint8_t *)words, n);
     }
     if (st == KF_OK) {
-        buf->ctx->stats.upload_bytes += buf->alloc_size;
+        buf->ctx->stats.upload_bytes += whole;
+    }
+    if (st == KF_OK && whole < buf->size) {
+        st = kf_buffer_upload(buf, whole, &pattern, buf->size - whole);
     }
     free(words);
     return st;

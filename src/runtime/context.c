@@ -661,6 +661,7 @@ static void fill_info(kf_context *ctx) {
     const wg_limits *l = &ctx->limits;
     info->max_buffer_size = l->max_buffer_size;
     info->max_storage_buffer_binding_size = l->max_storage_buffer_binding_size;
+    info->min_storage_buffer_offset_alignment = l->min_storage_buffer_offset_alignment;
     info->max_storage_buffers_per_stage = l->max_storage_buffers_per_shader_stage;
     info->max_compute_workgroup_storage_size = l->max_compute_workgroup_storage_size;
     info->max_compute_invocations_per_workgroup = l->max_compute_invocations_per_workgroup;
@@ -966,7 +967,9 @@ const char *kf_context_last_error(const kf_context *ctx) {
 
 kf_status kf_context_adapter_info(const kf_context *ctx, kf_adapter_info *out) {
     if (!ctx || !out) {
-        return KF_ERROR_INVALID_ARGUMENT;
+        /* the context's message is the caller's even through a const handle (errors.md) */
+        return kf__context_fail((kf_context *)ctx, KF_ERROR_INVALID_ARGUMENT,
+                                "kf_context_adapter_info: out is NULL");
     }
     *out = ctx->info;
     return KF_OK;
@@ -974,7 +977,8 @@ kf_status kf_context_adapter_info(const kf_context *ctx, kf_adapter_info *out) {
 
 kf_status kf_context_stats_get(const kf_context *ctx, kf_context_stats *out) {
     if (!ctx || !out) {
-        return KF_ERROR_INVALID_ARGUMENT;
+        return kf__context_fail((kf_context *)ctx, KF_ERROR_INVALID_ARGUMENT,
+                                "kf_context_stats_get: out is NULL");
     }
     *out = ctx->stats;
     kf__disk_cache_stats(ctx, out);

@@ -43,6 +43,14 @@ static kf_status plan_one(kf_context *ctx, const kf_dispatch *d, uint32_t index,
                                     "dispatch %u: buffer %u belongs to another context", index, i);
         }
         bool uniform = p->bindings[i] == KF_BINDING_UNIFORM;
+        uint32_t align = ctx->limits.min_uniform_buffer_offset_alignment;
+        if (uniform && align > 1 && b->view_offset % align) {
+            return kf__context_fail(ctx, KF_ERROR_INVALID_ARGUMENT,
+                                    "dispatch %u: binding %u is a uniform view at offset %llu, not "
+                                    "a multiple of this device's minUniformBufferOffsetAlignment "
+                                    "(%u bytes)",
+                                    index, i, (unsigned long long)b->view_offset, align);
+        }
         uint64_t limit = uniform ? ctx->limits.max_uniform_buffer_binding_size
                                  : ctx->limits.max_storage_buffer_binding_size;
         if (b->alloc_size > limit) {
@@ -132,8 +140,7 @@ static kf_status record(kf_context *ctx, const planned *steps, uint32_t count, b
         for (uint32_t b = 0; b < d->buffer_count; b++) {
             memset(&e[b], 0, sizeof e[b]);
             e[b].binding = b;
-            e[b].buffer = d->buffers[b]->handle;
-            e[b].offset = 0;
+            e[b].buffer = kf__buffer_handle(d->buffers[b], &e[b].offset);
             e[b].size = d->buffers[b]->alloc_size;
         }
         wg_bind_group_desc bd = {

@@ -23,6 +23,7 @@ static const kf__wgpu_impl g_impls[] = {
         .limits_size = sizeof(wg_limits),
         .work_done_has_message = true,
         .timed_wait_any = true,
+        .async_pipelines = true,
         .stype_toggles = WG_STYPE_DAWN_TOGGLES,
         .stype_fake_buffer_oom = WG_STYPE_DAWN_FAKE_BUFFER_OOM,
         .stype_cache_device = WG_STYPE_DAWN_CACHE_DEVICE_DESCRIPTOR,

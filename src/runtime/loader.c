@@ -62,6 +62,8 @@ static bool resolve(void *library, kf__wgpu_api *api, const char **missing) {
 #undef KF_WGPU_RESOLVE
     sym = dlsym(library, "wgpuDeviceForceLoss");
     memcpy(&api->device_force_loss, &sym, sizeof sym);
+    sym = dlsym(library, "wgpuDeviceCreateComputePipelineAsync");
+    memcpy(&api->device_create_compute_pipeline_async, &sym, sizeof sym);
     sym = dlsym(library, "wgpuDeviceTick");
     memcpy(&api->device_tick, &sym, sizeof sym);
     return true;

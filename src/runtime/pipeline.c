@@ -391,7 +391,8 @@ static kf_status check_desc(kf_context *ctx, const kf_pipeline_desc *desc) {
     return KF_OK;
 }
 
-static kf_status build(kf_context *ctx, kf_pipeline *p) {
+/* The shader module of p, its compile errors reported with the compiler's messages. */
+static kf_status build_module(kf_context *ctx, kf_pipeline *p) {
     wg_shader_source_wgsl source = {{NULL, WG_STYPE_SHADER_SOURCE_WGSL}, {p->wgsl, WG_STRLEN}};
     wg_shader_module_desc md = {&source.chain, {"kfuse kernel", WG_STRLEN}};
     kf__context_scope_push(ctx);
@@ -400,10 +401,11 @@ static kf_status build(kf_context *ctx, kf_pipeline *p) {
     if (st == KF_ERROR_COMPILE) {
         return compile_error(ctx, p->module, p->wgsl, p->entry_point);
     }
-    if (st != KF_OK) {
-        return st;
-    }
+    return st;
+}
 
+/* The bind group layout and pipeline layout of p, inside the caller's error scope. */
+static kf_status build_layouts(kf_context *ctx, kf_pipeline *p) {
     wg_bind_group_layout_entry *entries = NULL;
     if (p->binding_count) {
         entries = calloc(p->binding_count, sizeof *entries);
@@ -417,44 +419,301 @@ static kf_status build(kf_context *ctx, kf_pipeline *p) {
         entries[i].visibility = WG_STAGE_COMPUTE;
         entries[i].buffer.type = binding_type(p->bindings[i]);
     }
-    wg_constant_entry *constants = NULL;
-    if (p->constant_count) {
-        constants = calloc(p->constant_count, sizeof *constants);
-        if (!constants) {
-            free(entries);
-            return kf__context_fail(ctx, KF_ERROR_OUT_OF_MEMORY,
-                                    "kf_pipeline_get: out of host memory");
-        }
-    }
-    for (uint32_t i = 0; i < p->constant_count; i++) {
-        constants[i].key = (wg_string){p->constants[i].name, WG_STRLEN};
-        constants[i].value = p->constants[i].value;
-    }
-
-    kf__context_scope_push(ctx);
     wg_bind_group_layout_desc bgl = {
         NULL, {"kfuse bindings", WG_STRLEN}, p->binding_count, entries};
     p->bind_group_layout = ctx->api.device_create_bind_group_layout(ctx->device, &bgl);
     wg_pipeline_layout_desc pl = {NULL, {"kfuse layout", WG_STRLEN}, 1, &p->bind_group_layout, 0};
     p->layout = ctx->api.device_create_pipeline_layout(ctx->device, &pl);
-    wg_compute_pipeline_desc cp;
-    memset(&cp, 0, sizeof cp);
-    cp.label = (wg_string){"kfuse pipeline", WG_STRLEN};
-    cp.layout = p->layout;
-    cp.compute.module = p->module;
-    cp.compute.entry_point = (wg_string){p->entry_point, WG_STRLEN};
-    cp.compute.constant_count = p->constant_count;
-    cp.compute.constants = constants;
-    p->handle = ctx->api.device_create_compute_pipeline(ctx->device, &cp);
-    st = kf__context_scope_pop(
-        ctx, KF_ERROR_COMPILE,
-        "kf_pipeline_get: the WGSL compiled but no pipeline could be made of it");
     free(entries);
+    return KF_OK;
+}
+
+#define NO_PIPELINE "kf_pipeline_get: the WGSL compiled but no pipeline could be made of it"
+
+/* The compute pipeline descriptor of p; *constants (freed by the caller after the create call)
+ * holds its override constants. */
+static kf_status pipeline_desc(kf_context *ctx, const kf_pipeline *p, wg_compute_pipeline_desc *cp,
+                               wg_constant_entry **constants) {
+    *constants = NULL;
+    if (p->constant_count) {
+        *constants = calloc(p->constant_count, sizeof **constants);
+        if (!*constants) {
+            return kf__context_fail(ctx, KF_ERROR_OUT_OF_MEMORY,
+                                    "kf_pipeline_get: out of host memory");
+        }
+    }
+    for (uint32_t i = 0; i < p->constant_count; i++) {
+        (*constants)[i].key = (wg_string){p->constants[i].name, WG_STRLEN};
+        (*constants)[i].value = p->constants[i].value;
+    }
+    memset(cp, 0, sizeof *cp);
+    cp->label = (wg_string){"kfuse pipeline", WG_STRLEN};
+    cp->layout = p->layout;
+    cp->compute.module = p->module;
+    cp->compute.entry_point = (wg_string){p->entry_point, WG_STRLEN};
+    cp->compute.constant_count = p->constant_count;
+    cp->compute.constants = *constants;
+    return KF_OK;
+}
+
+static kf_status build(kf_context *ctx, kf_pipeline *p) {
+    kf_status st = build_module(ctx, p);
+    if (st != KF_OK) {
+        return st;
+    }
+    wg_compute_pipeline_desc cp;
+    wg_constant_entry *constants = NULL;
+    kf__context_scope_push(ctx);
+    st = build_layouts(ctx, p);
+    if (st == KF_OK) {
+        st = pipeline_desc(ctx, p, &cp, &constants);
+    }
+    if (st == KF_OK) {
+        p->handle = ctx->api.device_create_compute_pipeline(ctx->device, &cp);
+    }
+    kf_status popped = kf__context_scope_pop(ctx, KF_ERROR_COMPILE, NO_PIPELINE);
+    st = st != KF_OK ? st : popped;
     free(constants);
     if (st == KF_OK) {
         ctx->stats.pipelines_compiled++;
     }
     return st;
+}
+
+/* Everything of p but the pipeline itself (kf__pipeline_get_many's first pass). */
+static kf_status build_all_but_pipeline(kf_context *ctx, kf_pipeline *p) {
+    kf_status st = build_module(ctx, p);
+    if (st != KF_OK) {
+        return st;
+    }
+    kf__context_scope_push(ctx);
+    st = build_layouts(ctx, p);
+    kf_status popped = kf__context_scope_pop(ctx, KF_ERROR_COMPILE, NO_PIPELINE);
+    return st != KF_OK ? st : popped;
+}
+
+/* --- many at once: kf_graph_compile's pipelines on the implementation's worker threads --- */
+
+bool kf__context_set_pipeline_async(kf_context *ctx, int mode) {
+    if (!ctx) {
+        return false;
+    }
+    ctx->pipeline_async = mode < 0 ? -1 : mode > 0 ? 1 : 0;
+    bool wanted = ctx->pipeline_async > 0;
+    if (ctx->pipeline_async == 0) {
+        const char *env = getenv("KF_PIPELINE_ASYNC");
+        wanted = !env || (strcmp(env, "0") != 0 && strcmp(env, "off") != 0);
+    }
+    return wanted && ctx->impl && ctx->impl->async_pipelines &&
+           ctx->api.device_create_compute_pipeline_async;
+}
+
+/* What the create callback leaves for the waiting thread (callback memory, see
+ * kf__callback_alloc: a wait that times out leaves WebGPU owing the call). */
+typedef struct pipeline_created {
+    bool done;
+    uint32_t status;
+    wg_compute_pipeline handle;
+    char message[1024];
+} pipeline_created;
+
+static void on_pipeline_created(uint32_t status, wg_compute_pipeline pipeline, wg_string message,
+                                void *user1, void *user2) {
+    (void)user2;
+    pipeline_created *r = user1;
+    r->status = status;
+    r->handle = pipeline;
+    kf__wg_string_copy(r->message, sizeof r->message, message);
+    /* Dawn ends its messages with a newline; the list of failures has its own. */
+    for (size_t n = strlen(r->message);
+         n && (r->message[n - 1] == '\n' || r->message[n - 1] == ' '); n--) {
+        r->message[n - 1] = '\0';
+    }
+    r->done = true;
+}
+
+/* One pipeline being made: the first descriptor index it is for, and its request. */
+typedef struct pending_pipeline {
+    kf_pipeline *p;
+    uint32_t first;
+    pipeline_created *created; /* async only */
+    wg_future future;
+} pending_pipeline;
+
+/* Appends "label: message" to the failures text (the context's last error at the end). */
+static void note_failure(text_builder *failures, uint32_t *failed, const char *const *labels,
+                         uint32_t i, const char *message) {
+    if (labels && labels[i]) {
+        text_printf(failures, "%s  %s: %s", *failed ? "\n" : "", labels[i], message);
+    } else {
+        text_printf(failures, "%s  pipeline %u: %s", *failed ? "\n" : "", i, message);
+    }
+    (*failed)++;
+}
+
+static kf_status status_of_created(uint32_t status) {
+    switch (status) {
+    case WG_CREATE_PIPELINE_VALIDATION_ERROR:
+        return KF_ERROR_COMPILE;
+    case WG_CREATE_PIPELINE_CANCELLED:
+        return KF_ERROR_DEVICE_LOST;
+    default:
+        return KF_ERROR_INTERNAL;
+    }
+}
+
+kf_status kf__pipeline_get_many(kf_context *ctx, const kf_pipeline_desc *descs,
+                                const char *const *labels, uint32_t count, kf_pipeline **out) {
+    if (!ctx || (count && (!descs || !out))) {
+        return kf__context_fail(ctx, KF_ERROR_INVALID_ARGUMENT, "kf__pipeline_get_many: %s is NULL",
+                                !ctx     ? "ctx"
+                                : !descs ? "descs"
+                                         : "out");
+    }
+    for (uint32_t i = 0; i < count; i++) {
+        out[i] = NULL;
+    }
+    kf_status st = kf__context_check(ctx);
+    if (st != KF_OK || count == 0) {
+        return st;
+    }
+    pending_pipeline *pending = calloc(count, sizeof *pending);
+    uint32_t *which = calloc(count, sizeof *which); /* descs[i] -> pending index + 1; 0: none */
+    if (!pending || !which) {
+        free(pending);
+        free(which);
+        return kf__context_fail(ctx, KF_ERROR_OUT_OF_MEMORY,
+                                "kf__pipeline_get_many: out of host memory");
+    }
+    bool async = kf__context_set_pipeline_async(ctx, ctx->pipeline_async);
+    text_builder failures = {0};
+    uint32_t failed = 0, pending_count = 0;
+    kf_status first = KF_OK;
+#define FAIL(i, status)                                                                            \
+    do {                                                                                           \
+        note_failure(&failures, &failed, labels, (i), ctx->error);                                 \
+        first = first == KF_OK ? (status) : first;                                                 \
+    } while (0)
+
+    /* Everything but the pipeline itself, in order: modules and layouts are quick, and a WGSL
+     * error is reported here with its kernel's label. */
+    for (uint32_t i = 0; i < count; i++) {
+        const kf_pipeline_desc *d = &descs[i];
+        st = check_desc(ctx, d);
+        if (st != KF_OK) {
+            FAIL(i, st);
+            continue;
+        }
+        const char *entry = d->entry_point ? d->entry_point : "main";
+        uint64_t hash = hash_key(d->wgsl, entry, d);
+        kf_pipeline *p = cache_find(ctx, hash, d->wgsl, entry, d);
+        if (p) {
+            ctx->stats.pipeline_cache_hits++;
+            out[i] = p;
+            continue;
+        }
+        for (uint32_t j = 0; j < pending_count && !which[i]; j++) {
+            if (same_key(pending[j].p, hash, d->wgsl, entry, d)) {
+                which[i] = j + 1;
+            }
+        }
+        if (which[i]) {
+            ctx->stats.pipeline_cache_hits++;
+            continue;
+        }
+        p = calloc(1, sizeof *p);
+        if (!p || !copy_key(p, d->wgsl, entry, d)) {
+            pipeline_free(ctx, p);
+            kf__context_fail(ctx, KF_ERROR_OUT_OF_MEMORY, "out of host memory");
+            FAIL(i, KF_ERROR_OUT_OF_MEMORY);
+            continue;
+        }
+        p->ctx = ctx;
+        p->hash = hash;
+        st = async ? build_all_but_pipeline(ctx, p) : build(ctx, p);
+        if (st != KF_OK) {
+            pipeline_free(ctx, p);
+            FAIL(i, st);
+            continue;
+        }
+        pending[pending_count] = (pending_pipeline){p, i, NULL, {0}};
+        which[i] = ++pending_count;
+    }
+
+    /* Every pipeline requested before the first wait, so the implementation's workers make them
+     * side by side; then each waited for. */
+    if (async) {
+        for (uint32_t j = 0; j < pending_count; j++) {
+            pending_pipeline *q = &pending[j];
+            wg_compute_pipeline_desc cp;
+            wg_constant_entry *constants = NULL;
+            q->created = kf__callback_alloc(sizeof *q->created);
+            if (!q->created || pipeline_desc(ctx, q->p, &cp, &constants) != KF_OK) {
+                kf__context_fail(ctx, KF_ERROR_OUT_OF_MEMORY, "out of host memory");
+                FAIL(q->first, KF_ERROR_OUT_OF_MEMORY);
+                kf__callback_release(ctx, q->created, true);
+                q->created = NULL;
+                pipeline_free(ctx, q->p);
+                q->p = NULL;
+                continue;
+            }
+            wg_create_compute_pipeline_callback_info info = {NULL, WG_CALLBACK_WAIT_ANY_ONLY,
+                                                             on_pipeline_created, q->created, NULL};
+            q->future = ctx->api.device_create_compute_pipeline_async(ctx->device, &cp, info);
+            free(constants);
+        }
+        for (uint32_t j = 0; j < pending_count; j++) {
+            pending_pipeline *q = &pending[j];
+            if (!q->created) {
+                continue;
+            }
+            st = kf__context_wait(ctx, q->future, "creating a pipeline");
+            bool done = st == KF_OK && q->created->done;
+            if (done && q->created->status == WG_CREATE_PIPELINE_SUCCESS && q->created->handle) {
+                q->p->handle = q->created->handle;
+                ctx->stats.pipelines_compiled++;
+                ctx->stats.pipelines_async++;
+            } else {
+                if (done) {
+                    st = status_of_created(q->created->status);
+                    kf__context_fail(ctx, st, NO_PIPELINE ": %s",
+                                     q->created->message[0] ? q->created->message : "(no message)");
+                    if (q->created->handle) {
+                        ctx->api.compute_pipeline_release(q->created->handle);
+                    }
+                }
+                FAIL(q->first, st == KF_OK ? KF_ERROR_INTERNAL : st);
+                pipeline_free(ctx, q->p);
+                q->p = NULL;
+            }
+            kf__callback_release(ctx, q->created, done);
+            q->created = NULL;
+        }
+    }
+
+    for (uint32_t j = 0; j < pending_count; j++) {
+        kf_pipeline *p = pending[j].p;
+        if (p && !cache_insert(ctx, p)) {
+            kf__context_fail(ctx, KF_ERROR_OUT_OF_MEMORY, "out of host memory");
+            FAIL(pending[j].first, KF_ERROR_OUT_OF_MEMORY);
+            pipeline_free(ctx, p);
+            pending[j].p = NULL;
+        }
+    }
+    for (uint32_t i = 0; i < count; i++) {
+        if (which[i]) {
+            out[i] = pending[which[i] - 1].p;
+        }
+    }
+#undef FAIL
+    if (failed) {
+        kf__context_fail(ctx, first, "%u of %u pipelines failed:\n%s", failed, count,
+                         failures.data ? failures.data : "(out of host memory)");
+    }
+    free(failures.data);
+    free(pending);
+    free(which);
+    return first;
 }
 
 kf_status kf_pipeline_get(kf_context *ctx, const kf_pipeline_desc *desc, kf_pipeline **out) {

@@ -23,6 +23,10 @@ struct kf_buffer {
      * destroyed, and the last kf__buffer_drop frees it. */
     uint32_t holds;
     bool destroyed;
+    /* A view (kf_buffer_view): handle is NULL and the memory is view_of's (held), from
+     * view_offset on. NULL for a buffer of its own. */
+    struct kf_buffer *view_of;
+    uint64_t view_offset;
 };
 
 struct kf_pipeline {
@@ -60,6 +64,9 @@ typedef struct kf__wgpu_impl {
     size_t limits_size;         /* sizeof WGPULimits, whose layout is wg_limits */
     bool work_done_has_message; /* the queue's work-done callback has a message argument */
     bool timed_wait_any;        /* wgpuInstanceWaitAny takes a timeout */
+    /* wgpuDeviceCreateComputePipelineAsync with wg_create_compute_pipeline_callback_info's
+     * layout (measured); false: pipelines are created one after another */
+    bool async_pipelines;
     /* extension structs (0: none): Dawn's toggles, its fake out-of-memory test hook, and its
      * cache interface (load/store callbacks: the persistent pipeline cache, disk_cache.c) */
     uint32_t stype_toggles, stype_fake_buffer_oom, stype_cache_device;
@@ -97,6 +104,9 @@ struct kf_context {
     kf_adapter_info info;
 
     kf__pipeline_cache pipelines;
+    /* kf__pipeline_get_many: 0 as $KF_PIPELINE_ASYNC says (on unless "0" or "off"), 1 async
+     * where the implementation has it, -1 one after another (kf__context_set_pipeline_async) */
+    int pipeline_async;
     kf_context_stats stats;
 
     /* A MapRead buffer reused by downloads, grown on demand. */
@@ -197,6 +207,18 @@ kf_status kf__context_submit_wait(kf_context *ctx, wg_command_buffer commands, c
 void kf__wg_string_copy(char *dst, size_t dst_size, wg_string src);
 
 /* pipeline.c */
+/* Gets count pipelines as kf_pipeline_get does, but creates the ones not cached all at once:
+ * each is requested with CreateComputePipelineAsync where the implementation has it (and
+ * pipeline_async allows), then all are waited for together; otherwise they are created one
+ * after another. Identical descriptors get one pipeline. labels[i] names descs[i] in messages
+ * (a kernel's name). On failure, returns the first failure's status, with the context's last
+ * error listing every pipeline that failed by its label, and out[i] NULL for those (the others
+ * are cached and set). */
+kf_status kf__pipeline_get_many(kf_context *ctx, const kf_pipeline_desc *descs,
+                                const char *const *labels, uint32_t count, kf_pipeline **out);
+/* For tests and measurements: 1 async where the implementation allows, -1 one after another,
+ * 0 as $KF_PIPELINE_ASYNC says. Whether pipelines will be created in parallel is returned. */
+bool kf__context_set_pipeline_async(kf_context *ctx, int mode);
 /* Releases every cached pipeline's WebGPU objects (kf_context_destroy), keeping the structs. */
 void kf__pipeline_cache_release(kf_context *ctx);
 void kf__pipeline_cache_destroy(kf_context *ctx);
@@ -217,6 +239,13 @@ void kf__context_staging_destroy(kf_context *ctx);
  * frees it only once every hold is dropped. NULL is a no-op. */
 void kf__buffer_hold(kf_buffer *buf);
 void kf__buffer_drop(kf_buffer *buf);
+/* The WebGPU buffer holding buf's bytes and where they start in it (a view's is its buffer's). */
+wg_buffer kf__buffer_handle(const kf_buffer *buf, uint64_t *offset);
+/* Whether a and b share a byte of device memory (views of one buffer that overlap, or one
+ * buffer); *same: they are exactly the same bytes. */
+bool kf__buffer_overlap(const kf_buffer *a, const kf_buffer *b, bool *same);
+/* The buffer whose memory buf is (itself, or the buffer it is a view of). */
+const kf_buffer *kf__buffer_base(const kf_buffer *buf);
 /* Releases the WebGPU buffer of every live kf_buffer (kf_context_destroy). */
 void kf__context_buffers_release(kf_context *ctx);
 

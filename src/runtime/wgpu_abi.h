@@ -85,6 +85,13 @@ enum {
 };
 /* WGPURequestAdapterStatus, WGPURequestDeviceStatus, WGPUMapAsyncStatus, ... */
 enum { WG_REQUEST_SUCCESS = 1 };
+/* WGPUCreatePipelineAsyncStatus (measured: an entry point the module lacks gives 3) */
+enum {
+    WG_CREATE_PIPELINE_SUCCESS = 1,
+    WG_CREATE_PIPELINE_CANCELLED = 2,
+    WG_CREATE_PIPELINE_VALIDATION_ERROR = 3,
+    WG_CREATE_PIPELINE_INTERNAL_ERROR = 4
+};
 /* WGPUBackendType */
 enum {
     WG_BACKEND_UNDEFINED = 0,
@@ -188,6 +195,11 @@ WG_CALLBACK_INFO(wg_pop_error_scope_callback_info, wg_pop_error_scope_fn);
 WG_CALLBACK_INFO(wg_map_callback_info, wg_map_fn);
 WG_CALLBACK_INFO(wg_work_done_callback_info, wg_work_done_fn);
 WG_CALLBACK_INFO(wg_compilation_info_callback_info, wg_compilation_info_fn);
+/* Measured like the work-done callback (docs/runtime.md): (status, pipeline, message, user1,
+ * user2), status WGPUCreatePipelineAsyncStatus. */
+typedef void (*wg_create_compute_pipeline_fn)(uint32_t status, wg_compute_pipeline pipeline,
+                                              wg_string message, void *user1, void *user2);
+WG_CALLBACK_INFO(wg_create_compute_pipeline_callback_info, wg_create_compute_pipeline_fn);
 #undef WG_CALLBACK_INFO
 
 /* The uncaptured-error callback has no mode: it runs whenever the error happens. */
@@ -576,6 +588,11 @@ typedef struct kf__wgpu_api {
     KF_WGPU_PROCS(KF_WGPU_FIELD)
     /* Optional (NULL when the library lacks it): Dawn's test hook, used by kfuse's tests. */
     void (*device_force_loss)(wg_device device, uint32_t reason, wg_string message);
+    /* Optional: pipelines created on the implementation's worker threads (kf_graph_compile asks
+     * for a plan's all at once); without it pipelines are created one after another. */
+    wg_future (*device_create_compute_pipeline_async)(
+        wg_device device, const wg_compute_pipeline_desc *desc,
+        wg_create_compute_pipeline_callback_info info);
     /* Present only in Dawn; its presence tells kfuse the library is Dawn. */
     void (*device_tick)(wg_device device);
 } kf__wgpu_api;

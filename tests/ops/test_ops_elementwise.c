@@ -204,7 +204,7 @@ KT_CPU_TEST(ops, gradient_check_catches_a_wrong_spec) {
     kf_status st = kf_op_check_gradient(&vc, &res);
     KT_CHECK(st == KF_ERROR_MISMATCH && !res.passed, "a wrong derivative passed: %s (%.3g)",
              kf_status_str(st), res.max_rel_error);
-    KT_CHECK(strstr(res.message, "grad of input 0") != NULL, "message: %s", res.message);
+    KT_CHECK(strstr(res.message, "input 0") != NULL, "message: %s", res.message);
 
     /* a binary op: div with mul's backward */
     broken = *kf_op_find("div");
@@ -327,7 +327,8 @@ KT_TEST(ops, verify_catches_broken_kernels) {
     broken.kernel_forward = short_kernel;
     st = kf_op_verify(ctx, &vc, &res);
     KT_CHECK(st == KF_ERROR_MISMATCH, "unwritten element passed: %s", kf_status_str(st));
-    KT_CHECK(strstr(res.message, "element 90 is NaN") != NULL, "message: %s", res.message);
+    KT_CHECK(strstr(res.message, "element 90") && strstr(res.message, "NaN"), "message: %s",
+             res.message);
 
     broken.kernel_forward = shifted_kernel;
     st = kf_op_verify(ctx, &vc, &res);
@@ -341,7 +342,7 @@ KT_TEST(ops, verify_catches_broken_kernels) {
     vc.backward = true;
     st = kf_op_verify(ctx, &vc, &res);
     KT_CHECK(st == KF_ERROR_MISMATCH, "bias grad without the reduction passed");
-    KT_CHECK(strstr(res.message, "grad of input 1") != NULL, "message: %s", res.message);
+    KT_CHECK(strstr(res.message, "input 1") != NULL, "message: %s", res.message);
 }
 
 /* NaN and infinity go through every kernel as the spec says: NaN propagates through arithmetic,

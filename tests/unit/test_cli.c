@@ -425,8 +425,8 @@ KT_TEST(unit, plan_refusals_have_messages) {
     KT_CHECK(before == KF_ERROR_INVALID_ARGUMENT, "get_output before a run: %s",
              kf_status_str(before));
     KT_CHECK(strstr(msg, "y") && strstr(msg, "not run"), "message: %s", msg);
-    KT_CHECK(null_out == KF_ERROR_INVALID_ARGUMENT && strstr(null_out_msg, "out is NULL"),
-             "NULL out: %s", null_out_msg);
+    KT_CHECK(null_out == KF_ERROR_INVALID_ARGUMENT && strstr(null_out_msg, "out"), "NULL out: %s",
+             null_out_msg);
     KT_CHECK(run == KF_OK && equal, "after the run: %s", kf_status_str(after));
     for (int i = 0; i < 4; i++) {
         KT_CHECK(null_st[i] == KF_ERROR_INVALID_ARGUMENT && strstr(null_msgs[i], null_names[i]),

@@ -112,7 +112,7 @@ KT_CPU_TEST(unit, ir_sgmat_interpreter) {
     /* subgroups larger than the workgroup are not whole subgroups */
     d.subgroup_size = 128;
     KT_CHECK(kf_kernel_interpret(k, &d) == KF_ERROR_INVALID_ARGUMENT, "partial subgroup run");
-    KT_CHECK(strstr(kf_kernel_error(k), "not whole subgroups") != NULL, "%s", kf_kernel_error(k));
+    KT_CHECK(strstr(kf_kernel_error(k), "subgroups of 128") != NULL, "%s", kf_kernel_error(k));
     kf_kernel_destroy(k);
 }
 
@@ -146,7 +146,8 @@ KT_CPU_TEST(unit, ir_sgmat_interpreter_refuses_divergence) {
     kf_sgmat_store(k, t, kf_lit_u32(k, 1), m, false, kf_lit_u32(k, 16));
     kf_interp_desc d = {.groups = {1, 1, 1}};
     KT_CHECK(kf_kernel_interpret(k, &d) == KF_ERROR_INVALID_ARGUMENT, "out of bounds ran");
-    KT_CHECK(strstr(kf_kernel_error(k), "element (15, 15) at index 256 of 't' is out of bounds"),
+    KT_CHECK(strstr(kf_kernel_error(k), "(15, 15)") && strstr(kf_kernel_error(k), "index 256") &&
+                 strstr(kf_kernel_error(k), "'t'"),
              "%s", kf_kernel_error(k));
     kf_kernel_destroy(k);
 }

@@ -244,15 +244,15 @@ KT_TEST(unit, runtime_buffer_bad_arguments) {
     kf_buffer *buf = NULL;
     KT_CHECK(kf_buffer_create(ctx, 0, &buf) == KF_ERROR_INVALID_ARGUMENT, "size 0 accepted");
     KT_CHECK(buf == NULL, "buffer returned on failure");
-    KT_CHECK(strstr(kf_context_last_error(ctx), "size is 0"), "message: %s",
-             kf_context_last_error(ctx));
+    KT_CHECK(strstr(kf_context_last_error(ctx), "size"), "message: %s", kf_context_last_error(ctx));
     KT_CHECK(kf_buffer_create(ctx, 16, NULL) == KF_ERROR_INVALID_ARGUMENT, "NULL out accepted");
     KT_CHECK_OK(kf_buffer_create(ctx, 10, &buf));
     uint8_t bytes[16] = {0};
     kf_status st = kf_buffer_upload(buf, 8, bytes, 3);
     KT_CHECK(st == KF_ERROR_INVALID_ARGUMENT, "upload past the end: %s", kf_status_str(st));
-    KT_CHECK(strstr(kf_context_last_error(ctx), "do not fit"), "message: %s",
-             kf_context_last_error(ctx));
+    KT_CHECK(strstr(kf_context_last_error(ctx), "offset 8") &&
+                 strstr(kf_context_last_error(ctx), "10 bytes"),
+             "message: %s", kf_context_last_error(ctx));
     st = kf_buffer_download(buf, 11, bytes, 0);
     KT_CHECK(st == KF_ERROR_INVALID_ARGUMENT, "download offset past the end: %s",
              kf_status_str(st));

@@ -485,7 +485,7 @@ KT_CPU_TEST(unit, spec_nesting_limit) {
             kf_graph_destroy(g);
         } else {
             KT_CHECK(st == KF_ERROR_PARSE && err.line == 2 && err.column == 5 + 64 &&
-                         strstr(err.message, "nested deeper than 64"),
+                         strstr(err.message, "64"),
                      "a million levels: %u:%u %s", err.line, err.column, err.message);
         }
     }
