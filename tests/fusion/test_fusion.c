@@ -160,6 +160,30 @@ KT_TEST(fusion, matmul_bias_gelu_is_one_dispatch) {
                       1, 3);
 }
 
+/* Batched matmul (rank 3 and 4): the bias and activation in the store phase, and element-wise
+ * producers in the loads, for a weight shared by the batch (one [B*M, K] x [K, N] product), one
+ * product per batch element (tiled, and the register-blocked kernel from 64x64 outputs), a
+ * broadcast batch, and attention's q k^T. */
+KT_TEST(fusion, batched_matmul_epilogue_and_prologue) {
+    expect_dispatches("x: f32[3,37,53]\nw: f32[53,29]\nb: f32[29]\n"
+                      "y = matmul(x, w) |> add(b) |> gelu\n",
+                      1, 3);
+    expect_dispatches("x: f32[2,70,40]\nw: f32[2,40,72]\nb: f32[72]\n"
+                      "y = matmul(x, w) |> add(b) |> gelu\n",
+                      1, 3);
+    expect_dispatches("x: f32[3,19,23]\nw: f32[2,1,23,17]\nr: f32[2,3,19,17]\n"
+                      "y = matmul(x, w) |> add(r) |> relu\n",
+                      1, 3);
+    expect_dispatches("x: f32[3,37,53]\nw: f32[53,29]\ny = matmul(gelu(x), w)\n", 1, 2);
+    expect_dispatches("x: f32[2,70,40]\nw: f32[2,40,72]\ny = matmul(gelu(x), w)\n", 1, 2);
+    expect_dispatches("q: f32[2,3,17,8]\nk: f32[2,3,17,8]\n"
+                      "s = matmul(q, tanh(k), transpose_b=true) |> scale(0.35)\n",
+                      1, 3);
+    expect_dispatches("x: f16[2,65,68]\nw: f16[68,64]\nb: f16[64]\n"
+                      "y = matmul(gelu(x), w) |> add(b)\n",
+                      1, 3);
+}
+
 KT_TEST(fusion, matmul_residual_and_scale_in_the_epilogue) {
     expect_dispatches("x: f32[31,17]\nw: f32[17,45]\nr: f32[31,45]\n"
                       "y = matmul(x, w) |> scale(0.125) |> add(r) |> silu\n",
