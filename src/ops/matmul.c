@@ -715,7 +715,8 @@ static void mm_grad_grid_b(const kf_shape *in, const kf_op_params *p, int32_t wh
     mm_grid(in, p, 1, groups);
 }
 
-/* a, b, dy: the broadcast input in each; a moderate case with a 264-long summed inner axis */
+/* a, b, dy: the broadcast input in each (1x1x1, transposes, broadcast along both axes), a
+ * moderate case, and a large one (dy of 2^22 elements; each result a sum of 4096 products) */
 static const kf_op_case mm_grad_a_cases[] = {
     {.shapes = {SHAPE2(1, 1), SHAPE3(2, 1, 1), SHAPE3(2, 1, 1)}, .note = "1x1x1, batch 2"},
     {.shapes = {SHAPE2(5, 7), SHAPE3(3, 7, 4), SHAPE3(3, 5, 4)}, .note = "a shared"},
@@ -724,6 +725,8 @@ static const kf_op_case mm_grad_a_cases[] = {
      .params = TB,
      .note = "broadcast both ways, b^T"},
     {.shapes = {SHAPE2(33, 40), SHAPE3(8, 40, 33), SHAPE3(8, 33, 33)}, .note = "moderate"},
+    {.shapes = {SHAPE2(1024, 8), SHAPE3(4, 8, 1024), SHAPE3(4, 1024, 1024)},
+     .note = "large: dy of 2^22, sums of 4096"},
 };
 static const kf_op_case mm_grad_b_cases[] = {
     {.shapes = {SHAPE3(2, 1, 1), SHAPE2(1, 1), SHAPE3(2, 1, 1)}, .note = "1x1x1, batch 2"},
@@ -733,6 +736,8 @@ static const kf_op_case mm_grad_b_cases[] = {
     {.shapes = {SHAPE4(2, 1, 5, 7), SHAPE4(1, 3, 7, 6), SHAPE4(2, 3, 5, 6)},
      .note = "broadcast both ways"},
     {.shapes = {SHAPE3(8, 33, 64), SHAPE2(64, 40), SHAPE3(8, 33, 40)}, .note = "moderate"},
+    {.shapes = {SHAPE3(4, 1024, 8), SHAPE2(8, 1024), SHAPE3(4, 1024, 1024)},
+     .note = "large: dy of 2^22, sums of 4096"},
 };
 static const kf__input mm_grad_inputs[] = {{.name = "a"}, {.name = "b"}, {.name = "dy"}};
 
