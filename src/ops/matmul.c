@@ -285,6 +285,9 @@ typedef struct mm_sink {
     kf_binding binding; /* backward: stored here ... */
     bool transposed;    /* ... at col * rows + row when set */
     uint32_t step[2];   /* in a batch: grid product g's result starts at its offset */
+    /* valid: also the column sums of the right factor (read plain, every row of it walked by
+     * the one result of the dispatch) stored here: a bias gradient riding on db */
+    kf_binding column_sums;
 } mm_sink;
 
 /* The products one tiled dispatch computes: `grid`'s, side by side in the grid, and for each
@@ -348,6 +351,16 @@ static void emit_tiled(kf_kernel *k, const mm_operand *left, const mm_operand *r
     kf_val row = kf_let(k, "row", kf_add(k, kf_mul(k, tile_row, kf__u32(k, TILE)), ly));
     kf_val col = kf_let(k, "col", kf_add(k, kf_mul(k, tile_col, kf__u32(k, TILE)), lx));
     kf_val slot = kf_let(k, "slot", kf_add(k, kf_mul(k, ly, kf__u32(k, TILE)), lx));
+    /* the column sums: the first row of invocations of the first row of tiles adds up, at each
+     * step, its column of the right tile (16 rows), in the product's blocked order */
+    kf_val summing = {0};
+    kf_var total = {0};
+    if (sink->column_sums.id) {
+        summing = kf_let(k, "summing",
+                         kf_binary(k, KF_OP_AND, kf_binary(k, KF_OP_EQ, tile_row, kf__u32(k, 0)),
+                                   kf_binary(k, KF_OP_EQ, ly, kf__u32(k, 0))));
+        total = kf_declare(k, "column_total", f32, kf_lit_f32(k, 0));
+    }
 
     kf_var acc = kf_declare(k, "acc", f32, kf_lit_f32(k, 0));
     kf_val r = {0};
@@ -377,10 +390,25 @@ static void emit_tiled(kf_kernel *k, const mm_operand *left, const mm_operand *r
     kf_assign(k, part, kf_call3(k, KF_FN_FMA, a, b, kf_read(k, part)));
     kf_end(k);
     kf_assign(k, acc, kf_add(k, kf_read(k, acc), kf_read(k, part)));
+    if (sink->column_sums.id) {
+        kf_if(k, summing);
+        kf_var column_part = kf_declare(k, "column_part", f32, kf_lit_f32(k, 0));
+        kf_val q2 = kf_for(k, "q2", kf__u32(k, 0), kf__u32(k, TILE), kf__u32(k, 1));
+        kf_val cv = kf_shared_load(k, tile_r, kf_add(k, kf_mul(k, q2, kf__u32(k, TILE)), lx));
+        kf_assign(k, column_part, kf_add(k, kf_read(k, column_part), cv));
+        kf_end(k);
+        kf_assign(k, total, kf_add(k, kf_read(k, total), kf_read(k, column_part)));
+        kf_end(k);
+    }
     /* the next step overwrites the tiles */
     kf_barrier(k);
     kf_end(k);
     if (summed > 1) {
+        kf_end(k);
+    }
+    if (sink->column_sums.id) {
+        kf_if(k, kf_binary(k, KF_OP_AND, summing, kf_binary(k, KF_OP_LT, col, kf__u32(k, n))));
+        kf__store_f32(k, sink->column_sums, col, kf_read(k, total), dtype);
         kf_end(k);
     }
 
@@ -507,10 +535,10 @@ static void mm_grad_walk_of(const mm_dims *d, uint32_t which, mm_grad_walk *w) {
  * kernel_backward convention); invalid: yielded (the backward operators' kernel_forward). */
 static void mm_emit_backward(kf_kernel *k, const mm_dims *d, const kf_op_params *p, kf_dtype dtype,
                              uint32_t which, kf_binding a, kf_binding b, kf_binding dc,
-                             kf_binding grad_in) {
+                             kf_binding grad_in, kf_binding dc_sums) {
     bool ta = p && p->transpose_a, tb = p && p->transpose_b;
     mm_operand left, right;
-    mm_sink sink = {.binding = grad_in};
+    mm_sink sink = {.binding = grad_in, .column_sums = dc_sums};
     uint32_t lt, rt;         /* the tensors left and right read: 0 a, 1 b, 2 dc */
     if (which == 0 && !ta) { /* da [M, K] = dc [M, N] * op(b)^T [N, K] */
         left = (mm_operand){.binding = dc, .transposed = false, .rows = d->m, .cols = d->n};
@@ -558,7 +586,7 @@ static kf_kernel *mm_kernel_backward(const kf_shape *in, const kf_op_params *p, 
     kf__bind(k, "out", dtype, KF_ACCESS_READ);
     kf_binding dc = kf__bind(k, "grad_out", dtype, KF_ACCESS_READ);
     kf_binding grad_in = kf__bind(k, "grad_in", dtype, KF_ACCESS_READ_WRITE);
-    mm_emit_backward(k, &d, p, dtype, which, a, b, dc, grad_in);
+    mm_emit_backward(k, &d, p, dtype, which, a, b, dc, grad_in, (kf_binding){0});
     return k;
 }
 
@@ -695,7 +723,33 @@ static kf_kernel *mm_grad_kernel(const kf_shape *in, const kf_op_params *p, kf_d
     kf_binding a = kf__bind(k, "a", dtype, KF_ACCESS_READ);
     kf_binding b = kf__bind(k, "b", dtype, KF_ACCESS_READ);
     kf_binding dy = kf__bind(k, "dy", dtype, KF_ACCESS_READ);
-    mm_emit_backward(k, &d, p, dtype, which, a, b, dy, (kf_binding){0});
+    mm_emit_backward(k, &d, p, dtype, which, a, b, dy, (kf_binding){0}, (kf_binding){0});
+    return k;
+}
+
+/* db with the column sums of dy (sum_leading(dy): the bias gradient of a batched linear layer)
+ * as a second output, for the bias-gradient rule (kf_operator.kernel_column_sums): where db is
+ * one result over every row of dy (b shared by the whole batch) read plain (b not transposed). */
+static kf_kernel *mm_grad_b_column_sums(const kf_shape *in, const kf_op_params *p, kf_dtype dtype,
+                                        uint32_t which) {
+    mm_dims d;
+    if (which != 2 || (p && p->transpose_b) || mm_dims_of(in, p, true, &d, NULL, 0) != KF_OK) {
+        return NULL;
+    }
+    mm_grad_walk w;
+    mm_grad_walk_of(&d, 1, &w);
+    if (kf__mm_batch_count(&w.grid) != 1) {
+        return NULL;
+    }
+    kf_kernel *k = mm_kernel_new("matmul_grad_b_column_sums", dtype, true);
+    if (!k) {
+        return NULL;
+    }
+    kf_binding a = kf__bind(k, "a", dtype, KF_ACCESS_READ);
+    kf_binding b = kf__bind(k, "b", dtype, KF_ACCESS_READ);
+    kf_binding dy = kf__bind(k, "dy", dtype, KF_ACCESS_READ);
+    kf_binding sums = kf__bind(k, "dy_sums", dtype, KF_ACCESS_READ_WRITE);
+    mm_emit_backward(k, &d, p, dtype, 1, a, b, dy, (kf_binding){0}, sums);
     return k;
 }
 static kf_kernel *mm_grad_kernel_a(const kf_shape *in, const kf_op_params *p, kf_dtype dtype) {
@@ -774,6 +828,7 @@ const kf_operator kf__op_matmul_grad_b = {
     .shape = mm_grad_shape_b,
     .spec_forward = mm_grad_spec_b,
     .kernel_forward = mm_grad_kernel_b,
+    .kernel_column_sums = mm_grad_b_column_sums,
     .tolerance_f32 = 3e-4,
     .tolerance_f16 = 2e-3,
     .input_lo = -1.0f,
