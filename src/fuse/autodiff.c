@@ -122,10 +122,27 @@ static kf_node elementwise_rule(grad_pass *s, const kf__node *n, uint32_t i, kf_
     return call(s, grad_name, in, n->input_count + 1, &n->params);
 }
 
-/* d op(a) op(b): da = dy op(b)^T (stored transposed back when a is), db = op(a)^T dy. */
+/* The products of a tensor's batch dims (all but its last two). */
+static uint64_t batch_count(const kf_shape *s) {
+    uint64_t count = 1;
+    for (uint32_t d = 0; d + 2 < s->rank; d++) {
+        count *= s->dims[d];
+    }
+    return count;
+}
+
+/* d op(a) op(b): da = dy op(b)^T (stored transposed back when a is), db = op(a)^T dy, per
+ * product of the batch. An input broadcast along the batch (b [K, N] shared by every product)
+ * has its gradient summed over the products it was broadcast to, which a matmul node cannot
+ * do: matmul_grad_a / matmul_grad_b sum it in their kernel. */
 static kf_node matmul_rule(grad_pass *s, const kf__node *n, uint32_t i, kf_node dy) {
     kf_node a = node_of(n->inputs[0]), b = node_of(n->inputs[1]);
     bool ta = n->params.transpose_a, tb = n->params.transpose_b;
+    const kf_shape *x = &s->g->nodes[n->inputs[i]].shape;
+    if (batch_count(x) < batch_count(&n->shape)) {
+        kf_node in[3] = {a, b, dy};
+        return call(s, i == 0 ? "matmul_grad_a" : "matmul_grad_b", in, 3, &n->params);
+    }
     kf_op_params p = {0};
     if (i == 0 && !ta) { /* da = dy op(b)^T */
         p.transpose_b = !tb;

@@ -301,8 +301,8 @@ static uint64_t documented_length(const kf_operator *op) {
 /* How long the sums of this node are: K for a matmul, the row for a row reduction, else 0. */
 static uint64_t accumulation_length(const kf_graph *g, const kf__node *n) {
     const kf_shape *a = &g->nodes[n->inputs[0]].shape;
-    if (n->op->op_class == KF_OP_CLASS_MATMUL && a->rank == 2) {
-        return n->params.transpose_a ? a->dims[0] : a->dims[1];
+    if (n->op->op_class == KF_OP_CLASS_MATMUL && a->rank >= 2) {
+        return n->params.transpose_a ? a->dims[a->rank - 2] : a->dims[a->rank - 1];
     }
     if (n->op->op_class == KF_OP_CLASS_ROW_REDUCTION && a->rank) {
         return a->dims[a->rank - 1];

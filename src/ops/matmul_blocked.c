@@ -65,22 +65,50 @@ static kf_val widen(kf_kernel *k, kf_val v, bool to_f32) {
         k, t.lanes > 1 ? kf_type_vec(KF_SCALAR_F32, t.lanes) : kf_type_scalar(KF_SCALAR_F32), v);
 }
 
-void kf__mm_load4(kf_kernel *k, kf_binding b, bool wide, bool checked, kf_val r, kf_val c,
-                  uint32_t rows, uint32_t cols, kf_var into, kf_scalar stored, bool to_f32) {
+uint32_t kf__mm_batch_count(const kf__mm_batch *bt) {
+    uint32_t count = 1;
+    for (uint32_t i = 0; bt && i < bt->axes; i++) {
+        count *= bt->dims[i];
+    }
+    return count;
+}
+
+kf_val kf__mm_batch_offset(kf_kernel *k, const kf__mm_batch *bt, kf_val index,
+                           const uint32_t step[2]) {
+    kf_val off = {0};
+    uint32_t inner = 1, count = kf__mm_batch_count(bt);
+    for (uint32_t i = bt ? bt->axes : 0; i-- > 0;) {
+        if (step[i] && bt->dims[i] > 1) {
+            kf_val coord = inner > 1 ? kf_div(k, index, u32(k, inner)) : index;
+            if (inner * bt->dims[i] < count) {
+                coord = kf_binary(k, KF_OP_MOD, coord, u32(k, bt->dims[i]));
+            }
+            kf_val term = step[i] > 1 ? kf_mul(k, coord, u32(k, step[i])) : coord;
+            off = off.id ? kf_add(k, off, term) : term;
+        }
+        inner *= bt->dims[i];
+    }
+    return off;
+}
+
+void kf__mm_load4(kf_kernel *k, kf_binding b, kf_val offset, bool wide, bool checked, kf_val r,
+                  kf_val c, uint32_t rows, uint32_t cols, kf_var into, kf_scalar stored,
+                  bool to_f32) {
     const bool w = stored == KF_SCALAR_F16 && to_f32; /* f16 storage widened on load */
     const bool half_out = stored == KF_SCALAR_F16 && !to_f32;
     kf_type v4 = kf_type_vec(half_out ? KF_SCALAR_F16 : KF_SCALAR_F32, LANES);
     kf_val zero = half_out ? kf_lit_f16(k, 0.0f) : kf_lit_f32(k, 0.0f);
     kf_val base = kf_add(k, kf_mul(k, r, u32(k, cols)), c);
+    kf_val wide_base = offset.id ? kf_add(k, offset, base) : base;
     if (wide) {
         if (checked) {
             kf_assign(k, into, kf_splat(k, v4, zero));
             kf_if(k, kf_binary(k, KF_OP_AND, kf_binary(k, KF_OP_LT, r, u32(k, rows)),
                                kf_binary(k, KF_OP_LT, c, u32(k, cols))));
-            kf_assign(k, into, widen(k, kf_load(k, b, kf_div(k, base, u32(k, LANES))), w));
+            kf_assign(k, into, widen(k, kf_load(k, b, kf_div(k, wide_base, u32(k, LANES))), w));
             kf_end(k);
         } else {
-            kf_assign(k, into, widen(k, kf_load(k, b, kf_div(k, base, u32(k, LANES))), w));
+            kf_assign(k, into, widen(k, kf_load(k, b, kf_div(k, wide_base, u32(k, LANES))), w));
         }
         return;
     }
@@ -93,6 +121,9 @@ void kf__mm_load4(kf_kernel *k, kf_binding b, bool wide, bool checked, kf_val r,
         kf_val inside = kf_binary(k, KF_OP_AND, kf_binary(k, KF_OP_LT, r, u32(k, rows)),
                                   kf_binary(k, KF_OP_LT, cl, u32(k, cols)));
         kf_val at = kf_call2(k, KF_FN_MIN, kf_add(k, base, u32(k, l)), last);
+        if (offset.id) {
+            at = kf_add(k, offset, at);
+        }
         vals[l] = kf_select(k, zero, widen(k, kf_load(k, b, at), w), inside);
     }
     kf_assign(k, into, kf_vec(k, v4, vals, LANES));
@@ -126,6 +157,12 @@ kf_kernel *kf__matmul_blocked(uint32_t m, uint32_t kdim, uint32_t n, const kf__m
 
 kf_kernel *kf__matmul_blocked_typed(uint32_t m, uint32_t kdim, uint32_t n, const kf__mm_config *cfg,
                                     kf_dtype dtype) {
+    return kf__matmul_blocked_batched(m, kdim, n, cfg, dtype, NULL);
+}
+
+kf_kernel *kf__matmul_blocked_batched(uint32_t m, uint32_t kdim, uint32_t n,
+                                      const kf__mm_config *cfg, kf_dtype dtype,
+                                      const kf__mm_batch *batch) {
     if (dtype != KF_DTYPE_F32 && dtype != KF_DTYPE_F16) {
         return NULL;
     }
@@ -148,8 +185,9 @@ kf_kernel *kf__matmul_blocked_typed(uint32_t m, uint32_t kdim, uint32_t n, const
     kf_type v4 = kf_type_vec(KF_SCALAR_F32, LANES);
 
     char name[64];
-    snprintf(name, sizeof name, "matmul_%ux%ux%u_%ux%u%s%s", bm, bn, bk, tm, tn,
-             stages == 2 ? "_db" : "", half ? "_f16" : "");
+    snprintf(name, sizeof name, "matmul_%ux%ux%u_%ux%u%s%s%s", bm, bn, bk, tm, tn,
+             stages == 2 ? "_db" : "", half ? "_f16" : "",
+             kf__mm_batch_count(batch) > 1 ? "_batched" : "");
     kf_scalar stored = half ? KF_SCALAR_F16 : KF_SCALAR_F32;
     kf_type elem = kf_type_scalar(stored), elem4 = kf_type_vec(stored, LANES);
     kf_kernel_desc desc = {.name = name, .workgroup_size = {wx, wy, 1}, .output = elem};
@@ -167,7 +205,20 @@ kf_kernel *kf__matmul_blocked_typed(uint32_t m, uint32_t kdim, uint32_t n, const
     kf_val local = kf_builtin_get(k, KF_BUILTIN_LOCAL_INDEX);
     kf_val tx = kf_let(k, "tx", kf_binary(k, KF_OP_MOD, local, u32(k, wx)));
     kf_val ty = kf_let(k, "ty", kf_div(k, local, u32(k, wx)));
+    const uint32_t count = kf__mm_batch_count(batch);
     kf_val tile = kf_let(k, "tile", kf_workgroup_linear(k));
+    kf_val off_a = {0}, off_b = {0}, off_c = {0};
+    if (count > 1) {
+        /* this workgroup's product of the batch, and its tile of that product */
+        kf_val which = kf_let(k, "product", kf_div(k, tile, u32(k, tiles_m * tiles_n)));
+        tile = kf_let(k, "tile_of", kf_binary(k, KF_OP_MOD, tile, u32(k, tiles_m * tiles_n)));
+        off_a = kf__mm_batch_offset(k, batch, which, batch->a_step);
+        off_b = kf__mm_batch_offset(k, batch, which, batch->b_step);
+        off_c = kf__mm_batch_offset(k, batch, which, batch->c_step);
+        off_a = off_a.id ? kf_let(k, "a_at", off_a) : off_a;
+        off_b = off_b.id ? kf_let(k, "b_at", off_b) : off_b;
+        off_c = off_c.id ? kf_let(k, "c_at", off_c) : off_c;
+    }
     kf_val row0 = kf_let(k, "row0", kf_mul(k, kf_div(k, tile, u32(k, tiles_n)), u32(k, bm)));
     kf_val col0 =
         kf_let(k, "col0", kf_mul(k, kf_binary(k, KF_OP_MOD, tile, u32(k, tiles_n)), u32(k, bn)));
@@ -181,11 +232,11 @@ kf_kernel *kf__matmul_blocked_typed(uint32_t m, uint32_t kdim, uint32_t n, const
 #define FETCH(k0)                                                                                  \
     do {                                                                                           \
         for (uint32_t v = 0; v < loads_a; v++) {                                                   \
-            kf__mm_load4(k, a, wide_a, check_a, kf_add(k, row0, a_row[v]),                         \
+            kf__mm_load4(k, a, off_a, wide_a, check_a, kf_add(k, row0, a_row[v]),                  \
                          kf_add(k, (k0), a_k[v]), m, kdim, next_a[v], stored, true);               \
         }                                                                                          \
         for (uint32_t v = 0; v < loads_b; v++) {                                                   \
-            kf__mm_load4(k, b, wide_b, check_b, kf_add(k, (k0), b_k[v]),                           \
+            kf__mm_load4(k, b, off_b, wide_b, check_b, kf_add(k, (k0), b_k[v]),                    \
                          kf_add(k, col0, b_col[v]), kdim, n, next_b[v], stored, true);             \
         }                                                                                          \
     } while (0)
@@ -287,6 +338,9 @@ kf_kernel *kf__matmul_blocked_typed(uint32_t m, uint32_t kdim, uint32_t n, const
                     kf_if(k, kf_binary(k, KF_OP_LT, col, u32(k, n)));
                 }
                 kf_val index = kf_add(k, kf_mul(k, row, u32(k, n)), col);
+                if (off_c.id) {
+                    index = kf_add(k, off_c, index);
+                }
                 kf_val value = kf_extract(k, sums, l);
                 kf_kernel_yield(k, half ? kf_cast(k, elem, value) : value, index);
                 if (ragged_n) {
@@ -298,7 +352,7 @@ kf_kernel *kf__matmul_blocked_typed(uint32_t m, uint32_t kdim, uint32_t n, const
             kf_end(k);
         }
     }
-    uint32_t groups[3] = {tiles_m * tiles_n, 1, 1};
+    uint32_t groups[3] = {tiles_m * tiles_n * count, 1, 1};
     kf_kernel_set_grid(k, groups);
     return k;
 }

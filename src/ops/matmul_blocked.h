@@ -18,6 +18,23 @@ typedef struct kf__mm_config {
  * large products, 64x64x16 of 8x8 below (enough workgroups to fill a large GPU). */
 const kf__mm_config *kf__mm_default_config(uint32_t m, uint32_t k, uint32_t n);
 
+/* The batch of a batched product: one product per element of the result's batch dims (at most 2
+ * axes, outermost first), numbered row-major; each product's workgroups follow the previous
+ * one's in the 1-D grid. Steps say how many elements of a, b and c lie between neighbouring
+ * products along each axis: 0 where that operand is broadcast along it. axes 0: one product. */
+typedef struct kf__mm_batch {
+    uint32_t axes;
+    uint32_t dims[2];
+    uint32_t a_step[2], b_step[2], c_step[2];
+} kf__mm_batch;
+
+/* The products of a batch (1 for none or axes 0). */
+uint32_t kf__mm_batch_count(const kf__mm_batch *bt);
+/* The offset, in elements, of product `index` (a u32 value) of an operand with these steps: the
+ * invalid handle when it is 0 for every product (broadcast along every axis, or no batch). */
+kf_val kf__mm_batch_offset(kf_kernel *k, const kf__mm_batch *bt, kf_val index,
+                           const uint32_t step[2]);
+
 /* c[m,n] = a[m,k] * b[k,n] (bindings a, b, then out), every element yielded to the store phase;
  * the grid is recorded on the kernel. NULL for an invalid configuration or zero sizes. */
 kf_kernel *kf__matmul_blocked(uint32_t m, uint32_t k, uint32_t n, const kf__mm_config *cfg);
@@ -25,6 +42,10 @@ kf_kernel *kf__matmul_blocked(uint32_t m, uint32_t k, uint32_t n, const kf__mm_c
  * kernel needs the device's shader-f16. NULL for other dtypes. */
 kf_kernel *kf__matmul_blocked_typed(uint32_t m, uint32_t k, uint32_t n, const kf__mm_config *cfg,
                                     kf_dtype dtype);
+/* The same for a batch of products (NULL or axes 0: kf__matmul_blocked_typed's kernel): the
+ * batch index is the workgroup's linear index divided by the tiles of one product. */
+kf_kernel *kf__matmul_blocked_batched(uint32_t m, uint32_t k, uint32_t n, const kf__mm_config *cfg,
+                                      kf_dtype dtype, const kf__mm_batch *batch);
 /* How a workgroup stages its two tiles: invocation `local` of `threads` loads vec4 v of a's
  * bm x bk tile from row a_row[v], columns a_k[v]..+3 (along k), and vec4 v of b's bk x bn tile
  * from row b_k[v], columns b_col[v]..+3 (along n), into the registers next_a[v], next_b[v] (of
@@ -38,12 +59,14 @@ typedef struct kf__mm_staging {
 void kf__mm_staging_init(kf_kernel *k, kf_val local, uint32_t threads, uint32_t bk, uint32_t bn,
                          uint32_t loads_a, uint32_t loads_b, kf_type vec, kf__mm_staging *st);
 
-/* Loads one vec4 of the row-major rows x cols matrix bound at b, at (r, c..c+3), into `into`:
+/* Loads one vec4 of the row-major rows x cols matrix bound at b from element `offset` on (the
+ * invalid handle: 0; a multiple of 4 when wide), at (r, c..c+3), into `into`:
  * the matrix holds `stored` (f32 or f16) elements, widened to f32 when to_f32. `wide`: b is
  * bound as vec4s (cols % 4 == 0); `checked`: zero outside the matrix (wide: one bounds test;
  * else scalar loads from clamped indices, zeroed by a select, without branches). */
-void kf__mm_load4(kf_kernel *k, kf_binding b, bool wide, bool checked, kf_val r, kf_val c,
-                  uint32_t rows, uint32_t cols, kf_var into, kf_scalar stored, bool to_f32);
+void kf__mm_load4(kf_kernel *k, kf_binding b, kf_val offset, bool wide, bool checked, kf_val r,
+                  kf_val c, uint32_t rows, uint32_t cols, kf_var into, kf_scalar stored,
+                  bool to_f32);
 
 /* Whether kf__matmul_blocked accepts the configuration. */
 bool kf__matmul_blocked_valid(const kf__mm_config *cfg);

@@ -110,10 +110,13 @@ static kf_val u32(kf_kernel *k, uint32_t v) {
 
 /* vec4<f16> of the row-major rows x cols matrix bound at b, at (r, c..c+3), into `into`. `wide`:
  * b is array<vec4<f16>> (cols % 4 == 0). Unchecked: the caller knows it is inside. */
-static void fetch4_inside(kf_kernel *k, kf_binding b, bool wide, kf_val r, kf_val c, uint32_t cols,
-                          kf_var into) {
+static void fetch4_inside(kf_kernel *k, kf_binding b, kf_val offset, bool wide, kf_val r, kf_val c,
+                          uint32_t cols, kf_var into) {
     kf_type h4 = kf_type_vec(KF_SCALAR_F16, LANES);
     kf_val base = kf_add(k, kf_mul(k, r, u32(k, cols)), c);
+    if (offset.id) {
+        base = kf_add(k, offset, base);
+    }
     if (wide) {
         kf_assign(k, into, kf_load(k, b, kf_div(k, base, u32(k, LANES))));
         return;
@@ -127,21 +130,28 @@ static void fetch4_inside(kf_kernel *k, kf_binding b, bool wide, kf_val r, kf_va
 
 /* Fetches one vec4 of a tile: checked only where the tile crosses the matrix's edge (`interior`,
  * a bool uniform over the workgroup, says it does not; the invalid handle: it may). */
-static void fetch4(kf_kernel *k, kf_binding b, bool wide, bool checked, kf_val interior, kf_val r,
-                   kf_val c, uint32_t rows, uint32_t cols, kf_var into) {
+static void fetch4(kf_kernel *k, kf_binding b, kf_val offset, bool wide, bool checked,
+                   kf_val interior, kf_val r, kf_val c, uint32_t rows, uint32_t cols, kf_var into) {
     if (!checked) {
-        fetch4_inside(k, b, wide, r, c, cols, into);
+        fetch4_inside(k, b, offset, wide, r, c, cols, into);
         return;
     }
     kf_if(k, interior);
-    fetch4_inside(k, b, wide, r, c, cols, into);
+    fetch4_inside(k, b, offset, wide, r, c, cols, into);
     kf_else(k);
-    kf__mm_load4(k, b, wide, true, r, c, rows, cols, into, KF_SCALAR_F16, false);
+    kf__mm_load4(k, b, offset, wide, true, r, c, rows, cols, into, KF_SCALAR_F16, false);
     kf_end(k);
 }
 
 kf_kernel *kf__matmul_sgmat(uint32_t m, uint32_t kdim, uint32_t n, const kf__sgmat_config *cfg,
                             uint32_t sg) {
+    return kf__matmul_sgmat_batched(m, kdim, n, cfg, sg, NULL);
+}
+
+kf_kernel *kf__matmul_sgmat_batched(uint32_t m, uint32_t kdim, uint32_t n,
+                                    const kf__sgmat_config *cfg, uint32_t sg,
+                                    const kf__mm_batch *batch) {
+    const uint32_t count = kf__mm_batch_count(batch);
     if (!cfg) {
         cfg = kf__sgmat_default_config(m, kdim, n, false);
     }
@@ -155,7 +165,8 @@ kf_kernel *kf__matmul_sgmat(uint32_t m, uint32_t kdim, uint32_t n, const kf__sgm
     const uint32_t stage_a = bm * lda, stage_b = bk * ldb; /* halves per stage */
     const bool ragged_m = m % bm != 0, ragged_n = n % bn != 0, ragged_k = kdim % bk != 0;
     /* Operands read straight from their buffers (no tile): only where no tile crosses an edge. */
-    const bool whole = !ragged_m && !ragged_n && !ragged_k && kdim % 8 == 0 && n % 8 == 0;
+    const bool whole =
+        !ragged_m && !ragged_n && !ragged_k && kdim % 8 == 0 && n % 8 == 0 && count <= 1;
     const bool direct_a = whole && (cfg->direct & 1u), direct_b = whole && (cfg->direct & 2u);
     const uint32_t loads_a = direct_a ? 0 : bm * bk / (LANES * threads);
     const uint32_t loads_b = direct_b ? 0 : bk * bn / (LANES * threads);
@@ -168,9 +179,9 @@ kf_kernel *kf__matmul_sgmat(uint32_t m, uint32_t kdim, uint32_t n, const kf__sgm
     kf_type h = kf_type_scalar(KF_SCALAR_F16), h4 = kf_type_vec(KF_SCALAR_F16, LANES);
 
     char name[80];
-    snprintf(name, sizeof name, "matmul_sgmat_%ux%ux%u_%ux%u%s%s%s", bm, bn, bk, wm, wn,
+    snprintf(name, sizeof name, "matmul_sgmat_%ux%ux%u_%ux%u%s%s%s%s", bm, bn, bk, wm, wn,
              stages == 2 && staged ? "_db" : "", direct_a ? "_direct_a" : "",
-             direct_b ? "_direct_b" : "");
+             direct_b ? "_direct_b" : "", count > 1 ? "_batched" : "");
     kf_kernel_desc desc = {.name = name, .workgroup_size = {threads, 1, 1}, .output = h};
     kf_kernel *k = kf_kernel_create(&desc);
     if (!k) {
@@ -192,6 +203,18 @@ kf_kernel *kf__matmul_sgmat(uint32_t m, uint32_t kdim, uint32_t n, const kf__sgm
     kf_val sgi = kf_let(k, "sgi", kf_div(k, local, u32(k, sg)));
     kf_val lane = kf_let(k, "lane", kf_binary(k, KF_OP_MOD, local, u32(k, sg)));
     kf_val tile = kf_let(k, "tile", kf_workgroup_linear(k));
+    kf_val off_a = {0}, off_b = {0}, off_c = {0};
+    if (count > 1) {
+        /* this workgroup's product of the batch, and its tile of that product */
+        kf_val which = kf_let(k, "product", kf_div(k, tile, u32(k, tiles_m * tiles_n)));
+        tile = kf_let(k, "tile_of", kf_binary(k, KF_OP_MOD, tile, u32(k, tiles_m * tiles_n)));
+        off_a = kf__mm_batch_offset(k, batch, which, batch->a_step);
+        off_b = kf__mm_batch_offset(k, batch, which, batch->b_step);
+        off_c = kf__mm_batch_offset(k, batch, which, batch->c_step);
+        off_a = off_a.id ? kf_let(k, "a_at", off_a) : off_a;
+        off_b = off_b.id ? kf_let(k, "b_at", off_b) : off_b;
+        off_c = off_c.id ? kf_let(k, "c_at", off_c) : off_c;
+    }
     kf_val tile_row, tile_col;
     if (cfg->group_m > 1 && tiles_m > cfg->group_m) {
         /* group_m tile rows at a time, down each column of the group before moving right */
@@ -239,11 +262,11 @@ kf_kernel *kf__matmul_sgmat(uint32_t m, uint32_t kdim, uint32_t n, const kf__sgm
         kf_val in_a = kf_binary(k, KF_OP_AND, rows_inside, k_inside);                              \
         kf_val in_b = kf_binary(k, KF_OP_AND, k_inside, cols_inside);                              \
         for (uint32_t v = 0; v < loads_a; v++) {                                                   \
-            fetch4(k, a, wide_a, check_a, in_a, kf_add(k, row0, a_row[v]),                         \
+            fetch4(k, a, off_a, wide_a, check_a, in_a, kf_add(k, row0, a_row[v]),                  \
                    kf_add(k, (k0), a_k[v]), m, kdim, next_a[v]);                                   \
         }                                                                                          \
         for (uint32_t v = 0; v < loads_b; v++) {                                                   \
-            fetch4(k, b, wide_b, check_b, in_b, kf_add(k, (k0), b_k[v]),                           \
+            fetch4(k, b, off_b, wide_b, check_b, in_b, kf_add(k, (k0), b_k[v]),                    \
                    kf_add(k, col0, b_col[v]), kdim, n, next_b[v]);                                 \
         }                                                                                          \
     } while (0)
@@ -385,7 +408,9 @@ kf_kernel *kf__matmul_sgmat(uint32_t m, uint32_t kdim, uint32_t n, const kf__sgm
                     kf_if(k, inside);
                 }
                 kf_val value = kf_shared_load(k, scratch, kf_add(k, scratch0, flat));
-                kf_kernel_yield(k, kf_cast(k, h, value), kf_add(k, kf_mul(k, row, u32(k, n)), col));
+                kf_val index = kf_add(k, kf_mul(k, row, u32(k, n)), col);
+                kf_kernel_yield(k, kf_cast(k, h, value),
+                                off_c.id ? kf_add(k, off_c, index) : index);
                 if (ragged_m || ragged_n) {
                     kf_end(k);
                 }
@@ -393,7 +418,7 @@ kf_kernel *kf__matmul_sgmat(uint32_t m, uint32_t kdim, uint32_t n, const kf__sgm
             kf_barrier(k); /* the next round overwrites the scratch */
         }
     }
-    uint32_t groups[3] = {tiles_m * tiles_n, 1, 1};
+    uint32_t groups[3] = {tiles_m * tiles_n * count, 1, 1};
     kf_kernel_set_grid(k, groups);
     return k;
 }
@@ -460,6 +485,11 @@ bool kf__sgmat_config_parse(const char *text, kf__sgmat_config *out) {
 }
 
 kf_kernel *kf__matmul_sgmat_for(kf_context *ctx, uint32_t m, uint32_t k, uint32_t n) {
+    return kf__matmul_sgmat_batched_for(ctx, m, k, n, NULL);
+}
+
+kf_kernel *kf__matmul_sgmat_batched_for(kf_context *ctx, uint32_t m, uint32_t k, uint32_t n,
+                                        const kf__mm_batch *batch) {
     uint32_t sg = 0;
     if ((uint64_t)m * n < 64u * 64u || !kf__sgmat_usable(ctx, &sg)) {
         return NULL;
@@ -470,6 +500,6 @@ kf_kernel *kf__matmul_sgmat_for(kf_context *ctx, uint32_t m, uint32_t k, uint32_
         env && *env && kf__sgmat_config_parse(env, &chosen) && kf__sgmat_config_valid(&chosen, sg);
     kf_adapter_info info;
     bool checked = kf_context_adapter_info(ctx, &info) != KF_OK || !info.unchecked_access;
-    return kf__matmul_sgmat(m, k, n, forced ? &chosen : kf__sgmat_default_config(m, k, n, checked),
-                            sg);
+    return kf__matmul_sgmat_batched(
+        m, k, n, forced ? &chosen : kf__sgmat_default_config(m, k, n, checked), sg, batch);
 }

@@ -3,6 +3,7 @@
 #define KF_OPS_MATMUL_SGMAT_H
 
 #include "kfuse.h"
+#include "ops/matmul_blocked.h"
 
 /* A tile configuration. The workgroup computes bm x bn of c walking K bk at a time through
  * f16 tiles in workgroup memory; its wm x wn subgroups each own a (bm / wm) x (bn / wn) block
@@ -40,6 +41,11 @@ bool kf__sgmat_config_valid(const kf__sgmat_config *cfg, uint32_t sg);
  * or zero sizes. */
 kf_kernel *kf__matmul_sgmat(uint32_t m, uint32_t k, uint32_t n, const kf__sgmat_config *cfg,
                             uint32_t sg);
+/* The same for a batch of products (kf__mm_batch; NULL or axes 0: one), each product's
+ * workgroups after the previous one's. Operands are never read directly (cfg->direct is
+ * ignored) in a batch. */
+kf_kernel *kf__matmul_sgmat_batched(uint32_t m, uint32_t k, uint32_t n, const kf__sgmat_config *cfg,
+                                    uint32_t sg, const kf__mm_batch *batch);
 
 /* Whether ctx can run the kernel: the device has subgroup matrices and shader-f16, one subgroup
  * size, and compiles a 16x16x16 f16 -> f32 probe; and $KF_NO_SGMAT is unset (or "0"). On true,
@@ -54,5 +60,8 @@ bool kf__sgmat_config_parse(const char *text, kf__sgmat_config *out);
  * NULL (the caller keeps its FMA kernel). $KF_SGMAT_CONFIG (that notation) replaces the default
  * configuration, for measuring; an invalid one is ignored. */
 kf_kernel *kf__matmul_sgmat_for(kf_context *ctx, uint32_t m, uint32_t k, uint32_t n);
+/* The same for a batch of products (NULL: one). */
+kf_kernel *kf__matmul_sgmat_batched_for(kf_context *ctx, uint32_t m, uint32_t k, uint32_t n,
+                                        const kf__mm_batch *batch);
 
 #endif

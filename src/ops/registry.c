@@ -64,6 +64,9 @@ static const kf_operator *const table[] = {
     &kf__op_div_grad_b,
     &kf__op_maximum_grad_a,
     &kf__op_maximum_grad_b,
+    /* backward operators: matmul's inputs broadcast along the batch */
+    &kf__op_matmul_grad_a,
+    &kf__op_matmul_grad_b,
     /* backward operators: row reductions, norms, loss */
     &kf__op_sum_grad,
     &kf__op_mean_grad,

@@ -685,6 +685,57 @@ static bool torch_compare(kf_context *ctx, kf_graph *g, const char *forward_text
     return true;
 }
 
+/* Batched matmul (rank 3 and 4) against torch: a weight shared by the batch (its gradient one
+ * [K, B*M] x [B*M, N] product), q k^T per batch element, and a product broadcast both ways
+ * ([3, 7, 5] x [2, 1, 5, 4]: each input's gradient summed over the products it was broadcast
+ * to, by matmul_grad_a / matmul_grad_b), with transposes. */
+KT_TEST(fusion, autodiff_batched_matmul_matches_torch) {
+    KT_NEED_GPU(ctx);
+    const char *forward = "x: f32[3, 7, 16]\n"
+                          "w: f32[16, 12]\n"
+                          "b: f32[12]\n"
+                          "k: f32[3, 5, 12]\n"
+                          "v: f32[2, 1, 5, 4]\n"
+                          "h = matmul(x, w) |> add(b) |> gelu\n"
+                          "s = matmul(h, k, transpose_b=true)\n"
+                          "o = matmul(s, v)\n"
+                          "t = matmul(h, w, transpose_b=true)\n"
+                          "u = matmul(w, x, transpose_a=true, transpose_b=true)\n"
+                          "r = add(mean(sum(sum(t))), mean(sum(sum(u))))\n"
+                          "loss = add(mean(sum(sum(sum(square(o))))), r)\n";
+    char text[1024];
+    snprintf(text, sizeof text, "%sd_x, d_w, d_b, d_k, d_v = grad(loss, x, w, b, k, v)\n", forward);
+    kf_graph *g = NULL;
+    kf_spec_error err;
+    KT_CHECK(kf_spec_parse(text, strlen(text), &g, &err) == KF_OK, "%u:%u: %s", err.line,
+             err.column, err.message);
+    if (!g) {
+        return;
+    }
+    uint32_t summed = 0;
+    for (uint32_t id = 1; id < g->node_count; id++) {
+        const kf__node *n = &g->nodes[id];
+        summed += n->kind == KF__NODE_OP &&
+                  (!strcmp(n->op->name, "matmul_grad_a") || !strcmp(n->op->name, "matmul_grad_b"));
+    }
+    /* w shared by h, t (b^T) and u (a^T); s broadcast along v's first axis, v along s's */
+    KT_CHECK(summed == 5, "%u broadcast-input gradients by matmul_grad_a/_b (want 5)", summed);
+    uint32_t fused = 0, unfused = 0;
+    KT_CHECK(verify_plan(ctx, g, false, &fused) && verify_plan(ctx, g, true, &unfused),
+             "the batched training graph failed verification");
+    KT_CHECK(fused < unfused, "fused %u dispatches, unfused %u", fused, unfused);
+    /* torch_autodiff.py reads the graph as kf_graph_format writes it */
+    kf_graph *fg = NULL;
+    KT_CHECK_OK(kf_spec_parse(forward, strlen(forward), &fg, &err));
+    char *formatted = fg ? kf_graph_format(fg) : NULL;
+    char names[5][KF_NAME_MAX] = {"x", "w", "b", "k", "v"};
+    KT_CHECK(formatted && torch_compare(ctx, g, formatted, names, 5, "batched matmul"),
+             "batched matmul's gradients against torch");
+    kf_free(formatted);
+    kf_graph_destroy(fg);
+    kf_graph_destroy(g);
+}
+
 KT_TEST(fusion, autodiff_matches_torch_autograd) {
     KT_NEED_GPU(ctx);
     char *text = NULL;

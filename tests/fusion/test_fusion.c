@@ -160,6 +160,56 @@ KT_TEST(fusion, matmul_bias_gelu_is_one_dispatch) {
                       1, 3);
 }
 
+/* Batched matmul (rank 3 and 4): the bias and activation in the store phase, and element-wise
+ * producers in the loads, for a weight shared by the batch (one [B*M, K] x [K, N] product), one
+ * product per batch element (tiled, and the register-blocked kernel from 64x64 outputs), a
+ * broadcast batch, and attention's q k^T. */
+KT_TEST(fusion, batched_matmul_epilogue_and_prologue) {
+    expect_dispatches("x: f32[3,37,53]\nw: f32[53,29]\nb: f32[29]\n"
+                      "y = matmul(x, w) |> add(b) |> gelu\n",
+                      1, 3);
+    expect_dispatches("x: f32[2,70,40]\nw: f32[2,40,72]\nb: f32[72]\n"
+                      "y = matmul(x, w) |> add(b) |> gelu\n",
+                      1, 3);
+    expect_dispatches("x: f32[3,19,23]\nw: f32[2,1,23,17]\nr: f32[2,3,19,17]\n"
+                      "y = matmul(x, w) |> add(r) |> relu\n",
+                      1, 3);
+    expect_dispatches("x: f32[3,37,53]\nw: f32[53,29]\ny = matmul(gelu(x), w)\n", 1, 2);
+    expect_dispatches("x: f32[2,70,40]\nw: f32[2,40,72]\ny = matmul(gelu(x), w)\n", 1, 2);
+    expect_dispatches("q: f32[2,3,17,8]\nk: f32[2,3,17,8]\n"
+                      "s = matmul(q, tanh(k), transpose_b=true) |> scale(0.35)\n",
+                      1, 3);
+    expect_dispatches("x: f16[2,65,68]\nw: f16[68,64]\nb: f16[64]\n"
+                      "y = matmul(gelu(x), w) |> add(b)\n",
+                      1, 3);
+}
+
+/* A batched linear layer's db = sum_leading(dY) rides in its dW = matmul_grad_b(X, W, dY) (the
+ * weight shared by the batch: one product over every row of dY, folded or summed per batch
+ * element when X is transposed): one dispatch, explained as the bias gradient. */
+KT_TEST(fusion, batched_bias_gradient_rides_in_matmul_grad_b) {
+    const char *programs[] = {
+        "x: f32[3,70,33]\nw: f32[33,40]\ndy: f32[3,70,40]\ndw = matmul_grad_b(x, w, dy)\n"
+        "db = sum_leading(dy)\nout dw, db\n",
+        "x: f32[2,3,33,7]\nw: f32[33,5]\ndy: f32[2,3,7,5]\n"
+        "dw = matmul_grad_b(x, w, dy, transpose_a=true)\ndb = sum_leading(dy)\nout dw, db\n",
+    };
+    for (size_t i = 0; i < sizeof programs / sizeof programs[0]; i++) {
+        expect_dispatches(programs[i], 1, 2);
+        kf_context *ctx = kt_context();
+        kf_graph *g = ctx ? parse(programs[i]) : NULL;
+        kf_plan *plan = NULL;
+        if (g && kf_graph_compile(ctx, g, NULL, &plan) == KF_OK) {
+            char *text = kf_plan_explain(plan, false);
+            KT_CHECK(text && strstr(text, "matmul + bias gradient"), "not the bias gradient:\n%s",
+                     text ? text : "");
+            kf_free(text);
+        }
+        kf_plan_destroy(plan);
+        kf_graph_destroy(g);
+    }
+}
+
 KT_TEST(fusion, matmul_residual_and_scale_in_the_epilogue) {
     expect_dispatches("x: f32[31,17]\nw: f32[17,45]\nr: f32[31,45]\n"
                       "y = matmul(x, w) |> scale(0.125) |> add(r) |> silu\n",

@@ -42,7 +42,8 @@ def main():
         for a in [s.strip() for s in argtext.split(",")]:
             if "=" in a:
                 k, v = a.split("=")
-                kw[k] = float(v)
+                kw[k] = {"true": True, "false": False}.get(v, None)
+                kw[k] = float(v) if kw[k] is None else kw[k]
             elif re.match(r"^[A-Za-z_]", a):
                 args.append(env[a])
             else:
@@ -98,8 +99,9 @@ def apply(op, a, kw):
     if op in binary:
         return binary[op](a[0], a[1])
     if op == "matmul":
-        x = a[0].T if kw.get("transpose_a") else a[0]
-        y = a[1].T if kw.get("transpose_b") else a[1]
+        # the last two axes; batch dims broadcast as numpy's (and torch's) matmul does
+        x = a[0].transpose(-1, -2) if kw.get("transpose_a") else a[0]
+        y = a[1].transpose(-1, -2) if kw.get("transpose_b") else a[1]
         return x @ y
     if op == "rmsnorm":
         y = a[0] * torch.rsqrt((a[0] * a[0]).mean(-1, keepdim=True) + eps)

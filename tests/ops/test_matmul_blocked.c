@@ -143,3 +143,91 @@ KT_CPU_TEST(ops, matmul_blocked_refuses_bad_configs) {
     }
     KT_CHECK(kf__matmul_blocked(0, 4, 4, NULL) == NULL, "zero size accepted");
 }
+
+/* A batch broadcast both ways: a [2, 1, m, k] and b [3, k, n] to a [2, 3] batch of products (a
+ * read at step 0 along the second axis, b along the first), the 6 results checked element by
+ * element against float64 and the guard band after them. */
+static bool run_batched(kf_context *ctx, uint32_t m, uint32_t kd, uint32_t n,
+                        const kf__mm_config *cfg) {
+    const uint32_t mk = m * kd, kn = kd * n, mn = m * n, guard = 64;
+    const kf__mm_batch batch = {
+        .axes = 2, .dims = {2, 3}, .a_step = {mk, 0}, .b_step = {0, kn}, .c_step = {3 * mn, mn}};
+    kf_kernel *k = kf__matmul_blocked_batched(m, kd, n, cfg, KF_DTYPE_F32, &batch);
+    if (!k || kf_kernel_status(k) != KF_OK) {
+        kt_fail(__FILE__, __LINE__, "no batched kernel for %ux%ux%u: %s", m, kd, n,
+                k ? kf_kernel_error(k) : "NULL");
+        kf_kernel_destroy(k);
+        return false;
+    }
+    float *a = malloc(sizeof(float) * 2 * mk), *b = malloc(sizeof(float) * 3 * kn);
+    float *c = malloc(sizeof(float) * (6 * mn + guard));
+    for (uint32_t i = 0; i < 2 * mk; i++) {
+        a[i] = kt_rand_f32(-1.0f, 1.0f);
+    }
+    for (uint32_t i = 0; i < 3 * kn; i++) {
+        b[i] = kt_rand_f32(-1.0f, 1.0f);
+    }
+    kf_buffer *bufs[3] = {0};
+    bool ok = kf_buffer_create(ctx, 8ull * mk, &bufs[0]) == KF_OK &&
+              kf_buffer_create(ctx, 12ull * kn, &bufs[1]) == KF_OK &&
+              kf_buffer_create(ctx, 4ull * (6 * mn + guard), &bufs[2]) == KF_OK &&
+              kf_buffer_upload(bufs[0], 0, a, 8ull * mk) == KF_OK &&
+              kf_buffer_upload(bufs[1], 0, b, 12ull * kn) == KF_OK &&
+              kf_buffer_fill_u32(bufs[2], 0x7fc00000u) == KF_OK;
+    kf_kernel_launch launch = {.buffers = bufs, .buffer_count = 3};
+    if (ok && kf_kernel_run(ctx, k, &launch) != KF_OK) {
+        kt_fail(__FILE__, __LINE__, "run batched %ux%ux%u: %s", m, kd, n,
+                kf_context_last_error(ctx));
+        ok = false;
+    }
+    ok = ok && kf_buffer_download(bufs[2], 0, c, 4ull * (6 * mn + guard)) == KF_OK;
+    for (uint32_t p = 0; ok && p < 6; p++) {
+        const float *ap = a + (p / 3) * mk, *bp = b + (p % 3) * kn;
+        for (uint32_t e = 0; ok && e < mn; e++) {
+            uint32_t i = e / n, j = e % n;
+            double ref = 0.0, mag = 0.0;
+            for (uint32_t q = 0; q < kd; q++) {
+                ref += (double)ap[i * kd + q] * bp[q * n + j];
+                mag += fabs((double)ap[i * kd + q] * bp[q * n + j]);
+            }
+            double err = fabs(c[p * mn + e] - ref) / (mag + 1e-30);
+            if (!(err <= 1e-5)) {
+                kt_fail(__FILE__, __LINE__,
+                        "batched %ux%ux%u cfg %ux%ux%u: product %u c[%u,%u] = "
+                        "%g, want %g",
+                        m, kd, n, cfg->bm, cfg->bn, cfg->bk, p, i, j, (double)c[p * mn + e], ref);
+                ok = false;
+            }
+        }
+    }
+    for (uint32_t g = 0; ok && g < guard; g++) {
+        uint32_t bits;
+        memcpy(&bits, &c[6 * mn + g], 4);
+        if (bits != 0x7fc00000u) {
+            kt_fail(__FILE__, __LINE__, "batched %ux%ux%u: wrote past the end", m, kd, n);
+            ok = false;
+        }
+    }
+    for (int i = 0; i < 3; i++) {
+        kf_buffer_destroy(bufs[i]);
+    }
+    free(a);
+    free(b);
+    free(c);
+    kf_kernel_destroy(k);
+    return ok;
+}
+
+KT_TEST(ops, matmul_blocked_batched_broadcast) {
+    KT_NEED_GPU(ctx);
+    /* aligned (vec4 loads, no checks), ragged (scalar loads, checked), and one of each kind */
+    const uint32_t batched_shapes[][3] = {{64, 64, 64}, {65, 33, 17}, {7, 13, 5}};
+    for (size_t c = 0; c < BUILTIN_CONFIGS; c++) {
+        for (size_t s = 0; s < sizeof batched_shapes / sizeof batched_shapes[0]; s++) {
+            if (!run_batched(ctx, batched_shapes[s][0], batched_shapes[s][1], batched_shapes[s][2],
+                             &configs[c])) {
+                return;
+            }
+        }
+    }
+}

@@ -296,3 +296,150 @@ KT_TEST(ops, matmul_nan_propagates_on_device) {
     kf_tensor_destroy(ref);
     kf_tensor_destroy(got);
 }
+
+/* ---- batched (rank 3 and 4) ---- */
+
+/* Matrix `index` of a tensor's batch, as a rank-2 tensor of its last two dims. */
+static kf_tensor *matrix_of(const kf_tensor *x, uint32_t index) {
+    uint32_t r = x->shape.rank;
+    kf_shape s = kf_shape_2d(x->shape.dims[r - 2], x->shape.dims[r - 1]);
+    kf_tensor *t;
+    if (kf_tensor_create(&s, &t) != KF_OK) {
+        return NULL;
+    }
+    uint64_t n = kf_shape_elements(&s);
+    memcpy(t->data, x->data + index * n, n * sizeof(float));
+    return t;
+}
+
+/* The batched spec against the rank-2 spec (checked by hand above) product by product, forward
+ * and backward: a [2, 1, 5, 7] and b [3, 7, 4] broadcast to a [2, 3] batch; da is the sum of the
+ * 3 products' rank-2 da along the axis a was broadcast, db the sum of the 2 along b's, with and
+ * without transposes. */
+KT_CPU_TEST(ops, matmul_batched_spec_is_products_of_the_rank2_spec) {
+    const kf_operator *mm = kf_op_find("matmul");
+    for (int ta = 0; ta < 2; ta++) {
+        for (int tb = 0; tb < 2; tb++) {
+            kf_op_params p = {.transpose_a = ta != 0, .transpose_b = tb != 0};
+            kf_shape sa = ta ? (kf_shape)SHAPE4(2, 1, 7, 5) : (kf_shape)SHAPE4(2, 1, 5, 7);
+            kf_shape sb = tb ? (kf_shape)SHAPE3(3, 4, 7) : (kf_shape)SHAPE3(3, 7, 4);
+            kf_tensor *a, *b, *c = NULL, *dc, *da, *db;
+            KT_CHECK_OK(kf_tensor_create(&sa, &a));
+            KT_CHECK_OK(kf_tensor_create(&sb, &b));
+            kf_tensor_fill_random(a, kt_rand_u64(), -1, 1);
+            kf_tensor_fill_random(b, kt_rand_u64(), -1, 1);
+            KT_CHECK_OK(spec_forward(mm, &p, a, b, &c));
+            kf_shape want = SHAPE4(2, 3, 5, 4);
+            KT_CHECK(c && kf_shape_eq(&c->shape, &want), "the result is [2, 3, 5, 4]");
+            KT_CHECK_OK(kf_tensor_create(&c->shape, &dc));
+            kf_tensor_fill_random(dc, kt_rand_u64(), -1, 1);
+            KT_CHECK_OK(kf_tensor_create(&sa, &da));
+            KT_CHECK_OK(kf_tensor_create(&sb, &db));
+            const kf_tensor *in[2] = {a, b};
+            kf_tensor *grads[2] = {da, db};
+            KT_CHECK_OK(mm->spec_backward(in, c, dc, &p, grads));
+            /* the sums of the rank-2 gradients, accumulated here */
+            double sum_a[2][35] = {{0}}, sum_b[3][28] = {{0}};
+            for (uint32_t i = 0; i < 2; i++) {
+                for (uint32_t j = 0; j < 3; j++) {
+                    kf_tensor *ai = matrix_of(a, i), *bj = matrix_of(b, j), *ci = NULL;
+                    kf_tensor *dci = matrix_of(dc, i * 3 + j), *cij = matrix_of(c, i * 3 + j);
+                    KT_CHECK_OK(spec_forward(mm, &p, ai, bj, &ci));
+                    KT_CHECK(kf_tensor_approx_eq(ci, cij, 1e-6), "product (%u, %u) ta=%d tb=%d", i,
+                             j, ta, tb);
+                    kf_tensor *dai, *dbj;
+                    KT_CHECK_OK(kf_tensor_create(&ai->shape, &dai));
+                    KT_CHECK_OK(kf_tensor_create(&bj->shape, &dbj));
+                    const kf_tensor *in2[2] = {ai, bj};
+                    kf_tensor *g2[2] = {dai, dbj};
+                    KT_CHECK_OK(mm->spec_backward(in2, ci, dci, &p, g2));
+                    for (uint32_t e = 0; e < 35; e++) {
+                        sum_a[i][e] += dai->data[e];
+                    }
+                    for (uint32_t e = 0; e < 28; e++) {
+                        sum_b[j][e] += dbj->data[e];
+                    }
+                    kf_tensor *all[] = {ai, bj, ci, dci, cij, dai, dbj};
+                    for (size_t t = 0; t < sizeof all / sizeof all[0]; t++) {
+                        kf_tensor_destroy(all[t]);
+                    }
+                }
+            }
+            for (uint32_t e = 0; e < 70; e++) {
+                double want_a = sum_a[e / 35][e % 35];
+                KT_CHECK(fabs(da->data[e] - want_a) <= 1e-5 * (1 + fabs(want_a)),
+                         "da[%u] = %g, want %g (ta=%d tb=%d)", e, da->data[e], want_a, ta, tb);
+            }
+            for (uint32_t e = 0; e < 84; e++) {
+                double want_b = sum_b[e / 28][e % 28];
+                KT_CHECK(fabs(db->data[e] - want_b) <= 1e-5 * (1 + fabs(want_b)),
+                         "db[%u] = %g, want %g (ta=%d tb=%d)", e, db->data[e], want_b, ta, tb);
+            }
+            kf_tensor *all[] = {a, b, c, dc, da, db};
+            for (size_t t = 0; t < sizeof all / sizeof all[0]; t++) {
+                kf_tensor_destroy(all[t]);
+            }
+        }
+    }
+}
+
+/* A batch with b shared by every product (and a not transposed) is one [B*M, K] x [K, N]
+ * product: the same kernel (WGSL and grid) as the rank-2 product, tiled and register-blocked,
+ * for the forward and both gradients. */
+KT_CPU_TEST(ops, matmul_batch_with_shared_b_is_one_product) {
+    const kf_operator *mm = kf_op_find("matmul");
+    const struct {
+        kf_shape batched[2], flat[2];
+        kf_op_params p;
+    } cases[] = {
+        {.batched = {SHAPE3(3, 7, 13), SHAPE2(13, 5)}, .flat = {SHAPE2(21, 13), SHAPE2(13, 5)}},
+        {.batched = {SHAPE4(2, 2, 32, 24), SHAPE3(1, 24, 72)},
+         .flat = {SHAPE2(128, 24), SHAPE2(24, 72)}},
+        {.batched = {SHAPE3(3, 7, 13), SHAPE2(5, 13)},
+         .flat = {SHAPE2(21, 13), SHAPE2(5, 13)},
+         .p = {.transpose_b = true}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        for (int which = -1; which < 2; which++) {
+            kf_kernel *kb =
+                which < 0 ? kf_op_kernel_forward(mm, cases[c].batched, &cases[c].p, KF_DTYPE_F32)
+                          : mm->kernel_backward(cases[c].batched, &cases[c].p, KF_DTYPE_F32,
+                                                (uint32_t)which);
+            kf_kernel *kf = which < 0
+                                ? kf_op_kernel_forward(mm, cases[c].flat, &cases[c].p, KF_DTYPE_F32)
+                                : mm->kernel_backward(cases[c].flat, &cases[c].p, KF_DTYPE_F32,
+                                                      (uint32_t)which);
+            char *wb = kb ? kf_kernel_emit_wgsl(kb) : NULL,
+                 *wf = kf ? kf_kernel_emit_wgsl(kf) : NULL;
+            KT_CHECK(wb && wf && !strcmp(wb, wf), "case %zu (%d): the batched kernel differs:\n%s",
+                     c, which, wb ? wb : "");
+            uint32_t gb[3], gf[3];
+            mm->grid(cases[c].batched, &cases[c].p, which, gb);
+            mm->grid(cases[c].flat, &cases[c].p, which, gf);
+            KT_CHECK(!memcmp(gb, gf, sizeof gb), "case %zu (%d): grids differ", c, which);
+            kf_free(wb);
+            kf_free(wf);
+            kf_kernel_destroy(kb);
+            kf_kernel_destroy(kf);
+        }
+    }
+}
+
+KT_CPU_TEST(ops, matmul_batched_shape_errors) {
+    const kf_operator *mm = kf_op_find("matmul");
+    char msg[256];
+    kf_shape out;
+    kf_shape bad[2] = {SHAPE3(3, 4, 5), SHAPE3(2, 5, 6)};
+    KT_CHECK(kf_op_shape(mm, bad, &(kf_op_params){0}, &out, msg, sizeof msg) == KF_ERROR_SHAPE,
+             "batch dims 3 and 2 do not broadcast");
+    KT_CHECK(strstr(msg, "batch dims") && strstr(msg, "3x4x5") && strstr(msg, "2x5x6"),
+             "the message names both shapes: %s", msg);
+    kf_shape vec[2] = {SHAPE1(5), SHAPE3(2, 5, 6)};
+    KT_CHECK(kf_op_shape(mm, vec, &(kf_op_params){0}, &out, msg, sizeof msg) == KF_ERROR_SHAPE &&
+                 strstr(msg, "rank 2 to 4"),
+             "a vector is refused: %s", msg);
+    kf_shape ok[2] = {SHAPE4(2, 1, 4, 5), SHAPE3(3, 6, 5)};
+    KT_CHECK_OK(kf_op_shape(mm, ok, &(kf_op_params){.transpose_b = true}, &out, msg, sizeof msg));
+    kf_shape want = SHAPE4(2, 3, 4, 6);
+    KT_CHECK(kf_shape_eq(&out, &want), "[2,1,4,5] x [3,6,5]^T is [2,3,4,6]");
+}
