@@ -13,7 +13,9 @@
  *   dP_ij = do_i . v_j,  delta_i = sum_j P_ij dP_ij = do_i . o_i,  dS_ij = P_ij (dP_ij - delta_i)
  *   dq_i = scale sum_j dS_ij k_j,  dk_j = scale sum_i dS_ij q_i,  dv_j = sum_i P_ij do_i
  * (FlashAttention-2's backward). The gradient kernels recompute P_ij = exp(s_ij - lse_i) tile by
- * tile from the saved row statistics instead of reading a T x T matrix.
+ * tile from the saved row statistics instead of reading a T x T matrix. dq uses g's lse and delta
+ * only as shifts and normalises P itself, so the statistics' rounding in g (f16) cancels from it;
+ * dk and dv use them as given (f16: lse to 2^-11 of |lse|, a relative error of P of that size).
  *
  * Why the statistics come from attention_grad_prep and not from the forward kernel: the planner
  * runs one kernel per group with one output, so a forward that also wrote lse would need a
@@ -293,7 +295,7 @@ static void spec_head_backward(const spec_grad *s, attn_dims a, double scale, bo
 /* Runs spec_head_backward over every head into grads[0..3) (NULL entries skipped); g: the
  * packed tensor (NULL: dy and recomputed statistics). */
 static kf_status spec_backward_all(const kf_tensor *const *in, const kf_tensor *dy,
-                                   const kf_tensor *g, const kf_op_params *p,
+                                   const kf_tensor *g, bool own_stats, const kf_op_params *p,
                                    kf_tensor *const *grads) {
     attn_dims a = dims_of(&in[0]->shape);
     uint64_t head_elems = (uint64_t)a.t * a.d;
@@ -324,7 +326,7 @@ static kf_status spec_backward_all(const kf_tensor *const *in, const kf_tensor *
             uint64_t ghead = (uint64_t)h * a.t * (a.d + 2);
             s.dout = g->data + ghead;
             s.dout_stride = a.d + 2;
-            s.stats = g->data + ghead + a.d;
+            s.stats = own_stats ? NULL : g->data + ghead + a.d;
         } else {
             s.dout = dy->data + head;
             s.dout_stride = a.d;
@@ -352,7 +354,7 @@ static kf_status attention_spec_backward(const kf_tensor *const *in, const kf_te
     if (st != KF_OK || !grad_in) {
         return st != KF_OK ? st : KF_ERROR_INVALID_ARGUMENT;
     }
-    return spec_backward_all(in, grad_out, NULL, p, grad_in);
+    return spec_backward_all(in, grad_out, NULL, false, p, grad_in);
 }
 
 static kf_status prep_spec(const kf_tensor *const *in, const kf_op_params *p, kf_tensor *out) {
@@ -390,6 +392,8 @@ static kf_status prep_spec(const kf_tensor *const *in, const kf_op_params *p, kf
     return KF_OK;
 }
 
+/* dq (WHICH 0) normalises P itself and sums its own delta (attn_kernel says why): its spec is the
+ * exact gradient from g's dy alone; dk and dv use g's lse and delta as given. */
 #define GRAD_SPEC(NAME, WHICH)                                                                     \
     static kf_status NAME##_spec(const kf_tensor *const *in, const kf_op_params *p,                \
                                  kf_tensor *out) {                                                 \
@@ -399,7 +403,7 @@ static kf_status prep_spec(const kf_tensor *const *in, const kf_op_params *p, kf
         }                                                                                          \
         kf_tensor *grads[3] = {0};                                                                 \
         grads[WHICH] = out;                                                                        \
-        return spec_backward_all(in, NULL, in[3], p, grads);                                       \
+        return spec_backward_all(in, NULL, in[3], WHICH == 0, p, grads);                           \
     }
 
 GRAD_SPEC(attention_grad_q, 0)
@@ -485,6 +489,10 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
         s_dot2 = kf_kernel_workgroup(k, "dots_dp", f32, ROWS * LANES);
     }
     kf_shared s_p = kf_kernel_workgroup(k, "probs", f32, ROWS * bc);
+    kf_shared s_p2 = {0}; /* dq: P beside P dP */
+    if (role == ROLE_DQ) {
+        s_p2 = kf_kernel_workgroup(k, "probs_only", f32, ROWS * bc);
+    }
     kf_shared s_lse = {0}, s_delta = {0};
     if (keys_are_rows) {
         s_lse = kf_kernel_workgroup(k, "tile_lse", f32, bc);
@@ -510,11 +518,25 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
     /* the (row, column) pair this invocation turns into P or dS: lanes below bc */
     kf_val pcol = kf_let(k, "pcol", kf_call2(k, KF_FN_MIN, lx, kf__u32(k, bc - 1)));
 
-    /* the row's statistics (dq: its own lse and delta) and running state */
+    /* the row's statistics and running state. dq reads its row's lse and delta from g only as
+     * shifts: with P' = exp(s - lse) and dP' = dP - delta it sums P' (psum), P' dP' (shift) and,
+     * per column, P' dP' k and P' k over the keys, and at the end takes
+     *   dq = scale (sum P' dP' k - (shift / psum) sum P' k) / psum,
+     * which is exact whatever lse and delta are: so their rounding in g (f16: 2^-11 of them)
+     * cancels, where dq would otherwise carry delta's error times the row's mean key */
     kf_val row_lse = {0, 0}, row_delta = {0, 0};
+    kf_var psum_run = {0}, delta_run = {0};
+    kf_var acc_pk[MAX_COL_REGS];
     if (role == ROLE_DQ) {
         row_lse = kf_let(k, "row_lse", operand_load(k, olse, my_row, kf__u32(k, 0), dtype));
         row_delta = kf_let(k, "row_delta", operand_load(k, odelta, my_row, kf__u32(k, 0), dtype));
+        psum_run = kf_declare(k, "psum_run", f32, kf_lit_f32(k, 0));
+        delta_run = kf_declare(k, "delta_run", f32, kf_lit_f32(k, 0));
+        for (uint32_t c = 0; c < ncols; c++) {
+            char name[16];
+            snprintf(name, sizeof name, "acc_pk%u", c);
+            acc_pk[c] = kf_declare(k, name, f32, kf_lit_f32(k, 0));
+        }
     }
     kf_var m_run = {0}, l_run = {0};
     if (online) {
@@ -642,12 +664,15 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
                                        : row_lse;
             kf_val pr = kf_call1(k, KF_FN_EXP, kf_sub(k, s, lse));
             kf_val value = pr;
-            if (needs_dp) {
-                kf_val delta = keys_are_rows ? kf_shared_load(k, s_delta, pcol) : row_delta;
-                value = kf_mul(k, pr, kf_sub(k, dp, delta));
+            kf_val pslot = kf_add(k, kf_mul(k, ly, kf__u32(k, bc)), pcol);
+            if (role == ROLE_DK) {
+                value = kf_mul(k, pr, kf_sub(k, dp, kf_shared_load(k, s_delta, pcol)));
+            } else if (role == ROLE_DQ) {
+                value = kf_mul(k, pr, kf_sub(k, dp, row_delta));
+                kf_shared_store(k, s_p2, pslot, kf_select(k, kf_lit_f32(k, 0), pr, mine));
             }
             value = kf_select(k, kf_lit_f32(k, 0), value, mine);
-            kf_shared_store(k, s_p, kf_add(k, kf_mul(k, ly, kf__u32(k, bc)), pcol), value);
+            kf_shared_store(k, s_p, pslot, value);
         }
         kf_end(k);
         kf_barrier(k);
@@ -664,13 +689,29 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
         if (online) {
             kf_assign(k, l_run, kf_call3(k, KF_FN_FMA, kf_read(k, l_run), alpha, psum));
         }
+        kf_val pk[LANES];
+        if (role == ROLE_DQ) {
+            kf_val only = kf_lit_f32(k, 0);
+            for (uint32_t j = 0; j < bc; j++) {
+                pk[j] = kf_shared_load(k, s_p2, kf_add(k, prow, kf__u32(k, j)));
+                only = kf_add(k, only, pk[j]);
+            }
+            kf_assign(k, psum_run, kf_add(k, kf_read(k, psum_run), only));
+            kf_assign(k, delta_run, kf_add(k, kf_read(k, delta_run), psum));
+        }
         for (uint32_t c = 0; c < ncols; c++) {
             uint32_t colc = c * LANES;
             kf_val col = kf_call2(k, KF_FN_MIN, kf_add(k, lx, kf__u32(k, colc)), kf__u32(k, d - 1));
-            kf_val sum = kf_lit_f32(k, 0);
+            kf_val sum = kf_lit_f32(k, 0), sum_pk = kf_lit_f32(k, 0);
             for (uint32_t j = 0; j < bc; j++) {
                 kf_val x = kf_shared_load(k, src, kf_add(k, kf__u32(k, j * stride), col));
                 sum = kf_call3(k, KF_FN_FMA, ps[j], x, sum);
+                if (role == ROLE_DQ) {
+                    sum_pk = kf_call3(k, KF_FN_FMA, pk[j], x, sum_pk);
+                }
+            }
+            if (role == ROLE_DQ) {
+                kf_assign(k, acc_pk[c], kf_add(k, kf_read(k, acc_pk[c]), sum_pk));
             }
             kf_val prev = kf_read(k, acc[c]);
             kf_assign(k, acc[c],
@@ -688,10 +729,26 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
     if (online) {
         inv_l = kf_let(k, "inv_l", kf_div(k, kf_lit_f32(k, 1), kf_read(k, l_run)));
     }
+    kf_val inv_p = {0, 0}, mean_dp = {0, 0};
+    if (role == ROLE_DQ) {
+        inv_p = kf_let(k, "inv_p", kf_div(k, kf_lit_f32(k, 1), kf_read(k, psum_run)));
+        mean_dp = kf_let(k, "delta", kf_mul(k, kf_read(k, delta_run), inv_p));
+    }
     kf_val delta_part = kf_lit_f32(k, 0);
     kf_val yields[MAX_COL_REGS], inside[MAX_COL_REGS], cols[MAX_COL_REGS];
     for (uint32_t c = 0; c < ncols; c++) {
         kf_val v = kf_read(k, acc[c]);
+        if (role == ROLE_DQ) {
+            /* (sum P' dP' k - (shift / psum) sum P' k) / psum */
+            v = kf_mul(k, kf_sub(k, v, kf_mul(k, mean_dp, kf_read(k, acc_pk[c]))), inv_p);
+            /* a row that sees one key has P = 1 whatever q is: dq is exactly 0, where the form
+             * above keeps rounding (the first causal row, T = 1) */
+            if (t == 1) {
+                v = kf_lit_f32(k, 0);
+            } else if (causal) {
+                v = kf_select(k, v, kf_lit_f32(k, 0), kf_binary(k, KF_OP_EQ, row, kf__u32(k, 0)));
+            }
+        }
         v = online ? kf_mul(k, v, inv_l) : role == ROLE_DV ? v : kf_mul(k, v, kf_lit_f32(k, scale));
         cols[c] = kf_let(k, "ocol", kf_add(k, lx, kf__u32(k, c * LANES)));
         inside[c] =
