@@ -868,7 +868,8 @@ KF_API void kf_gpu_tensor_destroy(kf_gpu_tensor *g);
  * bit in `given` is clear and whose value is zero means the op's default (so `{0}` is every
  * default); a field whose bit is set is used as it is, zero included (scale by 0). */
 typedef struct kf_op_params {
-    float alpha;      /* leaky_relu slope (0.01), scale / affine factor (1), */
+    float alpha;      /* leaky_relu slope (0.01), scale / affine factor (1), attention's score
+                         scale (0: 1/sqrt(D)), rope's base (10000), */
     float beta;       /* affine offset (0) */
     float eps;        /* norms (1e-5) */
     bool exact;       /* gelu: the erf form instead of the tanh approximation */
@@ -876,6 +877,7 @@ typedef struct kf_op_params {
     bool has_bias;    /* rmsnorm / layernorm: the optional input "bias" is there */
     bool transpose_a; /* matmul: use a^T */
     bool transpose_b; /* matmul: use b^T */
+    bool causal;      /* attention: key j masked for query i < j (default true) */
     uint32_t given;   /* KF_PARAM_* bits: the parameters set on purpose */
 } kf_op_params;
 
@@ -885,6 +887,7 @@ typedef struct kf_op_params {
 #define KF_PARAM_EXACT (1u << 3)
 #define KF_PARAM_TRANSPOSE_A (1u << 4)
 #define KF_PARAM_TRANSPOSE_B (1u << 5)
+#define KF_PARAM_CAUSAL (1u << 6)
 
 typedef enum kf_op_class {
     KF_OP_CLASS_ELEMENTWISE = 1, /* out[i] = f(in0[i'], in1[i''], ...) with broadcasting */
@@ -982,6 +985,10 @@ KF_API kf_status kf_op_input_info(const kf_operator *op, uint32_t index, const c
  * own (kf_op_verify with backward); backward operators and sum_to have none. */
 KF_API const kf_operator *kf_op_grad_of(const kf_operator *op, uint32_t *input);
 KF_API bool kf_op_has_backward(const kf_operator *op);
+/* Whether kf_op_check_gradient applies to the operator: it has a spec_backward or is a backward
+ * operator. The attention backward's helpers (attention_grad_prep, attention_grad_q/k/v) are
+ * neither: their relation to attention's differences is checked through autodiff (tests). */
+KF_API bool kf_op_has_gradient_check(const kf_operator *op);
 
 /* The output shape of op on these inputs; KF_ERROR_SHAPE with the reason in msg. */
 KF_API kf_status kf_op_shape(const kf_operator *op, const kf_shape *in, const kf_op_params *p,

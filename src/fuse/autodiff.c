@@ -178,6 +178,30 @@ static kf_node norm_rule(grad_pass *s, const kf__node *n, uint32_t i, kf_node dy
     return call(s, grad_name, in, has_w ? 3u : 2u, &p);
 }
 
+/* attention: dq, dk and dv by attention_grad_q / _k / _v from one attention_grad_prep node (dy,
+ * the rows' lse and dy . o packed; src/ops/attention.c says why), made for the first input asked
+ * and found again for the others. */
+static kf_node attention_rule(grad_pass *s, const kf__node *n, uint32_t i, kf_node dy) {
+    kf_node in[4] = {node_of(n->inputs[0]), node_of(n->inputs[1]), node_of(n->inputs[2]), dy};
+    kf_node prep = {0};
+    for (uint32_t id = s->count; id < s->g->node_count && !prep.id; id++) {
+        const kf__node *m = &s->g->nodes[id];
+        bool same = m->kind == KF__NODE_OP && !strcmp(m->op->name, "attention_grad_prep") &&
+                    m->input_count == 4;
+        for (uint32_t j = 0; same && j < 4; j++) {
+            same = m->inputs[j] == in[j].id;
+        }
+        prep.id = same ? id : 0;
+    }
+    if (!prep.id) {
+        prep = call(s, "attention_grad_prep", in, 4, &n->params);
+    }
+    static const char *const names[3] = {"attention_grad_q", "attention_grad_k",
+                                         "attention_grad_v"};
+    in[3] = prep;
+    return call(s, names[i], in, 4, &n->params);
+}
+
 /* The gradient of input i of node n given dy, or {0} with *refused set when n's operator has no
  * rule. */
 static kf_node rule(grad_pass *s, const kf__node *n, uint32_t i, kf_node dy, bool *refused) {
@@ -198,6 +222,9 @@ static kf_node rule(grad_pass *s, const kf__node *n, uint32_t i, kf_node dy, boo
     }
     if (!strcmp(name, "rmsnorm") || !strcmp(name, "layernorm")) {
         return norm_rule(s, n, i, dy);
+    }
+    if (!strcmp(name, "attention")) {
+        return attention_rule(s, n, i, dy);
     }
     if (!strcmp(name, "sum_leading") || (!strcmp(name, "sum_to") && i == 0)) {
         return call2(s, "broadcast_to", dy, node_of(n->inputs[0]), NULL);

@@ -32,6 +32,10 @@ bool kf_op_has_backward(const kf_operator *op) {
     return op && op->kernel_backward && op->spec_backward;
 }
 
+bool kf_op_has_gradient_check(const kf_operator *op) {
+    return op && (op->spec_backward || op->grad_of);
+}
+
 uint32_t kf__grad_arity(const kf_operator *op, const kf_op_params *p) {
     return kf_op_arity(op->grad_of, p) + 1;
 }

@@ -44,6 +44,12 @@ extern const kf_operator kf__op_sum, kf__op_mean, kf__op_max, kf__op_softmax, kf
 extern const kf_operator kf__op_rmsnorm, kf__op_layernorm;
 /* loss.c */
 extern const kf_operator kf__op_cross_entropy;
+/* attention.c: fused attention and its backward (prep packs dy, lse, delta for the gradients) */
+extern const kf_operator kf__op_attention, kf__op_attention_grad_prep, kf__op_attention_grad_q,
+    kf__op_attention_grad_k, kf__op_attention_grad_v;
+/* rope.c: rotary position embedding; swiglu.c: silu(gate) * up */
+extern const kf_operator kf__op_rope, kf__op_rope_grad, kf__op_swiglu, kf__op_swiglu_grad_a,
+    kf__op_swiglu_grad_b;
 /* reduce_backward.c: over leading axes, and the sum / broadcast pair of element-wise broadcasting
  */
 extern const kf_operator kf__op_sum_leading, kf__op_sum_to, kf__op_broadcast_to;

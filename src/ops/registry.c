@@ -43,6 +43,10 @@ static const kf_operator *const table[] = {
     &kf__op_rmsnorm,
     &kf__op_layernorm,
     &kf__op_cross_entropy,
+    /* transformer blocks: attention, rotary embedding, swiglu */
+    &kf__op_attention,
+    &kf__op_rope,
+    &kf__op_swiglu,
     /* reductions for training: over leading axes, and broadcasting's sum / broadcast pair */
     &kf__op_sum_leading,
     &kf__op_sum_to,
@@ -78,6 +82,14 @@ static const kf_operator *const table[] = {
     &kf__op_layernorm_grad_x,
     &kf__op_layernorm_grad_w,
     &kf__op_cross_entropy_grad,
+    /* backward operators: attention (prep packs the statistics), rope, swiglu */
+    &kf__op_attention_grad_prep,
+    &kf__op_attention_grad_q,
+    &kf__op_attention_grad_k,
+    &kf__op_attention_grad_v,
+    &kf__op_rope_grad,
+    &kf__op_swiglu_grad_a,
+    &kf__op_swiglu_grad_b,
 };
 #define TABLE_SIZE (sizeof table / sizeof table[0])
 

@@ -757,3 +757,42 @@ KT_TEST(fusion, autodiff_matches_torch_autograd) {
         KT_CHECK(ok, "%s (%s) against torch", label, rc.desc);
     }
 }
+
+/* attention (causal and not, a given scale), rope and swiglu: kfuse's fused gradients (through
+ * attention_grad_prep and attention_grad_q / _k / _v) against torch.autograd's of the explicit
+ * softmax formula; T 19 is one ragged query tile past a whole one, D 16 a single output column
+ * per lane. */
+KT_TEST(fusion, autodiff_attention_matches_torch_autograd) {
+    KT_NEED_GPU(ctx);
+    static const char *const forward[2] = {
+        "q: f32[2, 2, 19, 16]\nk: f32[2, 2, 19, 16]\nv: f32[2, 2, 19, 16]\n"
+        "up: f32[2, 2, 19, 16]\nw: f32[2, 2, 19, 16]\n"
+        "qr = rope(q)\nkr = rope(k, base=100)\no = attention(qr, kr, v)\nh = swiglu(o, up)\n"
+        "hw = mul(h, w)\ns1 = sum(hw)\ns2 = sum(s1)\ns3 = sum(s2)\nloss = sum(s3)\n",
+        "q: f32[1, 3, 40, 24]\nk: f32[1, 3, 40, 24]\nv: f32[1, 3, 40, 24]\n"
+        "w: f32[1, 3, 40, 24]\n"
+        "o = attention(q, k, v, causal=false, scale=0.4)\n"
+        "hw = mul(o, w)\ns1 = sum(hw)\ns2 = sum(s1)\ns3 = sum(s2)\nloss = sum(s3)\n"};
+    static const char *const grads[2] = {
+        "d_q, d_k, d_v, d_up = grad(loss, q, k, v, up)\nout loss, d_q, d_k, d_v, d_up\n",
+        "d_q, d_k, d_v = grad(loss, q, k, v)\nout loss, d_q, d_k, d_v\n"};
+    char names[2][4][KF_NAME_MAX] = {{"q", "k", "v", "up"}, {"q", "k", "v"}};
+    for (int c = 0; c < 2; c++) {
+        char text[2048];
+        snprintf(text, sizeof text, "%s%s", forward[c], grads[c]);
+        kf_graph *g = NULL;
+        kf_spec_error err;
+        KT_CHECK(kf_spec_parse(text, strlen(text), &g, &err) == KF_OK, "line %u: %s", err.line,
+                 err.message);
+        if (!g) {
+            return;
+        }
+        bool ok = torch_compare(ctx, g, forward[c], names[c], c == 0 ? 4 : 3,
+                                c == 0 ? "rope, attention, swiglu" : "attention, not causal");
+        uint32_t fused = 0, unfused = 0;
+        ok = ok && verify_plan(ctx, g, false, &fused) && verify_plan(ctx, g, true, &unfused);
+        kf_graph_destroy(g);
+        KT_CHECK(ok, "case %d against torch and the specs", c);
+        KT_CHECK(fused < unfused, "case %d: fused %u, unfused %u dispatches", c, fused, unfused);
+    }
+}

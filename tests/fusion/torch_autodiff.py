@@ -111,6 +111,26 @@ def apply(op, a, kw):
         n = a[0].shape[-1]
         return F.layer_norm(a[0], (n,), a[1] if len(a) > 1 else None,
                             a[2] if len(a) > 2 else None, eps)
+    if op == "attention":
+        # the explicit formula (torch 1.13 has no F.scaled_dot_product_attention)
+        q, k, v = a
+        t, d = q.shape[-2], q.shape[-1]
+        scores = (q @ k.transpose(-1, -2)) * (kw.get("scale", 0.0) or d ** -0.5)
+        if kw.get("causal", 1.0):
+            mask = torch.ones(t, t, dtype=torch.bool).triu(1)
+            scores = scores.masked_fill(mask, float("-inf"))
+        return torch.softmax(scores, -1) @ v
+    if op == "rope":
+        x = a[0]
+        t, d = x.shape[-2], x.shape[-1]
+        base = kw.get("base", 0.0) or 10000.0
+        freq = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+        theta = torch.arange(t, dtype=torch.float64)[:, None] * freq[None, :]
+        c, s = torch.cos(theta), torch.sin(theta)
+        x0, x1 = x[..., 0::2], x[..., 1::2]
+        return torch.stack((x0 * c - x1 * s, x0 * s + x1 * c), -1).reshape(x.shape)
+    if op == "swiglu":
+        return F.silu(a[0]) * a[1]
     if op == "cross_entropy":
         return F.cross_entropy(a[0].reshape(-1, a[0].shape[-1]), a[1].reshape(-1))
     raise SystemExit(f"torch_autodiff.py: no torch form for {op}")

@@ -129,14 +129,18 @@ KT_CPU_TEST(ops, registry_lists_every_op) {
         "relu", "leaky_relu", "sigmoid", "tanh", "gelu", "gelu_exact", "silu", "exp", "log", "neg",
         "abs", "sqrt", "square", "reciprocal", "add", "sub", "mul", "div", "maximum", "scale",
         "affine", "copy", "transpose", "matmul", "sum", "mean", "max", "softmax", "log_softmax",
-        "rmsnorm", "layernorm", "cross_entropy", "sum_leading", "sum_to", "broadcast_to",
+        "rmsnorm", "layernorm", "cross_entropy", "attention", "rope", "swiglu", "sum_leading",
+        "sum_to", "broadcast_to",
         /* backward operators */
         "relu_grad", "leaky_relu_grad", "sigmoid_grad", "tanh_grad", "gelu_grad", "gelu_exact_grad",
         "silu_grad", "exp_grad", "log_grad", "abs_grad", "sqrt_grad", "square_grad",
         "reciprocal_grad", "div_grad_b", "maximum_grad_a", "maximum_grad_b", "matmul_grad_a",
         "matmul_grad_b", "sum_grad", "mean_grad", "max_grad", "softmax_grad", "log_softmax_grad",
         "rmsnorm_grad_x", "rmsnorm_grad_w", "layernorm_grad_x", "layernorm_grad_w",
-        "cross_entropy_grad"};
+        "cross_entropy_grad",
+        /* attention's backward (its helpers are not backward operators: see attention.c) */
+        "attention_grad_prep", "attention_grad_q", "attention_grad_k", "attention_grad_v",
+        "rope_grad", "swiglu_grad_a", "swiglu_grad_b"};
     uint32_t n = (uint32_t)(sizeof names / sizeof names[0]);
     KT_CHECK(kf_op_count() == n, "%u operators, expected %u", kf_op_count(), n);
     for (uint32_t i = 0; i < n; i++) {
@@ -145,8 +149,15 @@ KT_CPU_TEST(ops, registry_lists_every_op) {
         /* a backward operator's gradient check is its forward's differences (grad_of); sum_to
          * has a spec_backward but no backward kernel (autodiff uses broadcast_to) */
         bool backward_op = op->grad_of != NULL;
-        KT_CHECK(op->spec_forward && (op->spec_backward || backward_op) && op->kernel_forward &&
-                     (op->kernel_backward || backward_op || !strcmp(names[i], "sum_to")) &&
+        /* attention's gradient is three operators after attention_grad_prep (autodiff), not one
+         * kernel_backward; the prep and gradient operators have only a forward */
+        bool attention_part = !strncmp(names[i], "attention", 9);
+        KT_CHECK(op->spec_forward &&
+                     (op->spec_backward || backward_op ||
+                      (attention_part && i > 0 && strcmp(names[i], "attention"))) &&
+                     op->kernel_forward &&
+                     (op->kernel_backward || backward_op || attention_part ||
+                      !strcmp(names[i], "sum_to")) &&
                      op->shape && op->cases && op->case_count,
                  "%s lacks part of its record", names[i]);
         KT_CHECK(!backward_op || (!op->kernel_backward && !op->spec_backward &&
