@@ -343,8 +343,8 @@ static bool can_extend(const kf_plan *p, uint32_t operand, uint32_t node) {
     if (p->uses[operand] != 1 || p->is_output[operand]) {
         return false; /* read twice or needed later: it must reach memory */
     }
-    if (!kf_shape_eq(&a->shape, &n->shape) || a->dtype != n->dtype) {
-        return false; /* a broadcast that changes the shape ends the group */
+    if ((!kf_shape_eq(&a->shape, &n->shape) && !n->op->view_index) || a->dtype != n->dtype) {
+        return false; /* a broadcast that changes the shape ends the group (a view maps it) */
     }
     if (grp->node_count >= KF_GROUP_MAX_NODES) {
         return false;
@@ -533,7 +533,36 @@ static void plan_passes(kf_plan *p) {
     }
 }
 
+uint32_t kf__plan_buffer_node(const kf_plan *p, uint32_t id) {
+    while (p->alias_of && p->alias_of[id]) {
+        id = p->alias_of[id];
+    }
+    return id;
+}
+
+/* Groups of reshapes only, of a value in memory, that nothing needs as their own tensor (not an
+ * output): the reshape is that value's buffer read with another shape, so the group is dropped
+ * and its result aliases the buffer (kf__compiled_add_slot binds the source instead). */
+static void plan_free_views(kf_plan *p) {
+    for (uint32_t gi = 0; gi < p->group_count; gi++) {
+        kf__group *grp = &p->groups[gi];
+        bool linear = grp->kind == KF__GROUP_ELEMENTWISE && grp->read_count == 1 &&
+                      !p->is_output[grp->result] && !kf__plan_inplace_input(p, grp->result);
+        for (uint32_t i = 0; linear && i < grp->node_count; i++) {
+            linear = p->graph->nodes[grp->nodes[i]].op->view_linear;
+        }
+        if (!linear) {
+            continue;
+        }
+        uint32_t source = grp->reads[0];
+        p->alias_of[grp->result] = source;
+        p->group_of[grp->result] = p->group_of[kf__plan_buffer_node(p, source)];
+        grp->kind = KF__GROUP_DEAD;
+    }
+}
+
 bool kf__compiled_add_slot(kf_plan *p, kf__compiled *c, uint32_t node) {
+    node = kf__plan_buffer_node(p, node);
     if (!grow_ids(&c->slots, &c->slot_capacity, c->slot_count)) {
         plan_fail(p, KF_ERROR_OUT_OF_MEMORY, "out of memory compiling a group");
         return false;
@@ -791,7 +820,9 @@ kf_status kf_graph_compile(kf_context *ctx, const kf_graph *g, const kf_compile_
     p->is_output = calloc(nn, sizeof *p->is_output);
     p->buffers = calloc(nn, sizeof *p->buffers);
     p->inputs_set = calloc(nn, sizeof *p->inputs_set);
-    if (!p->graph || !p->group_of || !p->uses || !p->is_output || !p->buffers || !p->inputs_set) {
+    p->alias_of = calloc(nn, sizeof *p->alias_of);
+    if (!p->graph || !p->group_of || !p->uses || !p->is_output || !p->buffers || !p->inputs_set ||
+        !p->alias_of) {
         kf_plan_destroy(p);
         kf__context_set_error(ctx, KF_ERROR_OUT_OF_MEMORY, "kf_graph_compile: out of host memory");
         return KF_ERROR_OUT_OF_MEMORY;
@@ -810,6 +841,9 @@ kf_status kf_graph_compile(kf_context *ctx, const kf_graph *g, const kf_compile_
     }
     set_binding_budget(p, opts);
     plan_vertical(p);
+    if (!p->no_fuse && p->status == KF_OK) {
+        plan_free_views(p);
+    }
     kf__plan_settle_levels(p);
     if (!p->no_fuse) {
         plan_passes(p);
@@ -860,6 +894,7 @@ void kf_plan_destroy(kf_plan *p) {
     free(p->is_output);
     free(p->buffers);
     free(p->inputs_set);
+    free(p->alias_of);
     free(p->dispatches);
     free(p->order);
     kf_graph_destroy(p->graph);
@@ -1023,6 +1058,7 @@ uint32_t kf__plan_output_node(const kf_plan *p, const char *name) {
 kf_status kf__plan_download(const kf_plan *p, uint32_t id, float *data) {
     const kf__node *n = &p->graph->nodes[id];
     uint64_t count = kf_shape_elements(&n->shape);
+    id = kf__plan_buffer_node(p, id); /* a free reshape: its source's bytes */
     if (n->dtype == KF_DTYPE_F32) {
         return kf_buffer_download(p->buffers[id], 0, data, count * 4);
     }

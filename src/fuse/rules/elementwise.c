@@ -8,15 +8,23 @@
 #define KF_TWO_PER_INVOCATION (1u << 16)
 
 static kf__group *elementwise_open(kf_plan *p, uint32_t node) {
-    if (!kf__op_is_elementwise(p->graph->nodes[node].op)) {
+    const kf_operator *op = p->graph->nodes[node].op;
+    if (!kf__op_is_elementwise(op) && !op->view_index) {
         return NULL;
     }
     return kf__plan_open_group(p, &kf__rule_elementwise, KF__GROUP_ELEMENTWISE, node);
 }
 
+/* Views join too (reshape, permute, slice, concat): each invocation reads the view's input in
+ * place, at the element the view maps its own to (src/fuse/emit.c). One that reorders elements
+ * joins only a group of views, whose values are loads at any element; a computed value exists
+ * only at the invocation's own element, so only reshape (the same element) may follow one. */
 static bool elementwise_accepts(const kf_plan *p, const kf__group *grp, uint32_t node) {
-    (void)grp;
-    return kf__op_is_elementwise(p->graph->nodes[node].op);
+    const kf_operator *op = p->graph->nodes[node].op;
+    if (kf__op_is_elementwise(op)) {
+        return true;
+    }
+    return op->view_index && (op->view_linear || kf__group_is_views(p, grp));
 }
 
 static kf_kernel *elementwise_build(kf_plan *p, kf__group *grp, kf__compiled *c) {
@@ -74,7 +82,15 @@ static kf_kernel *elementwise_build(kf_plan *p, kf__group *grp, kf__compiled *c)
 }
 
 static const char *elementwise_explain(const kf_plan *p, const kf__group *grp) {
-    (void)p;
+    if (kf__group_is_views(p, grp)) {
+        /* nothing computes on the view here: it is copied because its reader cannot read it in
+         * place (a matmul, a reduction, a layout op), or it is an output */
+        return p->is_output[grp->result] ? "view copy (an output)"
+                                         : "view copy (its reader loads it contiguously)";
+    }
+    if (kf__group_has_strided_view(p, grp)) {
+        return "element-wise, views read in place";
+    }
     return grp->node_count > 1 ? "element-wise chain" : "element-wise";
 }
 

@@ -67,8 +67,9 @@ static void prologue_pass(kf_plan *p) {
             }
             uint32_t ei = (uint32_t)p->group_of[a];
             const kf__group *pro = &p->groups[ei];
-            if (pro->kind != KF__GROUP_ELEMENTWISE || pro->absorbed || pro->result != a) {
-                continue;
+            if (pro->kind != KF__GROUP_ELEMENTWISE || pro->absorbed || pro->result != a ||
+                kf__group_has_strided_view(p, pro)) {
+                continue; /* a strided view loads other elements than the root's load */
             }
             uint32_t in = 0;
             for (uint32_t r = 0; r < pro->read_count && !in; r++) {
