@@ -407,11 +407,51 @@ static bool try_join(kf_plan *p, int32_t base, const int32_t *others, uint32_t c
     return true;
 }
 
+/* A matmul reading a permute that swaps its operand's last two axes reads the permute's input
+ * through its transpose flag instead (the plan's own graph is rewritten, so verification checks
+ * the matmul as it runs); a permute nothing else reads is then folded away. */
+static void fold_matmul_transposes(kf_plan *p) {
+    kf_graph *g = p->graph;
+    for (uint32_t id = 1; id < g->node_count; id++) {
+        kf__node *n = &g->nodes[id];
+        if (n->kind != KF__NODE_OP || n->op->op_class != KF_OP_CLASS_MATMUL) {
+            continue;
+        }
+        for (uint32_t i = 0; i < 2 && i < n->input_count; i++) {
+            const kf__node *v = &g->nodes[n->inputs[i]];
+            if (v->kind != KF__NODE_OP ||
+                !kf__op_swaps_last_two(v->op, &v->params, v->shape.rank)) {
+                continue;
+            }
+            kf__node folded = *n;
+            folded.inputs[i] = v->inputs[0];
+            bool *flag = i == 0 ? &folded.params.transpose_a : &folded.params.transpose_b;
+            *flag = !*flag;
+            folded.params.given |= i == 0 ? KF_PARAM_TRANSPOSE_A : KF_PARAM_TRANSPOSE_B;
+            kf_shape shapes[KF_NODE_MAX_INPUTS], out;
+            for (uint32_t j = 0; j < folded.input_count; j++) {
+                shapes[j] = g->nodes[folded.inputs[j]].shape;
+            }
+            if (kf_op_shape(folded.op, shapes, &folded.params, &out, NULL, 0) != KF_OK ||
+                !kf_shape_eq(&out, &n->shape)) {
+                continue; /* the kernel takes no transpose of this operand */
+            }
+            p->uses[n->inputs[i]]--;
+            p->uses[v->inputs[0]]++;
+            if (p->uses[n->inputs[i]] == 0 && !p->is_output[n->inputs[i]]) {
+                p->folded[n->inputs[i]] = true;
+                p->uses[v->inputs[0]]--; /* the permute no longer reads it */
+            }
+            *n = folded;
+        }
+    }
+}
+
 static void plan_vertical(kf_plan *p) {
     const kf_graph *g = p->graph;
     for (uint32_t id = 1; id < g->node_count && p->status == KF_OK; id++) {
         const kf__node *n = &g->nodes[id];
-        if (n->kind != KF__NODE_OP) {
+        if (n->kind != KF__NODE_OP || p->folded[id]) {
             continue;
         }
         /* The group it joins: a rooted (producer) operand group first, since a group has one
@@ -821,8 +861,9 @@ kf_status kf_graph_compile(kf_context *ctx, const kf_graph *g, const kf_compile_
     p->buffers = calloc(nn, sizeof *p->buffers);
     p->inputs_set = calloc(nn, sizeof *p->inputs_set);
     p->alias_of = calloc(nn, sizeof *p->alias_of);
+    p->folded = calloc(nn, sizeof *p->folded);
     if (!p->graph || !p->group_of || !p->uses || !p->is_output || !p->buffers || !p->inputs_set ||
-        !p->alias_of) {
+        !p->alias_of || !p->folded) {
         kf_plan_destroy(p);
         kf__context_set_error(ctx, KF_ERROR_OUT_OF_MEMORY, "kf_graph_compile: out of host memory");
         return KF_ERROR_OUT_OF_MEMORY;
@@ -840,6 +881,9 @@ kf_status kf_graph_compile(kf_context *ctx, const kf_graph *g, const kf_compile_
         p->is_output[g->outputs[o].node] = true;
     }
     set_binding_budget(p, opts);
+    if (!p->no_fuse) {
+        fold_matmul_transposes(p);
+    }
     plan_vertical(p);
     if (!p->no_fuse && p->status == KF_OK) {
         plan_free_views(p);
@@ -895,6 +939,7 @@ void kf_plan_destroy(kf_plan *p) {
     free(p->buffers);
     free(p->inputs_set);
     free(p->alias_of);
+    free(p->folded);
     free(p->dispatches);
     free(p->order);
     kf_graph_destroy(p->graph);

@@ -106,6 +106,8 @@ struct kf_plan {
     /* node id -> the node whose buffer it is (a reshape of a value in memory: its bytes are the
      * same, so it has no buffer and no dispatch of its own); 0: its own. kf__plan_buffer_node. */
     uint32_t *alias_of;
+    bool *folded; /* node id -> read in place by its readers' kernels (a matmul's transpose
+                   * flag): planned into no group */
     bool *inputs_set;
     bool has_run; /* kf_plan_run or kf_plan_time has succeeded: outputs hold results */
     uint32_t max_storage_buffers; /* the binding budget of one kernel */

@@ -50,6 +50,9 @@ typedef struct kf__input {
 double kf__param_value(const kf_op_params *p, const kf__param *d);
 /* The description of op's parameter `name`, or NULL. */
 const kf__param *kf__param_find(const kf_operator *op, const char *name);
+/* Whether op under p is a view that swaps the last two of `rank` axes and keeps the others (a
+ * permute [0, .., r-1, r-2]): what a matmul's transpose flag reads in place (view.c). */
+bool kf__op_swaps_last_two(const kf_operator *op, const kf_op_params *p, uint32_t rank);
 /* The classes op's index inputs address for input shapes `in` (kf_operator.index_classes). */
 uint32_t kf__op_index_classes(const kf_operator *op, const kf_shape *in);
 /* Whether input `index` of op's described inputs is there under p; marks it there. */

@@ -126,6 +126,19 @@ static int32_t concat_axis(const kf_op_params *p) {
     return (int32_t)kf__param_value(p, &concat_params[0]);
 }
 
+bool kf__op_swaps_last_two(const kf_operator *op, const kf_op_params *p, uint32_t rank) {
+    uint32_t axes[KF_MAX_DIMS];
+    if (op != &kf__op_permute || rank < 2 || !permute_axes(p, rank, axes)) {
+        return false;
+    }
+    for (uint32_t d = 0; d + 2 < rank; d++) {
+        if (axes[d] != d) {
+            return false;
+        }
+    }
+    return axes[rank - 2] == rank - 1 && axes[rank - 1] == rank - 2;
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* Shape rules                                                                              */
 /* ---------------------------------------------------------------------------------------- */

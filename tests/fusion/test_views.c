@@ -108,6 +108,18 @@ KT_TEST(fusion, split_qkv_slices_are_read_in_place) {
                  1, 3, NULL);
 }
 
+KT_TEST(fusion, a_permute_of_the_last_two_axes_is_a_matmul_transpose_flag) {
+    /* both operands, and a transpose flag already set: one matmul dispatch, no copy */
+    expect_views("a: f32[19, 7]\nb: f32[19, 13]\n"
+                 "y = matmul(permute(a, axes=[1, 0]), permute(b, axes=[-1, 0]), transpose_b=true)\n"
+                 "|> add(1)\n",
+                 1, 4, "reads:  a f32[19x7], b f32[19x13]");
+    /* a permute read by something else too stays a value of its own */
+    expect_views("a: f32[5, 6]\nw: f32[5, 3]\nt = permute(a, axes=[1, 0])\n"
+                 "y = matmul(t, w)\nz = t |> exp\nout y, z\n",
+                 2, 3, NULL);
+}
+
 KT_TEST(fusion, views_a_matmul_reads_are_copied_and_explain_says_why) {
     expect_views("x: f32[8, 40]\nw: f32[16, 5]\n"
                  "y = matmul(slice(x, axis=1, start=8, length=16), w)\n",
