@@ -203,14 +203,17 @@ static kf_val view_value(kf__emit *s, uint32_t id, kf_val index) {
     for (uint32_t i = 0; i < n->input_count; i++) {
         shapes[i] = s->p->graph->nodes[n->inputs[i]].shape;
     }
-    kf_val take = {0};
-    kf_val at = n->op->view_index(s->k, shapes, &n->params, index, 0, &take);
-    kf_val v = node_at(s, n->inputs[0], at);
-    for (uint32_t i = 1; i < n->input_count; i++) {
-        kf_val other = n->op->view_index(s->k, shapes, &n->params, index, i, NULL);
-        v = kf_select(s->k, node_at(s, n->inputs[i], other), v, take);
+    kf_val v = {0};
+    for (uint32_t i = 0; i < n->input_count; i++) {
+        kf_val take = {0};
+        kf_val at = n->op->view_index(s->k, shapes, &n->params, index, i, &take);
+        if (!at.id) {
+            continue; /* an input read for its shape only (slice_grad's x) */
+        }
+        kf_val vi = node_at(s, n->inputs[i], at);
+        v = !take.id ? vi : kf_select(s->k, v.id ? v : kf_lit_f32(s->k, 0.0f), vi, take);
     }
-    return v;
+    return v.id ? v : kf_lit_f32(s->k, 0.0f);
 }
 
 bool kf__group_has_strided_view(const kf_plan *p, const kf__group *grp) {

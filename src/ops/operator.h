@@ -133,10 +133,11 @@ struct kf_operator {
     /* The number of classes the index inputs address (verification draws them below it): NULL,
      * the last dim of input 0 (cross_entropy's logits); embedding's: its table's rows. */
     uint32_t (*index_classes)(const kf_shape *in);
-    /* View operators (reshape, permute, slice, concat): output element `index` (a u32 value) is
-     * element `return value` of input `which`, an index that is always in bounds; *take (NULL
-     * for one-input views) is set to a bool value saying whether input `which` supplies that
-     * element ({0}: always). The planner reads views through their consumers' loads with it
+    /* View operators (reshape, permute, slice, concat, slice_grad): output element `index` (a u32
+     * value) is element `return value` of input `which`, an index always in bounds, where *take
+     * (a bool value; {0}: always) says input `which` supplies it; an element no input takes is 0
+     * (slice_grad outside the slice), and an input that supplies none returns {0} (slice_grad's
+     * x, read for its shape). The planner reads views through their consumers' loads with it
      * (src/fuse/emit.c) and their kernels gather with it. */
     kf_val (*view_index)(kf_kernel *k, const kf_shape *in, const kf_op_params *p, kf_val index,
                          uint32_t which, kf_val *take);

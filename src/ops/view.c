@@ -501,11 +501,12 @@ static kf_kernel *gather_kernel(const kf_operator *op, const kf_shape *in, const
     }
     kf_val e = kf_let(k, "e", kf_global_linear(k));
     kf_if(k, kf_binary(k, KF_OP_LT, e, u32(k, kf_shape_elements(&out))));
-    kf_val take = {0};
-    kf_val v = kf__load_f32(k, b[0], op->view_index(k, in, p, e, 0, &take), dtype);
-    if (arity == 2) {
-        kf_val w = kf__load_f32(k, b[1], op->view_index(k, in, p, e, 1, NULL), dtype);
-        v = kf_select(k, w, v, take);
+    kf_val v = {0};
+    for (uint32_t i = 0; i < arity; i++) {
+        kf_val take = {0};
+        kf_val at = op->view_index(k, in, p, e, i, &take);
+        kf_val vi = kf__load_f32(k, b[i], at, dtype);
+        v = !take.id ? vi : kf_select(k, v.id ? v : kf_lit_f32(k, 0.0f), vi, take);
     }
     kf__yield_f32(k, v, e, dtype);
     kf_end(k);
@@ -705,6 +706,24 @@ static kf_kernel *slice_grad_kernel(const kf_shape *in, const kf_op_params *p, k
     return k;
 }
 
+/* slice_grad as a view: dy where x's element is inside the slice, else 0; x supplies nothing. */
+static kf_val slice_grad_view(kf_kernel *k, const kf_shape *in, const kf_op_params *p, kf_val e,
+                              uint32_t which, kf_val *take) {
+    view_map m;
+    if (which == 0 || view_map_make(VIEW_SLICE, in, p, &m) != KF_OK) {
+        if (take) {
+            *take = (kf_val){0};
+        }
+        return (kf_val){0};
+    }
+    kf_val inside;
+    kf_val src = slice_inverse(k, &m, e, &inside);
+    if (take) {
+        *take = inside;
+    }
+    return src;
+}
+
 static void slice_grad_grid(const kf_shape *in, const kf_op_params *p, int32_t which,
                             uint32_t groups[3]) {
     (void)p, (void)which;
@@ -817,6 +836,7 @@ const kf_operator kf__op_slice_grad = {
     .input_lo = -4.0f,
     .input_hi = 4.0f,
     .grid = slice_grad_grid,
+    .view_index = slice_grad_view,
     CASES(slice_grad_cases),
     .grad_of = &kf__op_slice,
     .grad_input = 0};
