@@ -133,7 +133,13 @@ KT_TEST(fusion, slice_gradients_sum_in_one_dispatch) {
 KT_TEST(fusion, views_a_matmul_reads_are_copied_and_explain_says_why) {
     expect_views("x: f32[8, 40]\nw: f32[16, 5]\n"
                  "y = matmul(slice(x, axis=1, start=8, length=16), w)\n",
-                 2, 2, "view copy (its reader loads it contiguously)");
+                 2, 2, "view copy (a matmul loads it contiguously)");
+    expect_views("x: f32[8, 40]\ny = slice(x, axis=1, start=8, length=16) |> softmax\n", 2, 2,
+                 "view copy (a row reduction loads it contiguously)");
+    /* read by two kernels: written once, like any value read twice */
+    expect_views("x: f32[4, 6]\nw: f32[4, 3]\nt = slice(x, axis=1, start=1, length=4)\n"
+                 "y = matmul(t, w)\nz = t |> exp\nout y, z\n",
+                 3, 3, "view copy (read more than once)");
     /* a view that is an output is written as itself */
     expect_views("x: f32[3, 4]\ny = permute(x, axes=[1, 0])\n", 1, 1, "view copy (an output)");
 }

@@ -83,10 +83,28 @@ static kf_kernel *elementwise_build(kf_plan *p, kf__group *grp, kf__compiled *c)
 
 static const char *elementwise_explain(const kf_plan *p, const kf__group *grp) {
     if (kf__group_is_views(p, grp)) {
-        /* nothing computes on the view here: it is copied because its reader cannot read it in
-         * place (a matmul, a reduction, a layout op), or it is an output */
-        return p->is_output[grp->result] ? "view copy (an output)"
-                                         : "view copy (its reader loads it contiguously)";
+        /* nothing computes on the view here: say why it is copied */
+        if (p->is_output[grp->result]) {
+            return "view copy (an output)";
+        }
+        if (p->uses[grp->result] > 1) {
+            return "view copy (read more than once)";
+        }
+        const kf_graph *g = p->graph;
+        for (uint32_t id = grp->result + 1; id < g->node_count; id++) {
+            const kf__node *n = &g->nodes[id];
+            for (uint32_t i = 0; n->kind == KF__NODE_OP && i < n->input_count; i++) {
+                if (n->inputs[i] != grp->result) {
+                    continue;
+                }
+                return n->op->op_class == KF_OP_CLASS_MATMUL
+                           ? "view copy (a matmul loads it contiguously)"
+                       : n->op->op_class == KF_OP_CLASS_ROW_REDUCTION
+                           ? "view copy (a row reduction loads it contiguously)"
+                           : "view copy (its reader loads it contiguously)";
+            }
+        }
+        return "view copy";
     }
     if (kf__group_has_strided_view(p, grp)) {
         return "element-wise, views read in place";
