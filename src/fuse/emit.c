@@ -177,6 +177,12 @@ static kf_val node_at(kf__emit *s, uint32_t id, kf_val index) {
     const kf__node *n = &s->p->graph->nodes[id];
     int32_t at = computed_at(s, id);
     bool here = index.id == s->index.id;
+    if (id == s->grp->root && !here) {
+        /* a prologue's In read at another element (a permute in a matmul's loads): the stage
+         * loads it through a binding of its own */
+        kf_binding b = binding_for(s, id, kf__scalar_type_of(n->dtype));
+        return to_f32(s->k, kf_load(s->k, b, index));
+    }
     if (id == s->grp->root || (at >= 0 && !n->op->view_index)) {
         if (!here) {
             kf__plan_fail(s->p, KF_ERROR_INTERNAL, "node %u read at another element in its group",

@@ -130,6 +130,17 @@ KT_TEST(fusion, slice_gradients_sum_in_one_dispatch) {
                  1, 5, "slice_grad |> slice_grad |> add");
 }
 
+/* Heads merged back before the output projection ([H, T, D] -> [T, H, D] -> [T, C]) and a
+ * permuted row reduction: the permute runs in the kernel's loads (a prologue loading its
+ * input at the permuted element), no copy. */
+KT_TEST(fusion, a_permute_is_read_in_place_by_a_matmul_or_reduction_prologue) {
+    expect_views("x: f32[4, 6, 8]\nw: f32[32, 5]\n"
+                 "y = permute(x, axes=[1, 0, 2]) |> reshape(shape=[6, 32]) |> matmul(w)\n",
+                 1, 3, "matmul prologue");
+    expect_views("x: f32[3, 5, 7]\ny = permute(x, axes=[2, 0, 1]) |> scale(2) |> softmax\n", 1, 3,
+                 "reduction prologue");
+}
+
 KT_TEST(fusion, views_a_matmul_reads_are_copied_and_explain_says_why) {
     expect_views("x: f32[8, 40]\nw: f32[16, 5]\n"
                  "y = matmul(slice(x, axis=1, start=8, length=16), w)\n",
