@@ -258,7 +258,7 @@ typedef struct depends_walk {
 
 static void depends_visit(const kf_plan *p, uint32_t node, void *user) {
     depends_walk *w = user;
-    int32_t src = p->group_of[node];
+    int32_t src = p->group_of[kf__plan_buffer_node(p, node)];
     if (w->found || src < 0 || w->seen[src]) {
         return;
     }
@@ -504,7 +504,7 @@ typedef struct level_walk {
 
 static void level_visit(const kf_plan *p, uint32_t read, void *user) {
     level_walk *w = user;
-    int32_t src = p->group_of[read];
+    int32_t src = p->group_of[kf__plan_buffer_node(p, read)];
     kf__group *grp = &((kf_plan *)p)->groups[w->gi];
     if (src >= 0 && src != (int32_t)w->gi && p->groups[src].level + 1 > grp->level) {
         grp->level = p->groups[src].level + 1;
@@ -596,7 +596,9 @@ static void plan_free_views(kf_plan *p) {
         }
         uint32_t source = grp->reads[0];
         p->alias_of[grp->result] = source;
-        p->group_of[grp->result] = p->group_of[kf__plan_buffer_node(p, source)];
+        /* no group: the ordering walks (levels, dependencies) go to the buffer's writer, which
+         * later passes may still move (a side of another group) */
+        p->group_of[grp->result] = -1;
         grp->kind = KF__GROUP_DEAD;
     }
 }

@@ -82,6 +82,18 @@ KT_TEST(fusion, reshape_of_a_value_in_memory_is_free) {
                  2, 4, NULL);
 }
 
+/* A free reshape of a value a later pass moves into another group (cross_entropy's gradient, a
+ * side of the fused classifier): its readers still run after that group (levels follow the
+ * buffer's writer, not the group the value had when the reshape was freed). */
+KT_TEST(fusion, a_free_reshape_is_ordered_after_its_buffers_writer) {
+    expect_views("x: f32[12, 16]\nw: f32[16, 7]\nl: i32[3, 4]\n"
+                 "logits = matmul(tanh(x), w) |> matmul(transpose(w)) |> matmul(w)\n"
+                 "    |> reshape(shape=[3, 4, 7])\n"
+                 "loss = cross_entropy(logits, l)\n"
+                 "dw = grad(loss, w)\nout loss, dw\n",
+                 12, 18, "reads:  cross_entropy_grad");
+}
+
 KT_TEST(fusion, permute_is_read_in_place_by_element_wise_loads) {
     /* [B, T, H, D] -> [B, H, T, D], a bias and an activation: one kernel, strided loads */
     expect_views("x: f32[2, 7, 3, 16]\nb: f32[16]\n"
