@@ -205,3 +205,42 @@ KT_TEST(ops, embedding_invalid_ids_on_device) {
     kf_tensor_destroy(ids);
     kf_tensor_destroy(out);
 }
+
+/* Views move bits: NaN, infinities and -0 come out of every view's kernel as they went in. */
+KT_TEST(ops, views_move_nan_inf_and_signed_zero_unchanged) {
+    KT_NEED_GPU(ctx);
+    static const float specials[] = {NAN, INFINITY, -INFINITY, -0.0f, 0.0f, 1.5f};
+    kf_shape s = kf_shape_2d(4, 6);
+    kf_tensor *x = NULL, *back = NULL;
+    KT_CHECK_OK(kf_tensor_create(&s, &x));
+    for (uint32_t e = 0; e < 24; e++) {
+        x->data[e] = specials[(e * 5) % 6];
+    }
+    kf_gpu_tensor *gx = NULL;
+    KT_CHECK_OK(kf_gpu_tensor_from(ctx, x, KF_DTYPE_F32, &gx));
+    const char *names[] = {"reshape", "permute", "slice", "concat"};
+    kf_op_params params[4] = {
+        LIST_PARAMS(6, 4), LIST_PARAMS(1, 0), {.axis = 1, .start = 0}, {.axis = 0}};
+    for (int o = 0; o < 4; o++) {
+        const kf_operator *op = kf_op_find(names[o]);
+        kf_shape shapes[2] = {s, s}, os;
+        KT_CHECK_OK(kf_op_shape(op, shapes, &params[o], &os, NULL, 0));
+        kf_gpu_tensor *gy = NULL;
+        KT_CHECK_OK(kf_gpu_tensor_create(ctx, &os, KF_DTYPE_F32, &gy));
+        const kf_gpu_tensor *in[2] = {gx, gx};
+        KT_CHECK_OK(kf_op_run_forward(ctx, op, &params[o], in, gy));
+        kf_tensor *want = NULL;
+        KT_CHECK_OK(kf_tensor_create(&os, &want));
+        KT_CHECK_OK(kf_tensor_create(&os, &back));
+        const kf_tensor *tin[2] = {x, x};
+        KT_CHECK_OK(kf_op_spec_forward(op, tin, &params[o], want));
+        KT_CHECK_OK(kf_gpu_tensor_to(gy, back));
+        KT_CHECK(!memcmp(want->data, back->data, sizeof(float) * kf_tensor_size(want)),
+                 "%s changed the bits of a value", names[o]);
+        kf_tensor_destroy(want);
+        kf_tensor_destroy(back);
+        kf_gpu_tensor_destroy(gy);
+    }
+    kf_gpu_tensor_destroy(gx);
+    kf_tensor_destroy(x);
+}
