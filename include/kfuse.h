@@ -878,7 +878,16 @@ typedef struct kf_op_params {
     bool transpose_a; /* matmul: use a^T */
     bool transpose_b; /* matmul: use b^T */
     bool causal;      /* attention: key j masked for query i < j (default true) */
-    uint32_t given;   /* KF_PARAM_* bits: the parameters set on purpose */
+    /* slice, concat: the axis (negative counts from the end; default 0) */
+    int32_t axis;
+    int32_t start;  /* slice: the first index taken along the axis (0) */
+    int32_t length; /* slice: how many indices it takes (required, >= 1) */
+    /* A list parameter (KF_PARAM_TYPE_INT_LIST; set it with kf_op_param_set_list): reshape's
+     * shape (one entry may be -1: inferred from the element count), permute's axes. list_count
+     * entries of list are used; a count of 0 with KF_PARAM_LIST clear means not given. */
+    int32_t list[KF_MAX_DIMS];
+    uint32_t list_count;
+    uint32_t given; /* KF_PARAM_* bits: the parameters set on purpose */
 } kf_op_params;
 
 #define KF_PARAM_ALPHA (1u << 0)
@@ -888,6 +897,10 @@ typedef struct kf_op_params {
 #define KF_PARAM_TRANSPOSE_A (1u << 4)
 #define KF_PARAM_TRANSPOSE_B (1u << 5)
 #define KF_PARAM_CAUSAL (1u << 6)
+#define KF_PARAM_LIST (1u << 20) /* reshape's shape, permute's axes */
+#define KF_PARAM_AXIS (1u << 21)
+#define KF_PARAM_START (1u << 22)
+#define KF_PARAM_LENGTH (1u << 23)
 
 typedef enum kf_op_class {
     KF_OP_CLASS_ELEMENTWISE = 1, /* out[i] = f(in0[i'], in1[i''], ...) with broadcasting */
@@ -937,7 +950,8 @@ KF_API uint32_t kf_op_arity(const kf_operator *op, const kf_op_params *p);
 typedef enum kf_param_type {
     KF_PARAM_TYPE_FLOAT = 1, /* any value in range, held as an f32 */
     KF_PARAM_TYPE_BOOL,      /* 0 or 1 (the language's false / true) */
-    KF_PARAM_TYPE_INT        /* a whole number in range */
+    KF_PARAM_TYPE_INT,       /* a whole number in range */
+    KF_PARAM_TYPE_INT_LIST   /* up to KF_MAX_DIMS whole numbers, each in range ([2, -1, 64]) */
 } kf_param_type;
 
 /* One parameter as its operator describes it: the language (positional numbers in index order,
@@ -962,8 +976,16 @@ KF_API kf_status kf_op_param_info_at(const kf_operator *op, uint32_t index, kf_o
  * unchanged. */
 KF_API kf_status kf_op_param_set(const kf_operator *op, kf_op_params *p, const char *name,
                                  double value, char *msg, size_t msg_size);
+/* Sets list parameter `name` of op (KF_PARAM_TYPE_INT_LIST: reshape's shape, permute's axes) to
+ * values[0..count) and marks it given. KF_ERROR_INVALID_ARGUMENT, with msg as kf_op_param_set,
+ * for a name op does not take or that is not a list, more than KF_MAX_DIMS values, values NULL
+ * with a count, or a value out of range; *p is then unchanged. (kf_op_param_set refuses a list
+ * parameter.) */
+KF_API kf_status kf_op_param_set_list(const kf_operator *op, kf_op_params *p, const char *name,
+                                      const int32_t *values, uint32_t count, char *msg,
+                                      size_t msg_size);
 /* The value op uses for parameter `index` under p: the field when given or nonzero, else the
- * default (NaN for a bad index). */
+ * default (NaN for a bad index; for a list parameter, its entry count). */
 KF_API double kf_op_param_value(const kf_operator *op, const kf_op_params *p, uint32_t index);
 /* Checks every parameter p gives or sets for op (range, type) and that p gives none op lacks:
  * KF_ERROR_INVALID_ARGUMENT with msg as kf_op_param_set. kf_graph_op runs it. */
@@ -1111,6 +1133,10 @@ typedef struct kf_graph_arg {
     const char *name;
     double number;
     kf_node tensor;
+    /* Not NULL: a list of list_count numbers for a list parameter (reshape(x, shape=[2, -1]);
+     * positional like a number), instead of `number`. */
+    const int32_t *list;
+    uint32_t list_count;
 } kf_graph_arg;
 /* An operator call as the graph language writes it: tensors first (the op's inputs in order,
  * kf_op_input_info), then numbers and named arguments. A positional number becomes a scalar

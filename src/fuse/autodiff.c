@@ -202,6 +202,38 @@ static kf_node attention_rule(grad_pass *s, const kf__node *n, uint32_t i, kf_no
     return call(s, names[i], in, 4, &n->params);
 }
 
+/* Views: reshape's gradient is dy reshaped back, permute's dy permuted by the inverse axes,
+ * concat's the two slices of dy (slice's is its backward operator, slice_grad, found by name). */
+static kf_node view_rule(grad_pass *s, const kf__node *n, uint32_t i, kf_node dy) {
+    const kf_shape in = kf_graph_shape(s->g, node_of(n->inputs[i]));
+    kf_op_params p = {0};
+    if (!strcmp(n->op->name, "reshape")) {
+        p.list_count = in.rank;
+        p.given = KF_PARAM_LIST;
+        for (uint32_t d = 0; d < in.rank; d++) {
+            p.list[d] = (int32_t)in.dims[d];
+        }
+        return call1(s, "reshape", dy, &p);
+    }
+    if (!strcmp(n->op->name, "permute")) {
+        p.list_count = in.rank;
+        p.given = KF_PARAM_LIST;
+        for (uint32_t d = 0; d < in.rank; d++) {
+            int32_t a = n->params.list[d];
+            p.list[a < 0 ? a + (int32_t)in.rank : a] = (int32_t)d;
+        }
+        return call1(s, "permute", dy, &p);
+    }
+    /* concat: dy along the axis, [0, A) for a, [A, A + B) for b */
+    const kf_shape a = kf_graph_shape(s->g, node_of(n->inputs[0]));
+    int32_t axis = n->params.axis < 0 ? n->params.axis + (int32_t)a.rank : n->params.axis;
+    p.axis = axis;
+    p.start = i == 0 ? 0 : (int32_t)a.dims[axis];
+    p.length = (int32_t)in.dims[axis];
+    p.given = KF_PARAM_AXIS | KF_PARAM_START | KF_PARAM_LENGTH;
+    return call1(s, "slice", dy, &p);
+}
+
 /* The gradient of input i of node n given dy, or {0} with *refused set when n's operator has no
  * rule. */
 static kf_node rule(grad_pass *s, const kf__node *n, uint32_t i, kf_node dy, bool *refused) {
@@ -219,6 +251,9 @@ static kf_node rule(grad_pass *s, const kf__node *n, uint32_t i, kf_node dy, boo
     }
     if (!strcmp(name, "transpose")) {
         return kf_graph_unary(s->g, "transpose", dy);
+    }
+    if (!strcmp(name, "reshape") || !strcmp(name, "permute") || !strcmp(name, "concat")) {
+        return view_rule(s, n, i, dy);
     }
     if (!strcmp(name, "rmsnorm") || !strcmp(name, "layernorm")) {
         return norm_rule(s, n, i, dy);

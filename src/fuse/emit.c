@@ -157,6 +157,89 @@ static kf_val from_f32(kf_kernel *k, kf_val v, kf_dtype d) {
 }
 
 static kf_val recomputed_value(kf__emit *s, uint32_t id);
+static kf_val view_value(kf__emit *s, uint32_t id, kf_val index);
+
+/* The position of node id among the group's nodes emitted so far, or -1. */
+static int32_t computed_at(const kf__emit *s, uint32_t id) {
+    for (uint32_t i = 0; i < s->computed_count; i++) {
+        if (s->grp->nodes[i] == id) {
+            return (int32_t)i;
+        }
+    }
+    return -1;
+}
+
+/* The value of node id at element `index` (a u32) of its own shape: a view of the group is
+ * evaluated through its mapping, a value read from memory is loaded there, and any other value
+ * of the group exists only at the invocation's own element (the planner lets only a view that
+ * keeps the linear order, reshape, follow one). */
+static kf_val node_at(kf__emit *s, uint32_t id, kf_val index) {
+    const kf__node *n = &s->p->graph->nodes[id];
+    int32_t at = computed_at(s, id);
+    bool here = index.id == s->index.id;
+    if (id == s->grp->root && !here) {
+        /* a prologue's In read at another element (a permute in a matmul's loads): the stage
+         * loads it through a binding of its own */
+        kf_binding b = binding_for(s, id, kf__scalar_type_of(n->dtype));
+        return to_f32(s->k, kf_load(s->k, b, index));
+    }
+    if (id == s->grp->root || (at >= 0 && !n->op->view_index)) {
+        if (!here) {
+            kf__plan_fail(s->p, KF_ERROR_INTERNAL, "node %u read at another element in its group",
+                          id);
+            return kf_lit_f32(s->k, 0.0f);
+        }
+        return id == s->grp->root ? to_f32(s->k, s->in) : s->computed[at];
+    }
+    if (at >= 0) {
+        return view_value(s, id, index);
+    }
+    if (n->kind == KF__NODE_SCALAR) {
+        return kf_lit_f32(s->k, n->scalar);
+    }
+    kf_binding b = binding_for(s, id, kf__scalar_type_of(n->dtype));
+    return to_f32(s->k, kf_load(s->k, b, index));
+}
+
+/* View node id (kf_operator.view_index) of the group at element `index`: its input's value at
+ * the element the view maps it to, read in place (a strided load) rather than copied first. */
+static kf_val view_value(kf__emit *s, uint32_t id, kf_val index) {
+    const kf__node *n = &s->p->graph->nodes[id];
+    kf_shape shapes[KF_NODE_MAX_INPUTS];
+    for (uint32_t i = 0; i < n->input_count; i++) {
+        shapes[i] = s->p->graph->nodes[n->inputs[i]].shape;
+    }
+    kf_val v = {0};
+    for (uint32_t i = 0; i < n->input_count; i++) {
+        kf_val take = {0};
+        kf_val at = n->op->view_index(s->k, shapes, &n->params, index, i, &take);
+        if (!at.id) {
+            continue; /* an input read for its shape only (slice_grad's x) */
+        }
+        kf_val vi = node_at(s, n->inputs[i], at);
+        v = !take.id ? vi : kf_select(s->k, v.id ? v : kf_lit_f32(s->k, 0.0f), vi, take);
+    }
+    return v.id ? v : kf_lit_f32(s->k, 0.0f);
+}
+
+bool kf__group_has_strided_view(const kf_plan *p, const kf__group *grp) {
+    for (uint32_t i = 0; i < grp->node_count; i++) {
+        const kf_operator *op = p->graph->nodes[grp->nodes[i]].op;
+        if (op->view_index && !op->view_linear) {
+            return true;
+        }
+    }
+    return false;
+}
+
+bool kf__group_is_views(const kf_plan *p, const kf__group *grp) {
+    for (uint32_t i = 0; i < grp->node_count; i++) {
+        if (!p->graph->nodes[grp->nodes[i]].op->view_index) {
+            return false;
+        }
+    }
+    return grp->node_count > 0 && !grp->root;
+}
 
 static kf_val operand_value(kf__emit *s, uint32_t id, const kf_shape *out_shape) {
     const kf__node *n = &s->p->graph->nodes[id];
@@ -166,10 +249,10 @@ static kf_val operand_value(kf__emit *s, uint32_t id, const kf_shape *out_shape)
     if (id == s->grp->recompute) {
         return recomputed_value(s, id);
     }
-    for (uint32_t i = 0; i < s->computed_count; i++) {
-        if (s->grp->nodes[i] == id) {
-            return s->computed[i];
-        }
+    int32_t at = computed_at(s, id);
+    if (at >= 0) {
+        /* a view of the group is evaluated where it is read (kf__emit_elementwise) */
+        return n->op->view_index ? view_value(s, id, s->index) : s->computed[at];
     }
     if (n->kind == KF__NODE_SCALAR) {
         return kf_lit_f32(s->k, n->scalar);
@@ -191,8 +274,8 @@ static kf_val operand_value(kf__emit *s, uint32_t id, const kf_shape *out_shape)
         return kf_extract(s->k, wide, s->lane);
     }
     kf_binding b = binding_for(s, id, kf__scalar_type_of(n->dtype));
-    kf_val at = broadcast_index(s->k, out_shape, &n->shape, s->index);
-    return to_f32(s->k, kf_load(s->k, b, at));
+    kf_val where = broadcast_index(s->k, out_shape, &n->shape, s->index);
+    return to_f32(s->k, kf_load(s->k, b, where));
 }
 
 kf_val kf__emit_elementwise(kf__emit *s) {
@@ -201,6 +284,15 @@ kf_val kf__emit_elementwise(kf__emit *s) {
     for (uint32_t i = 0; i < s->grp->node_count; i++) {
         uint32_t id = s->grp->nodes[i];
         const kf__node *n = &g->nodes[id];
+        if (n->op->view_index) {
+            /* Evaluated where it is read: the next node reads it at this element, a view after
+             * it at the element its own mapping says (view_value), so nothing is loaded at an
+             * element the view does not have. */
+            bool last = i + 1 == s->grp->node_count;
+            v = last ? view_value(s, id, s->index) : (kf_val){0};
+            s->computed[s->computed_count++] = v;
+            continue;
+        }
         kf_val args[KF_NODE_MAX_INPUTS];
         for (uint32_t j = 0; j < n->input_count; j++) {
             args[j] = operand_value(s, n->inputs[j], &n->shape);

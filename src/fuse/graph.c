@@ -392,6 +392,23 @@ static bool call_set_param(kf_graph *g, const kf_operator *op, kf_op_params *p, 
     return true;
 }
 
+/* List parameter d of op set from an argument, once. */
+static bool call_set_list(kf_graph *g, const kf_operator *op, kf_op_params *p, const kf__param *d,
+                          const kf_graph_arg *a) {
+    if (p->given & d->given) {
+        graph_fail(g, KF_ERROR_INVALID_ARGUMENT, "%s: parameter '%s' is given twice", op->name,
+                   d->name);
+        return false;
+    }
+    char msg[256];
+    kf_status st = kf_op_param_set_list(op, p, d->name, a->list, a->list_count, msg, sizeof msg);
+    if (st != KF_OK) {
+        graph_fail(g, st, "%s", msg);
+        return false;
+    }
+    return true;
+}
+
 kf_node kf_graph_call(kf_graph *g, const char *op_name, const kf_node *tensors,
                       uint32_t tensor_count, const kf_graph_arg *numbers, uint32_t number_count) {
     kf_node none = {0};
@@ -459,7 +476,20 @@ kf_node kf_graph_call(kf_graph *g, const char *op_name, const kf_node *tensors,
                            find_input(op, a->name) >= 0 ? "; it is a tensor input" : "");
                 return none;
             }
-            if (!call_set_param(g, op, &p, d, a->number)) {
+            if (!(a->list ? call_set_list(g, op, &p, d, a)
+                          : call_set_param(g, op, &p, d, a->number))) {
+                return none;
+            }
+            continue;
+        }
+        if (a->list) {
+            if (next_param >= kf_op_param_count(op)) {
+                char known[256];
+                graph_fail(g, KF_ERROR_INVALID_ARGUMENT, "%s: unexpected list argument (%s)",
+                           op->name, param_names(op, known, sizeof known));
+                return none;
+            }
+            if (!call_set_list(g, op, &p, &op->params[next_param++], a)) {
                 return none;
             }
             continue;
@@ -740,7 +770,13 @@ static void append_call(formatter *f, const kf__node *n) {
         if (!given && v == d->default_value) {
             continue; /* a zero field meaning the default */
         }
-        if (d->type == KF_PARAM_TYPE_BOOL) {
+        if (d->type == KF_PARAM_TYPE_INT_LIST) {
+            append(&f->buf, &f->len, &f->cap, ", %s=[", d->name);
+            for (uint32_t j = 0; j < p->list_count && j < KF_MAX_DIMS; j++) {
+                append(&f->buf, &f->len, &f->cap, "%s%d", j ? ", " : "", (int)p->list[j]);
+            }
+            append(&f->buf, &f->len, &f->cap, "]");
+        } else if (d->type == KF_PARAM_TYPE_BOOL) {
             append(&f->buf, &f->len, &f->cap, ", %s=%s", d->name, v != 0.0 ? "true" : "false");
         } else {
             append(&f->buf, &f->len, &f->cap, ", %s=%.9g", d->name, v);

@@ -258,7 +258,7 @@ typedef struct depends_walk {
 
 static void depends_visit(const kf_plan *p, uint32_t node, void *user) {
     depends_walk *w = user;
-    int32_t src = p->group_of[node];
+    int32_t src = p->group_of[kf__plan_buffer_node(p, node)];
     if (w->found || src < 0 || w->seen[src]) {
         return;
     }
@@ -343,8 +343,8 @@ static bool can_extend(const kf_plan *p, uint32_t operand, uint32_t node) {
     if (p->uses[operand] != 1 || p->is_output[operand]) {
         return false; /* read twice or needed later: it must reach memory */
     }
-    if (!kf_shape_eq(&a->shape, &n->shape) || a->dtype != n->dtype) {
-        return false; /* a broadcast that changes the shape ends the group */
+    if ((!kf_shape_eq(&a->shape, &n->shape) && !n->op->view_index) || a->dtype != n->dtype) {
+        return false; /* a broadcast that changes the shape ends the group (a view maps it) */
     }
     if (grp->node_count >= KF_GROUP_MAX_NODES) {
         return false;
@@ -407,11 +407,51 @@ static bool try_join(kf_plan *p, int32_t base, const int32_t *others, uint32_t c
     return true;
 }
 
+/* A matmul reading a permute that swaps its operand's last two axes reads the permute's input
+ * through its transpose flag instead (the plan's own graph is rewritten, so verification checks
+ * the matmul as it runs); a permute nothing else reads is then folded away. */
+static void fold_matmul_transposes(kf_plan *p) {
+    kf_graph *g = p->graph;
+    for (uint32_t id = 1; id < g->node_count; id++) {
+        kf__node *n = &g->nodes[id];
+        if (n->kind != KF__NODE_OP || n->op->op_class != KF_OP_CLASS_MATMUL) {
+            continue;
+        }
+        for (uint32_t i = 0; i < 2 && i < n->input_count; i++) {
+            const kf__node *v = &g->nodes[n->inputs[i]];
+            if (v->kind != KF__NODE_OP ||
+                !kf__op_swaps_last_two(v->op, &v->params, v->shape.rank)) {
+                continue;
+            }
+            kf__node folded = *n;
+            folded.inputs[i] = v->inputs[0];
+            bool *flag = i == 0 ? &folded.params.transpose_a : &folded.params.transpose_b;
+            *flag = !*flag;
+            folded.params.given |= i == 0 ? KF_PARAM_TRANSPOSE_A : KF_PARAM_TRANSPOSE_B;
+            kf_shape shapes[KF_NODE_MAX_INPUTS], out;
+            for (uint32_t j = 0; j < folded.input_count; j++) {
+                shapes[j] = g->nodes[folded.inputs[j]].shape;
+            }
+            if (kf_op_shape(folded.op, shapes, &folded.params, &out, NULL, 0) != KF_OK ||
+                !kf_shape_eq(&out, &n->shape)) {
+                continue; /* the kernel takes no transpose of this operand */
+            }
+            p->uses[n->inputs[i]]--;
+            p->uses[v->inputs[0]]++;
+            if (p->uses[n->inputs[i]] == 0 && !p->is_output[n->inputs[i]]) {
+                p->folded[n->inputs[i]] = true;
+                p->uses[v->inputs[0]]--; /* the permute no longer reads it */
+            }
+            *n = folded;
+        }
+    }
+}
+
 static void plan_vertical(kf_plan *p) {
     const kf_graph *g = p->graph;
     for (uint32_t id = 1; id < g->node_count && p->status == KF_OK; id++) {
         const kf__node *n = &g->nodes[id];
-        if (n->kind != KF__NODE_OP) {
+        if (n->kind != KF__NODE_OP || p->folded[id]) {
             continue;
         }
         /* The group it joins: a rooted (producer) operand group first, since a group has one
@@ -464,7 +504,7 @@ typedef struct level_walk {
 
 static void level_visit(const kf_plan *p, uint32_t read, void *user) {
     level_walk *w = user;
-    int32_t src = p->group_of[read];
+    int32_t src = p->group_of[kf__plan_buffer_node(p, read)];
     kf__group *grp = &((kf_plan *)p)->groups[w->gi];
     if (src >= 0 && src != (int32_t)w->gi && p->groups[src].level + 1 > grp->level) {
         grp->level = p->groups[src].level + 1;
@@ -533,7 +573,38 @@ static void plan_passes(kf_plan *p) {
     }
 }
 
+uint32_t kf__plan_buffer_node(const kf_plan *p, uint32_t id) {
+    while (p->alias_of && p->alias_of[id]) {
+        id = p->alias_of[id];
+    }
+    return id;
+}
+
+/* Groups of reshapes only, of a value in memory, that nothing needs as their own tensor (not an
+ * output): the reshape is that value's buffer read with another shape, so the group is dropped
+ * and its result aliases the buffer (kf__compiled_add_slot binds the source instead). */
+static void plan_free_views(kf_plan *p) {
+    for (uint32_t gi = 0; gi < p->group_count; gi++) {
+        kf__group *grp = &p->groups[gi];
+        bool linear = grp->kind == KF__GROUP_ELEMENTWISE && grp->read_count == 1 &&
+                      !p->is_output[grp->result] && !kf__plan_inplace_input(p, grp->result);
+        for (uint32_t i = 0; linear && i < grp->node_count; i++) {
+            linear = p->graph->nodes[grp->nodes[i]].op->view_linear;
+        }
+        if (!linear) {
+            continue;
+        }
+        uint32_t source = grp->reads[0];
+        p->alias_of[grp->result] = source;
+        /* no group: the ordering walks (levels, dependencies) go to the buffer's writer, which
+         * later passes may still move (a side of another group) */
+        p->group_of[grp->result] = -1;
+        grp->kind = KF__GROUP_DEAD;
+    }
+}
+
 bool kf__compiled_add_slot(kf_plan *p, kf__compiled *c, uint32_t node) {
+    node = kf__plan_buffer_node(p, node);
     if (!grow_ids(&c->slots, &c->slot_capacity, c->slot_count)) {
         plan_fail(p, KF_ERROR_OUT_OF_MEMORY, "out of memory compiling a group");
         return false;
@@ -791,7 +862,10 @@ kf_status kf_graph_compile(kf_context *ctx, const kf_graph *g, const kf_compile_
     p->is_output = calloc(nn, sizeof *p->is_output);
     p->buffers = calloc(nn, sizeof *p->buffers);
     p->inputs_set = calloc(nn, sizeof *p->inputs_set);
-    if (!p->graph || !p->group_of || !p->uses || !p->is_output || !p->buffers || !p->inputs_set) {
+    p->alias_of = calloc(nn, sizeof *p->alias_of);
+    p->folded = calloc(nn, sizeof *p->folded);
+    if (!p->graph || !p->group_of || !p->uses || !p->is_output || !p->buffers || !p->inputs_set ||
+        !p->alias_of || !p->folded) {
         kf_plan_destroy(p);
         kf__context_set_error(ctx, KF_ERROR_OUT_OF_MEMORY, "kf_graph_compile: out of host memory");
         return KF_ERROR_OUT_OF_MEMORY;
@@ -809,7 +883,13 @@ kf_status kf_graph_compile(kf_context *ctx, const kf_graph *g, const kf_compile_
         p->is_output[g->outputs[o].node] = true;
     }
     set_binding_budget(p, opts);
+    if (!p->no_fuse) {
+        fold_matmul_transposes(p);
+    }
     plan_vertical(p);
+    if (!p->no_fuse && p->status == KF_OK) {
+        plan_free_views(p);
+    }
     kf__plan_settle_levels(p);
     if (!p->no_fuse) {
         plan_passes(p);
@@ -860,6 +940,8 @@ void kf_plan_destroy(kf_plan *p) {
     free(p->is_output);
     free(p->buffers);
     free(p->inputs_set);
+    free(p->alias_of);
+    free(p->folded);
     free(p->dispatches);
     free(p->order);
     kf_graph_destroy(p->graph);
@@ -1023,6 +1105,7 @@ uint32_t kf__plan_output_node(const kf_plan *p, const char *name) {
 kf_status kf__plan_download(const kf_plan *p, uint32_t id, float *data) {
     const kf__node *n = &p->graph->nodes[id];
     uint64_t count = kf_shape_elements(&n->shape);
+    id = kf__plan_buffer_node(p, id); /* a free reshape: its source's bytes */
     if (n->dtype == KF_DTYPE_F32) {
         return kf_buffer_download(p->buffers[id], 0, data, count * 4);
     }

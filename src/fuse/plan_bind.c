@@ -15,6 +15,7 @@
  * That group is then compiled with one read-write binding for both (plan.c, inplace_binding).
  */
 #include "fuse/plan_internal.h"
+#include "fuse/rules/rule.h"
 #include "runtime/runtime.h"
 
 #include <stdio.h>
@@ -88,15 +89,15 @@ static bool group_reads_node(const kf_plan *p, const kf__group *grp, uint32_t id
     if (grp->root) {
         const kf__node *r = &g->nodes[grp->root];
         for (uint32_t j = 0; j < r->input_count; j++) {
-            if (r->inputs[j] == id) {
-                return true;
+            if (kf__plan_buffer_node(p, r->inputs[j]) == id) {
+                return true; /* a free reshape of id reads id's buffer */
             }
         }
     }
     for (uint32_t i = 0; i < grp->node_count; i++) {
         const kf__node *n = &g->nodes[grp->nodes[i]];
         for (uint32_t j = 0; j < n->input_count; j++) {
-            if (n->inputs[j] == id) {
+            if (kf__plan_buffer_node(p, n->inputs[j]) == id) {
                 return true;
             }
         }
@@ -209,8 +210,8 @@ static kf_status check_inplace(kf_plan *p, uint32_t o, uint32_t i, bool same, ui
         return KF_ERROR_INVALID_ARGUMENT;
     }
     const kf__node *on = &p->graph->nodes[o], *in = &p->graph->nodes[i];
-    if (grp->kind != KF__GROUP_ELEMENTWISE || !kf_shape_eq(&on->shape, &in->shape) ||
-        on->dtype != in->dtype) {
+    if (grp->kind != KF__GROUP_ELEMENTWISE || kf__group_has_strided_view(p, grp) ||
+        !kf_shape_eq(&on->shape, &in->shape) || on->dtype != in->dtype) {
         char a[64], b[64];
         kf__context_set_error(
             p->ctx, KF_ERROR_INVALID_ARGUMENT,

@@ -103,6 +103,11 @@ struct kf_plan {
     uint32_t *uses;      /* node id -> number of operand uses */
     bool *is_output;     /* node id -> named as an output */
     kf_buffer **buffers; /* node id -> buffer, for materialized nodes */
+    /* node id -> the node whose buffer it is (a reshape of a value in memory: its bytes are the
+     * same, so it has no buffer and no dispatch of its own); 0: its own. kf__plan_buffer_node. */
+    uint32_t *alias_of;
+    bool *folded; /* node id -> read in place by its readers' kernels (a matmul's transpose
+                   * flag): planned into no group */
     bool *inputs_set;
     bool has_run; /* kf_plan_run or kf_plan_time has succeeded: outputs hold results */
     uint32_t max_storage_buffers; /* the binding budget of one kernel */
@@ -158,6 +163,9 @@ void kf__plan_binds_destroy(kf_plan *p);
 /* Runs every dispatch of the plan once (one workgroup each) so that a driver that compiles its
  * pipelines lazily at their first dispatch (lavapipe) has done so before the first run. */
 kf_status kf__plan_prime(kf_plan *p);
+
+/* The node whose buffer holds node id's bytes: id itself, or what a free reshape aliases. */
+uint32_t kf__plan_buffer_node(const kf_plan *p, uint32_t id);
 
 kf_status kf__plan_upload(kf_plan *p, uint32_t node, const float *data);
 kf_status kf__plan_download(const kf_plan *p, uint32_t node, float *data);

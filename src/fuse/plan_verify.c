@@ -41,8 +41,11 @@ static bool label_input(const kf_graph *g, uint32_t id, uint32_t *classes) {
         const kf__node *n = &g->nodes[c];
         for (uint32_t i = 0; n->kind == KF__NODE_OP && i < n->input_count; i++) {
             if (n->inputs[i] == id && (n->op->index_inputs & (1u << i))) {
-                const kf_shape *first = &g->nodes[n->inputs[0]].shape;
-                *classes = first->rank ? first->dims[first->rank - 1] : 1;
+                kf_shape shapes[KF_NODE_MAX_INPUTS] = {{0}};
+                for (uint32_t j = 0; j < n->input_count; j++) {
+                    shapes[j] = g->nodes[n->inputs[j]].shape;
+                }
+                *classes = kf__op_index_classes(n->op, shapes);
                 return true;
             }
         }

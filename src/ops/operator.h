@@ -50,6 +50,11 @@ typedef struct kf__input {
 double kf__param_value(const kf_op_params *p, const kf__param *d);
 /* The description of op's parameter `name`, or NULL. */
 const kf__param *kf__param_find(const kf_operator *op, const char *name);
+/* Whether op under p is a view that swaps the last two of `rank` axes and keeps the others (a
+ * permute [0, .., r-1, r-2]): what a matmul's transpose flag reads in place (view.c). */
+bool kf__op_swaps_last_two(const kf_operator *op, const kf_op_params *p, uint32_t rank);
+/* The classes op's index inputs address for input shapes `in` (kf_operator.index_classes). */
+uint32_t kf__op_index_classes(const kf_operator *op, const kf_shape *in);
 /* Whether input `index` of op's described inputs is there under p; marks it there. */
 bool kf__input_present(const kf_operator *op, uint32_t index, const kf_op_params *p);
 void kf__input_set_present(const kf_operator *op, uint32_t index, kf_op_params *p);
@@ -125,6 +130,20 @@ struct kf_operator {
     /* Bit i set: input i holds integer class indices (cross_entropy labels): KF_DTYPE_I32 on the
      * GPU whatever the dtype, drawn in [0, last dim of input 0) by verification, no gradient. */
     uint32_t index_inputs;
+    /* The number of classes the index inputs address (verification draws them below it): NULL,
+     * the last dim of input 0 (cross_entropy's logits); embedding's: its table's rows. */
+    uint32_t (*index_classes)(const kf_shape *in);
+    /* View operators (reshape, permute, slice, concat, slice_grad): output element `index` (a u32
+     * value) is element `return value` of input `which`, an index always in bounds, where *take
+     * (a bool value; {0}: always) says input `which` supplies it; an element no input takes is 0
+     * (slice_grad outside the slice), and an input that supplies none returns {0} (slice_grad's
+     * x, read for its shape). The planner reads views through their consumers' loads with it
+     * (src/fuse/emit.c) and their kernels gather with it. */
+    kf_val (*view_index)(kf_kernel *k, const kf_shape *in, const kf_op_params *p, kf_val index,
+                         uint32_t which, kf_val *take);
+    /* A view that keeps the linear order (reshape): output element i is input element i, so it
+     * can alias its input's buffer and join any element-wise group. */
+    bool view_linear;
     /* Bit i set: input i is drawn away from zero (div's denominator): |x| in [m/4, m) with a
      * random sign, m = max(|input_lo|, |input_hi|), instead of uniformly in [input_lo, input_hi).
      */

@@ -36,6 +36,9 @@ extern const kf_operator kf__op_relu, kf__op_leaky_relu, kf__op_sigmoid, kf__op_
 extern const kf_operator kf__op_add, kf__op_sub, kf__op_mul, kf__op_div, kf__op_maximum;
 /* scale, affine, copy (element-wise) and transpose (layout.c) */
 extern const kf_operator kf__op_scale, kf__op_affine, kf__op_copy, kf__op_transpose;
+/* views (view.c) and embedding (embedding.c), with their backward operators */
+extern const kf_operator kf__op_reshape, kf__op_permute, kf__op_slice, kf__op_concat,
+    kf__op_slice_grad, kf__op_embedding, kf__op_embedding_grad;
 /* matmul.c (and its backward operators for a broadcast input) */
 extern const kf_operator kf__op_matmul, kf__op_matmul_grad_a, kf__op_matmul_grad_b;
 /* reduce.c: over the last axis */

@@ -33,6 +33,12 @@ static const kf_operator *const table[] = {
     &kf__op_affine,
     &kf__op_copy,
     &kf__op_transpose,
+    /* views, embedding */
+    &kf__op_reshape,
+    &kf__op_permute,
+    &kf__op_slice,
+    &kf__op_concat,
+    &kf__op_embedding,
     /* matmul, row reductions, norms, loss */
     &kf__op_matmul,
     &kf__op_sum,
@@ -90,6 +96,9 @@ static const kf_operator *const table[] = {
     &kf__op_rope_grad,
     &kf__op_swiglu_grad_a,
     &kf__op_swiglu_grad_b,
+    /* backward operators: views, embedding */
+    &kf__op_slice_grad,
+    &kf__op_embedding_grad,
 };
 #define TABLE_SIZE (sizeof table / sizeof table[0])
 
@@ -195,6 +204,9 @@ kf_status kf_op_spec_forward(const kf_operator *op, const kf_tensor *const *in,
 
 static double field_get(const kf_op_params *p, const kf__param *d) {
     const char *base = (const char *)p + d->offset;
+    if (d->type == KF_PARAM_TYPE_INT_LIST) {
+        return (double)p->list_count; /* the list lives in p->list: its count says it is there */
+    }
     if (d->type == KF_PARAM_TYPE_FLOAT) {
         float f;
         memcpy(&f, base, sizeof f);
@@ -218,7 +230,7 @@ static void field_set(kf_op_params *p, const kf__param *d, double v) {
     } else if (d->type == KF_PARAM_TYPE_BOOL) {
         bool b = v != 0.0;
         memcpy(base, &b, sizeof b);
-    } else {
+    } else if (d->type == KF_PARAM_TYPE_INT) {
         int32_t i = (int32_t)v;
         memcpy(base, &i, sizeof i);
     }
@@ -247,6 +259,9 @@ static void say(char *msg, size_t msg_size, const char *fmt, ...) {
 static const char *range_str(const kf__param *d, char *buf, size_t size) {
     if (d->type == KF_PARAM_TYPE_BOOL) {
         snprintf(buf, size, "%s is 0 or 1", d->name);
+    } else if (d->type == KF_PARAM_TYPE_INT_LIST) {
+        snprintf(buf, size, "%s is a list of at most %d whole numbers, each %.9g..%.9g", d->name,
+                 KF_MAX_DIMS, d->min, d->max);
     } else if (d->min <= -3.4e38 && d->max >= 3.4e38) {
         snprintf(buf, size, "%s is any finite %s", d->name,
                  d->type == KF_PARAM_TYPE_INT ? "whole number" : "number");
@@ -341,10 +356,68 @@ kf_status kf_op_param_set(const kf_operator *op, kf_op_params *p, const char *na
             names_str(op, names, sizeof names));
         return KF_ERROR_INVALID_ARGUMENT;
     }
+    if (d->type == KF_PARAM_TYPE_INT_LIST) {
+        say(msg, msg_size, "%s: %s is a list ([...]; kf_op_param_set_list), not a number %.9g",
+            op->name, name, value);
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
     if (!param_valid(op, d, value, msg, msg_size)) {
         return KF_ERROR_INVALID_ARGUMENT;
     }
     field_set(p, d, value);
+    return KF_OK;
+}
+
+/* Whether values[0..count) are a valid value of list parameter d; msg says why not. */
+static bool list_valid(const kf_operator *op, const kf__param *d, const int32_t *values,
+                       uint32_t count, char *msg, size_t msg_size) {
+    char range[160];
+    if (count > KF_MAX_DIMS) {
+        say(msg, msg_size, "%s: %s has %u entries (%s)", op->name, d->name, count,
+            range_str(d, range, sizeof range));
+        return false;
+    }
+    for (uint32_t i = 0; i < count; i++) {
+        if ((double)values[i] < d->min || (double)values[i] > d->max) {
+            say(msg, msg_size, "%s: %s[%u] = %d is out of range (%s)", op->name, d->name, i,
+                (int)values[i], range_str(d, range, sizeof range));
+            return false;
+        }
+    }
+    return true;
+}
+
+kf_status kf_op_param_set_list(const kf_operator *op, kf_op_params *p, const char *name,
+                               const int32_t *values, uint32_t count, char *msg, size_t msg_size) {
+    say(msg, msg_size, "%s", "");
+    if (!op || !p || !name || (count && !values)) {
+        say(msg, msg_size, "kf_op_param_set_list: %s is NULL",
+            !op     ? "op"
+            : !p    ? "params"
+            : !name ? "name"
+                    : "values");
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    const kf__param *d = kf__param_find(op, name);
+    if (!d) {
+        char names[256];
+        say(msg, msg_size, "%s: unknown parameter '%s' (%s)", op->name, name,
+            names_str(op, names, sizeof names));
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    if (d->type != KF_PARAM_TYPE_INT_LIST) {
+        say(msg, msg_size, "%s: %s takes a number, not a list", op->name, name);
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    if (!list_valid(op, d, values, count, msg, msg_size)) {
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    memset(p->list, 0, sizeof p->list);
+    if (count) {
+        memcpy(p->list, values, sizeof *values * count);
+    }
+    p->list_count = count;
+    p->given |= d->given;
     return KF_OK;
 }
 
@@ -371,6 +444,13 @@ kf_status kf_op_params_check(const kf_operator *op, const kf_op_params *p, char 
         const kf__param *d = &op->params[i];
         known |= d->given;
         double v = field_get(p, d);
+        if (d->type == KF_PARAM_TYPE_INT_LIST) {
+            if (((p->given & d->given) || v != 0.0) &&
+                !list_valid(op, d, p->list, p->list_count, msg, msg_size)) {
+                return KF_ERROR_INVALID_ARGUMENT;
+            }
+            continue;
+        }
         if (((p->given & d->given) || v != 0.0) && !param_valid(op, d, v, msg, msg_size)) {
             return KF_ERROR_INVALID_ARGUMENT;
         }
@@ -404,6 +484,13 @@ kf_status kf_op_input_info(const kf_operator *op, uint32_t index, const char **n
         *optional = op->inputs ? op->inputs[index].optional : false;
     }
     return KF_OK;
+}
+
+uint32_t kf__op_index_classes(const kf_operator *op, const kf_shape *in) {
+    if (op && op->index_classes) {
+        return op->index_classes(in);
+    }
+    return in[0].rank ? in[0].dims[in[0].rank - 1] : 1;
 }
 
 bool kf__input_present(const kf_operator *op, uint32_t index, const kf_op_params *p) {

@@ -86,7 +86,7 @@ static kf_status make_inputs(const kf_verify_case *c, uint32_t arity, kf_dtype d
         uint64_t n = kf_tensor_size(in[i]);
         uint64_t state = input_seed(c->seed, i);
         if (is_index_input(op, i)) {
-            uint32_t classes = c->shapes[0].rank ? c->shapes[0].dims[c->shapes[0].rank - 1] : 1;
+            uint32_t classes = kf__op_index_classes(op, c->shapes);
             for (uint64_t e = 0; e < n; e++) {
                 in[i]->data[e] = (float)(uint32_t)(kf__rand_unit(&state) * classes);
             }

@@ -9,9 +9,10 @@
  *     term      := NAME | number | call | '(' expr ')'
  *     call      := NAME '(' (arg (',' arg)*)? ')'
  *     callee    := NAME | call                       a |> f(b) is f(a, b); a |> f is f(a)
- *     arg       := NAME '=' (number | expr) | number | expr     a keyword: a parameter or an input
- *     number    := '-'? NUMBER | 'true' | 'false'
- *     init      := 'zeros' | 'uniform' '(' number ')'
+ *     arg       := NAME '=' (number | list | expr) | number | list | expr    a keyword: a
+ *                                                    parameter or an input
+ *     list      := '[' (number (',' number)*)? ']'   whole numbers (reshape's shape, permute's
+ * axes) number    := '-'? NUMBER | 'true' | 'false' init      := 'zeros' | 'uniform' '(' number ')'
  *
  * docs/graph-language.md is the user's description; this file follows it. */
 #include "spec/spec_internal.h"
@@ -69,6 +70,9 @@ typedef struct call_arg {
     double number;
     const kf__token *token;
     char name[KF__SPEC_MAX_TOKEN + 1]; /* ARG_KEYWORD, ARG_KEYWORD_TENSOR */
+    bool is_list; /* ARG_NUMBER, ARG_KEYWORD: a list of whole numbers instead of `number` */
+    int32_t list[KF_MAX_DIMS];
+    uint32_t list_count;
 } call_arg;
 
 static bool fail_at(parser *p, const kf__token *t, kf_status st, const char *fmt, ...)
@@ -380,6 +384,41 @@ static bool number_alone(const parser *p) {
     return next == KF__TOK_COMMA || next == KF__TOK_RPAREN;
 }
 
+/* '[' (number (',' number)*)? ']' at the current token: whole numbers that fit int32. */
+static bool parse_list(parser *p, call_arg *arg) {
+    const kf__token *open = cur(p);
+    advance(p);
+    skip_newlines(p);
+    arg->is_list = true;
+    arg->list_count = 0;
+    while (cur(p)->kind != KF__TOK_RBRACKET) {
+        const kf__token *t = cur(p);
+        double v = 0.0;
+        if (arg->list_count == KF_MAX_DIMS) {
+            return fail_at(p, t, KF_ERROR_PARSE, "a list has at most %d entries", KF_MAX_DIMS);
+        }
+        if (!parse_number(p, &v)) {
+            return false;
+        }
+        if (v != floor(v) || v < -2147483648.0 || v > 2147483647.0) {
+            return fail_at(p, t, KF_ERROR_PARSE, "list entry %.9g is not a whole number", v);
+        }
+        arg->list[arg->list_count++] = (int32_t)v;
+        skip_newlines(p);
+        if (cur(p)->kind == KF__TOK_COMMA) {
+            advance(p);
+            skip_newlines(p);
+        } else if (cur(p)->kind != KF__TOK_RBRACKET) {
+            char what[96];
+            snprintf(what, sizeof what, "',' or ']' in the list opened at line %u, column %u",
+                     open->line, open->column);
+            return expected(p, what);
+        }
+    }
+    advance(p);
+    return true;
+}
+
 static bool parse_arg(parser *p, const kf__token *op_name, call_arg *arg, bool after_keyword) {
     skip_newlines(p);
     const kf__token *t = cur(p);
@@ -389,7 +428,12 @@ static bool parse_arg(parser *p, const kf__token *op_name, call_arg *arg, bool a
         advance(p);
         advance(p);
         skip_newlines(p);
-        /* name=NUMBER sets a parameter; name=EXPRESSION passes a tensor input by its name. */
+        /* name=NUMBER (or [list]) sets a parameter; name=EXPRESSION passes a tensor input by its
+         * name. */
+        if (cur(p)->kind == KF__TOK_LBRACKET) {
+            arg->kind = ARG_KEYWORD;
+            return parse_list(p, arg);
+        }
         if (number_alone(p)) {
             arg->kind = ARG_KEYWORD;
             return parse_number(p, &arg->number);
@@ -402,6 +446,10 @@ static bool parse_arg(parser *p, const kf__token *op_name, call_arg *arg, bool a
                        "positional argument after a keyword argument in %.*s(...); put "
                        "keyword arguments last",
                        (int)op_name->length, op_name->text);
+    }
+    if (cur(p)->kind == KF__TOK_LBRACKET) {
+        arg->kind = ARG_NUMBER;
+        return parse_list(p, arg);
     }
     /* A number standing alone is a number argument; anything longer (2 |> f) is an expression. */
     if (number_alone(p)) {
@@ -486,6 +534,9 @@ static bool parse_call(parser *p, const kf_node *piped, kf_node *out) {
         call_arg *a = &args[i];
         if (a->kind == ARG_TENSOR) {
             tensors[tensor_count++] = a->node;
+        } else if (a->kind == ARG_NUMBER && a->is_list && i < last_tensor) {
+            return fail_at(p, a->token, KF_ERROR_PARSE,
+                           "a list argument of %s comes after its tensor arguments", op->name);
         } else if (a->kind == ARG_NUMBER && i < last_tensor) {
             kf_node s = kf_graph_scalar(p->g, (float)a->number);
             if (!check_graph(p, a->token, s)) {
@@ -497,6 +548,10 @@ static bool parse_call(parser *p, const kf_node *piped, kf_node *out) {
             memset(n, 0, sizeof *n);
             n->name = a->kind == ARG_NUMBER ? NULL : a->name;
             n->number = a->number;
+            if (a->is_list) {
+                n->list = a->list;
+                n->list_count = a->list_count;
+            }
             if (a->kind == ARG_KEYWORD_TENSOR) {
                 n->tensor = a->node;
             }

@@ -63,6 +63,12 @@ static bool same_node(matcher *m, uint32_t ia, uint32_t ib) {
                      vb);
             return differ(m, what, ia, ib);
         }
+        kf_op_param_info info;
+        kf_op_param_info_at(na->op, i, &info);
+        if (info.type == KF_PARAM_TYPE_INT_LIST &&
+            memcmp(na->params.list, nb->params.list, sizeof(int32_t) * na->params.list_count)) {
+            return differ(m, "list parameters differ", ia, ib);
+        }
     }
     for (uint32_t i = 0; i < na->input_count; i++) {
         if (!same_node(m, na->inputs[i], nb->inputs[i])) {

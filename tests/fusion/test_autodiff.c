@@ -736,6 +736,41 @@ KT_TEST(fusion, autodiff_batched_matmul_matches_torch) {
     kf_graph_destroy(g);
 }
 
+/* Views and embedding against torch: an embedding, a q/k split by slices, heads by reshape and
+ * permute, a matmul, a concat; gradients of the table and the weight. */
+static const char views_program[] =
+    "ids: i32[3, 5]\nemb: f32[11, 12]\nw: f32[4, 8]\n"
+    "x = embedding(emb, ids)\n"
+    "q = slice(x, axis=-1, start=0, length=4) |> reshape(shape=[15, -1])\n"
+    "k = slice(x, axis=2, start=4, length=8) |> reshape(shape=[15, 8])\n"
+    "y = matmul(q, w)\n"
+    "z = reshape(k, shape=[3, 5, 2, 4]) |> permute(axes=[0, 2, 1, 3]) |> tanh\n"
+    "u = permute(z, axes=[0, 2, 1, 3]) |> reshape(shape=[15, 8]) |> mul(y)\n"
+    "loss = concat(u, y, axis=0) |> square |> sum |> sum\n";
+
+static kf_graph *views_graph(char **forward_text) {
+    kf_graph *g = NULL;
+    kf_spec_error err;
+    if (kf_spec_parse(views_program, strlen(views_program), &g, &err) != KF_OK) {
+        kt_fail(__FILE__, __LINE__, "views graph: %u:%u: %s", err.line, err.column, err.message);
+        return NULL;
+    }
+    *forward_text = kf_graph_format(g);
+    kf_node wrt[2] = {{0}, {0}}, grads[2], loss = {g->outputs[0].node};
+    for (uint32_t id = 1; id < g->node_count; id++) {
+        const kf__node *n = &g->nodes[id];
+        if (n->kind == KF__NODE_INPUT && !strcmp(n->name, "emb")) {
+            wrt[0].id = id;
+        } else if (n->kind == KF__NODE_INPUT && !strcmp(n->name, "w")) {
+            wrt[1].id = id;
+        }
+    }
+    kf_graph_grad(g, loss, wrt, 2, grads);
+    kf_graph_output(g, "d_emb", grads[0]);
+    kf_graph_output(g, "d_w", grads[1]);
+    return g;
+}
+
 KT_TEST(fusion, autodiff_matches_torch_autograd) {
     KT_NEED_GPU(ctx);
     char *text = NULL;
@@ -745,6 +780,13 @@ KT_TEST(fusion, autodiff_matches_torch_autograd) {
     kf_free(text);
     kf_graph_destroy(g);
     KT_CHECK(ok, "the MLP's gradients against torch");
+    g = views_graph(&text);
+    char view_names[2][KF_NAME_MAX] = {"emb", "w"};
+    ok = g && text && kf_graph_status(g) == KF_OK &&
+         torch_compare(ctx, g, text, view_names, 2, "views and embedding");
+    kf_free(text);
+    kf_graph_destroy(g);
+    KT_CHECK(ok, "the views graph's gradients against torch");
     kt_reseed(0x6b66746f72636831ULL); /* the same graphs every run */
     for (int i = 0; i < 6; i++) {
         random_case rc;

@@ -39,11 +39,10 @@ def main():
             raise SystemExit(f"cannot read: {line}")
         name, op, argtext = m.groups()
         args, kw = [], {}
-        for a in [s.strip() for s in argtext.split(",")]:
+        for a in split_args(argtext):
             if "=" in a:
                 k, v = a.split("=")
-                kw[k] = {"true": True, "false": False}.get(v, None)
-                kw[k] = float(v) if kw[k] is None else kw[k]
+                kw[k] = value_of(v)
             elif re.match(r"^[A-Za-z_]", a):
                 args.append(env[a])
             else:
@@ -69,6 +68,29 @@ def main():
             ok = False
     print(f"{len(wrt)} gradients, worst rel error {worst:.3g}: {'ok' if ok else 'MISMATCH'}")
     return 0 if ok else 1
+
+
+def split_args(text):
+    """Arguments at commas outside brackets (shape=[2, -1] is one argument)."""
+    parts, depth, cur = [], 0, ""
+    for c in text:
+        depth += c == "["
+        depth -= c == "]"
+        if c == "," and depth == 0:
+            parts.append(cur.strip())
+            cur = ""
+        else:
+            cur += c
+    return parts + [cur.strip()] if cur.strip() else parts
+
+
+def value_of(text):
+    text = text.strip()
+    if text.startswith("["):
+        return [int(v) for v in text[1:-1].split(",") if v.strip()]
+    if text in ("true", "false"):
+        return 1.0 if text == "true" else 0.0
+    return float(text)
 
 
 def apply(op, a, kw):
@@ -131,6 +153,18 @@ def apply(op, a, kw):
         return torch.stack((x0 * c - x1 * s, x0 * s + x1 * c), -1).reshape(x.shape)
     if op == "swiglu":
         return F.silu(a[0]) * a[1]
+    if op == "reshape":
+        return a[0].reshape(kw["shape"])
+    if op == "permute":
+        return a[0].permute(kw["axes"])
+    if op == "slice":
+        axis, start = int(kw.get("axis", 0)), int(kw.get("start", 0))
+        length = int(kw.get("length", 0)) or a[0].shape[axis] - start
+        return a[0].narrow(axis, start, length)
+    if op == "concat":
+        return torch.cat([a[0], a[1]], dim=int(kw.get("axis", 0)))
+    if op == "embedding":
+        return F.embedding(a[1], a[0])
     if op == "cross_entropy":
         return F.cross_entropy(a[0].reshape(-1, a[0].shape[-1]), a[1].reshape(-1))
     raise SystemExit(f"torch_autodiff.py: no torch form for {op}")

@@ -55,7 +55,7 @@ static kf_node keep(fuzz_graph *f, kf_node n) {
 
 static kf_node call(fuzz_graph *f, const char *op, kf_node *in, uint32_t n, double a, double b,
                     uint32_t numbers) {
-    kf_graph_arg args[2] = {{NULL, a, {0}}, {NULL, b, {0}}};
+    kf_graph_arg args[2] = {{.number = a}, {.number = b}};
     note(f, op);
     return kf_graph_call(f->g, op, in, n, args, numbers);
 }
@@ -177,7 +177,7 @@ static kf_node grow(fuzz_graph *f, kf_node x) {
         uint32_t n = 1 + pick(48);
         kf_shape ws = pick(2) ? kf_shape_2d(s.dims[1], n) : kf_shape_2d(n, s.dims[1]);
         kf_node w = keep(f, input(f, &ws, f->dtype));
-        kf_graph_arg tb = {"transpose_b", 1, {0}};
+        kf_graph_arg tb = {.name = "transpose_b", .number = 1};
         kf_node in[2] = {x, w};
         note(f, "matmul");
         return kf_graph_call(g, "matmul", in, 2, &tb, ws.dims[0] == s.dims[1] ? 0 : 1);

@@ -128,16 +128,16 @@ KT_CPU_TEST(ops, registry_lists_every_op) {
     static const char *const names[] = {
         "relu", "leaky_relu", "sigmoid", "tanh", "gelu", "gelu_exact", "silu", "exp", "log", "neg",
         "abs", "sqrt", "square", "reciprocal", "add", "sub", "mul", "div", "maximum", "scale",
-        "affine", "copy", "transpose", "matmul", "sum", "mean", "max", "softmax", "log_softmax",
-        "rmsnorm", "layernorm", "cross_entropy", "attention", "rope", "swiglu", "sum_leading",
-        "sum_to", "broadcast_to",
+        "affine", "copy", "transpose", "reshape", "permute", "slice", "concat", "embedding",
+        "matmul", "sum", "mean", "max", "softmax", "log_softmax", "rmsnorm", "layernorm",
+        "cross_entropy", "attention", "rope", "swiglu", "sum_leading", "sum_to", "broadcast_to",
         /* backward operators */
         "relu_grad", "leaky_relu_grad", "sigmoid_grad", "tanh_grad", "gelu_grad", "gelu_exact_grad",
         "silu_grad", "exp_grad", "log_grad", "abs_grad", "sqrt_grad", "square_grad",
         "reciprocal_grad", "div_grad_b", "maximum_grad_a", "maximum_grad_b", "matmul_grad_a",
         "matmul_grad_b", "sum_grad", "mean_grad", "max_grad", "softmax_grad", "log_softmax_grad",
         "rmsnorm_grad_x", "rmsnorm_grad_w", "layernorm_grad_x", "layernorm_grad_w",
-        "cross_entropy_grad",
+        "cross_entropy_grad", "slice_grad", "embedding_grad",
         /* attention's backward (its helpers are not backward operators: see attention.c) */
         "attention_grad_prep", "attention_grad_q", "attention_grad_k", "attention_grad_v",
         "rope_grad", "swiglu_grad_a", "swiglu_grad_b"};

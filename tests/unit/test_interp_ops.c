@@ -12,16 +12,12 @@
 
 #define MAX_ELEMENTS 20000u /* the interpreter is for small inputs */
 
-static uint32_t last_dim(const kf_shape *s) {
-    return s->rank ? s->dims[s->rank - 1] : 1;
-}
-
 /* Fills an input of `count` elements as verification would draw it, in the dtype's layout. */
-static void fill_input(const kf_operator *op, uint32_t i, const kf_shape *in0, void *data,
+static void fill_input(const kf_operator *op, uint32_t i, const kf_shape *in, void *data,
                        uint64_t count, kf_dtype dtype) {
     for (uint64_t e = 0; e < count; e++) {
         if (op->index_inputs & (1u << i)) {
-            ((int32_t *)data)[e] = (int32_t)(kt_rand_u64() % last_dim(in0));
+            ((int32_t *)data)[e] = (int32_t)(kt_rand_u64() % kf__op_index_classes(op, in));
             continue;
         }
         float v;

@@ -72,6 +72,53 @@ KT_CPU_TEST(unit, params_wrong_ones_are_errors_naming_op_and_parameter) {
          KF_ERROR_TYPE,
          {"cross_entropy", "labels", "i32"}},
         {"x: i32[4]\ny = relu(x)\n", KF_ERROR_TYPE, {"relu", "input a", "not i32"}},
+        /* list parameters, views, embedding */
+        {"x: f32[2, 4]\ny = reshape(x)\n", KF_ERROR_SHAPE, {"reshape", "shape=[...]", "required"}},
+        {"x: f32[2, 4]\ny = reshape(x, shape=[3, -1])\n",
+         KF_ERROR_SHAPE,
+         {"reshape", "2x4", "shape=[3, -1]"}},
+        {"x: f32[2, 4]\ny = reshape(x, shape=[-1, -1])\n",
+         KF_ERROR_SHAPE,
+         {"reshape", "at most one -1", "[-1, -1]"}},
+        {"x: f32[2, 4]\ny = permute(x, axes=[0, 0])\n",
+         KF_ERROR_SHAPE,
+         {"permute", "[0, 0]", "permutation"}},
+        {"x: f32[2, 4]\ny = permute(x, axes=[0, 5])\n",
+         KF_ERROR_INVALID_ARGUMENT,
+         {"permute", "axes[1] = 5", "out of range"}},
+        {"x: f32[2, 4]\ny = reshape(x, shape=3)\n",
+         KF_ERROR_INVALID_ARGUMENT,
+         {"reshape", "shape", "is a list"}},
+        {"x: f32[2, 4]\ny = scale(x, alpha=[1])\n",
+         KF_ERROR_INVALID_ARGUMENT,
+         {"scale", "alpha", "not a list"}},
+        {"x: f32[2, 4]\ny = reshape(x, shape=[1, 2, 2, 2, 1])\n",
+         KF_ERROR_PARSE,
+         {"list", "at most 4", "entries"}},
+        {"x: f32[2, 4]\ny = reshape(x, shape=[2.5])\n",
+         KF_ERROR_PARSE,
+         {"list entry", "2.5", "whole number"}},
+        {"x: f32[2, 4]\ny = reshape([8], x)\n",
+         KF_ERROR_PARSE,
+         {"list argument", "reshape", "after its tensor"}},
+        {"x: f32[2, 4]\ny = slice(x, axis=1, start=2, length=3)\n",
+         KF_ERROR_SHAPE,
+         {"slice", "start 2 + length 3", "2x4"}},
+        {"x: f32[2, 4]\ny = slice(x, axis=2, length=1)\n",
+         KF_ERROR_SHAPE,
+         {"slice", "axis 2", "2x4"}},
+        {"x: f32[2, 4]\ny = slice(x, axis=1, start=4)\n",
+         KF_ERROR_SHAPE,
+         {"slice", "start 4 + length 0", "runs past"}},
+        {"x: f32[2, 4]\nz: f32[3, 4]\ny = concat(x, z, axis=1)\n",
+         KF_ERROR_SHAPE,
+         {"concat", "2x4", "3x4"}},
+        {"t: f32[5, 3]\nl: f32[2]\ny = embedding(t, l)\n",
+         KF_ERROR_TYPE,
+         {"embedding", "ids", "i32"}},
+        {"t: f32[5]\nl: i32[2]\ny = embedding(t, l)\n",
+         KF_ERROR_SHAPE,
+         {"embedding", "[V, C]", "5"}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         kf_graph *g = NULL;
@@ -156,6 +203,30 @@ KT_CPU_TEST(unit, params_descriptions_and_setter) {
             char msg[256];
             KT_CHECK(kf_op_param_value(op, &p, i) == info.default_value, "%s.%s default",
                      kf_op_name(op), info.name);
+            if (info.type == KF_PARAM_TYPE_INT_LIST) {
+                /* a list: set through kf_op_param_set_list, each entry in range */
+                int32_t ok_list[2] = {(int32_t)info.min, (int32_t)info.max};
+                KT_CHECK_OK(kf_op_param_set_list(op, &p, info.name, ok_list, 2, msg, sizeof msg));
+                KT_CHECK(p.given == info.given && p.list_count == 2, "%s.%s marked given",
+                         kf_op_name(op), info.name);
+                KT_CHECK_OK(kf_op_params_check(op, &p, msg, sizeof msg));
+                kf_op_params before = p;
+                int32_t bad_list[2] = {0, (int32_t)info.min - 1};
+                KT_CHECK(kf_op_param_set_list(op, &p, info.name, bad_list, 2, msg, sizeof msg) ==
+                                 KF_ERROR_INVALID_ARGUMENT &&
+                             strstr(msg, kf_op_name(op)) && strstr(msg, "[1]"),
+                         "%s.%s[1] = %d: %s", kf_op_name(op), info.name, (int)bad_list[1], msg);
+                int32_t five[KF_MAX_DIMS + 1] = {0};
+                KT_CHECK(kf_op_param_set_list(op, &p, info.name, five, KF_MAX_DIMS + 1, msg,
+                                              sizeof msg) == KF_ERROR_INVALID_ARGUMENT,
+                         "%s.%s: more than %d entries", kf_op_name(op), info.name, KF_MAX_DIMS);
+                KT_CHECK(kf_op_param_set(op, &p, info.name, 1.0, msg, sizeof msg) ==
+                                 KF_ERROR_INVALID_ARGUMENT &&
+                             strstr(msg, "list"),
+                         "%s.%s: a number for a list: %s", kf_op_name(op), info.name, msg);
+                KT_CHECK(!memcmp(&p, &before, sizeof p), "a refused list changed params");
+                continue;
+            }
             KT_CHECK_OK(kf_op_param_set(op, &p, info.name, info.default_value, msg, sizeof msg));
             KT_CHECK(p.given == info.given, "%s.%s marked given", kf_op_name(op), info.name);
             KT_CHECK_OK(kf_op_params_check(op, &p, msg, sizeof msg));
@@ -277,6 +348,12 @@ KT_CPU_TEST(unit, params_format_parses_back_to_the_same_graph) {
         "t1: f32[4]\nt2: f32[4]\nh = add(t1, t2) |> exp |> neg\nk = h |> abs\nout k, h\n",
         /* shared intermediates, read twice */
         "x: f32[4, 4]\nh = relu(x)\ny = add(h, h) |> mul(h)\n",
+        /* list parameters (a positional list, an empty one), ints, index inputs */
+        "x: f32[2, 3, 4]\ny = reshape(x, shape=[4, -1, 2]) |> permute([2, 0, 1])\n",
+        "x: f32[1, 1]\ny = reshape(x, shape=[])\n",
+        "x: f32[2, 9]\nq = slice(x, axis=-1, start=3, length=3)\nk = slice(x, start=1)\n"
+        "y = concat(q, x, axis=1)\nout y, k\n",
+        "t: f32[7, 5]\nids: i32[2, 3]\ny = embedding(t, ids)\n",
     };
     char why[2048];
     for (size_t i = 0; i < sizeof programs / sizeof programs[0]; i++) {

@@ -8,15 +8,23 @@
 #define KF_TWO_PER_INVOCATION (1u << 16)
 
 static kf__group *elementwise_open(kf_plan *p, uint32_t node) {
-    if (!kf__op_is_elementwise(p->graph->nodes[node].op)) {
+    const kf_operator *op = p->graph->nodes[node].op;
+    if (!kf__op_is_elementwise(op) && !op->view_index) {
         return NULL;
     }
     return kf__plan_open_group(p, &kf__rule_elementwise, KF__GROUP_ELEMENTWISE, node);
 }
 
+/* Views join too (reshape, permute, slice, concat): each invocation reads the view's input in
+ * place, at the element the view maps its own to (src/fuse/emit.c). One that reorders elements
+ * joins only a group of views, whose values are loads at any element; a computed value exists
+ * only at the invocation's own element, so only reshape (the same element) may follow one. */
 static bool elementwise_accepts(const kf_plan *p, const kf__group *grp, uint32_t node) {
-    (void)grp;
-    return kf__op_is_elementwise(p->graph->nodes[node].op);
+    const kf_operator *op = p->graph->nodes[node].op;
+    if (kf__op_is_elementwise(op)) {
+        return true;
+    }
+    return op->view_index && (op->view_linear || kf__group_is_views(p, grp));
 }
 
 static kf_kernel *elementwise_build(kf_plan *p, kf__group *grp, kf__compiled *c) {
@@ -74,7 +82,33 @@ static kf_kernel *elementwise_build(kf_plan *p, kf__group *grp, kf__compiled *c)
 }
 
 static const char *elementwise_explain(const kf_plan *p, const kf__group *grp) {
-    (void)p;
+    if (kf__group_is_views(p, grp)) {
+        /* nothing computes on the view here: say why it is copied */
+        if (p->is_output[grp->result]) {
+            return "view copy (an output)";
+        }
+        if (p->uses[grp->result] > 1) {
+            return "view copy (read more than once)";
+        }
+        const kf_graph *g = p->graph;
+        for (uint32_t id = grp->result + 1; id < g->node_count; id++) {
+            const kf__node *n = &g->nodes[id];
+            for (uint32_t i = 0; n->kind == KF__NODE_OP && i < n->input_count; i++) {
+                if (n->inputs[i] != grp->result) {
+                    continue;
+                }
+                return n->op->op_class == KF_OP_CLASS_MATMUL
+                           ? "view copy (a matmul loads it contiguously)"
+                       : n->op->op_class == KF_OP_CLASS_ROW_REDUCTION
+                           ? "view copy (a row reduction loads it contiguously)"
+                           : "view copy (its reader loads it contiguously)";
+            }
+        }
+        return "view copy";
+    }
+    if (kf__group_has_strided_view(p, grp)) {
+        return "element-wise, views read in place";
+    }
     return grp->node_count > 1 ? "element-wise chain" : "element-wise";
 }
 

@@ -4,8 +4,9 @@
 #include "fuse/rules/rule.h"
 
 static kf__group *layout_open(kf_plan *p, uint32_t node) {
-    if (kf__op_is_elementwise(p->graph->nodes[node].op)) {
-        return NULL;
+    const kf_operator *op = p->graph->nodes[node].op;
+    if (kf__op_is_elementwise(op) || op->view_index) {
+        return NULL; /* views: read in place by the element-wise rule */
     }
     return kf__plan_open_group(p, &kf__rule_layout, KF__GROUP_PRODUCER, node);
 }

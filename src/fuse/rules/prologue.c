@@ -40,7 +40,10 @@ static uint32_t bindings_with_prologues(const kf_plan *p, const kf__group *grp) 
     uint32_t count = kf__group_bindings(p, grp);
     for (uint32_t i = 0; i < KF_NODE_MAX_INPUTS; i++) {
         if (grp->prologue[i]) {
-            count += p->groups[grp->prologue[i] - 1].read_count - 1;
+            /* a strided view (a permute) loads In's node at its own elements: a binding of the
+             * stage's own besides the root's */
+            const kf__group *pro = &p->groups[grp->prologue[i] - 1];
+            count += pro->read_count - (kf__group_has_strided_view(p, pro) ? 0u : 1u);
         }
     }
     return count;

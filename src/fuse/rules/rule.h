@@ -139,6 +139,12 @@ kf_val kf__emit_invocation(kf__emit *s, kf_val at, bool vectorized);
 /* A rooted group's kernel: the root operator's kernel (its inputs bound in order) with the
  * group's element-wise nodes composed into its store phase (kf_kernel_then). */
 kf_kernel *kf__build_rooted(kf_plan *p, kf__group *grp, kf__compiled *c, kf_kernel *base);
+/* Whether grp has a view that reorders elements (permute, slice, concat: kf_operator.view_index,
+ * not view_linear), whose loads go to other elements than the one an invocation writes. */
+bool kf__group_has_strided_view(const kf_plan *p, const kf__group *grp);
+/* Whether every node of element-wise group grp is a view: its value at any element is loads
+ * through the views' mappings, so another view may follow it in the group. */
+bool kf__group_is_views(const kf_plan *p, const kf__group *grp);
 /* ---- prologues (rules/prologue.c) ---- */
 
 /* Whether any input of grp's root has a prologue. */

@@ -1,0 +1,246 @@
+/* Views (reshape, permute, slice, concat, slice_grad) and embedding (with embedding_grad): specs
+ * against values worked out by hand, the spec's backward against finite differences, and every
+ * kernel against its spec on the GPU over each verification table, f32 and f16, forward and
+ * backward; invalid ids on the device. */
+#include "harness.h"
+#include "ops/ops_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static kf_tensor *tensor_of(kf_shape s, const float *values) {
+    kf_tensor *t = NULL;
+    if (kf_tensor_create(&s, &t) != KF_OK) {
+        return NULL;
+    }
+    memcpy(t->data, values, sizeof(float) * kf_tensor_size(t));
+    return t;
+}
+
+static bool run_spec(const char *name, const kf_tensor *const *in, const kf_op_params *p,
+                     const float *want, uint64_t n) {
+    const kf_operator *op = kf_op_find(name);
+    kf_shape shapes[4] = {{0}};
+    for (uint32_t i = 0; i < kf_op_arity(op, p); i++) {
+        shapes[i] = in[i]->shape;
+    }
+    kf_shape out_shape;
+    char msg[256];
+    if (kf_op_shape(op, shapes, p, &out_shape, msg, sizeof msg) != KF_OK) {
+        kt_fail(__FILE__, __LINE__, "%s: %s", name, msg);
+        return false;
+    }
+    kf_tensor *out = NULL;
+    bool ok = kf_tensor_create(&out_shape, &out) == KF_OK && kf_tensor_size(out) == n &&
+              kf_op_spec_forward(op, in, p, out) == KF_OK;
+    for (uint64_t i = 0; ok && i < n; i++) {
+        ok = isnan(want[i]) ? isnan(out->data[i]) : out->data[i] == want[i];
+        if (!ok) {
+            kt_fail(__FILE__, __LINE__, "%s: element %llu is %g, want %g", name,
+                    (unsigned long long)i, (double)out->data[i], (double)want[i]);
+        }
+    }
+    kf_tensor_destroy(out);
+    return ok;
+}
+
+#define LIST_PARAMS(...)                                                                           \
+    (kf_op_params) {                                                                               \
+        .list = {__VA_ARGS__}, .list_count = sizeof((int32_t[]){__VA_ARGS__}) / sizeof(int32_t),   \
+        .given = KF_PARAM_LIST                                                                     \
+    }
+
+KT_CPU_TEST(ops, view_specs_by_hand) {
+    /* x = [[0 1 2], [3 4 5]] */
+    const float x6[] = {0, 1, 2, 3, 4, 5};
+    kf_tensor *x = tensor_of(kf_shape_2d(2, 3), x6);
+    const kf_tensor *in[2] = {x, NULL};
+    kf_op_params p = LIST_PARAMS(3, -1);
+    KT_CHECK(run_spec("reshape", in, &p, x6, 6), "reshape keeps the order");
+    p = LIST_PARAMS(1, 0);
+    const float xt[] = {0, 3, 1, 4, 2, 5};
+    KT_CHECK(run_spec("permute", in, &p, xt, 6), "permute [1, 0] is a transpose");
+    p = (kf_op_params){.axis = 1, .start = 1, .length = 2};
+    const float cols[] = {1, 2, 4, 5};
+    KT_CHECK(run_spec("slice", in, &p, cols, 4), "slice of columns 1..2");
+    p = (kf_op_params){.axis = -1, .start = 2};
+    const float last[] = {2, 5};
+    KT_CHECK(run_spec("slice", in, &p, last, 2), "slice to the end of the last axis");
+    const float y2[] = {9, 8};
+    kf_tensor *y = tensor_of(kf_shape_2d(2, 1), y2);
+    const kf_tensor *ab[2] = {x, y};
+    p = (kf_op_params){.axis = 1};
+    const float joined[] = {0, 1, 2, 9, 3, 4, 5, 8};
+    KT_CHECK(run_spec("concat", ab, &p, joined, 8), "concat of columns");
+    /* a rank-3 rotation: [2, 3] as [1, 2, 3] -> axes [2, 0, 1] gives [3, 1, 2] */
+    kf_tensor *x3 = tensor_of((kf_shape){3, {1, 2, 3, 0}}, x6);
+    const kf_tensor *in3[2] = {x3, NULL};
+    p = LIST_PARAMS(2, 0, 1);
+    KT_CHECK(run_spec("permute", in3, &p, xt, 6), "permute [2, 0, 1]");
+    /* embedding: rows 2, 0, 2 and an invalid id (NaN row) of a [3, 2] table */
+    const float t6[] = {10, 11, 20, 21, 30, 31};
+    kf_tensor *table = tensor_of(kf_shape_2d(3, 2), t6);
+    const float id4[] = {2, 0, 2, 3};
+    kf_tensor *ids = tensor_of(kf_shape_1d(4), id4);
+    const kf_tensor *te[2] = {table, ids};
+    const float rows[] = {30, 31, 10, 11, 30, 31, NAN, NAN};
+    p = (kf_op_params){0};
+    KT_CHECK(run_spec("embedding", te, &p, rows, 8), "embedding rows, NaN for id 3");
+    /* dtable: row 2 gets dy rows 0 and 2, row 0 gets row 1, the invalid id adds nothing */
+    const float dy8[] = {1, 2, 3, 4, 5, 6, 7, 8};
+    kf_tensor *dy = tensor_of(kf_shape_2d(4, 2), dy8);
+    const kf_tensor *tg[3] = {table, ids, dy};
+    const float dtable[] = {3, 4, 0, 0, 6, 8};
+    KT_CHECK(run_spec("embedding_grad", tg, &p, dtable, 6), "embedding_grad sums rows by id");
+    kf_tensor_destroy(x);
+    kf_tensor_destroy(y);
+    kf_tensor_destroy(x3);
+    kf_tensor_destroy(table);
+    kf_tensor_destroy(ids);
+    kf_tensor_destroy(dy);
+}
+
+static const char *const view_ops[] = {"reshape",   "permute",    "slice",         "concat",
+                                       "embedding", "slice_grad", "embedding_grad"};
+
+KT_CPU_TEST(ops, view_gradients_match_finite_differences) {
+    uint32_t checked = 0;
+    for (size_t o = 0; o < sizeof view_ops / sizeof view_ops[0]; o++) {
+        const kf_operator *op = kf_op_find(view_ops[o]);
+        for (uint32_t c = 0; c < op->case_count; c++) {
+            if (strstr(op->cases[c].note, "large")) {
+                continue; /* kfuse verify --gradient samples them */
+            }
+            kf_verify_case vc = {.op = op, .params = op->cases[c].params, .seed = kt_rand_u64()};
+            memcpy(vc.shapes, op->cases[c].shapes, sizeof vc.shapes);
+            kf_verify_result r;
+            KT_CHECK(kf_op_check_gradient(&vc, &r) == KF_OK, "%s (%s): %s", op->name,
+                     op->cases[c].note, r.message);
+            checked++;
+        }
+    }
+    KT_CHECK(checked >= 30, "%u checks", checked);
+}
+
+static void verify_views(kf_dtype dtype) {
+    KT_NEED_GPU(ctx);
+    if (dtype == KF_DTYPE_F16) {
+        kf_adapter_info info;
+        KT_CHECK_OK(kf_context_adapter_info(ctx, &info));
+        if (!info.has_f16) {
+            printf("    (f16: the adapter has no shader-f16; skipped)\n");
+            return;
+        }
+    }
+    uint32_t checked = 0;
+    for (size_t o = 0; o < sizeof view_ops / sizeof view_ops[0]; o++) {
+        const kf_operator *op = kf_op_find(view_ops[o]);
+        for (uint32_t c = 0; c < op->case_count; c++) {
+            if (strstr(op->cases[c].note, "large") && strcmp(op->name, "permute") != 0) {
+                continue; /* one large case (a strided gather) is enough on two CPU cores; kfuse
+                           * verify runs them all */
+            }
+            for (int backward = 0; backward < (kf_op_has_backward(op) ? 2 : 1); backward++) {
+                kf_verify_case vc = {.op = op,
+                                     .params = op->cases[c].params,
+                                     .dtype = dtype,
+                                     .backward = backward != 0,
+                                     .seed = kt_rand_u64()};
+                memcpy(vc.shapes, op->cases[c].shapes, sizeof vc.shapes);
+                kf_verify_result r;
+                kf_status st = kf_op_verify(ctx, &vc, &r);
+                KT_CHECK(st == KF_OK && r.passed, "%s %s (%s) %s: %s (%.3g > %.3g, seed %llu)",
+                         op->name, backward ? "backward" : "forward", op->cases[c].note,
+                         kf_dtype_str(dtype), r.message, r.max_rel_error, r.tolerance,
+                         (unsigned long long)vc.seed);
+                checked++;
+            }
+        }
+    }
+    printf("    %u checks of the views and embedding\n", checked);
+}
+
+KT_TEST(ops, view_verify_f32) {
+    verify_views(KF_DTYPE_F32);
+}
+
+KT_TEST(ops, view_verify_f16) {
+    verify_views(KF_DTYPE_F16);
+}
+
+/* An id outside [0, V) gives a NaN row on the device as in the spec, and adds nothing to dtable;
+ * the kernel's loads stay in bounds (a guard band would catch a stray write, the poison an
+ * unwritten element). */
+KT_TEST(ops, embedding_invalid_ids_on_device) {
+    KT_NEED_GPU(ctx);
+    kf_shape ts = kf_shape_2d(3, 4), is = kf_shape_1d(5);
+    kf_tensor *table = NULL, *ids = NULL, *out = NULL;
+    KT_CHECK_OK(kf_tensor_create(&ts, &table));
+    kf_tensor_fill_random(table, kt_rand_u64(), -1.0f, 1.0f);
+    KT_CHECK_OK(kf_tensor_create(&is, &ids));
+    const float id5[] = {1, -1, 3, 0, 2};
+    memcpy(ids->data, id5, sizeof id5);
+    kf_gpu_tensor *gt = NULL, *gi = NULL, *go = NULL;
+    KT_CHECK_OK(kf_gpu_tensor_from(ctx, table, KF_DTYPE_F32, &gt));
+    KT_CHECK_OK(kf_gpu_tensor_from(ctx, ids, KF_DTYPE_I32, &gi));
+    kf_shape os = kf_shape_2d(5, 4);
+    KT_CHECK_OK(kf_gpu_tensor_create(ctx, &os, KF_DTYPE_F32, &go));
+    const kf_gpu_tensor *in[2] = {gt, gi};
+    KT_CHECK_OK(kf_op_run_forward(ctx, kf_op_find("embedding"), NULL, in, go));
+    KT_CHECK_OK(kf_tensor_create(&os, &out));
+    KT_CHECK_OK(kf_gpu_tensor_to(go, out));
+    for (uint32_t r = 0; r < 5; r++) {
+        for (uint32_t c = 0; c < 4; c++) {
+            float got = out->data[r * 4 + c];
+            bool bad = id5[r] < 0 || id5[r] >= 3;
+            KT_CHECK(bad ? isnan(got) : got == table->data[(uint32_t)id5[r] * 4 + c],
+                     "row %u col %u: %g", r, c, (double)got);
+        }
+    }
+    kf_gpu_tensor_destroy(gt);
+    kf_gpu_tensor_destroy(gi);
+    kf_gpu_tensor_destroy(go);
+    kf_tensor_destroy(table);
+    kf_tensor_destroy(ids);
+    kf_tensor_destroy(out);
+}
+
+/* Views move bits: NaN, infinities and -0 come out of every view's kernel as they went in. */
+KT_TEST(ops, views_move_nan_inf_and_signed_zero_unchanged) {
+    KT_NEED_GPU(ctx);
+    static const float specials[] = {NAN, INFINITY, -INFINITY, -0.0f, 0.0f, 1.5f};
+    kf_shape s = kf_shape_2d(4, 6);
+    kf_tensor *x = NULL, *back = NULL;
+    KT_CHECK_OK(kf_tensor_create(&s, &x));
+    for (uint32_t e = 0; e < 24; e++) {
+        x->data[e] = specials[(e * 5) % 6];
+    }
+    kf_gpu_tensor *gx = NULL;
+    KT_CHECK_OK(kf_gpu_tensor_from(ctx, x, KF_DTYPE_F32, &gx));
+    const char *names[] = {"reshape", "permute", "slice", "concat"};
+    kf_op_params params[4] = {
+        LIST_PARAMS(6, 4), LIST_PARAMS(1, 0), {.axis = 1, .start = 0}, {.axis = 0}};
+    for (int o = 0; o < 4; o++) {
+        const kf_operator *op = kf_op_find(names[o]);
+        kf_shape shapes[2] = {s, s}, os;
+        KT_CHECK_OK(kf_op_shape(op, shapes, &params[o], &os, NULL, 0));
+        kf_gpu_tensor *gy = NULL;
+        KT_CHECK_OK(kf_gpu_tensor_create(ctx, &os, KF_DTYPE_F32, &gy));
+        const kf_gpu_tensor *in[2] = {gx, gx};
+        KT_CHECK_OK(kf_op_run_forward(ctx, op, &params[o], in, gy));
+        kf_tensor *want = NULL;
+        KT_CHECK_OK(kf_tensor_create(&os, &want));
+        KT_CHECK_OK(kf_tensor_create(&os, &back));
+        const kf_tensor *tin[2] = {x, x};
+        KT_CHECK_OK(kf_op_spec_forward(op, tin, &params[o], want));
+        KT_CHECK_OK(kf_gpu_tensor_to(gy, back));
+        KT_CHECK(!memcmp(want->data, back->data, sizeof(float) * kf_tensor_size(want)),
+                 "%s changed the bits of a value", names[o]);
+        kf_tensor_destroy(want);
+        kf_tensor_destroy(back);
+        kf_gpu_tensor_destroy(gy);
+    }
+    kf_gpu_tensor_destroy(gx);
+    kf_tensor_destroy(x);
+}
