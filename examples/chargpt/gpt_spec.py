@@ -71,8 +71,9 @@ def spec(vocab, context, width, heads, layers, batch, ffn):
         ]
     lines += [
         "",
-        f"logits = rmsnorm(h{2 * layers}) |> matmul(head)",
-        f"loss = cross_entropy(logits, reshape(y, shape=[{rows}]))",
+        f"# logits [B, T, V]: cross_entropy's mean over every (example, position) row",
+        f"logits = rmsnorm(h{2 * layers}) |> matmul(head) |> reshape(shape=[{b}, {t}, {vocab}])",
+        "loss = cross_entropy(logits, y)",
         "out loss",
     ]
     return "\n".join(lines) + "\n"
