@@ -296,3 +296,58 @@ KT_TEST(unit, sample_refusals_name_the_culprit) {
     KT_CHECK(rc == 0, "--logits y: exited %d: %s", rc, err);
     scratch_clean(dir);
 }
+
+/* A bigram model, logits = embedding(table, x) [B, T, V]: the logits at a position are the
+ * table's row of the token there, so greedy sampling follows the table's argmax from token to
+ * token; the window's tokens must sit at their positions and the row read must be the last
+ * one's. */
+KT_TEST(unit, sample_follows_a_bigram_table_through_the_window) {
+    KT_NEED_GPU(ctx);
+    (void)ctx;
+    char dir[] = "/tmp/kfuse-sample-test-XXXXXX";
+    KT_CHECK(mkdtemp(dir) != NULL, "mkdtemp failed");
+    uint32_t batch = 1 + (uint32_t)(kt_rand_u64() % 3), context = 2 + (uint32_t)(kt_rand_u64() % 9);
+    uint32_t classes = 3 + (uint32_t)(kt_rand_u64() % 20);
+    uint32_t next[32];
+    kf_shape s = kf_shape_2d(classes, classes);
+    kf_tensor *table = NULL;
+    KT_CHECK_OK(kf_tensor_create(&s, &table));
+    for (uint32_t r = 0; r < classes; r++) {
+        next[r] = (uint32_t)(kt_rand_u64() % classes);
+        for (uint32_t c = 0; c < classes; c++) {
+            table->data[r * classes + c] = kt_rand_f32(-2.0f, 2.0f) + (c == next[r] ? 5.0f : 0.0f);
+        }
+    }
+    char spec[256], path[1024], vocab[256];
+    snprintf(spec, sizeof spec,
+             "x: i32[%u, %u]\nparam table: f32[%u, %u]\nlogits = embedding(table, x)\n", batch,
+             context, classes, classes);
+    snprintf(path, sizeof path, "%s/p", dir);
+    KT_CHECK(mkdir(path, 0777) == 0 && write_text(dir, "bigram.kf", spec), "cannot write");
+    snprintf(path, sizeof path, "%s/p/table.npy", dir);
+    KT_CHECK_OK(kf_npy_write(path, table, KF_DTYPE_F32));
+    kf_tensor_destroy(table);
+    letters_json(classes, vocab, sizeof vocab);
+    KT_CHECK(write_text(dir, "v.json", vocab), "cannot write the vocabulary");
+    char prompt[16] = {0}, want[256], args[256], out[256], err[1024];
+    uint32_t prompt_len = 1 + (uint32_t)(kt_rand_u64() % 12), length = 2 * context + 3;
+    for (uint32_t i = 0; i < prompt_len; i++) {
+        prompt[i] = (char)('a' + kt_rand_u64() % classes);
+    }
+    size_t w = (size_t)snprintf(want, sizeof want, "%s", prompt);
+    uint32_t last = (uint32_t)(prompt[prompt_len - 1] - 'a');
+    for (uint32_t n = 0; n < length; n++) {
+        last = next[last];
+        want[w++] = (char)('a' + last);
+    }
+    want[w++] = '\n';
+    want[w] = '\0';
+    snprintf(args, sizeof args,
+             "bigram.kf --params p --vocab v.json --prompt %s --length %u --temperature 0", prompt,
+             length);
+    int rc = sample(dir, args, out, sizeof out, err, sizeof err);
+    KT_CHECK(rc == 0, "%s: exited %d: %s", args, rc, err);
+    KT_CHECK(!strcmp(out, want), "B %u, T %u, V %u: printed\n%s\nnot\n%s", batch, context, classes,
+             out, want);
+    scratch_clean(dir);
+}

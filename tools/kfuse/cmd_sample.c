@@ -1,5 +1,5 @@
 /* kfuse sample: text from a trained language model (a graph whose value `logits` scores the next
- * token at every position of a window of token ids), one token per forward run. */
+ * token at every position of a window of token ids), one token per forward run. *
 #include "cli.h"
 
 #include <errno.h>
@@ -606,10 +606,10 @@ int kf_cmd_sample(int argc, char **argv) {
         uint64_t first = count > m.context ? count - m.context : 0;
         uint32_t used = (uint32_t)(count - first);
         /* every row holds the window (the model sees a batch of equal rows); positions past it
-         * repeat its last token, which the causal model's position used-1 does not read */
+         * hold token 0, which the causal model's position used-1 does not read */
         for (uint64_t e = 0; e < kf_tensor_size(m.window); e++) {
             uint32_t t = (uint32_t)(e % m.context);
-            m.window->data[e] = (float)ids[first + (t < used ? t : used - 1)];
+            m.window->data[e] = t < used ? (float)ids[first + t] : 0.0f;
         }
         kf_status st = kf_plan_set_input(m.plan, a.tokens, m.window);
         if (st == KF_OK) {
