@@ -1,5 +1,5 @@
 /* kfuse sample: text from a trained language model (a graph whose value `logits` scores the next
- * token at every position of a window of token ids), one token per forward run. *
+ * token at every position of a window of token ids), one token per forward run. */
 #include "cli.h"
 
 #include <errno.h>
