@@ -10,7 +10,8 @@ initialiser draws it; written as .npy for --init and loaded into torch) and the 
    within 1e-3 relative to max(|torch|, 1% of the gradient's rms);
 2. `kfuse train --json` with AdamW for STEPS steps (batches in order, as kfuse train takes them
    without --shuffle) against torch.optim.AdamW in float32: every step's loss within 1e-3
-   relative.
+   relative;
+3. `kfuse sample` from the params kfuse trained (--save) against the same draws in torch.
 
 The model is examples/chargpt/gpt_spec.py's at --size small (CI: context 16, width 32, 2 heads,
 2 layers, batch 4: seconds) or --size full (gpt.kf's sizes). Either way it first checks that
@@ -63,6 +64,13 @@ def rmsnorm(x):
 def forward(p, x, y, cfg):
     """The loss of gpt.kf, op for op."""
     b, t = x.shape
+    logits = forward_logits(p, x, cfg)
+    return F.cross_entropy(logits.reshape(b * t, -1), y.reshape(-1))
+
+
+def forward_logits(p, x, cfg):
+    """gpt.kf's logits [B, T, V]."""
+    b, t = x.shape
     c, h = cfg["width"], cfg["heads"]
     d = c // h
     tok = p["wte"][x]
@@ -78,8 +86,7 @@ def forward(p, x, y, cfg):
         hid = att @ p[f"l{i}_proj"] + hid
         ffn = F.gelu(rmsnorm(hid) @ p[f"l{i}_up"], approximate="tanh") @ p[f"l{i}_down"]
         hid = ffn + hid
-    logits = (rmsnorm(hid) @ p["head"]).reshape(b, t, -1)
-    return F.cross_entropy(logits.reshape(b * t, -1), y.reshape(-1))
+    return (rmsnorm(hid) @ p["head"]).reshape(b, t, -1)
 
 
 def run(cmd):
@@ -146,7 +153,7 @@ def check_gradients(kfuse, work, cfg, spec_text, init, x, y):
 def check_training(kfuse, work, cfg, spec_path, data, init, steps, lr):
     out = run([kfuse, "train", spec_path, "--data", os.path.join(data, "train"), "--steps",
                str(steps), "--lr", str(lr), "--optimizer", "adamw", "--init",
-               os.path.join(work, "init"), "--json"])
+               os.path.join(work, "init"), "--save", os.path.join(work, "trained"), "--json"])
     lines = [json.loads(line) for line in out.splitlines() if line.strip()]
     ours = [o["loss"] for o in lines if "step" in o]
     summary = lines[-1]
@@ -179,6 +186,64 @@ def check_training(kfuse, work, cfg, spec_path, data, init, steps, lr):
             print(f"  step {i + 1}: kfuse {ours[i]:.9g} torch {theirs[i]:.9g}")
         sys.exit(f"losses differ by {worst:.3g} relative (tolerance {LOSS_TOLERANCE})")
     return worst
+
+
+MASK = (1 << 64) - 1
+
+
+def splitmix(state):
+    """kfuse sample's generator (cmd_sample.c): the new state and the next 64-bit draw."""
+    state = (state + 0x9e3779b97f4a7c15) & MASK
+    z = state
+    z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & MASK
+    z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & MASK
+    return state, z ^ (z >> 31)
+
+
+def check_sampling(kfuse, work, cfg, data, prompt="This License", length=40, seed=7):
+    """kfuse sample (temperature 1, a seed) from the params kfuse trained, with the training spec
+    and with one written at batch 1, against the same draws in torch (float64 logits, the last T
+    characters as the window, kfuse's generator and its inverse-CDF draw). A draw landing within
+    1e-6 of a boundary of the cumulative softmax could go either way in f32; the comparison stops
+    there."""
+    with open(os.path.join(data, "vocab.json")) as f:
+        vocab = json.load(f)
+    ids = [vocab.index(c) for c in prompt]
+    params = os.path.join(work, "trained")
+    p = {n: torch.tensor(np.load(os.path.join(params, n + ".npy")), dtype=torch.float64)
+         for n, _ in gpt_spec.param_shapes(**cfg)}
+    t = cfg["context"]
+    want, close, state = prompt, None, seed
+    one = dict(cfg, batch=1)
+    with torch.no_grad():
+        for n in range(length):
+            window = ids[-t:]
+            x = torch.tensor([window + [0] * (t - len(window))])
+            logits = forward_logits(p, x, one)[0, len(window) - 1].numpy()
+            weights = np.exp(logits - logits.max())
+            state, z = splitmix(state)
+            u = (z >> 11) * 2.0 ** -53 * weights.sum()
+            bounds = np.cumsum(weights)
+            if close is None and np.abs(bounds - u).min() < 1e-6 * weights.sum():
+                close = n
+            ids.append(int(np.searchsorted(bounds, u, side="right")))
+            want += vocab[ids[-1]]
+    if close is not None:
+        want = want[:len(prompt) + close]
+    for batch in sorted({1, cfg["batch"]}):
+        spec_path = os.path.join(work, f"gpt_b{batch}.kf")
+        with open(spec_path, "w") as f:
+            f.write(gpt_spec.spec(**dict(cfg, batch=batch)))
+        got = run([kfuse, "sample", spec_path, "--params", params, "--vocab",
+                   os.path.join(data, "vocab.json"), "--prompt", prompt, "--length", str(length),
+                   "--seed", str(seed)])[:-1]
+        if not got.startswith(want):
+            sys.exit(f"kfuse sample (batch {batch}) printed {got!r}, torch {want!r}")
+    print(f"sampling: kfuse sample (batch 1 and {cfg['batch']}, seed {seed}) drew the "
+          f"{len(want) - len(prompt)} characters torch draws"
+          + (f" (up to a draw at a boundary at character {close + 1})" if close is not None
+             else "")
+          + f": {want!r}")
 
 
 def main():
@@ -216,6 +281,7 @@ def main():
     grad_worst = check_gradients(args.kfuse, work, cfg, spec_text, init, x, y)
     loss_worst = check_training(args.kfuse, work, cfg, spec_path, data, init, args.steps,
                                 args.lr)
+    check_sampling(args.kfuse, work, cfg, data)
     print(f"ok ({args.size}: {cfg}): gradients within {grad_worst:.3g}, losses within "
           f"{loss_worst:.3g} relative of torch's (tolerances {GRAD_TOLERANCE}, "
           f"{LOSS_TOLERANCE})")
