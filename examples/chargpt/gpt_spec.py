@@ -9,7 +9,8 @@ at a small size from it, and checks that gpt.kf is what it writes.
 """
 import argparse
 
-DEFAULTS = dict(vocab=76, context=64, width=128, heads=4, layers=2, batch=16, ffn=512)
+# batch 4 so that lavapipe (2 CPU cores) trains it in minutes; a GPU takes --batch 64
+DEFAULTS = dict(vocab=76, context=64, width=128, heads=4, layers=2, batch=4, ffn=512)
 
 
 def param_shapes(vocab, context, width, layers, ffn, **_):
@@ -37,7 +38,10 @@ def spec(vocab, context, width, heads, layers, batch, ffn):
         "# Train it:",
         "#   /usr/bin/python3 examples/chargpt/prepare.py build/chargpt",
         "#   kfuse train examples/chargpt/gpt.kf --data build/chargpt/train --eval build/chargpt/val \\",
-        "#       --steps 600 --lr 0.003 --optimizer adamw --shuffle 1 --save build/chargpt/params",
+        "#       --steps 300 --lr 0.003 --optimizer adamw --shuffle 1 --save build/chargpt/params \\",
+        "#       --plot build/chargpt/loss.png",
+        "#   kfuse sample examples/chargpt/gpt.kf --params build/chargpt/params \\",
+        "#       --vocab build/chargpt/vocab.json --prompt 'This License' --length 300",
         f"x: i32[{b}, {t}]",
         f"y: i32[{b}, {t}]",
     ]
