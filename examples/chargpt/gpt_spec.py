@@ -38,7 +38,7 @@ def spec(vocab, context, width, heads, layers, batch, ffn):
         "# Train it:",
         "#   /usr/bin/python3 examples/chargpt/prepare.py build/chargpt",
         "#   kfuse train examples/chargpt/gpt.kf --data build/chargpt/train --eval build/chargpt/val \\",
-        "#       --steps 300 --lr 0.003 --optimizer adamw --shuffle 1 --save build/chargpt/params \\",
+        "#       --steps 200 --lr 0.004 --optimizer adamw --shuffle 1 --save build/chargpt/params \\",
         "#       --plot build/chargpt/loss.png",
         "#   kfuse sample examples/chargpt/gpt.kf --params build/chargpt/params \\",
         "#       --vocab build/chargpt/vocab.json --prompt 'This License' --length 300",
