@@ -48,5 +48,6 @@ int kf_cmd_mutate(int argc, char **argv);
 int kf_cmd_wgsl(int argc, char **argv);
 int kf_cmd_sgmat(int argc, char **argv);
 int kf_cmd_train(int argc, char **argv);
+int kf_cmd_sample(int argc, char **argv);
 
 #endif

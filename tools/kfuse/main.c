@@ -19,6 +19,7 @@ static const kf_cli_command commands[] = {
     {"sgmat", "time the subgroup-matrix (tensor core) f16 matmul's tile configurations",
      kf_cmd_sgmat},
     {"train", "train a graph's params on .npy data (SGD or AdamW on the GPU)", kf_cmd_train},
+    {"sample", "generate text from a trained language model (kfuse train --save)", kf_cmd_sample},
 };
 static const size_t command_count = sizeof commands / sizeof commands[0];
 
