@@ -15,7 +15,7 @@
 
 #include "harness.h"
 
-#define GRAPH_SHARE 0.6
+#define GRAPH_SHARE 0.5
 #define MAX_NODES 96
 #define MAX_INPUTS 24
 
