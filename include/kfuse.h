@@ -338,7 +338,9 @@ typedef struct kf_pipeline_desc {
 /* Compiles (or finds in the context's cache, keyed by a hash of WGSL, entry, constants and
  * bindings) a compute pipeline. The pipeline belongs to the context. A compile error is
  * KF_ERROR_COMPILE with the compiler's message, line and column, on the context; so is WGSL that
- * compiles but makes no pipeline (no such entry point, bindings unlike `bindings`). */
+ * compiles but makes no pipeline (no such entry point, bindings unlike `bindings`). The WGSL's
+ * accesses are the caller's to keep in bounds: the device runs without Dawn's robustness pass
+ * unless the context was created with checked_access (or $KF_CHECKED=1). */
 KF_API kf_status kf_pipeline_get(kf_context *ctx, const kf_pipeline_desc *desc, kf_pipeline **out);
 
 typedef struct kf_dispatch {
