@@ -293,3 +293,67 @@ KT_TEST(unit, bounds_guarded_store_is_skipped_on_the_gpu) {
     }
     kf_kernel_destroy(k);
 }
+
+/* Raw WGSL storing and loading past its binding's end: on a checked context (robustness on) each
+ * is made safe, clamped into the buffer (the store lands on the last element, the load reads it)
+ * or, where Dawn leaves it to Vulkan's robust buffer access, dropped (the load reads 0). */
+static bool robust_past_the_end(kf_context *ctx, bool *robust) {
+    static const char *wgsl =
+        "@group(0) @binding(0) var<storage, read_write> y: array<u32>;\n"
+        "@compute @workgroup_size(1)\n"
+        "fn main() { y[arrayLength(&y) + 100u] = 7u; y[0] = y[arrayLength(&y) + 50u]; }\n";
+    kf_binding_kind kind = KF_BINDING_STORAGE_READ_WRITE;
+    kf_pipeline_desc pd = {0};
+    pd.wgsl = wgsl;
+    pd.bindings = &kind;
+    pd.binding_count = 1;
+    kf_pipeline *pipe = NULL;
+    kf_buffer *buf = NULL;
+    uint32_t y[8] = {1, 2, 3, 4, 5, 6, 70, 8};
+    bool ok = kf_pipeline_get(ctx, &pd, &pipe) == KF_OK &&
+              kf_buffer_create(ctx, sizeof y, &buf) == KF_OK &&
+              kf_buffer_upload(buf, 0, y, sizeof y) == KF_OK;
+    kf_dispatch d = {pipe, &buf, 1, {1, 1, 1}};
+    ok = ok && kf_context_run(ctx, &d, 1) == KF_OK &&
+         kf_buffer_download(buf, 0, y, sizeof y) == KF_OK;
+    bool same = y[1] == 2 && y[2] == 3 && y[3] == 4 && y[4] == 5 && y[5] == 6 && y[6] == 70;
+    *robust = same && ((y[7] == 7u && y[0] == 7u) || (y[7] == 8u && y[0] == 0u));
+    kf_buffer_destroy(buf);
+    return ok;
+}
+
+KT_TEST(unit, bounds_robustness_is_off_by_default_and_kf_checked_turns_it_on) {
+    KT_NEED_GPU(ctx);
+    kf_adapter_info info;
+    KT_CHECK_OK(kf_context_adapter_info(ctx, &info));
+    const char *env = getenv("KF_CHECKED");
+    bool env_checked = env && *env && strcmp(env, "0") != 0;
+    KT_CHECK(info.unchecked_access == !env_checked, "the shared context: robustness %s",
+             info.unchecked_access ? "off" : "on");
+    kf_context_desc cd = {0};
+    cd.checked_access = true;
+    kf_context *checked = NULL;
+    KT_CHECK_OK(kf_context_create(&cd, &checked));
+    kf_adapter_info ci;
+    kf_context_adapter_info(checked, &ci);
+    bool robust = false;
+    bool ran = robust_past_the_end(checked, &robust);
+    kf_context_destroy(checked);
+    KT_CHECK(!ci.unchecked_access, "checked_access left robustness off");
+    KT_CHECK(ran && robust, "on a checked context an access past the end was not made safe");
+    /* $KF_CHECKED=1 does what checked_access does */
+    char *saved = env ? strdup(env) : NULL;
+    setenv("KF_CHECKED", "1", 1);
+    kf_context *by_env = NULL;
+    kf_status st = kf_context_create(NULL, &by_env);
+    if (saved) {
+        setenv("KF_CHECKED", saved, 1);
+        free(saved);
+    } else {
+        unsetenv("KF_CHECKED");
+    }
+    KT_CHECK_OK(st);
+    kf_context_adapter_info(by_env, &ci);
+    kf_context_destroy(by_env);
+    KT_CHECK(!ci.unchecked_access, "KF_CHECKED=1 left robustness off");
+}
