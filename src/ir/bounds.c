@@ -656,7 +656,7 @@ static int truth_of(prover *pv, uint32_t cond, int depth) {
 
 static void say(prover *pv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void say(prover *pv, const char *fmt, ...) {
-    if (!pv->out->report && pv->report_cap == 0) {
+    if (pv->report_cap == 0 || !pv->report) { /* no report asked for (or out of memory) */
         return;
     }
     for (;;) {
