@@ -78,7 +78,7 @@ int kf_cmd_info(int argc, char **argv) {
            yes_no(info.has_subgroup_matrix));
     printf("  %-38s %s\n", "robustness (bounds clamping)",
            info.unchecked_access ? "off (kernels proved in bounds; KF_CHECKED=1 turns it on)"
-                                 : "on (KF_CHECKED)");
+                                 : "on (KF_CHECKED=1 or checked_access)");
     if (info.vendor_masked) {
         printf("  %-38s %s\n", "vendor-mask layer (f16 on NVIDIA)", "on (KF_NO_VKMASK=1: off)");
     }
