@@ -262,8 +262,12 @@ static ival binary(prover *pv, const kf__ir_node *n) {
         return type_range(t);
     case KF_OP_BIT_OR:
     case KF_OP_BIT_XOR:
-        if (a.lo >= 0 && b.lo >= 0) {
-            return fit(t, (ival){0, ones_above(a.hi > b.hi ? a.hi : b.hi), 0});
+        if (a.lo >= 0 && b.lo >= 0) { /* x | y and x ^ y are at most x | (2^k - 1), y < 2^k */
+            int64_t hi = ones_above(a.hi > b.hi ? a.hi : b.hi);
+            int64_t ha = a.hi | ones_above(b.hi), hb = b.hi | ones_above(a.hi);
+            hi = ha < hi ? ha : hi;
+            hi = hb < hi ? hb : hi;
+            return fit(t, (ival){0, hi, 0});
         }
         return type_range(t);
     case KF_OP_SHL:

@@ -1,7 +1,7 @@
 /* Fuzzing the in-bounds proof (src/ir/bounds.c): random kernels whose one access (a load or store
  * of a storage binding, or of a workgroup array) is at a random index expression: builtins over
- * a random grid and workgroup, literals, loop variables, variables, + - * / % << >> &, min, max,
- * clamp, select, casts between u32 and i32, under random guards (`if (e < n)`, `if (e <
+ * a random grid and workgroup, literals, loop variables, variables, + - * / % << >> & | ^, min,
+ * max, clamp, select, casts between u32 and i32, under random guards (`if (e < n)`, `if (e <
  * arrayLength(&x))`, loop bounds). Where the proof says the access is in bounds, the interpreter,
  * which checks every access, must run the kernel without an out-of-bounds one, for the lengths and
  * grid the proof was made for. A failing kernel is printed as WGSL with its report. The stream
@@ -73,7 +73,11 @@ static kf_val expr(gen *g, int depth) {
         return g->i32 ? kf_add(k, a, b)
                       : kf_binary(k, pick(2) ? KF_OP_SHR : KF_OP_SHL, a, kf_lit_u32(k, pick(6)));
     default:
-        return g->i32 ? kf_sub(k, a, b) : kf_binary(k, KF_OP_BIT_AND, a, lit(g));
+        return g->i32
+                   ? kf_sub(k, a, b)
+                   : kf_binary(
+                         k, pick(3) == 0 ? KF_OP_BIT_AND : (pick(2) ? KF_OP_BIT_XOR : KF_OP_BIT_OR),
+                         a, pick(2) ? lit(g) : b);
     }
 }
 
