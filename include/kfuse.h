@@ -170,10 +170,16 @@ typedef struct kf_context_desc {
     bool disable_f16;        /* do not request shader-f16 even where present */
     bool disable_subgroups;  /* do not request subgroups even where present */
     bool disable_timestamps; /* time with the wall clock even where timestamps exist */
-    /* Turns off Dawn's robustness pass, which clamps every storage and workgroup index into
-     * bounds (also $KF_UNCHECKED=1). Faster kernels; an out-of-bounds access is then undefined
-     * behaviour. kfuse's own kernels bound-check what they touch; a kernel you build must too. */
+    /* Dawn's robustness pass (which clamps every storage and workgroup index into bounds) is off
+     * by default now; this (and $KF_UNCHECKED=1) asks for that default explicitly and is kept
+     * for the programs that set it. */
     bool unchecked_access;
+    /* Turns Dawn's robustness pass back on (also $KF_CHECKED=1): every storage and workgroup
+     * index is clamped into bounds at run time. Off by default, since every kernel built with
+     * kfuse's IR is proved in bounds or guarded where it is not (docs/runtime.md); raw WGSL given
+     * to kf_pipeline_get is the caller's to keep in bounds, or needs this. Wins over
+     * unchecked_access and $KF_UNCHECKED. */
+    bool checked_access;
     /* The persistent pipeline cache (Dawn's compiled shaders and pipeline caches, kept across
      * processes): its folder; NULL: $KF_PIPELINE_CACHE, else $XDG_CACHE_HOME/kfuse/pipelines,
      * else ~/.cache/kfuse/pipelines. "off" (here or in the variable) or disable_pipeline_cache
@@ -223,7 +229,8 @@ typedef struct kf_adapter_info {
     bool has_subgroups;       /* subgroups requested and enabled */
     bool has_timestamps;      /* timestamp queries requested and enabled */
     bool has_subgroup_matrix; /* chromium_experimental_subgroup_matrix enabled */
-    bool unchecked_access;    /* bounds clamping is off (kf_context_desc.unchecked_access) */
+    bool unchecked_access;    /* Dawn's robustness (bounds clamping) is off: the default; on with
+                               * kf_context_desc.checked_access or $KF_CHECKED=1 */
     /* kfuse's vendor-mask layer is on (an NVIDIA Vulkan adapter, for f16): Dawn saw vendor
      * 0xffff; vendor_id is still the true one. */
     bool vendor_masked;
@@ -331,7 +338,9 @@ typedef struct kf_pipeline_desc {
 /* Compiles (or finds in the context's cache, keyed by a hash of WGSL, entry, constants and
  * bindings) a compute pipeline. The pipeline belongs to the context. A compile error is
  * KF_ERROR_COMPILE with the compiler's message, line and column, on the context; so is WGSL that
- * compiles but makes no pipeline (no such entry point, bindings unlike `bindings`). */
+ * compiles but makes no pipeline (no such entry point, bindings unlike `bindings`). The WGSL's
+ * accesses are the caller's to keep in bounds: the device runs without Dawn's robustness pass
+ * unless the context was created with checked_access (or $KF_CHECKED=1). */
 KF_API kf_status kf_pipeline_get(kf_context *ctx, const kf_pipeline_desc *desc, kf_pipeline **out);
 
 typedef struct kf_dispatch {
@@ -738,6 +747,25 @@ KF_API void kf_kernel_grid(const kf_kernel *k, uint32_t out[3]);
  * The entry point is "main"; `enable f16;` / `enable subgroups;` appear only when used, and so
  * does `enable chromium_experimental_subgroup_matrix;` (with its uniformity diagnostic off). */
 KF_API char *kf_kernel_emit_wgsl(kf_kernel *k);
+/* Declares that every launch binds at least `elements` elements (of the binding's element type)
+ * at binding `index` (binding order: kf_kernel_binding_info; call it once the bindings are all
+ * declared). The emitter proves each access of the kernel in bounds against these lengths and
+ * guards only the accesses it cannot prove (docs/builder.md, "In bounds by construction");
+ * kf_kernel_run, kf_kernel_dispatch and kf_kernel_interpret refuse a shorter buffer. A binding
+ * without a declared length is proved against the buffer each launch gives it (kf_kernel_emit_wgsl
+ * alone knows no length: it guards what only a length would prove). A wrong index or a uniform
+ * binding is the kernel's error. */
+KF_API kf_status kf_kernel_set_binding_length(kf_kernel *k, uint32_t index, uint64_t elements);
+
+typedef struct kf_bounds_report {
+    uint32_t accesses; /* storage, uniform-array, workgroup and subgroup-matrix accesses */
+    uint32_t proved;   /* shown in bounds: emitted as they are */
+    uint32_t guarded;  /* not shown: loads clamped into bounds, stores and moves skipped */
+} kf_bounds_report;
+/* The in-bounds proof of the kernel as kf_kernel_emit_wgsl emits it (declared binding lengths,
+ * recorded grid). `text` (optional; free with kf_free) receives one line per access: what, the
+ * index's range, the verdict. Fails only for an invalid kernel or out of memory. */
+KF_API kf_status kf_kernel_bounds(kf_kernel *k, kf_bounds_report *out, char **text);
 /* The binding kinds of the emitted kernel, in binding order (for kf_pipeline_desc). */
 KF_API uint32_t kf_kernel_binding_kinds(const kf_kernel *k, kf_binding_kind *out,
                                         uint32_t capacity);

@@ -344,6 +344,11 @@ char *kf_plan_explain(const kf_plan *p, bool with_wgsl) {
         put(&t, "  bytes:  ");
         put_bytes(&t, c->bytes);
         put(&t, "\n  grid:   %ux%ux%u workgroups\n", c->grid[0], c->grid[1], c->grid[2]);
+        kf_bounds_report br;
+        if (kf_kernel_bounds(c->kernel, &br, NULL) == KF_OK) { /* docs/builder.md */
+            put(&t, "  bounds: %u accesses, %u proved in bounds, %u guarded\n", br.accesses,
+                br.proved, br.guarded);
+        }
         if (with_wgsl && c->wgsl) {
             put(&t, "  wgsl:\n%s\n", c->wgsl);
         }

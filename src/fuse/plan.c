@@ -654,6 +654,18 @@ void kf__plan_compile_group(kf_plan *p, kf__group *grp) {
         plan_fail(p, KF_ERROR_OUT_OF_MEMORY, "out of memory compiling a group");
         return;
     }
+    /* Each binding holds its node's buffer, exactly: the emitter proves the kernel's accesses
+     * against these lengths (docs/builder.md, "In bounds by construction"). */
+    for (uint32_t s = 0; s < c->slot_count; s++) {
+        kf_binding_info info;
+        if (kf_kernel_binding_info(k, s, &info) == KF_OK && info.kind != KF_BINDING_UNIFORM) {
+            uint64_t stride =
+                (info.elem.scalar == KF_SCALAR_F16 ? 2u : 4u) *
+                (info.elem.lanes == 3 ? 4u : (info.elem.lanes ? info.elem.lanes : 1u));
+            kf_kernel_set_binding_length(k, s, node_bytes(&p->graph->nodes[c->slots[s]]) / stride);
+        }
+    }
+    kf_kernel_set_grid(k, c->grid); /* the grid the plan dispatches it with, for the proof */
     c->wgsl = kf__kernel_emit_for(p->ctx, k); /* the context's kernel transform, if any */
     if (!c->wgsl) {
         plan_fail(p, KF_ERROR_INTERNAL, "group %u: %s", (unsigned)(grp - p->groups),

@@ -3,6 +3,7 @@
  * building code reads straight without a check per line. */
 #include "ir/ir_internal.h"
 #include "core/half.h"
+#include "wgsl/wgsl.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1173,6 +1173,15 @@ static kf_status setup(interp *ip, const kf_interp_desc *desc) {
         } else {
             buf->stride = kf__type_stride(b->type);
             buf->length = hb->size / buf->stride;
+            uint64_t declared = kf__kernel_binding_length(k, i - 1);
+            if (buf->length < declared) {
+                return kf__run_fail(k, KF_ERROR_INVALID_ARGUMENT,
+                                    "kf_kernel_interpret: buffer %u ('%s') holds %llu elements; "
+                                    "the kernel is proved in bounds for %llu "
+                                    "(kf_kernel_set_binding_length)",
+                                    (unsigned)(i - 1), buf->name, (unsigned long long)buf->length,
+                                    (unsigned long long)declared);
+            }
         }
     }
     ip->sg = desc->subgroup_size ? desc->subgroup_size : 32;

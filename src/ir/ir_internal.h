@@ -125,6 +125,9 @@ typedef struct kf__binding {
     uint8_t kind; /* kf_binding_kind */
     uint8_t role;
     kf_type type; /* storage: the element type; uniform: the whole type */
+    /* Elements every launch binds at least (kf_kernel_set_binding_length; 0: unknown). The
+     * in-bounds proof (bounds.c) relies on it and every launch checks it. */
+    uint64_t length;
 } kf__binding;
 
 typedef struct kf__var {
@@ -176,6 +179,10 @@ struct kf_kernel {
     uint64_t version; /* bumped by every change; keys the cached WGSL */
     char *wgsl;
     uint64_t wgsl_version;
+    uint64_t wgsl_key; /* what the cached WGSL was proved for: binding lengths and grid */
+    /* kf_kernel_set_binding_length for a stage's "in" and a store phase's "out", which exist
+     * only once the kernel is lowered (declared bindings keep theirs in kf__binding.length) */
+    uint64_t in_length, out_length;
 
     kf__ir_node *nodes;
     uint32_t node_count, node_cap;
@@ -294,15 +301,38 @@ void kf__folder_free(kf__folder *f);
 /* ---- erf.c: the one erf approximation, as the WGSL helper computes it ---- */
 float kf__erf_f32(float x);
 
-/* ---- wgsl/names.c ---- */
-/* A WGSL keyword, reserved word, predeclared type or builtin function name. */
-bool kf__wgsl_reserved(const char *name);
-/* A valid WGSL identifier that is not reserved (what an override's name must be). */
-bool kf__wgsl_identifier_ok(const char *name);
+/* ---- bounds.c: the in-bounds proof ---- */
 
-/* ---- wgsl/emit.c ---- */
-/* Emits a prepared kernel (kf__kernel_prepare); NULL when out of memory. `title` goes in the
- * header comment. */
-char *kf__wgsl_emit(const kf_kernel *prepared, const char *title);
+/* What the proof says of one access (a load, store, workgroup access or subgroup-matrix move). */
+enum { KF__ACCESS_NONE = 0, KF__ACCESS_PROVED, KF__ACCESS_GUARDED };
+
+typedef struct kf__bounds {
+    uint8_t *node_verdict; /* per node of the prepared kernel: storage and workgroup loads */
+    uint8_t *stmt_verdict; /* per statement: stores, workgroup stores, subgroup-matrix moves */
+    uint32_t accesses, proved, guarded;
+    char *report; /* one line per access, when asked for; NULL otherwise */
+} kf__bounds;
+
+/* Proves each storage, uniform-array and workgroup index of a prepared kernel in range, by
+ * interval analysis (literals, builtins over the grid, loop bounds, min/max/clamp, guards such as
+ * `if (i < n)` or `if (i < arrayLength(&x))`, variables as the join of what they are assigned).
+ * `lengths` (indexed by the prepared kernel's binding id; NULL: each binding's declared length)
+ * are the elements each binding holds at least, 0 where unknown; `grid` the workgroups the
+ * kernel is dispatched with (NULL or zeros: the kernel's recorded grid, else unknown). Accesses
+ * it cannot prove are GUARDED: the emitter clamps such a load into bounds and skips such a store.
+ * NULL when out of memory. */
+kf__bounds *kf__bounds_prove(const kf_kernel *prepared, const uint64_t *lengths,
+                             const uint32_t grid[3], bool report);
+void kf__bounds_free(kf__bounds *b);
+
+/* ---- lower.c: prepare, prove, emit ---- */
+
+/* The WGSL of k proved for these binding lengths (per binding in binding order; NULL: the
+ * declared ones) and grid (NULL: the recorded one), cached on k by what it was proved for.
+ * Sets k's error and returns NULL on failure. The result is owned by k. */
+const char *kf__kernel_wgsl_for(kf_kernel *k, const uint64_t *lengths, const uint32_t grid[3]);
+/* The length declared for binding `index` (binding order) with kf_kernel_set_binding_length;
+ * 0: none. */
+uint64_t kf__kernel_binding_length(const kf_kernel *k, uint32_t index);
 
 #endif

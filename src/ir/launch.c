@@ -7,14 +7,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The kernel's WGSL, emitted once per version of the kernel. */
-static const char *cached_wgsl(kf_kernel *k) {
-    if (k->wgsl && k->wgsl_version == k->version) {
-        return k->wgsl;
+/* Frees what kf_kernel_dispatch allocated that is not on its stack. */
+static void release(uint64_t *lens, const uint64_t *lens_small, kf_constant *constants,
+                    kf_binding_kind *kp, const kf_binding_kind *kinds) {
+    if (lens != lens_small) {
+        free(lens);
     }
-    char *text = kf_kernel_emit_wgsl(k); /* also refreshes k->wgsl */
-    kf_free(text);
-    return k->status == KF_OK && k->wgsl && k->wgsl_version == k->version ? k->wgsl : NULL;
+    free(constants);
+    if (kp != kinds) {
+        free(kp);
+    }
 }
 
 static bool is_stage(const kf_kernel *k) {
@@ -44,10 +46,6 @@ kf_status kf_kernel_dispatch(kf_context *ctx, kf_kernel *k, const kf_kernel_laun
     memset(out, 0, sizeof *out);
     if (k->status != KF_OK) {
         return k->status;
-    }
-    const char *wgsl = cached_wgsl(k);
-    if (!wgsl) {
-        return k->status != KF_OK ? k->status : KF_ERROR_OUT_OF_MEMORY;
     }
     uint32_t nb = kf_kernel_binding_count(k);
     if (launch->buffer_count != nb || (nb && !launch->buffers)) {
@@ -107,6 +105,13 @@ kf_status kf_kernel_dispatch(kf_context *ctx, kf_kernel *k, const kf_kernel_laun
                                 "kernel",
                                 nm ? nm : "(null)");
         }
+        if (stage && !strcmp(nm, "kf_elements") && launch->constants[i].value > (double)elements) {
+            free(constants);
+            return kf__run_fail(k, KF_ERROR_INVALID_ARGUMENT,
+                                "kf_kernel_dispatch: kf_elements = %.0f is more than the %llu "
+                                "elements 'in' and 'out' were checked for",
+                                launch->constants[i].value, (unsigned long long)elements);
+        }
         elements_given = elements_given || !strcmp(nm, "kf_elements");
         constants[i] = launch->constants[i];
     }
@@ -122,12 +127,60 @@ kf_status kf_kernel_dispatch(kf_context *ctx, kf_kernel *k, const kf_kernel_laun
         return kf__run_fail(k, KF_ERROR_OUT_OF_MEMORY, "kf_kernel_dispatch: out of memory");
     }
     kf_kernel_binding_kinds(k, kp, nb);
+    /* The proof holds for buffers at least as long as declared; a binding with no declared
+     * length is proved for the buffer given. */
+    uint64_t lens_small[64];
+    uint64_t *lens = nb <= 64 ? lens_small : calloc(nb, sizeof *lens);
+    if (!lens) {
+        release(lens, lens_small, constants, kp, kinds);
+        return kf__run_fail(k, KF_ERROR_OUT_OF_MEMORY, "kf_kernel_dispatch: out of memory");
+    }
+    for (uint32_t i = 0; i < nb; i++) {
+        uint64_t given = binding_length(k, i, kf_buffer_size(launch->buffers[i]));
+        uint64_t declared = kf__kernel_binding_length(k, i);
+        if (declared > given) {
+            kf_binding_info info;
+            kf_kernel_binding_info(k, i, &info);
+            release(lens, lens_small, constants, kp, kinds);
+            return kf__run_fail(k, KF_ERROR_INVALID_ARGUMENT,
+                                "kf_kernel_dispatch: buffer %u ('%s') holds %llu elements; the "
+                                "kernel is proved in bounds for %llu "
+                                "(kf_kernel_set_binding_length)",
+                                (unsigned)i, info.name, (unsigned long long)given,
+                                (unsigned long long)declared);
+        }
+        lens[i] = declared ? declared : given;
+    }
+    bool zero = !launch->groups[0] && !launch->groups[1] && !launch->groups[2];
+    uint32_t groups[3];
+    if (!zero) {
+        memcpy(groups, launch->groups, sizeof groups);
+    } else if (k->grid[0] || k->grid[1] || k->grid[2]) {
+        memcpy(groups, k->grid, sizeof groups);
+    } else {
+        uint64_t wg = (uint64_t)k->workgroup[0] * k->workgroup[1] * k->workgroup[2];
+        uint64_t g = (elements + wg - 1) / wg;
+        groups[0] = g ? (uint32_t)g : 1;
+        groups[1] = groups[2] = 1;
+    }
+    const char *wgsl = kf__kernel_wgsl_for(k, lens, groups);
+    if (!wgsl) {
+        release(lens, lens_small, constants, kp, kinds);
+        return k->status != KF_OK ? k->status : KF_ERROR_OUT_OF_MEMORY;
+    }
     kf_pipeline_desc pd = {0};
     /* A context under mutation testing runs its transform's kernel (same bindings) instead. */
     kf_kernel *mutant = kf__context_transform_kernel(ctx, k);
-    char *mutant_wgsl = mutant ? kf_kernel_emit_wgsl(mutant) : NULL;
+    const char *mutant_text = mutant ? kf__kernel_wgsl_for(mutant, lens, groups) : NULL;
+    char *mutant_wgsl = mutant_text ? malloc(strlen(mutant_text) + 1) : NULL;
+    if (mutant_wgsl) {
+        strcpy(mutant_wgsl, mutant_text);
+    }
     bool mutant_failed = mutant && !mutant_wgsl;
     kf_kernel_destroy(mutant);
+    if (lens != lens_small) {
+        free(lens);
+    }
     pd.wgsl = mutant_wgsl ? mutant_wgsl : wgsl;
     pd.entry_point = "main";
     pd.constants = constants;
@@ -150,17 +203,7 @@ kf_status kf_kernel_dispatch(kf_context *ctx, kf_kernel *k, const kf_kernel_laun
     out->pipeline = pipe;
     out->buffers = launch->buffers;
     out->buffer_count = nb;
-    bool zero = !launch->groups[0] && !launch->groups[1] && !launch->groups[2];
-    if (!zero) {
-        memcpy(out->groups, launch->groups, sizeof out->groups);
-    } else if (k->grid[0] || k->grid[1] || k->grid[2]) {
-        memcpy(out->groups, k->grid, sizeof out->groups);
-    } else {
-        uint64_t wg = (uint64_t)k->workgroup[0] * k->workgroup[1] * k->workgroup[2];
-        uint64_t groups = (elements + wg - 1) / wg;
-        out->groups[0] = groups ? (uint32_t)groups : 1;
-        out->groups[1] = out->groups[2] = 1;
-    }
+    memcpy(out->groups, groups, sizeof out->groups);
     return KF_OK;
 }
 

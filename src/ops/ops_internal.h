@@ -105,6 +105,11 @@ void kf__grid_1d(uint64_t invocations, uint32_t workgroup, uint32_t groups[3]);
  * else op->kernel_forward (kernel_choice.c). Plans and verification both build through it. */
 kf_kernel *kf__op_kernel_for(kf_context *ctx, const kf_operator *op, const kf_shape *in,
                              const kf_op_params *p, kf_dtype dtype);
+/* Declares the binding lengths of op's forward kernel k (inputs of shapes `in`, then out) with
+ * kf_kernel_set_binding_length, for its in-bounds proof (kernel_lengths.c).
+ * KF_ERROR_INVALID_ARGUMENT when k's bindings are not the inputs then out. */
+kf_status kf__op_kernel_lengths(kf_kernel *k, const kf_operator *op, const kf_shape *in,
+                                const kf_op_params *p, kf_dtype dtype);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Generic element-wise operators                                                           */

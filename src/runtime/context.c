@@ -25,17 +25,20 @@
  * allow_unsafe_apis, and by default rounds timestamps to 100 us, which would blur kernel times.
  * Its Vulkan backend offers subgroup matrices (cooperative matrices) only with
  * use_vulkan_memory_model. Integer range analysis lets the robustness pass leave out the clamps
- * of indices it proves in bounds. disable_robustness (kf_context_desc.unchecked_access, last so it
- * can be left out) drops the bounds clamps Tint adds to every storage and workgroup access. */
+ * of indices it proves in bounds, where the pass runs. disable_robustness (last, so it can be
+ * left out) drops the bounds clamps Tint adds to every storage and workgroup access: the default,
+ * since kfuse's kernels are proved in bounds or guarded by their emitter (src/ir/bounds.c). */
 static const char *const g_enabled_toggles[] = {"allow_unsafe_apis", "use_vulkan_memory_model",
                                                 "enable_integer_range_analysis_in_robustness",
                                                 "disable_robustness"};
 static const char *const g_disabled_toggles[] = {"timestamp_quantization"};
 
-/* desc->unchecked_access, or $KF_UNCHECKED set to anything but "" or "0". */
+static bool env_on(const char *name);
+
+/* Robustness off unless desc->checked_access or $KF_CHECKED (anything but "" or "0") asks for it
+ * back: every kernel kfuse emits is proved in bounds or guarded (docs/runtime.md). */
 static bool want_unchecked(const kf_context_desc *desc) {
-    const char *env = getenv("KF_UNCHECKED");
-    return desc->unchecked_access || (env && *env && strcmp(env, "0") != 0);
+    return !(desc->checked_access || env_on("KF_CHECKED"));
 }
 
 kf_status kf__context_fail(kf_context *ctx, kf_status status, const char *fmt, ...) {

@@ -2,7 +2,7 @@
  * names come from the user (bindings, kf_let, kf_declare, loops) or from what a value is
  * (`a_v` for a load from a, `sg_sum`, `idx`), made valid and unique; pure values are written
  * inline with only the parentheses WGSL needs; `enable` lines appear only for what is used. */
-#include "ir/ir_internal.h"
+#include "wgsl/wgsl.h"
 #include "core/half.h"
 
 #include <math.h>
@@ -140,6 +140,7 @@ typedef struct emitter {
     const char *builtin_names[KF_BUILTIN_SUBGROUP_SIZE + 1];
     uint32_t erf_used; /* bit (f16 ? 4 : 0) + lanes - 1 */
     int indent;
+    const kf__bounds *bounds; /* which accesses get a guard; NULL: none */
 } emitter;
 
 /* A valid, unreserved, unused identifier from `want` (or `fallback`), recorded as used. The
@@ -360,6 +361,80 @@ static const char *erf_name(kf_type t, char *buf, size_t size) {
     return buf;
 }
 
+/* An index as u32 (an i32 one converted: a negative index becomes a large one). */
+static void emit_index_u32(emitter *e, uint32_t index) {
+    bool i32 = e->w->nodes[index].type.scalar == KF_SCALAR_I32;
+    sb_printf(&e->out, "%s", i32 ? "u32(" : "");
+    emit_expr(e, index, true);
+    sb_printf(&e->out, "%s", i32 ? ")" : "");
+}
+
+/* How many elements memory holds, as WGSL: a storage binding's arrayLength, a workgroup or
+ * uniform array's count. */
+static void emit_extent(emitter *e, uint32_t binding, uint32_t shared) {
+    const kf_kernel *w = e->w;
+    if (shared) {
+        sb_printf(&e->out, "%uu", (unsigned)w->shareds[shared].count);
+    } else if (w->bindings[binding].kind == KF_BINDING_UNIFORM) {
+        kf_type t = w->bindings[binding].type;
+        sb_printf(&e->out, "%uu", (unsigned)(t.count ? t.count : kf__type_lanes(t)));
+    } else {
+        sb_printf(&e->out, "arrayLength(&%s)", e->binding_names[binding]);
+    }
+}
+
+/* The index of load `load`: as it is where the proof holds, clamped into bounds where the proof
+ * could not show it (the load then reads the last element instead of memory past the end). */
+static void emit_index(emitter *e, uint32_t load, uint32_t index, uint32_t binding,
+                       uint32_t shared) {
+    if (!e->bounds || e->bounds->node_verdict[load] != KF__ACCESS_GUARDED) {
+        emit_expr(e, index, true);
+        return;
+    }
+    sb_printf(&e->out, "min(");
+    emit_index_u32(e, index);
+    sb_printf(&e->out, ", ");
+    emit_extent(e, binding, shared);
+    sb_printf(&e->out, " - 1u)");
+}
+
+/* The condition under which guarded statement s (a store or a subgroup-matrix move) runs. */
+static void emit_guard(emitter *e, const kf__stmt *s) {
+    const kf_kernel *w = e->w;
+    if (s->kind == KF__STMT_STORE || s->kind == KF__STMT_SHARED_STORE) {
+        bool shared = s->kind == KF__STMT_SHARED_STORE;
+        emit_index_u32(e, s->a);
+        sb_printf(&e->out, " < ");
+        emit_extent(e, shared ? 0 : s->ref, shared ? s->ref : 0);
+        if (shared && s->c) {
+            sb_printf(&e->out, " && ");
+            emit_index_u32(e, s->c);
+            sb_printf(&e->out, " < %uu", (unsigned)kf__type_lanes(w->shareds[s->ref].elem));
+        }
+        return;
+    }
+    /* a subgroup matrix covers offset + (n - 1) * stride + m elements: the stride small enough
+     * for that not to wrap, and the span inside the memory */
+    const kf__var *v = &w->vars[s->ref];
+    bool col = s->flags & KF__SGMAT_COL_MAJOR;
+    uint32_t n = col ? v->cols : v->rows, m = col ? v->rows : v->cols;
+    bool storage = s->flags & KF__SGMAT_STORAGE;
+    uint32_t limit = n > 1 ? (uint32_t)((0xffffffffu - m) / (n - 1)) : 0xffffffffu;
+    sb_printf(&e->out, "u32(");
+    emit_expr(e, s->b, true);
+    sb_printf(&e->out, ") <= %uu && ", (unsigned)limit);
+    emit_extent(e, storage ? s->d : 0, storage ? 0 : s->d);
+    sb_printf(&e->out, " >= %uu * u32(", (unsigned)(n - 1));
+    emit_expr(e, s->b, true);
+    sb_printf(&e->out, ") + %uu && u32(", (unsigned)m);
+    emit_expr(e, s->a, true);
+    sb_printf(&e->out, ") <= ");
+    emit_extent(e, storage ? s->d : 0, storage ? 0 : s->d);
+    sb_printf(&e->out, " - (%uu * u32(", (unsigned)(n - 1));
+    emit_expr(e, s->b, true);
+    sb_printf(&e->out, ") + %uu)", (unsigned)m);
+}
+
 /* The expression that defines node id (ignoring a name it may have). */
 static void emit_def(emitter *e, uint32_t id, bool safe) {
     const kf_kernel *w = e->w;
@@ -441,7 +516,7 @@ static void emit_def(emitter *e, uint32_t id, bool safe) {
     case KF__NODE_LOAD:
         if (n->nargs) {
             sb_printf(&e->out, "%s[", e->binding_names[n->ref]);
-            emit_expr(e, n->args[0], true);
+            emit_index(e, id, n->args[0], n->ref, 0);
             sb_printf(&e->out, "]");
         } else {
             sb_printf(&e->out, "%s", e->binding_names[n->ref]);
@@ -449,7 +524,7 @@ static void emit_def(emitter *e, uint32_t id, bool safe) {
         return;
     case KF__NODE_SHARED_LOAD:
         sb_printf(&e->out, "%s[", e->shared_names[n->ref]);
-        emit_expr(e, n->args[0], true);
+        emit_index(e, id, n->args[0], 0, n->ref);
         sb_printf(&e->out, "]");
         return;
     case KF__NODE_READ:
@@ -489,11 +564,58 @@ static void indent(emitter *e) {
 
 static void emit_block(emitter *e, uint32_t block);
 
+/* A store, workgroup store or subgroup-matrix move (after its indentation). */
+static void emit_access(emitter *e, uint32_t sid) {
+    const kf_kernel *w = e->w;
+    const kf__stmt *s = &w->stmts[sid];
+    if (s->kind == KF__STMT_STORE || s->kind == KF__STMT_SHARED_STORE) {
+        sb_printf(&e->out, "%s[",
+                  s->kind == KF__STMT_STORE ? e->binding_names[s->ref] : e->shared_names[s->ref]);
+        emit_expr(e, s->a, true);
+        if (s->kind == KF__STMT_SHARED_STORE && s->c) {
+            sb_printf(&e->out, "][");
+            emit_expr(e, s->c, true);
+        }
+        sb_printf(&e->out, "] = ");
+        emit_expr(e, s->b, true);
+        sb_printf(&e->out, ";\n");
+        return;
+    }
+    const char *mem = s->flags & KF__SGMAT_STORAGE ? e->binding_names[s->d] : e->shared_names[s->d];
+    const char *major = s->flags & KF__SGMAT_COL_MAJOR ? "true" : "false";
+    if (s->kind == KF__STMT_SGMAT_LOAD) {
+        char mt[80];
+        sb_printf(&e->out, "%s = subgroupMatrixLoad<%s>(&%s, ", e->var_names[s->ref],
+                  kf__sgmat_type_str(&w->vars[s->ref], mt, sizeof mt), mem);
+        emit_expr(e, s->a, true);
+        sb_printf(&e->out, ", %s, ", major);
+    } else {
+        sb_printf(&e->out, "subgroupMatrixStore(&%s, ", mem);
+        emit_expr(e, s->a, true);
+        sb_printf(&e->out, ", %s, %s, ", e->var_names[s->ref], major);
+    }
+    emit_expr(e, s->b, true);
+    sb_printf(&e->out, ");\n");
+}
+
 static void emit_stmt(emitter *e, uint32_t sid) {
     const kf_kernel *w = e->w;
     const kf__stmt *s = &w->stmts[sid];
     char tb[48];
     indent(e);
+    if (e->bounds && e->bounds->stmt_verdict[sid] == KF__ACCESS_GUARDED) {
+        /* not proved in bounds: skipped where it would be out of them */
+        sb_printf(&e->out, "if (");
+        emit_guard(e, s);
+        sb_printf(&e->out, ") {\n");
+        e->indent++;
+        indent(e);
+        emit_access(e, sid);
+        e->indent--;
+        indent(e);
+        sb_printf(&e->out, "}\n");
+        return;
+    }
     switch ((kf__stmt_kind)s->kind) {
     case KF__STMT_LET:
         sb_printf(&e->out, "let %s = ", e->node_names[s->ref]);
@@ -522,16 +644,9 @@ static void emit_stmt(emitter *e, uint32_t sid) {
         break;
     case KF__STMT_STORE:
     case KF__STMT_SHARED_STORE:
-        sb_printf(&e->out, "%s[",
-                  s->kind == KF__STMT_STORE ? e->binding_names[s->ref] : e->shared_names[s->ref]);
-        emit_expr(e, s->a, true);
-        if (s->kind == KF__STMT_SHARED_STORE && s->c) {
-            sb_printf(&e->out, "][");
-            emit_expr(e, s->c, true);
-        }
-        sb_printf(&e->out, "] = ");
-        emit_expr(e, s->b, true);
-        sb_printf(&e->out, ";\n");
+    case KF__STMT_SGMAT_LOAD:
+    case KF__STMT_SGMAT_STORE:
+        emit_access(e, sid);
         break;
     case KF__STMT_IF:
         sb_printf(&e->out, "if (");
@@ -581,26 +696,6 @@ static void emit_stmt(emitter *e, uint32_t sid) {
     case KF__STMT_BARRIER:
         sb_printf(&e->out, "workgroupBarrier();\n");
         break;
-    case KF__STMT_SGMAT_LOAD:
-    case KF__STMT_SGMAT_STORE: {
-        const char *mem =
-            s->flags & KF__SGMAT_STORAGE ? e->binding_names[s->d] : e->shared_names[s->d];
-        const char *major = s->flags & KF__SGMAT_COL_MAJOR ? "true" : "false";
-        if (s->kind == KF__STMT_SGMAT_LOAD) {
-            char mt[80];
-            sb_printf(&e->out, "%s = subgroupMatrixLoad<%s>(&%s, ", e->var_names[s->ref],
-                      kf__sgmat_type_str(&w->vars[s->ref], mt, sizeof mt), mem);
-            emit_expr(e, s->a, true);
-            sb_printf(&e->out, ", %s, ", major);
-        } else {
-            sb_printf(&e->out, "subgroupMatrixStore(&%s, ", mem);
-            emit_expr(e, s->a, true);
-            sb_printf(&e->out, ", %s, %s, ", e->var_names[s->ref], major);
-        }
-        emit_expr(e, s->b, true);
-        sb_printf(&e->out, ");\n");
-        break;
-    }
     case KF__STMT_SGMAT_MMA:
         sb_printf(&e->out, "%s = subgroupMatrixMultiplyAccumulate(%s, %s, %s);\n",
                   e->var_names[s->ref], e->var_names[s->d], e->var_names[s->e],
@@ -753,10 +848,11 @@ static void emit_override_default(emitter *e, const kf__override *o) {
     }
 }
 
-char *kf__wgsl_emit(const kf_kernel *w, const char *title) {
+char *kf__wgsl_emit(const kf_kernel *w, const char *title, const kf__bounds *bounds) {
     emitter e;
     memset(&e, 0, sizeof e);
     e.w = w;
+    e.bounds = bounds;
     e.node_names = calloc(w->node_count, sizeof *e.node_names);
     e.binding_names = calloc(w->binding_count, sizeof *e.binding_names);
     e.var_names = calloc(w->var_count, sizeof *e.var_names);
@@ -916,43 +1012,4 @@ done:
     free(e.shared_names);
     free(e.override_names);
     return result;
-}
-
-char *kf_kernel_emit_wgsl(kf_kernel *k) {
-    if (!k) {
-        return NULL;
-    }
-    if (k->wgsl && k->wgsl_version == k->version && k->status == KF_OK) {
-        char *copy = malloc(strlen(k->wgsl) + 1);
-        if (copy) {
-            strcpy(copy, k->wgsl);
-        }
-        return copy;
-    }
-    kf_kernel *w = kf__kernel_prepare(k);
-    if (!w) {
-        kf__fail(k, KF_ERROR_OUT_OF_MEMORY, "out of memory while emitting WGSL");
-        return NULL;
-    }
-    if (w->status != KF_OK) {
-        if (k->status == KF_OK) {
-            k->status = w->status;
-            memcpy(k->error, w->error, sizeof k->error);
-        }
-        kf_kernel_destroy(w);
-        return NULL;
-    }
-    char *text = kf__wgsl_emit(w, k->name);
-    kf_kernel_destroy(w);
-    if (!text) {
-        kf__fail(k, KF_ERROR_OUT_OF_MEMORY, "out of memory while emitting WGSL");
-        return NULL;
-    }
-    free(k->wgsl);
-    k->wgsl = malloc(strlen(text) + 1);
-    if (k->wgsl) {
-        strcpy(k->wgsl, text);
-        k->wgsl_version = k->version;
-    }
-    return text;
 }

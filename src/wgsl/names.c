@@ -1,7 +1,7 @@
 /* Words a WGSL identifier must not be: keywords, reserved words (WGSL 1.0, section 15.2 and
  * 15.3), predeclared types and aliases, and builtin functions (shadowing those is legal in a
  * function, but a let named `max` would break a later call to max()). */
-#include "ir/ir_internal.h"
+#include "wgsl/wgsl.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -14,8 +14,9 @@
 #include <string.h>
 
 #include "harness.h"
+#include "plan_bounds.h"
 
-#define GRAPH_SHARE 0.6
+#define GRAPH_SHARE 0.5
 #define MAX_NODES 96
 #define MAX_INPUTS 24
 
@@ -248,6 +249,7 @@ KT_TEST(fuzz, random_graphs_plan_run_and_verify) {
            (unsigned long long)kt_seed(), (unsigned long long)kt_seed());
     uint32_t graphs = 0, refused = 0, fused_fewer = 0;
     uint64_t nodes = 0;
+    kt_plan_bounds bounds = {0};
     char first_refusal[256] = "";
     while (graphs < 2 || kt_now() - start < seconds) {
         fuzz_graph f;
@@ -310,6 +312,18 @@ KT_TEST(fuzz, random_graphs_plan_run_and_verify) {
         if (st == KF_OK) {
             st = kf_plan_verify(plan, kt_rand_u64(), &rep);
         }
+        char oob[600] = "";
+        if (st == KF_OK && !kt_plan_in_bounds(plan, 20000, &bounds, oob, sizeof oob)) {
+            char *text = kf_graph_format(g);
+            kt_fail(__FILE__, __LINE__,
+                    "graph %u (seed %llu; %s): a kernel went out of bounds in the interpreter: "
+                    "%s\n    the program: %s",
+                    index, (unsigned long long)kt_seed(), f.desc, oob, text ? text : "");
+            kf_free(text);
+            kf_plan_destroy(plan);
+            kf_graph_destroy(g);
+            return;
+        }
         if (st != KF_OK) {
             char *text = kf_graph_format(g);
             kt_fail(__FILE__, __LINE__,
@@ -338,5 +352,8 @@ KT_TEST(fuzz, random_graphs_plan_run_and_verify) {
     if (refused) {
         printf("    the first refusal: %s\n", first_refusal);
     }
+    printf("    their %u kernels: %u accesses, %u proved in bounds, %u guarded; %u run through "
+           "the interpreter without an out-of-bounds access\n",
+           bounds.kernels, bounds.accesses, bounds.proved, bounds.guarded, bounds.interpreted);
     KT_CHECK(fused_fewer > 0, "nothing ever fused");
 }

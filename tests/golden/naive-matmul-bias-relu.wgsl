@@ -17,16 +17,18 @@ fn main(@builtin(global_invocation_id) global_id: vec3<u32>) {
         if (row < m && col < n) {
             var acc: f32 = 0.0f;
             for (var i: u32 = 0u; i < k; i += 1u) {
-                let a_v = a[row * k + i];
-                let b_v = b[i * n + col];
+                let a_v = a[min(row * k + i, arrayLength(&a) - 1u)];
+                let b_v = b[min(i * n + col, arrayLength(&b) - 1u)];
                 let acc_v = acc;
                 acc = fma(a_v, b_v, acc_v);
             }
             let acc_v_1 = acc;
             let index = row * n + col;
-            let bias_v = bias[index % n];
+            let bias_v = bias[min(index % n, arrayLength(&bias) - 1u)];
             let y = acc_v_1 + bias_v;
-            out[index] = max(y, 0.0f);
+            if (index < arrayLength(&out)) {
+                out[index] = max(y, 0.0f);
+            }
         }
     }
 }

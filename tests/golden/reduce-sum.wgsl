@@ -34,6 +34,8 @@ fn main(@builtin(local_invocation_index) local_index: u32,
     }
     if (local_index == 0u) {
         let tile_v_2 = tile[0u];
-        out[group] = tile_v_2;
+        if (group < arrayLength(&out)) {
+            out[group] = tile_v_2;
+        }
     }
 }

@@ -12,9 +12,11 @@ fn main(@builtin(local_invocation_index) local_index: u32,
         @builtin(subgroup_invocation_id) sg_id: u32,
         @builtin(subgroup_size) sg_size: u32) {
     let gi = (workgroup_id.x + workgroup_id.y * num_workgroups.x) * 256u + local_index;
-    let x_v = x[gi];
+    let x_v = x[min(gi, arrayLength(&x) - 1u)];
     let sg_sum = subgroupAdd(x_v);
     if (sg_id == 0u) {
-        sums[gi / sg_size] = sg_sum;
+        if (gi / sg_size < arrayLength(&sums)) {
+            sums[gi / sg_size] = sg_sum;
+        }
     }
 }

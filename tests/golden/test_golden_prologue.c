@@ -38,6 +38,10 @@ KT_CPU_TEST(golden, wgsl_prologue_matmul_matches_golden_file) {
     kf_type f32 = kf_type_scalar(KF_SCALAR_F32);
     kf_kernel *g = kf_kernel_map("gelu", f32, f32, NULL, gelu, NULL);
     kf_kernel *k = kf_kernel_prologue(mm, "a", g);
+    /* a and b as 64 vec4s, out as 256 floats: every access is proved, so nothing is guarded */
+    kf_kernel_set_binding_length(k, 0, 64);
+    kf_kernel_set_binding_length(k, 1, 64);
+    kf_kernel_set_binding_length(k, 2, 256);
     char *wgsl = kf_kernel_emit_wgsl(k);
     kf_kernel_destroy(mm);
     kf_kernel_destroy(g);

@@ -59,6 +59,10 @@ KT_TEST(ops, matmul_choice_is_shared_by_verify_and_plans) {
     KT_CHECK_OK(created);
     kf_kernel *tuned = kf__matmul_blocked(M, K, N, &tile);
     kf_kernel *plain = kf_op_kernel_forward(mm, shapes, &params, KF_DTYPE_F32);
+    /* the binding lengths a plan declares, so the WGSL is proved as the plan's is */
+    kf__op_kernel_lengths(chosen, mm, shapes, &params, KF_DTYPE_F32);
+    kf__op_kernel_lengths(tuned, mm, shapes, &params, KF_DTYPE_F32);
+    kf__op_kernel_lengths(plain, mm, shapes, &params, KF_DTYPE_F32);
     char *w_chosen = kf_kernel_emit_wgsl(chosen);
     char *w_tuned = kf_kernel_emit_wgsl(tuned);
     char *w_plain = kf_kernel_emit_wgsl(plain);
@@ -71,6 +75,7 @@ KT_TEST(ops, matmul_choice_is_shared_by_verify_and_plans) {
     kf_kernel_destroy(plain);
     /* Without a context nothing is tuned: the built-in kernel. */
     kf_kernel *no_ctx = kf__op_kernel_for(NULL, mm, shapes, &params, KF_DTYPE_F32);
+    kf__op_kernel_lengths(no_ctx, mm, shapes, &params, KF_DTYPE_F32);
     char *w_no_ctx = kf_kernel_emit_wgsl(no_ctx);
     kf_kernel_destroy(no_ctx);
     bool no_ctx_tuned = w_no_ctx && w_chosen && !strcmp(w_no_ctx, w_chosen);

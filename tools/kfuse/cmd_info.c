@@ -76,8 +76,9 @@ int kf_cmd_info(int argc, char **argv) {
     printf("  %-38s %s\n", "timestamp-query", yes_no(info.has_timestamps));
     printf("  %-38s %s\n", "chromium-experimental-subgroup-matrix",
            yes_no(info.has_subgroup_matrix));
-    printf("  %-38s %s\n", "bounds clamping (robustness)",
-           info.unchecked_access ? "off (KF_UNCHECKED)" : "on");
+    printf("  %-38s %s\n", "robustness (bounds clamping)",
+           info.unchecked_access ? "off (kernels proved in bounds; KF_CHECKED=1 turns it on)"
+                                 : "on (KF_CHECKED=1 or checked_access)");
     if (info.vendor_masked) {
         printf("  %-38s %s\n", "vendor-mask layer (f16 on NVIDIA)", "on (KF_NO_VKMASK=1: off)");
     }

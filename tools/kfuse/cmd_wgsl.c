@@ -3,16 +3,19 @@
  * shape. */
 #include "cli.h"
 #include "ir/examples.h"
+#include "ops/ops_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: kfuse wgsl NAME [--shape RxC]\n"
+    fprintf(f, "usage: kfuse wgsl NAME [--shape RxC] [--bounds]\n"
                "       kfuse wgsl list\n\n"
                "Prints the WGSL kfuse emits for a named kernel: a built-in example (below) or an\n"
                "operator's forward kernel (kfuse verify --list names them), built for inputs of\n"
-               "--shape (default 64x64; every input gets it).\n\n"
+               "--shape (default 64x64; every input gets it, and the bindings those lengths).\n"
+               "--bounds prints the in-bounds proof instead: each access, its index's range and\n"
+               "whether it is proved or guarded (clamped load, skipped store).\n\n"
                "Examples:\n");
     for (uint32_t i = 0; i < kf__example_count(); i++) {
         const kf__example *e = kf__example_at(i);
@@ -66,12 +69,17 @@ static kf_kernel *op_kernel(const kf_operator *op, const kf_shape *shape) {
         fprintf(stderr, "kfuse wgsl: %s: %s (try another --shape)\n", kf_op_name(op), msg);
         return NULL;
     }
-    return kf_op_kernel_forward(op, in, &params, KF_DTYPE_F32);
+    kf_kernel *k = kf_op_kernel_forward(op, in, &params, KF_DTYPE_F32);
+    if (k) {
+        kf__op_kernel_lengths(k, op, in, &params, KF_DTYPE_F32); /* what a plan binds */
+    }
+    return k;
 }
 
 int kf_cmd_wgsl(int argc, char **argv) {
     const char *name = NULL;
     kf_shape shape = kf_shape_2d(64, 64);
+    bool bounds = false;
     for (int i = 1; i < argc; i++) {
         if (kf_cli_is_help(argv[i])) {
             usage(stdout);
@@ -82,6 +90,8 @@ int kf_cmd_wgsl(int argc, char **argv) {
                         argv[i]);
                 return 2;
             }
+        } else if (!strcmp(argv[i], "--bounds")) {
+            bounds = true;
         } else if (argv[i][0] == '-' || name) {
             fprintf(stderr, "kfuse wgsl: unexpected argument '%s'\n\n", argv[i]);
             usage(stderr);
@@ -117,6 +127,21 @@ int kf_cmd_wgsl(int argc, char **argv) {
         if (!k) {
             return 1;
         }
+    }
+    if (bounds) {
+        kf_bounds_report r;
+        char *text = NULL;
+        kf_status st = kf_kernel_bounds(k, &r, &text);
+        if (st != KF_OK) {
+            fprintf(stderr, "kfuse wgsl: %s: %s\n", kf_status_str(st), kf_kernel_error(k));
+            kf_kernel_destroy(k);
+            return 1;
+        }
+        printf("%s: %u accesses, %u proved in bounds, %u guarded\n%s", kf_kernel_name(k),
+               r.accesses, r.proved, r.guarded, text ? text : "");
+        kf_free(text);
+        kf_kernel_destroy(k);
+        return 0;
     }
     char *wgsl = kf_kernel_emit_wgsl(k);
     if (!wgsl) {
