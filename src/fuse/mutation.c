@@ -267,10 +267,11 @@ static int32_t value_index(const check *k, uint32_t node) {
     return -1;
 }
 
-/* After kf_plan_verify ran p on the check's inputs: the baseline records every group's result
- * and tolerance; a mutant's run sets *mattered when some group, reading exactly what it read as
- * built, wrote a result that moved past that group's tolerance (a change that only arrives
- * from upstream, within the upstream group's tolerance, is no change of this kernel's). */
+/* After kf_plan_verify ran p on the check's inputs: the baseline records every value a group
+ * writes (its result, its sides) and its tolerance; a mutant's run sets *mattered when some group,
+ * reading exactly what it read as built, wrote a result that moved past that group's tolerance (a
+ * change that only arrives from upstream, within the upstream group's tolerance, is no change of
+ * this kernel's). */
 static kf_status plan_values(const kf_plan *p, check *k, const kf_plan_report *rep, bool baseline,
                              bool *mattered) {
     kf_tensor *now[MAX_VALUES] = {0};
@@ -282,9 +283,12 @@ static kf_status plan_values(const kf_plan *p, check *k, const kf_plan_report *r
         if (grp->kind == KF__GROUP_DEAD || grp->kind == KF__GROUP_HORIZONTAL || !grp->result) {
             continue;
         }
-        nodes[n] = grp->result;
-        st = group_value(p, grp->result, &now[n]);
-        n++;
+        /* every value the group writes: its result and its sides (a multi-output group) */
+        for (uint32_t t = 0; t <= grp->side_count && n < MAX_VALUES && st == KF_OK; t++) {
+            nodes[n] = t ? grp->sides[t - 1] : grp->result;
+            st = group_value(p, nodes[n], &now[n]);
+            n++;
+        }
     }
     if (st == KF_OK && baseline) {
         for (uint32_t i = 0; i < n; i++) {
