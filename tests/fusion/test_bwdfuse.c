@@ -173,6 +173,9 @@ KT_TEST(fusion, bias_gradient_legality) {
     expect_plan("x: f32[9,5]\ndy: f32[6,5]\ndw = matmul(x, dy, transpose_b=true)\n"
                 "db = sum_leading(dy)\nout dw, db\n",
                 (expect){.fused = 2, .unfused = 2});
+    /* dY read twice by the product (dY dY, plain): its second input is the one summed */
+    expect_plan("dy: f32[9,9]\nw = matmul(dy, dy)\ndb = sum_leading(dy)\nout w, db\n",
+                (expect){.fused = 1, .unfused = 2, .checks = 2});
     /* the binding budget: a, b, the sums and out are 4; with 3 the sum stays a kernel */
     expect_plan("x: f32[9,5]\ndy: f32[9,6]\ndw = matmul(x, dy, transpose_a=true)\n"
                 "db = sum_leading(dy)\nout dw, db\n",
