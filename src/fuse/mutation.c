@@ -21,7 +21,7 @@
 #include "ops/ops_internal.h"
 
 /* The fused plans every mutant meets: deep ones (2 and 3 layer MLPs), norms feeding softmax,
- * element-wise chains side by side, f16, a training graph. Small shapes, primes among them, so
+ * element-wise chains side by side, f16, two training graphs. Small shapes, primes among them, so
  * a check is fast. */
 static const char *const plan_specs[] = {
     "x: f32[24, 40]; w1: f32[40, 72]; b1: f32[72]; w2: f32[72, 10]; b2: f32[10]\n"
@@ -46,6 +46,12 @@ static const char *const plan_specs[] = {
     "h = matmul(x, w1) |> add(b1) |> gelu\nlogits = matmul(h, w2) |> add(b2)\n"
     "loss = mean(mean(square(logits)))\ndw1, db1, dw2, db2 = grad(loss, w1, b1, w2, b2)\n"
     "out loss, dw1, db1, dw2, db2",
+    /* a classifier's step: the loss with dlogits in one kernel, a linear layer's and a norm's
+     * weight and bias gradients each in one (the backward rules' kernels with two outputs) */
+    "x: f32[12, 20]; labels: i32[12]; w: f32[20, 7]; b: f32[7]; g: f32[20]; c: f32[20]\n"
+    "h = layernorm(x, g, c)\nlogits = matmul(h, w) |> add(b)\n"
+    "loss = cross_entropy(logits, labels)\ndw, db, dg, dc = grad(loss, w, b, g, c)\n"
+    "out loss, dw, db, dg, dc",
 };
 
 #define MAX_VALUES 32
