@@ -21,7 +21,7 @@
 #include "ops/ops_internal.h"
 
 /* The fused plans every mutant meets: deep ones (2 and 3 layer MLPs), norms feeding softmax,
- * element-wise chains side by side, f16, a training graph. Small shapes, primes among them, so
+ * element-wise chains side by side, f16, two training graphs. Small shapes, primes among them, so
  * a check is fast. */
 static const char *const plan_specs[] = {
     "x: f32[24, 40]; w1: f32[40, 72]; b1: f32[72]; w2: f32[72, 10]; b2: f32[10]\n"
@@ -46,6 +46,12 @@ static const char *const plan_specs[] = {
     "h = matmul(x, w1) |> add(b1) |> gelu\nlogits = matmul(h, w2) |> add(b2)\n"
     "loss = mean(mean(square(logits)))\ndw1, db1, dw2, db2 = grad(loss, w1, b1, w2, b2)\n"
     "out loss, dw1, db1, dw2, db2",
+    /* a classifier's step: the loss with dlogits in one kernel, a linear layer's and a norm's
+     * weight and bias gradients each in one (the backward rules' kernels with two outputs) */
+    "x: f32[12, 20]; labels: i32[12]; w: f32[20, 7]; b: f32[7]; g: f32[20]; c: f32[20]\n"
+    "h = layernorm(x, g, c)\nlogits = matmul(h, w) |> add(b)\n"
+    "loss = cross_entropy(logits, labels)\ndw, db, dg, dc = grad(loss, w, b, g, c)\n"
+    "out loss, dw, db, dg, dc",
 };
 
 #define MAX_VALUES 32
@@ -267,10 +273,11 @@ static int32_t value_index(const check *k, uint32_t node) {
     return -1;
 }
 
-/* After kf_plan_verify ran p on the check's inputs: the baseline records every group's result
- * and tolerance; a mutant's run sets *mattered when some group, reading exactly what it read as
- * built, wrote a result that moved past that group's tolerance (a change that only arrives
- * from upstream, within the upstream group's tolerance, is no change of this kernel's). */
+/* After kf_plan_verify ran p on the check's inputs: the baseline records every value a group
+ * writes (its result, its sides) and its tolerance; a mutant's run sets *mattered when some group,
+ * reading exactly what it read as built, wrote a result that moved past that group's tolerance (a
+ * change that only arrives from upstream, within the upstream group's tolerance, is no change of
+ * this kernel's). */
 static kf_status plan_values(const kf_plan *p, check *k, const kf_plan_report *rep, bool baseline,
                              bool *mattered) {
     kf_tensor *now[MAX_VALUES] = {0};
@@ -282,9 +289,12 @@ static kf_status plan_values(const kf_plan *p, check *k, const kf_plan_report *r
         if (grp->kind == KF__GROUP_DEAD || grp->kind == KF__GROUP_HORIZONTAL || !grp->result) {
             continue;
         }
-        nodes[n] = grp->result;
-        st = group_value(p, grp->result, &now[n]);
-        n++;
+        /* every value the group writes: its result and its sides (a multi-output group) */
+        for (uint32_t t = 0; t <= grp->side_count && n < MAX_VALUES && st == KF_OK; t++) {
+            nodes[n] = t ? grp->sides[t - 1] : grp->result;
+            st = group_value(p, nodes[n], &now[n]);
+            n++;
+        }
     }
     if (st == KF_OK && baseline) {
         for (uint32_t i = 0; i < n; i++) {

@@ -201,9 +201,10 @@ kf_kernel *kf__cross_entropy_grad_kernel(const kf_shape *in, kf_dtype dtype);
  * binding "dy_sums" declared after the inputs: the bias's gradient from the same loads. */
 kf_kernel *kf__norm_grad_w_with_dy_sums(bool center, const kf_shape *in, const kf_op_params *p,
                                         kf_dtype dtype);
-/* dW = A^T B (matmul with transpose_a, rank 2) that also stores the column sums of B, the bias's
- * gradient when B is dY, from the B tiles it loads (src/ops/column_sums.c): bindings a, b, the
- * sums, then what composition adds and "out". NULL for other params or shapes. */
+/* A rank-2 matmul that also stores the column sums of input `which` where that input's rows are
+ * the product's K axis (b read plainly, or a read transposed): the bias's gradient when it is
+ * dY, from the tiles it loads (src/ops/column_sums.c). Bindings a, b, the sums, then what
+ * composition adds and "out". NULL for other params or shapes. */
 kf_kernel *kf__matmul_column_sums_kernel(const kf_shape *in, const kf_op_params *p, kf_dtype dtype,
                                          uint32_t which);
 

@@ -113,9 +113,9 @@ static void expect_plan(const char *program, expect want) {
 }
 
 /* dW = X^T dY and db = sum_leading(dY): one dispatch, db summed from the dY tiles the product
- * loads. Shapes: 1x1x1; primes below a tile; several 16-row steps of M with a ragged last one,
- * several tile rows of dW (only the first sums) and tile columns (each sums its own); and a
- * moderate case. */
+ * loads (and dW^T = dY^T X likewise). Shapes: 1x1x1; primes below a tile; several 16-row steps of M
+ * with a ragged last one, several tile rows of dW (only the first sums) and tile columns (each sums
+ * its own); and a moderate case. */
 KT_TEST(fusion, bias_gradient_rides_in_the_dw_matmul) {
     const uint32_t shapes[][3] = {{1, 1, 1}, {7, 5, 3}, {70, 33, 40}, {256, 128, 96}};
     char program[512];
@@ -129,6 +129,21 @@ KT_TEST(fusion, bias_gradient_rides_in_the_dw_matmul) {
             program,
             (expect){.fused = 1, .unfused = 2, .checks = 2, .explained = "matmul + bias gradient"});
     }
+    /* dW^T = dY^T X (a weight stored [out, in], read with transpose_b): dY is A, read
+     * transposed, and the first column of tiles sums it */
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        uint32_t m = shapes[i][0], k = shapes[i][1], n = shapes[i][2];
+        snprintf(program, sizeof program,
+                 "x: f32[%u,%u]\ndy: f32[%u,%u]\ndwt = matmul(dy, x, transpose_a=true)\n"
+                 "db = sum_leading(dy)\nout dwt, db\n",
+                 m, k, m, n);
+        expect_plan(program, (expect){.fused = 1, .unfused = 2, .checks = 2});
+    }
+    /* (6: tanh and mul(r) in the forward matmul's kernel, the pre-activation saved) */
+    expect_plan("x: f32[29,17]\nw: f32[11,17]\nb: f32[11]\nr: f32[29,11]\n"
+                "y = matmul(x, w, transpose_b=true) |> add(b) |> tanh\n"
+                "loss = sum(sum(mul(y, r)))\ndw, db = grad(loss, w, b)\nout dw, db\n",
+                (expect){.fused = 6, .unfused = 13, .explained = "-> dw f32[11x17], db f32[11]"});
     /* with an epilogue on dW and a prologue on X (h = gelu(pre) recomputed in the loads) */
     expect_plan(
         "pre: f32[37,19]\ndy: f32[37,23]\n"
@@ -151,13 +166,17 @@ KT_TEST(fusion, bias_gradient_legality) {
     expect_plan("x: f32[8,5]\ndy: f32[8,5]\ndb = sum_leading(dy)\n"
                 "dw = matmul(add(x, db), dy, transpose_a=true)\nout dw, db\n",
                 (expect){.fused = 2, .unfused = 3});
-    /* dY read transposed, or as X (the product sums dY's columns only as its B) */
-    expect_plan("x: f32[9,5]\ndy: f32[6,9]\ndw = matmul(dy, x, transpose_a=false, transpose_b="
-                "false)\ndb = sum_leading(dy)\nout dw, db\n",
+    /* dY's rows not the product's K axis (dY read as a plain A, or as a transposed B): its
+     * column sums are not what the tiles hold */
+    expect_plan("x: f32[9,5]\ndy: f32[6,9]\ndw = matmul(dy, x)\ndb = sum_leading(dy)\n"
+                "out dw, db\n",
                 (expect){.fused = 2, .unfused = 2});
-    expect_plan("x: f32[9,5]\ndy: f32[9,6]\ndw = matmul(dy, x, transpose_a=true)\n"
+    expect_plan("x: f32[9,5]\ndy: f32[6,5]\ndw = matmul(x, dy, transpose_b=true)\n"
                 "db = sum_leading(dy)\nout dw, db\n",
                 (expect){.fused = 2, .unfused = 2});
+    /* dY read twice by the product (dY dY, plain): its second input is the one summed */
+    expect_plan("dy: f32[9,9]\nw = matmul(dy, dy)\ndb = sum_leading(dy)\nout w, db\n",
+                (expect){.fused = 1, .unfused = 2, .checks = 2});
     /* the binding budget: a, b, the sums and out are 4; with 3 the sum stays a kernel */
     expect_plan("x: f32[9,5]\ndy: f32[9,6]\ndw = matmul(x, dy, transpose_a=true)\n"
                 "db = sum_leading(dy)\nout dw, db\n",

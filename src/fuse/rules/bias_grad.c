@@ -18,18 +18,6 @@
 #include "fuse/rules/rule.h"
 #include "ops/ops_internal.h"
 
-/* The input of grp's root whose column sums its side sum_leading is, or UINT32_MAX. */
-static uint32_t summed_input(const kf_plan *p, const kf__group *grp, uint32_t side) {
-    const kf__node *root = &p->graph->nodes[grp->root];
-    uint32_t d = p->graph->nodes[side].inputs[0];
-    for (uint32_t i = 0; i < root->input_count; i++) {
-        if (root->inputs[i] == d) {
-            return i;
-        }
-    }
-    return UINT32_MAX;
-}
-
 /* The root's kernel with the column sums of input `which`, or NULL. */
 static kf_kernel *sums_kernel(const kf_plan *p, const kf__group *grp, uint32_t which) {
     const kf__node *root = &p->graph->nodes[grp->root];
@@ -41,6 +29,20 @@ static kf_kernel *sums_kernel(const kf_plan *p, const kf__group *grp, uint32_t w
         shapes[i] = p->graph->nodes[root->inputs[i]].shape;
     }
     return root->op->kernel_column_sums(shapes, &root->params, root->dtype, which);
+}
+
+/* The root's kernel with the column sums of D (the first of the root's inputs that is D and
+ * whose sums the kernel can take: matmul(dy, dy) reads it twice), or NULL. */
+static kf_kernel *kernel_summing(const kf_plan *p, const kf__group *grp, uint32_t d) {
+    const kf__node *root = &p->graph->nodes[grp->root];
+    for (uint32_t i = 0; i < root->input_count; i++) {
+        kf_kernel *k = root->inputs[i] == d ? sums_kernel(p, grp, i) : NULL;
+        if (k && kf_kernel_status(k) == KF_OK) {
+            return k;
+        }
+        kf_kernel_destroy(k);
+    }
+    return NULL;
 }
 
 static uint32_t bindings_of(const kf_plan *p, const kf__group *grp) {
@@ -89,15 +91,8 @@ static void bias_grad_pass(kf_plan *p) {
             if (mg->side_count || bindings_of(p, mg) + 1 > p->max_storage_buffers) {
                 continue;
             }
-            uint32_t which = UINT32_MAX;
-            for (uint32_t i = 0; i < n->input_count; i++) {
-                which = n->inputs[i] == d ? i : which;
-            }
-            if (which == UINT32_MAX) {
-                continue;
-            }
-            kf_kernel *probe = sums_kernel(p, mg, which);
-            bool fits = probe && kf_kernel_status(probe) == KF_OK;
+            kf_kernel *probe = kernel_summing(p, mg, d);
+            bool fits = probe != NULL;
             kf_kernel_destroy(probe);
             if (!fits || kf__group_depends_on(p, mi, si)) {
                 continue;
@@ -116,8 +111,7 @@ static void bias_grad_pass(kf_plan *p) {
 }
 
 static kf_kernel *bias_grad_build(kf_plan *p, kf__group *grp, kf__compiled *c) {
-    uint32_t which = summed_input(p, grp, grp->sides[0]);
-    kf_kernel *base = which == UINT32_MAX ? NULL : sums_kernel(p, grp, which);
+    kf_kernel *base = kernel_summing(p, grp, p->graph->nodes[grp->sides[0]].inputs[0]);
     if (!base) {
         kf__plan_fail(p, KF_ERROR_INTERNAL, "%s: no kernel with column sums",
                       p->graph->nodes[grp->root].op->name);

@@ -67,12 +67,13 @@ kf__group *kf__plan_open_group(kf_plan *p, const kf__fusion_rule *rule, kf__grou
  * memory (grp->reads), its result. The planner keeps every vertical group within
  * p->max_storage_buffers. */
 uint32_t kf__group_bindings(const kf_plan *p, const kf__group *grp);
-/* Makes node `side`, the root and result of a group of its own (which turns DEAD; it must have no
- * tail or side; a prologue it had must be taken over by the caller, as side inputs), a side
- * result of grp: grp's kernel writes it too (a multi-output
- * group, kf__group.sides). The caller's rule computes it in grp's kernel and has checked that
- * nothing grp reads depends on it; levels are settled again by kf__plan_settle_levels. False out
- * of memory (the plan's status set). */
+/* Makes node `side` a side result of grp: either the root and result of a group of its own
+ * (which turns DEAD; it must have no tail or side; a prologue it had must be taken over by the
+ * caller, as side inputs), or one of grp's own element-wise nodes (a value its store phase
+ * writes as well, before its result: that store is the emitter's, kf__emit_elementwise). Then
+ * grp's kernel writes it too (a multi-output group, kf__group.sides). The caller's rule computes it
+ * in grp's kernel and has checked that nothing grp reads depends on it; levels are settled again by
+ * kf__plan_settle_levels. False out of memory (the plan's status set). */
 bool kf__group_add_side(kf_plan *p, kf__group *grp, uint32_t side);
 /* Records that grp's kernel computes element-wise node `node` in registers as an input of a side
  * (kf__group.side_inputs; its own group stays DEAD). False out of memory. */
