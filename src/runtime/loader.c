@@ -36,10 +36,15 @@
     "Run scripts/setup.sh (it fetches Dawn into deps/dawn), install kfuse with `cmake --install` " \
     "(Dawn goes beside libkfuse), or set KF_WEBGPU_LIB to the path of Dawn's webgpu.h library."
 
+/* Appends to the list of what was tried; a list too long for buf ends in "..." (truncation is
+ * expected and harmless here, so the count is looked at rather than warned about). */
 static void append(char *buf, size_t size, const char *fmt, const char *a, const char *b) {
     size_t used = strlen(buf);
     if (used + 1 < size) {
-        snprintf(buf + used, size - used, fmt, a, b);
+        int n = snprintf(buf + used, size - used, fmt, a, b);
+        if (n > 0 && (size_t)n >= size - used && size > 4) {
+            memcpy(buf + size - 4, "...", 4);
+        }
     }
 }
 

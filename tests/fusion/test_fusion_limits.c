@@ -12,12 +12,15 @@
 static char *add_chain(uint32_t adds, const char *shape) {
     size_t size = (size_t)(adds + 1) * 48 + 64;
     char *text = malloc(size);
+    if (!text) {
+        return NULL;
+    }
     size_t used = 0;
-    for (uint32_t i = 0; text && i <= adds; i++) {
+    for (uint32_t i = 0; i <= adds; i++) {
         used += (size_t)snprintf(text + used, size - used, "x%u: f32[%s]\n", i, shape);
     }
     used += (size_t)snprintf(text + used, size - used, "y = x0");
-    for (uint32_t i = 1; text && i <= adds; i++) {
+    for (uint32_t i = 1; i <= adds; i++) {
         used += (size_t)snprintf(text + used, size - used, " |> add(x%u)", i);
     }
     snprintf(text + used, size - used, "\n");
