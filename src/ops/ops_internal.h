@@ -28,45 +28,10 @@
 /* The operator objects (one per registry entry)                                            */
 /* ---------------------------------------------------------------------------------------- */
 
-/* element-wise unary (elementwise.c) */
-extern const kf_operator kf__op_relu, kf__op_leaky_relu, kf__op_sigmoid, kf__op_tanh, kf__op_gelu,
-    kf__op_gelu_exact, kf__op_silu, kf__op_exp, kf__op_log, kf__op_neg, kf__op_abs, kf__op_sqrt,
-    kf__op_square, kf__op_reciprocal;
-/* element-wise binary (elementwise.c) */
-extern const kf_operator kf__op_add, kf__op_sub, kf__op_mul, kf__op_div, kf__op_maximum;
-/* scale, affine, copy (element-wise) and transpose (layout.c) */
-extern const kf_operator kf__op_scale, kf__op_affine, kf__op_copy, kf__op_transpose;
-/* views (view.c) and embedding (embedding.c), with their backward operators */
-extern const kf_operator kf__op_reshape, kf__op_permute, kf__op_slice, kf__op_concat,
-    kf__op_slice_grad, kf__op_embedding, kf__op_embedding_grad;
-/* matmul.c (and its backward operators for a broadcast input) */
-extern const kf_operator kf__op_matmul, kf__op_matmul_grad_a, kf__op_matmul_grad_b;
-/* reduce.c: over the last axis */
-extern const kf_operator kf__op_sum, kf__op_mean, kf__op_max, kf__op_softmax, kf__op_log_softmax;
-/* norm.c */
-extern const kf_operator kf__op_rmsnorm, kf__op_layernorm;
-/* loss.c */
-extern const kf_operator kf__op_cross_entropy;
-/* attention.c: fused attention and its backward (prep packs dy, lse, delta for the gradients) */
-extern const kf_operator kf__op_attention, kf__op_attention_grad_prep, kf__op_attention_grad_q,
-    kf__op_attention_grad_k, kf__op_attention_grad_v;
-/* rope.c: rotary position embedding; swiglu.c: silu(gate) * up */
-extern const kf_operator kf__op_rope, kf__op_rope_grad, kf__op_swiglu, kf__op_swiglu_grad_a,
-    kf__op_swiglu_grad_b;
-/* reduce_backward.c: over leading axes, and the sum / broadcast pair of element-wise broadcasting
- */
-extern const kf_operator kf__op_sum_leading, kf__op_sum_to, kf__op_broadcast_to;
-/* backward operators (kf_operator.grad_of; docs/training.md): elementwise_backward.c */
-extern const kf_operator kf__op_relu_grad, kf__op_leaky_relu_grad, kf__op_sigmoid_grad,
-    kf__op_tanh_grad, kf__op_gelu_grad, kf__op_gelu_exact_grad, kf__op_silu_grad, kf__op_exp_grad,
-    kf__op_log_grad, kf__op_abs_grad, kf__op_sqrt_grad, kf__op_square_grad, kf__op_reciprocal_grad,
-    kf__op_div_grad_b, kf__op_maximum_grad_a, kf__op_maximum_grad_b;
-/* reduce_backward.c */
-extern const kf_operator kf__op_sum_grad, kf__op_mean_grad, kf__op_max_grad, kf__op_softmax_grad,
-    kf__op_log_softmax_grad, kf__op_cross_entropy_grad;
-/* norm_backward.c */
-extern const kf_operator kf__op_rmsnorm_grad_x, kf__op_rmsnorm_grad_w, kf__op_layernorm_grad_x,
-    kf__op_layernorm_grad_w;
+/* every kf__op_NAME of the registry (ops/op_list.h: one line per operator) */
+#define KF__OP(NAME) extern const kf_operator kf__op_##NAME;
+#include "ops/op_list.h"
+#undef KF__OP
 
 /* ---------------------------------------------------------------------------------------- */
 /* Messages and shapes                                                                      */

@@ -1,4 +1,4 @@
-/* The operator table: every verified operator, in the order `kfuse verify` lists them. */
+/* The operator table: every verified operator, from the list in ops/op_list.h. */
 #include "ops/ops_internal.h"
 
 #include <math.h>
@@ -7,98 +7,9 @@
 #include <string.h>
 
 static const kf_operator *const table[] = {
-    /* element-wise unary */
-    &kf__op_relu,
-    &kf__op_leaky_relu,
-    &kf__op_sigmoid,
-    &kf__op_tanh,
-    &kf__op_gelu,
-    &kf__op_gelu_exact,
-    &kf__op_silu,
-    &kf__op_exp,
-    &kf__op_log,
-    &kf__op_neg,
-    &kf__op_abs,
-    &kf__op_sqrt,
-    &kf__op_square,
-    &kf__op_reciprocal,
-    /* element-wise binary */
-    &kf__op_add,
-    &kf__op_sub,
-    &kf__op_mul,
-    &kf__op_div,
-    &kf__op_maximum,
-    /* scale, affine, copy, layout */
-    &kf__op_scale,
-    &kf__op_affine,
-    &kf__op_copy,
-    &kf__op_transpose,
-    /* views, embedding */
-    &kf__op_reshape,
-    &kf__op_permute,
-    &kf__op_slice,
-    &kf__op_concat,
-    &kf__op_embedding,
-    /* matmul, row reductions, norms, loss */
-    &kf__op_matmul,
-    &kf__op_sum,
-    &kf__op_mean,
-    &kf__op_max,
-    &kf__op_softmax,
-    &kf__op_log_softmax,
-    &kf__op_rmsnorm,
-    &kf__op_layernorm,
-    &kf__op_cross_entropy,
-    /* transformer blocks: attention, rotary embedding, swiglu */
-    &kf__op_attention,
-    &kf__op_rope,
-    &kf__op_swiglu,
-    /* reductions for training: over leading axes, and broadcasting's sum / broadcast pair */
-    &kf__op_sum_leading,
-    &kf__op_sum_to,
-    &kf__op_broadcast_to,
-    /* backward operators (kf_operator.grad_of): element-wise */
-    &kf__op_relu_grad,
-    &kf__op_leaky_relu_grad,
-    &kf__op_sigmoid_grad,
-    &kf__op_tanh_grad,
-    &kf__op_gelu_grad,
-    &kf__op_gelu_exact_grad,
-    &kf__op_silu_grad,
-    &kf__op_exp_grad,
-    &kf__op_log_grad,
-    &kf__op_abs_grad,
-    &kf__op_sqrt_grad,
-    &kf__op_square_grad,
-    &kf__op_reciprocal_grad,
-    &kf__op_div_grad_b,
-    &kf__op_maximum_grad_a,
-    &kf__op_maximum_grad_b,
-    /* backward operators: matmul's inputs broadcast along the batch */
-    &kf__op_matmul_grad_a,
-    &kf__op_matmul_grad_b,
-    /* backward operators: row reductions, norms, loss */
-    &kf__op_sum_grad,
-    &kf__op_mean_grad,
-    &kf__op_max_grad,
-    &kf__op_softmax_grad,
-    &kf__op_log_softmax_grad,
-    &kf__op_rmsnorm_grad_x,
-    &kf__op_rmsnorm_grad_w,
-    &kf__op_layernorm_grad_x,
-    &kf__op_layernorm_grad_w,
-    &kf__op_cross_entropy_grad,
-    /* backward operators: attention (prep packs the statistics), rope, swiglu */
-    &kf__op_attention_grad_prep,
-    &kf__op_attention_grad_q,
-    &kf__op_attention_grad_k,
-    &kf__op_attention_grad_v,
-    &kf__op_rope_grad,
-    &kf__op_swiglu_grad_a,
-    &kf__op_swiglu_grad_b,
-    /* backward operators: views, embedding */
-    &kf__op_slice_grad,
-    &kf__op_embedding_grad,
+#define KF__OP(NAME) &kf__op_##NAME,
+#include "ops/op_list.h"
+#undef KF__OP
 };
 #define TABLE_SIZE (sizeof table / sizeof table[0])
 

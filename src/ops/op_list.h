@@ -1,0 +1,98 @@
+/* The operator registry: one line per operator, in the order `kfuse verify` lists them.
+ *
+ * A new operator is its `const kf_operator kf__op_NAME` in an operator file of src/ops/ and one
+ * KF__OP(NAME) line here (docs/architecture.md). The list is read twice: ops_internal.h declares
+ * every kf__op_NAME from it, registry.c builds the table from it. No include guard, on purpose;
+ * the includer defines KF__OP. */
+/* element-wise unary */
+KF__OP(relu)
+KF__OP(leaky_relu)
+KF__OP(sigmoid)
+KF__OP(tanh)
+KF__OP(gelu)
+KF__OP(gelu_exact)
+KF__OP(silu)
+KF__OP(exp)
+KF__OP(log)
+KF__OP(neg)
+KF__OP(abs)
+KF__OP(sqrt)
+KF__OP(square)
+KF__OP(reciprocal)
+/* element-wise binary */
+KF__OP(add)
+KF__OP(sub)
+KF__OP(mul)
+KF__OP(div)
+KF__OP(maximum)
+/* scale, affine, copy, layout */
+KF__OP(scale)
+KF__OP(affine)
+KF__OP(copy)
+KF__OP(transpose)
+/* views, embedding */
+KF__OP(reshape)
+KF__OP(permute)
+KF__OP(slice)
+KF__OP(concat)
+KF__OP(embedding)
+/* matmul, row reductions, norms, loss */
+KF__OP(matmul)
+KF__OP(sum)
+KF__OP(mean)
+KF__OP(max)
+KF__OP(softmax)
+KF__OP(log_softmax)
+KF__OP(rmsnorm)
+KF__OP(layernorm)
+KF__OP(cross_entropy)
+/* transformer blocks: attention, rotary embedding, swiglu */
+KF__OP(attention)
+KF__OP(rope)
+KF__OP(swiglu)
+/* reductions for training: over leading axes, and broadcasting's sum / broadcast pair */
+KF__OP(sum_leading)
+KF__OP(sum_to)
+KF__OP(broadcast_to)
+/* backward operators (kf_operator.grad_of): element-wise */
+KF__OP(relu_grad)
+KF__OP(leaky_relu_grad)
+KF__OP(sigmoid_grad)
+KF__OP(tanh_grad)
+KF__OP(gelu_grad)
+KF__OP(gelu_exact_grad)
+KF__OP(silu_grad)
+KF__OP(exp_grad)
+KF__OP(log_grad)
+KF__OP(abs_grad)
+KF__OP(sqrt_grad)
+KF__OP(square_grad)
+KF__OP(reciprocal_grad)
+KF__OP(div_grad_b)
+KF__OP(maximum_grad_a)
+KF__OP(maximum_grad_b)
+/* backward operators: matmul's inputs broadcast along the batch */
+KF__OP(matmul_grad_a)
+KF__OP(matmul_grad_b)
+/* backward operators: row reductions, norms, loss */
+KF__OP(sum_grad)
+KF__OP(mean_grad)
+KF__OP(max_grad)
+KF__OP(softmax_grad)
+KF__OP(log_softmax_grad)
+KF__OP(rmsnorm_grad_x)
+KF__OP(rmsnorm_grad_w)
+KF__OP(layernorm_grad_x)
+KF__OP(layernorm_grad_w)
+KF__OP(cross_entropy_grad)
+/* backward operators: attention (prep packs the statistics), rope, swiglu */
+KF__OP(attention_grad_prep)
+KF__OP(attention_grad_q)
+KF__OP(attention_grad_k)
+KF__OP(attention_grad_v)
+KF__OP(rope_grad)
+KF__OP(swiglu_grad_a)
+KF__OP(swiglu_grad_b)
+/* backward operators: views, embedding */
+KF__OP(slice_grad)
+KF__OP(embedding_grad)
