@@ -8,10 +8,11 @@
  * a product of two stored matrices read with or without a transpose, so the forward kernel and
  * both backward kernels come from one tiled generator.
  *
- * Two kernels. The simple tiled one (every transpose, f16, the backward products, small outputs):
+ * Two kernels. The simple tiled one (transposed f16, the backward kernels, small outputs):
  * 16x16 invocations per workgroup, one output element each; the K axis is walked in 16-wide
  * steps through two 16x16 tiles in workgroup memory, loads bounds-checked (zero outside),
- * accumulation in f32. For the plain f32 forward product of 64x64 outputs and up, the
+ * accumulation in f32. For the f32 forward product of 64x64 outputs and up (any transposes, so
+ * the products autodiff builds for a training step's backward too) and plain f16, the
  * register-blocked kernel of matmul_blocked.c (each invocation an 8x8 or 4x4 block). Both hand
  * each element to kf_kernel_yield, their store phase, so a bias, an activation or a residual add
  * fuses into the store.
@@ -448,10 +449,13 @@ static kf_kernel *mm_kernel_forward(const kf_shape *in, const kf_op_params *p, k
     mm_dims d;
     kf_status st = mm_dims_of(in, p, true, &d, NULL, 0);
     bool ta = p && p->transpose_a, tb = p && p->transpose_b;
-    if (st == KF_OK && !ta && !tb && (uint64_t)d.m * d.n >= BLOCKED_MIN_ELEMENTS) {
+    if (st == KF_OK && (dtype == KF_DTYPE_F32 || (!ta && !tb)) &&
+        (uint64_t)d.m * d.n >= BLOCKED_MIN_ELEMENTS) {
         /* Big enough to fill a GPU's registers: the register-blocked kernel (same bindings,
-         * same store phase, its own grid recorded), f32 or f16 storage. */
-        kf_kernel *fast = kf__matmul_blocked_batched(d.m, d.k, d.n, NULL, dtype, &d.batch);
+         * same store phase, its own grid recorded), f32 with any transposes (the backward's
+         * products) or plain f16 storage. */
+        kf_kernel *fast =
+            kf__matmul_blocked_transposed(d.m, d.k, d.n, NULL, dtype, &d.batch, ta, tb);
         if (fast) {
             return fast;
         }
@@ -478,21 +482,23 @@ static kf_kernel *mm_kernel_forward(const kf_shape *in, const kf_op_params *p, k
 
 /* The kernel a product runs on ctx, chosen here for plans and kf_op_verify alike. A batch whose
  * b is one matrix shared by every product (and a not transposed) is one [B*M, K] x [K, N]
- * product (mm_dims_of folds it). Plain (no transpose) products of 64x64 outputs and up: f32 on
+ * product (mm_dims_of folds it). Products of 64x64 outputs and up: f32 (any transposes) on
  * the tile kf_matmul_tune measured for their shape class on this adapter, when it did (same
- * bindings, same store phase); f16 on subgroup matrices (tensor cores) where the device has them
+ * bindings, same store phase); plain f16 on subgroup matrices (tensor cores) where the device has
+ * them
  * ($KF_NO_SGMAT=1: never). Everything else, and any of those that cannot be built:
  * mm_kernel_forward. */
 static kf_kernel *mm_kernel_choose(kf_context *ctx, const kf_shape *in, const kf_op_params *p,
                                    kf_dtype dtype) {
     mm_dims d;
-    bool plain = !(p && (p->transpose_a || p->transpose_b));
-    if (ctx && plain && mm_dims_of(in, p, true, &d, NULL, 0) == KF_OK) {
+    bool ta = p && p->transpose_a, tb = p && p->transpose_b;
+    if (ctx && mm_dims_of(in, p, true, &d, NULL, 0) == KF_OK) {
         kf_kernel *k = NULL;
         if (dtype == KF_DTYPE_F32 && (uint64_t)d.m * d.n >= BLOCKED_MIN_ELEMENTS) {
             const kf__mm_config *tuned = kf__matmul_config_for(ctx, d.m, d.k, d.n);
-            k = tuned ? kf__matmul_blocked_batched(d.m, d.k, d.n, tuned, dtype, &d.batch) : NULL;
-        } else if (dtype == KF_DTYPE_F16) {
+            k = tuned ? kf__matmul_blocked_transposed(d.m, d.k, d.n, tuned, dtype, &d.batch, ta, tb)
+                      : NULL;
+        } else if (dtype == KF_DTYPE_F16 && !ta && !tb) {
             k = kf__matmul_sgmat_batched_for(ctx, d.m, d.k, d.n, &d.batch);
         }
         if (k) {

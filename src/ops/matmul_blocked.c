@@ -8,6 +8,8 @@
  * N % 4 for b), bounds-checked only where the shapes are ragged, and double-buffered in
  * registers: the next tile is fetched while the current one is multiplied. Every element of c
  * goes to kf_kernel_yield, the store phase, so element-wise tails fuse into every variant.
+ * Transposed operands (a stored [K, M], b stored [N, K]) change only the global loads: scalar,
+ * a row apart, into the same staging registers and tiles.
  */
 #include "ops/matmul_blocked.h"
 
@@ -160,13 +162,49 @@ kf_kernel *kf__matmul_blocked_typed(uint32_t m, uint32_t kdim, uint32_t n, const
     return kf__matmul_blocked_batched(m, kdim, n, cfg, dtype, NULL);
 }
 
+/* One vec4 of op(x) = x^T, the rows x cols matrix stored as cols x rows: its (r, c..c+3) are 4
+ * elements `rows` apart, so 4 scalar loads (each from a clamped index and zeroed outside the
+ * matrix by a select where checked). */
+static void load4_transposed(kf_kernel *k, kf_binding b, kf_val offset, bool checked, kf_val r,
+                             kf_val c, uint32_t rows, uint32_t cols, kf_var into,
+                             kf_scalar stored) {
+    kf_val zero = kf_lit_f32(k, 0.0f), vals[LANES];
+    for (uint32_t l = 0; l < LANES; l++) {
+        kf_val cl = kf_add(k, c, u32(k, l));
+        kf_val at = kf_add(k, kf_mul(k, cl, u32(k, rows)), r);
+        kf_val inside = {0};
+        if (checked) {
+            inside = kf_binary(k, KF_OP_AND, kf_binary(k, KF_OP_LT, r, u32(k, rows)),
+                               kf_binary(k, KF_OP_LT, cl, u32(k, cols)));
+            at = kf_call2(k, KF_FN_MIN, at, u32(k, rows * cols - 1u));
+        }
+        if (offset.id) {
+            at = kf_add(k, offset, at);
+        }
+        vals[l] = widen(k, kf_load(k, b, at), stored == KF_SCALAR_F16);
+        if (checked) {
+            vals[l] = kf_select(k, zero, vals[l], inside);
+        }
+    }
+    kf_assign(k, into, kf_vec(k, kf_type_vec(KF_SCALAR_F32, LANES), vals, LANES));
+}
+
 kf_kernel *kf__matmul_blocked_batched(uint32_t m, uint32_t kdim, uint32_t n,
                                       const kf__mm_config *cfg, kf_dtype dtype,
                                       const kf__mm_batch *batch) {
+    return kf__matmul_blocked_transposed(m, kdim, n, cfg, dtype, batch, false, false);
+}
+
+kf_kernel *kf__matmul_blocked_transposed(uint32_t m, uint32_t kdim, uint32_t n,
+                                         const kf__mm_config *cfg, kf_dtype dtype,
+                                         const kf__mm_batch *batch, bool ta, bool tb) {
     if (dtype != KF_DTYPE_F32 && dtype != KF_DTYPE_F16) {
         return NULL;
     }
     const bool half = dtype == KF_DTYPE_F16;
+    if (half && (ta || tb)) {
+        return NULL; /* no caller: f16 transposed products run on the tiled kernel */
+    }
     if (!cfg) {
         cfg = kf__mm_default_config(m, kdim, n);
     }
@@ -180,14 +218,16 @@ kf_kernel *kf__matmul_blocked_batched(uint32_t m, uint32_t kdim, uint32_t n,
     /* vec4s of one stage of each tile, and of one k-row of it */
     const uint32_t stage_a = bk * bm / LANES, stage_b = bk * bn / LANES;
     const uint32_t row_a = bm / LANES, row_b = bn / LANES;
-    const bool wide_a = kdim % LANES == 0, wide_b = n % LANES == 0;
+    /* A transposed operand has no 4 contiguous elements along the direction its tile is
+     * fetched in (k for a, n for b): scalar loads. */
+    const bool wide_a = !ta && kdim % LANES == 0, wide_b = !tb && n % LANES == 0;
     const bool ragged_m = m % bm != 0, ragged_n = n % bn != 0, ragged_k = kdim % bk != 0;
     kf_type v4 = kf_type_vec(KF_SCALAR_F32, LANES);
 
     char name[64];
-    snprintf(name, sizeof name, "matmul_%ux%ux%u_%ux%u%s%s%s", bm, bn, bk, tm, tn,
+    snprintf(name, sizeof name, "matmul_%ux%ux%u_%ux%u%s%s%s%s%s", bm, bn, bk, tm, tn,
              stages == 2 ? "_db" : "", half ? "_f16" : "",
-             kf__mm_batch_count(batch) > 1 ? "_batched" : "");
+             kf__mm_batch_count(batch) > 1 ? "_batched" : "", ta ? "_ta" : "", tb ? "_tb" : "");
     kf_scalar stored = half ? KF_SCALAR_F16 : KF_SCALAR_F32;
     kf_type elem = kf_type_scalar(stored), elem4 = kf_type_vec(stored, LANES);
     kf_kernel_desc desc = {.name = name, .workgroup_size = {wx, wy, 1}, .output = elem};
@@ -232,12 +272,22 @@ kf_kernel *kf__matmul_blocked_batched(uint32_t m, uint32_t kdim, uint32_t n,
 #define FETCH(k0)                                                                                  \
     do {                                                                                           \
         for (uint32_t v = 0; v < loads_a; v++) {                                                   \
-            kf__mm_load4(k, a, off_a, wide_a, check_a, kf_add(k, row0, a_row[v]),                  \
-                         kf_add(k, (k0), a_k[v]), m, kdim, next_a[v], stored, true);               \
+            kf_val r_ = kf_add(k, row0, a_row[v]), c_ = kf_add(k, (k0), a_k[v]);                   \
+            if (ta) {                                                                              \
+                load4_transposed(k, a, off_a, check_a, r_, c_, m, kdim, next_a[v], stored);        \
+            } else {                                                                               \
+                kf__mm_load4(k, a, off_a, wide_a, check_a, r_, c_, m, kdim, next_a[v], stored,     \
+                             true);                                                                \
+            }                                                                                      \
         }                                                                                          \
         for (uint32_t v = 0; v < loads_b; v++) {                                                   \
-            kf__mm_load4(k, b, off_b, wide_b, check_b, kf_add(k, (k0), b_k[v]),                    \
-                         kf_add(k, col0, b_col[v]), kdim, n, next_b[v], stored, true);             \
+            kf_val r_ = kf_add(k, (k0), b_k[v]), c_ = kf_add(k, col0, b_col[v]);                   \
+            if (tb) {                                                                              \
+                load4_transposed(k, b, off_b, check_b, r_, c_, kdim, n, next_b[v], stored);        \
+            } else {                                                                               \
+                kf__mm_load4(k, b, off_b, wide_b, check_b, r_, c_, kdim, n, next_b[v], stored,     \
+                             true);                                                                \
+            }                                                                                      \
         }                                                                                          \
     } while (0)
     /* Registers -> workgroup memory at the stage whose offsets (in vec4s) are oa, ob: a's vec4

@@ -46,6 +46,13 @@ kf_kernel *kf__matmul_blocked_typed(uint32_t m, uint32_t k, uint32_t n, const kf
  * batch index is the workgroup's linear index divided by the tiles of one product. */
 kf_kernel *kf__matmul_blocked_batched(uint32_t m, uint32_t k, uint32_t n, const kf__mm_config *cfg,
                                       kf_dtype dtype, const kf__mm_batch *batch);
+/* The same with op(a) = a^T where ta (a stored [k, m]) and op(b) = b^T where tb (b stored
+ * [n, k]); steps as for the plain product. A transposed operand loads as scalars (its elements
+ * along the fetched direction are a row apart); false, false: kf__matmul_blocked_batched. NULL
+ * for f16 with a transpose. */
+kf_kernel *kf__matmul_blocked_transposed(uint32_t m, uint32_t k, uint32_t n,
+                                         const kf__mm_config *cfg, kf_dtype dtype,
+                                         const kf__mm_batch *batch, bool ta, bool tb);
 /* How a workgroup stages its two tiles: invocation `local` of `threads` loads vec4 v of a's
  * bm x bk tile from row a_row[v], columns a_k[v]..+3 (along k), and vec4 v of b's bk x bn tile
  * from row b_k[v], columns b_col[v]..+3 (along n), into the registers next_a[v], next_b[v] (of

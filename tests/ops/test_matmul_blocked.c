@@ -1,5 +1,6 @@
-/* The register-blocked matmul: every configuration on aligned and ragged shapes, against a
- * float64 product, with outputs poisoned and guard elements checked; and with a fused tail. */
+/* The register-blocked matmul: every configuration on aligned and ragged shapes, plain and with
+ * transposed operands (a stored [k, m], b stored [n, k]), against a float64 product, with
+ * outputs poisoned and guard elements checked; and with a fused tail. */
 #include "harness.h"
 
 #include <math.h>
@@ -29,9 +30,20 @@ static kf_val gelu_like(kf_kernel *k, kf_val x, void *user) {
     return kf_div(k, x, kf_add(k, one, kf_call1(k, KF_FN_EXP, kf_unary(k, KF_OP_NEG, x))));
 }
 
+/* op(a)[i, q] and op(b)[q, j] of a product whose a is stored [k, m] where ta, b [n, k] where tb. */
+static double elem_a(const float *a, uint32_t m, uint32_t kd, bool ta, uint32_t i, uint32_t q) {
+    return ta ? a[q * m + i] : a[i * kd + q];
+}
+
+static double elem_b(const float *b, uint32_t kd, uint32_t n, bool tb, uint32_t q, uint32_t j) {
+    return tb ? b[j * kd + q] : b[q * n + j];
+}
+
 static bool run_case(kf_context *ctx, uint32_t m, uint32_t kd, uint32_t n, const kf__mm_config *cfg,
-                     bool tail) {
-    kf_kernel *mm = kf__matmul_blocked(m, kd, n, cfg);
+                     bool tail, bool ta, bool tb) {
+    kf_kernel *mm = ta || tb
+                        ? kf__matmul_blocked_transposed(m, kd, n, cfg, KF_DTYPE_F32, NULL, ta, tb)
+                        : kf__matmul_blocked(m, kd, n, cfg);
     if (!mm) {
         kt_fail(__FILE__, __LINE__, "no kernel for %ux%ux%u", m, kd, n);
         return false;
@@ -77,8 +89,9 @@ static bool run_case(kf_context *ctx, uint32_t m, uint32_t kd, uint32_t n, const
         for (uint32_t j = 0; j < n; j++) {
             double ref = 0.0, mag = 0.0;
             for (uint32_t q = 0; q < kd; q++) {
-                ref += (double)a[i * kd + q] * b[q * n + j];
-                mag += fabs((double)a[i * kd + q] * b[q * n + j]);
+                double prod = elem_a(a, m, kd, ta, i, q) * elem_b(b, kd, n, tb, q, j);
+                ref += prod;
+                mag += fabs(prod);
             }
             if (tail) {
                 ref = ref / (1.0 + exp(-ref));
@@ -86,9 +99,10 @@ static bool run_case(kf_context *ctx, uint32_t m, uint32_t kd, uint32_t n, const
             /* f32 accumulation: the error scales with the sum of |products|, not the result. */
             double err = fabs(c[i * n + j] - ref) / (mag + 1e-30);
             if (!(err <= 1e-5)) {
-                kt_fail(__FILE__, __LINE__, "%ux%ux%u cfg %ux%ux%u/%ux%u%s: c[%u,%u] = %g, want %g",
-                        m, kd, n, cfg->bm, cfg->bn, cfg->bk, cfg->tm, cfg->tn,
-                        tail ? " |> silu" : "", i, j, (double)c[i * n + j], ref);
+                kt_fail(__FILE__, __LINE__,
+                        "%ux%ux%u%s%s cfg %ux%ux%u/%ux%u%s: c[%u,%u] = %g, want %g", m, kd, n,
+                        ta ? " ta" : "", tb ? " tb" : "", cfg->bm, cfg->bn, cfg->bk, cfg->tm,
+                        cfg->tn, tail ? " |> silu" : "", i, j, (double)c[i * n + j], ref);
                 ok = false;
                 break;
             }
@@ -126,11 +140,44 @@ KT_TEST(ops, matmul_blocked_every_config_and_shape) {
             if (c >= BUILTIN_CONFIGS && (s + c) % 3 != 0) {
                 continue;
             }
-            if (!run_case(ctx, shapes[s][0], shapes[s][1], shapes[s][2], &configs[c], s % 3 == 1)) {
+            if (!run_case(ctx, shapes[s][0], shapes[s][1], shapes[s][2], &configs[c], s % 3 == 1,
+                          false, false)) {
                 return;
             }
         }
     }
+}
+
+/* transpose_a, transpose_b, both: each built-in configuration on ragged and prime shapes, a
+ * different transpose for neighbours, and every transpose on an aligned shape (unchecked loads).
+ * Few kernels: lavapipe takes seconds to compile each. */
+KT_TEST(ops, matmul_blocked_transposed_every_config_and_shape) {
+    KT_NEED_GPU(ctx);
+    const bool trans[3][2] = {{true, false}, {false, true}, {true, true}};
+    const uint32_t ragged[][3] = {{7, 13, 5}, {65, 33, 17}, {33, 100, 4}, {5, 7, 129}};
+    for (size_t c = 0; c < BUILTIN_CONFIGS; c++) {
+        for (size_t s = 0; s < sizeof ragged / sizeof ragged[0]; s++) {
+            size_t t = (c + s) % 3;
+            if (!run_case(ctx, ragged[s][0], ragged[s][1], ragged[s][2], &configs[c], s == 1,
+                          trans[t][0], trans[t][1])) {
+                return;
+            }
+        }
+    }
+    for (size_t t = 0; t < 3; t++) {
+        if (!run_case(ctx, 64, 64, 64, &configs[1], t == 2, trans[t][0], trans[t][1])) {
+            return;
+        }
+    }
+}
+
+KT_CPU_TEST(ops, matmul_blocked_transposed_refuses_f16) {
+    KT_CHECK(kf__matmul_blocked_transposed(64, 64, 64, NULL, KF_DTYPE_F16, NULL, true, false) ==
+                 NULL,
+             "f16 with transpose_a accepted");
+    kf_kernel *k = kf__matmul_blocked_transposed(64, 64, 64, NULL, KF_DTYPE_F32, NULL, true, true);
+    KT_CHECK(k && kf_kernel_status(k) == KF_OK, "f32 with both transposes refused");
+    kf_kernel_destroy(k);
 }
 
 KT_CPU_TEST(ops, matmul_blocked_refuses_bad_configs) {
@@ -148,11 +195,13 @@ KT_CPU_TEST(ops, matmul_blocked_refuses_bad_configs) {
  * read at step 0 along the second axis, b along the first), the 6 results checked element by
  * element against float64 and the guard band after them. */
 static bool run_batched(kf_context *ctx, uint32_t m, uint32_t kd, uint32_t n,
-                        const kf__mm_config *cfg) {
+                        const kf__mm_config *cfg, bool ta, bool tb) {
     const uint32_t mk = m * kd, kn = kd * n, mn = m * n, guard = 64;
     const kf__mm_batch batch = {
         .axes = 2, .dims = {2, 3}, .a_step = {mk, 0}, .b_step = {0, kn}, .c_step = {3 * mn, mn}};
-    kf_kernel *k = kf__matmul_blocked_batched(m, kd, n, cfg, KF_DTYPE_F32, &batch);
+    kf_kernel *k = ta || tb
+                       ? kf__matmul_blocked_transposed(m, kd, n, cfg, KF_DTYPE_F32, &batch, ta, tb)
+                       : kf__matmul_blocked_batched(m, kd, n, cfg, KF_DTYPE_F32, &batch);
     if (!k || kf_kernel_status(k) != KF_OK) {
         kt_fail(__FILE__, __LINE__, "no batched kernel for %ux%ux%u: %s", m, kd, n,
                 k ? kf_kernel_error(k) : "NULL");
@@ -187,15 +236,17 @@ static bool run_batched(kf_context *ctx, uint32_t m, uint32_t kd, uint32_t n,
             uint32_t i = e / n, j = e % n;
             double ref = 0.0, mag = 0.0;
             for (uint32_t q = 0; q < kd; q++) {
-                ref += (double)ap[i * kd + q] * bp[q * n + j];
-                mag += fabs((double)ap[i * kd + q] * bp[q * n + j]);
+                double prod = elem_a(ap, m, kd, ta, i, q) * elem_b(bp, kd, n, tb, q, j);
+                ref += prod;
+                mag += fabs(prod);
             }
             double err = fabs(c[p * mn + e] - ref) / (mag + 1e-30);
             if (!(err <= 1e-5)) {
                 kt_fail(__FILE__, __LINE__,
-                        "batched %ux%ux%u cfg %ux%ux%u: product %u c[%u,%u] = "
+                        "batched %ux%ux%u%s%s cfg %ux%ux%u: product %u c[%u,%u] = "
                         "%g, want %g",
-                        m, kd, n, cfg->bm, cfg->bn, cfg->bk, p, i, j, (double)c[p * mn + e], ref);
+                        m, kd, n, ta ? " ta" : "", tb ? " tb" : "", cfg->bm, cfg->bn, cfg->bk, p, i,
+                        j, (double)c[p * mn + e], ref);
                 ok = false;
             }
         }
@@ -225,9 +276,24 @@ KT_TEST(ops, matmul_blocked_batched_broadcast) {
     for (size_t c = 0; c < BUILTIN_CONFIGS; c++) {
         for (size_t s = 0; s < sizeof batched_shapes / sizeof batched_shapes[0]; s++) {
             if (!run_batched(ctx, batched_shapes[s][0], batched_shapes[s][1], batched_shapes[s][2],
-                             &configs[c])) {
+                             &configs[c], false, false)) {
                 return;
             }
         }
+    }
+}
+
+/* The batch broadcast both ways with transposed operands: a's matrices stored [k, m], b's
+ * [n, k], at the same steps. */
+KT_TEST(ops, matmul_blocked_batched_transposed) {
+    KT_NEED_GPU(ctx);
+    const bool trans[3][2] = {{true, false}, {false, true}, {true, true}};
+    for (size_t t = 0; t < 3; t++) {
+        if (!run_batched(ctx, 65, 33, 17, &configs[1], trans[t][0], trans[t][1])) {
+            return;
+        }
+    }
+    if (!run_batched(ctx, 64, 64, 64, &configs[1], true, true)) {
+        return;
     }
 }
