@@ -21,6 +21,8 @@
 #include "ops/ops_internal.h"
 
 #define TILE 16u
+/* The largest product (m * n * k multiply-adds) whose dW carries the bias gradient (below). */
+#define SUMS_MAX_FLOPS (1ull << 24)
 
 /* Element (i, j) of a factor, or 0 outside it (rows x cols; stored transposed when asked). */
 static kf_val load_factor(kf_kernel *k, kf_binding b, bool transposed, uint32_t rows, uint32_t cols,
@@ -49,6 +51,13 @@ kf_kernel *kf__matmul_column_sums_kernel(const kf_shape *in, const kf_op_params 
     const uint32_t kk = ta ? in[0].dims[0] : in[0].dims[1];
     const uint32_t n = tb ? in[1].dims[0] : in[1].dims[1];
     if ((tb ? in[1].dims[1] : in[1].dims[0]) != kk) {
+        return NULL;
+    }
+    /* This kernel is the 16x16 tiled product. Past SUMS_MAX_FLOPS an f32 product runs on the
+     * register-blocked kernel (7-9x faster on lavapipe, transposed or not) and saving the one
+     * extra read of dY that a separate sum_leading costs is not worth that: the planner then
+     * keeps the sum in a dispatch of its own. */
+    if (dtype == KF_DTYPE_F32 && (uint64_t)m * n * kk > SUMS_MAX_FLOPS) {
         return NULL;
     }
     kf_kernel_desc desc = {.name = "matmul_column_sums",

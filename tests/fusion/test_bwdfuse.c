@@ -139,6 +139,11 @@ KT_TEST(fusion, bias_gradient_rides_in_the_dw_matmul) {
                  m, k, m, n);
         expect_plan(program, (expect){.fused = 1, .unfused = 2, .checks = 2});
     }
+    /* Past 2^24 multiply-adds an f32 dW runs on the register-blocked kernel, far faster than
+     * the tiled one that sums: db keeps a dispatch of its own (column_sums.c, SUMS_MAX_FLOPS). */
+    expect_plan("x: f32[1024,128]\ndy: f32[1024,160]\ndw = matmul(x, dy, transpose_a=true)\n"
+                "db = sum_leading(dy)\nout dw, db\n",
+                (expect){.fused = 2, .unfused = 2, .checks = 2});
     /* (6: tanh and mul(r) in the forward matmul's kernel, the pre-activation saved) */
     expect_plan("x: f32[29,17]\nw: f32[11,17]\nb: f32[11]\nr: f32[29,11]\n"
                 "y = matmul(x, w, transpose_b=true) |> add(b) |> tanh\n"
