@@ -148,6 +148,28 @@ static kf_val label_index(kf_kernel *k, kf_val label, uint32_t classes) {
     return kf_let(k, "label_at", kf_cast(k, kf_type_scalar(KF_SCALAR_U32), clamped));
 }
 
+/* A one-workgroup kernel of KF__WORKGROUP invocations with the loss's bindings (the forward and
+ * the fused loss + gradient share this opening; void_input: the forward declares no stage input).
+ */
+static kf_kernel *ce_kernel_open(const char *name, kf_dtype dtype, bool void_input,
+                                 ce_bindings *b) {
+    kf_kernel_desc desc = {0};
+    desc.name = name;
+    desc.workgroup_size[0] = KF__WORKGROUP;
+    if (void_input) {
+        desc.input = kf_type_scalar(KF_SCALAR_VOID);
+    }
+    desc.output = kf__dtype_type(dtype);
+    kf_kernel *k = kf_kernel_create(&desc);
+    if (!k) {
+        return NULL;
+    }
+    const uint32_t one_group[3] = {1, 1, 1};
+    kf_kernel_set_grid(k, one_group);
+    *b = bind_ce(k, dtype, false);
+    return k;
+}
+
 /* Forward: one workgroup of 256 invocations, each taking rows lane, lane + 256, ...: per row a
  * serial max pass, a serial sum of exp(x - max), and the loss; then a tree over the workgroup
  * sums the per-invocation losses and lane 0 yields the mean. Serial rows need no barrier per row
@@ -159,18 +181,11 @@ static kf_kernel *ce_kernel_forward(const kf_shape *in, const kf_op_params *p, k
     uint32_t cols;
     kf__shape_rows_cols(&in[0], &rows, &cols);
     const uint32_t lanes = KF__WORKGROUP;
-    kf_kernel_desc desc = {0};
-    desc.name = "cross_entropy";
-    desc.workgroup_size[0] = lanes;
-    desc.input = kf_type_scalar(KF_SCALAR_VOID);
-    desc.output = kf__dtype_type(dtype);
-    kf_kernel *k = kf_kernel_create(&desc);
+    ce_bindings b;
+    kf_kernel *k = ce_kernel_open("cross_entropy", dtype, true, &b);
     if (!k) {
         return NULL;
     }
-    const uint32_t one_group[3] = {1, 1, 1};
-    kf_kernel_set_grid(k, one_group);
-    ce_bindings b = bind_ce(k, dtype, false);
     kf_type f32 = kf_type_scalar(KF_SCALAR_F32);
 
     kf_val lane = kf_let(k, "lane", kf_builtin_get(k, KF_BUILTIN_LOCAL_INDEX));
@@ -230,17 +245,11 @@ static kf_kernel *ce_kernel_with_grad(const kf_shape *in, const kf_op_params *p,
     uint32_t cols;
     kf__shape_rows_cols(&in[0], &rows, &cols);
     const uint32_t lanes = KF__WORKGROUP;
-    kf_kernel_desc desc = {0};
-    desc.name = "cross_entropy_with_grad";
-    desc.workgroup_size[0] = lanes;
-    desc.output = kf__dtype_type(dtype);
-    kf_kernel *k = kf_kernel_create(&desc);
+    ce_bindings b;
+    kf_kernel *k = ce_kernel_open("cross_entropy_with_grad", dtype, false, &b);
     if (!k) {
         return NULL;
     }
-    const uint32_t one_group[3] = {1, 1, 1};
-    kf_kernel_set_grid(k, one_group);
-    ce_bindings b = bind_ce(k, dtype, false);
     b.grad_in = kf__bind(k, "grad", dtype, KF_ACCESS_READ_WRITE);
     kf_type f32 = kf_type_scalar(KF_SCALAR_F32);
 
