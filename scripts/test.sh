@@ -65,7 +65,7 @@ for preset in "${PRESETS[@]}"; do
     fi
     banner "tests $preset"
     ctest_out="build/test-$preset-ctest.log"
-    ctest --preset "$preset" 2>&1 | tee "$ctest_out"
+    ctest --preset "$preset" -j "$JOBS" 2>&1 | tee "$ctest_out"
     status=${PIPESTATUS[0]}
     counts="$(grep -E 'tests passed|tests failed' "$ctest_out" | tail -n 1 | sed 's/^ *//')"
     if [ "$status" = 0 ]; then
@@ -80,10 +80,17 @@ done
 if [[ " ${PRESETS[*]} " == *" debug "* ]] && [ -x build/debug/kfuse ]; then
     banner "tests gles (KF_BACKEND=gles, debug build)"
     gles_log="build/test-gles.log"
-    if KF_BACKEND=gles EGL_PLATFORM="${EGL_PLATFORM:-surfaceless}" build/debug/kfuse verify --quick ${KFUSE_TEST_SEED:+--seed "$KFUSE_TEST_SEED"} \
-        >"$gles_log" 2>&1 &&
-        EGL_PLATFORM="${EGL_PLATFORM:-surfaceless}" build/debug/kfuse_tests --suite gles \
-            >>"$gles_log" 2>&1; then
+    # The two halves are separate processes, run side by side (one per core).
+    export EGL_PLATFORM="${EGL_PLATFORM:-surfaceless}"
+    KF_BACKEND=gles build/debug/kfuse verify --quick ${KFUSE_TEST_SEED:+--seed "$KFUSE_TEST_SEED"} \
+        >"$gles_log" 2>&1 &
+    verify_pid=$!
+    build/debug/kfuse_tests --suite gles >"$gles_log.suite" 2>&1
+    suite_status=$?
+    wait "$verify_pid"
+    verify_status=$?
+    cat "$gles_log.suite" >>"$gles_log"
+    if [ "$verify_status" = 0 ] && [ "$suite_status" = 0 ]; then
         record "tests gles" ok "$(grep -E 'checks,' "$gles_log" | tail -n 1); $(tail -n 1 "$gles_log")"
     else
         tail -n 40 "$gles_log"
