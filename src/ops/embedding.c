@@ -117,21 +117,13 @@ static kf_kernel *embedding_kernel_forward(const kf_shape *in, const kf_op_param
         return NULL;
     }
     embed_dims d = dims_of(in);
-    kf_kernel_desc desc = {0};
-    desc.name = "embedding";
-    desc.workgroup_size[0] = KF__WORKGROUP;
-    desc.output = kf__dtype_type(dtype);
-    kf_kernel *k = kf_kernel_create(&desc);
+    kf_kernel *k = kf__kernel_1d("embedding", kf__dtype_type(dtype), kf_shape_elements(&out));
     if (!k) {
         return NULL;
     }
-    uint32_t groups[3];
-    kf__grid_1d(kf_shape_elements(&out), KF__WORKGROUP, groups);
-    kf_kernel_set_grid(k, groups);
     kf_binding table = kf__bind(k, "table", dtype, KF_ACCESS_READ);
     kf_binding ids = kf__bind(k, "ids", KF_DTYPE_I32, KF_ACCESS_READ);
-    kf_val e = kf_let(k, "e", kf_global_linear(k));
-    kf_if(k, kf_binary(k, KF_OP_LT, e, kf__u32(k, kf_shape_elements(&out))));
+    kf_val e = kf__each_element(k, "e", kf_shape_elements(&out));
     kf_val row = kf_div(k, e, kf__u32(k, d.cols));
     kf_val col = kf_binary(k, KF_OP_MOD, e, kf__u32(k, d.cols));
     kf_val id = kf_let(k, "id", kf_load(k, ids, row));
@@ -154,18 +146,13 @@ static kf_kernel *embedding_kernel_forward(const kf_shape *in, const kf_op_param
  * operator's (table, ids, dy), yielding. */
 static kf_kernel *embedding_grad_kernel(const kf_shape *in, kf_dtype dtype, bool backward) {
     embed_dims d = dims_of(in);
-    kf_kernel_desc desc = {0};
-    desc.name = backward ? "embedding_backward" : "embedding_grad";
-    desc.workgroup_size[0] = KF__WORKGROUP;
-    desc.output = backward ? kf_type_scalar(KF_SCALAR_VOID) : kf__dtype_type(dtype);
-    kf_kernel *k = kf_kernel_create(&desc);
+    uint64_t n = (uint64_t)d.vocab * d.cols;
+    kf_kernel *k =
+        kf__kernel_1d(backward ? "embedding_backward" : "embedding_grad",
+                      backward ? kf_type_scalar(KF_SCALAR_VOID) : kf__dtype_type(dtype), n);
     if (!k) {
         return NULL;
     }
-    uint64_t n = (uint64_t)d.vocab * d.cols;
-    uint32_t groups[3];
-    kf__grid_1d(n, KF__WORKGROUP, groups);
-    kf_kernel_set_grid(k, groups);
     kf__bind(k, "table", dtype, KF_ACCESS_READ);
     kf_binding ids = kf__bind(k, "ids", KF_DTYPE_I32, KF_ACCESS_READ);
     kf_binding grad_in = {0};
@@ -177,8 +164,7 @@ static kf_kernel *embedding_grad_kernel(const kf_shape *in, kf_dtype dtype, bool
     } else {
         dy = kf__bind(k, "dy", dtype, KF_ACCESS_READ);
     }
-    kf_val e = kf_let(k, "e", kf_global_linear(k));
-    kf_if(k, kf_binary(k, KF_OP_LT, e, kf__u32(k, n)));
+    kf_val e = kf__each_element(k, "e", n);
     kf_val v =
         kf_let(k, "v", kf_cast(k, kf_type_scalar(KF_SCALAR_I32), kf_div(k, e, kf__u32(k, d.cols))));
     kf_val c = kf_let(k, "c", kf_binary(k, KF_OP_MOD, e, kf__u32(k, d.cols)));

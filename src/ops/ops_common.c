@@ -47,3 +47,24 @@ void kf__grid_1d(uint64_t invocations, uint32_t workgroup, uint32_t groups[3]) {
     groups[1] = 1;
     groups[2] = 1;
 }
+
+kf_kernel *kf__kernel_1d(const char *name, kf_type output, uint64_t invocations) {
+    kf_kernel_desc desc = {0};
+    desc.name = name;
+    desc.workgroup_size[0] = KF__WORKGROUP;
+    desc.output = output;
+    kf_kernel *k = kf_kernel_create(&desc);
+    if (!k) {
+        return NULL;
+    }
+    uint32_t groups[3];
+    kf__grid_1d(invocations, KF__WORKGROUP, groups);
+    kf_kernel_set_grid(k, groups);
+    return k;
+}
+
+kf_val kf__each_element(kf_kernel *k, const char *name, uint64_t n) {
+    kf_val e = kf_let(k, name, kf_global_linear(k));
+    kf_if(k, kf_binary(k, KF_OP_LT, e, kf__u32(k, n)));
+    return e;
+}

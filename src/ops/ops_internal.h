@@ -65,6 +65,13 @@ kf_val kf__u32(kf_kernel *k, uint64_t v);
 /* groups for `invocations` threads in workgroups of `workgroup` (1-D; the runtime folds > 65535).
  */
 void kf__grid_1d(uint64_t invocations, uint32_t workgroup, uint32_t groups[3]);
+/* A kernel of `invocations` threads in 1-D workgroups of KF__WORKGROUP, its grid set: named
+ * `name`, yielding `output` (void: no store phase, it writes with kf_store). NULL when out of
+ * memory. Bindings and the body are the caller's (kf__each_element opens the usual body). */
+kf_kernel *kf__kernel_1d(const char *name, kf_type output, uint64_t invocations);
+/* Opens the body of a kernel of one invocation per element of n: `let NAME = <global linear
+ * index>; if (NAME < n) {`, returning NAME's value; the caller closes the if with kf_end. */
+kf_val kf__each_element(kf_kernel *k, const char *name, uint64_t n);
 
 /* The forward kernel op runs for these shapes on ctx: op->kernel_choose where the op has one,
  * else op->kernel_forward (kernel_choice.c). Plans and verification both build through it. */
