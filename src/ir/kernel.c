@@ -206,13 +206,6 @@ uint32_t kf__sgmat_var_new(kf_kernel *k, const char *name, kf_sgmat_kind kind, k
     return id;
 }
 
-const char *kf__sgmat_type_str(const kf__var *v, char *buf, size_t size) {
-    static const char *const kinds[] = {"", "left", "right", "result"};
-    snprintf(buf, size, "subgroup_matrix_%s<%s, %u, %u>", kinds[v->sgmat & 3],
-             kf__scalar_str(v->type.scalar), (unsigned)v->cols, (unsigned)v->rows);
-    return buf;
-}
-
 uint32_t kf__shared_new(kf_kernel *k, const char *name, kf_type elem, uint32_t count) {
     if (!GROW(k, shareds, shared_count, shared_cap)) {
         return 0;

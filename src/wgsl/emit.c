@@ -6,9 +6,15 @@
 #include "core/half.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+static kf_type vec_type(kf_scalar scalar, uint32_t lanes) {
+    kf_type t = {scalar, lanes, 0};
+    return t;
+}
 
 /* The extension Dawn wants for subgroup operations and builtins. */
 #define KF_WGSL_SUBGROUPS "subgroups"
@@ -195,7 +201,7 @@ static char *claim(emitter *e, const char *want, const char *fallback) {
 /* ---- types and literals ---- */
 
 static const char *type_name(kf_type t, char *buf, size_t size) {
-    return kf_type_str(t, buf, size);
+    return kf__wgsl_type_str(t, buf, size);
 }
 
 static void emit_literal(emitter *e, const kf__ir_node *n) {
@@ -756,8 +762,8 @@ static void emit_erf_helpers(emitter *e) {
             if (!(e->erf_used & (1u << (half * 4 + lanes - 1)))) {
                 continue;
             }
-            kf_type t = kf_type_vec(half ? KF_SCALAR_F16 : KF_SCALAR_F32, lanes);
-            kf_type t32 = kf_type_vec(KF_SCALAR_F32, lanes);
+            kf_type t = vec_type(half ? KF_SCALAR_F16 : KF_SCALAR_F32, lanes);
+            kf_type t32 = vec_type(KF_SCALAR_F32, lanes);
             erf_name(t, name, sizeof name);
             type_name(t, tb, sizeof tb);
             if (half) {
@@ -896,7 +902,7 @@ char *kf__wgsl_emit(const kf_kernel *w, const char *title, const kf__bounds *bou
     for (uint32_t half = 0; half < 2; half++) {
         for (uint32_t lanes = 1; lanes <= 4; lanes++) {
             char nm[48];
-            erf_name(kf_type_vec(half ? KF_SCALAR_F16 : KF_SCALAR_F32, lanes), nm, sizeof nm);
+            erf_name(vec_type(half ? KF_SCALAR_F16 : KF_SCALAR_F32, lanes), nm, sizeof nm);
             if (e.erf_used & (1u << (half * 4 + lanes - 1))) {
                 claim(&e, nm, "f");
             }

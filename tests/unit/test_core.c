@@ -6,6 +6,7 @@
 #include "fuse/plan_internal.h"
 #include "harness.h"
 #include "ir/ir_internal.h"
+#include "ir/ir_types.h"
 #include "ir/mutate.h"
 #include "ops/ops_internal.h"
 #include "runtime/runtime.h"
@@ -77,47 +78,40 @@ KT_CPU_TEST(unit, core_shape_helpers) {
              "f16");
 }
 
-/* The folders of src/ from the bottom up: a file may include headers of its own folder and of
- * folders below it (docs/architecture.md). */
-static const char *const layers[] = {"core", "util", "runtime", "wgsl",
+/* The layers of src/ from the bottom up: a file may include headers of its own layer and of
+ * layers below it (docs/architecture.md). A layer is a folder, or one header that stands below
+ * its folder: the IR's data (ir/ir_types.h), which the emitter reads, sits under src/wgsl while
+ * the IR's code, which calls the emitter, sits above it. */
+static const char *const layers[] = {"core", "util", "runtime", "ir/ir_types.h", "wgsl",
                                      "ir",   "ops",  "fuse",    "spec"};
 enum { LAYER_COUNT = sizeof layers / sizeof layers[0] };
 
-/* Includes that still run upward, each with the issue item that removes it. */
-static const char *const upward_allowed[][2] = {
-    /* the emitter reads the IR's types (nodes, statements, the kernel): wgsl/wgsl.h includes
-     * them, and is the only file of src/wgsl that does; the IR reaches the emitter only through
-     * wgsl/wgsl.h (#10 item 5) */
-    {"wgsl", "ir/ir_internal.h"},
-};
-
-static int layer_of(const char *folder, size_t n) {
+/* The layer of a path under src/ ("wgsl/emit.c", "ir/ir_types.h"): the header's own entry, else
+ * its folder's; -1 when it is in no layer. */
+static int layer_of(const char *path) {
     for (int i = 0; i < LAYER_COUNT; i++) {
-        if (strlen(layers[i]) == n && strncmp(layers[i], folder, n) == 0) {
+        if (strchr(layers[i], '/') && strcmp(layers[i], path) == 0) {
+            return i;
+        }
+    }
+    const char *slash = strchr(path, '/');
+    size_t n = slash ? (size_t)(slash - path) : strlen(path);
+    for (int i = 0; i < LAYER_COUNT; i++) {
+        if (!strchr(layers[i], '/') && strlen(layers[i]) == n && strncmp(layers[i], path, n) == 0) {
             return i;
         }
     }
     return -1;
 }
 
-static bool allowed(const char *folder, const char *header) {
-    for (size_t i = 0; i < sizeof upward_allowed / sizeof upward_allowed[0]; i++) {
-        if (strcmp(upward_allowed[i][0], folder) == 0 &&
-            strcmp(upward_allowed[i][1], header) == 0) {
-            return true;
-        }
-    }
-    return false;
-}
-
 /* Checks every #include "..." of one file; returns the first violation in bad (empty: none). */
-static void check_file(const char *path, const char *folder, char *bad, size_t bad_size) {
+static void check_file(const char *path, const char *rel, char *bad, size_t bad_size) {
     FILE *f = fopen(path, "r");
     if (!f) {
         snprintf(bad, bad_size, "cannot open %s", path);
         return;
     }
-    int own = layer_of(folder, strlen(folder));
+    int own = layer_of(rel);
     char line[512];
     while (!bad[0] && fgets(line, sizeof line, f)) {
         if (strncmp(line, "#include \"", 10) != 0) {
@@ -127,11 +121,10 @@ static void check_file(const char *path, const char *folder, char *bad, size_t b
         if (sscanf(line + 10, "%255[^\"]", header) != 1) {
             continue;
         }
-        const char *slash = strchr(header, '/');
-        if (!slash) {
+        if (!strchr(header, '/')) {
             continue; /* kfuse.h: the public API, which every layer may include */
         }
-        int target = layer_of(header, (size_t)(slash - header));
+        int target = layer_of(header);
 /* a message cut short is still a failure: gcc's truncation warning does not apply */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
@@ -139,8 +132,9 @@ static void check_file(const char *path, const char *folder, char *bad, size_t b
 #endif
         if (target < 0) {
             snprintf(bad, bad_size, "%s includes %s, of no known folder", path, header);
-        } else if (target > own && !allowed(folder, header)) {
-            snprintf(bad, bad_size, "%s (%s) includes %s, a folder above it", path, folder, header);
+        } else if (target > own) {
+            snprintf(bad, bad_size, "%s (layer %s) includes %s, of the layer %s above it", path,
+                     layers[own], header, layers[target]);
         }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
@@ -149,7 +143,8 @@ static void check_file(const char *path, const char *folder, char *bad, size_t b
     fclose(f);
 }
 
-static void check_folder(const char *dir, const char *folder, char *bad, size_t bad_size) {
+/* dir is src/ + rel, a folder; checks every .c and .h below it. */
+static void check_folder(const char *dir, const char *rel, char *bad, size_t bad_size) {
     DIR *d = opendir(dir);
     if (!d) {
         snprintf(bad, bad_size, "cannot open %s", dir);
@@ -160,14 +155,15 @@ static void check_folder(const char *dir, const char *folder, char *bad, size_t 
         if (e->d_name[0] == '.') {
             continue;
         }
-        char path[768];
+        char path[768], sub[512];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        snprintf(sub, sizeof sub, "%s/%s", rel, e->d_name);
         size_t n = strlen(e->d_name);
         if (n > 2 &&
             (strcmp(e->d_name + n - 2, ".c") == 0 || strcmp(e->d_name + n - 2, ".h") == 0)) {
-            check_file(path, folder, bad, bad_size);
+            check_file(path, sub, bad, bad_size);
         } else if (!strchr(e->d_name, '.')) {
-            check_folder(path, folder, bad, bad_size); /* fuse/rules belongs to fuse */
+            check_folder(path, sub, bad, bad_size); /* fuse/rules belongs to fuse */
         }
     }
     closedir(d);
@@ -183,7 +179,7 @@ KT_CPU_TEST(unit, core_layering_one_way) {
         if (e->d_name[0] == '.') {
             continue;
         }
-        if (layer_of(e->d_name, strlen(e->d_name)) < 0) {
+        if (layer_of(e->d_name) < 0) {
             snprintf(bad, sizeof bad, "src/%s is in no layer of the table", e->d_name);
             break;
         }
@@ -194,5 +190,49 @@ KT_CPU_TEST(unit, core_layering_one_way) {
     }
     closedir(d);
     KT_CHECK(!bad[0], "%s", bad);
-    KT_CHECK(folders == LAYER_COUNT, "%u folders in src/, %d in the table", folders, LAYER_COUNT);
+    uint32_t folder_layers = 0;
+    for (int i = 0; i < LAYER_COUNT; i++) {
+        folder_layers += strchr(layers[i], '/') == NULL;
+    }
+    KT_CHECK(folders == folder_layers, "%u folders in src/, %u in the table", folders,
+             folder_layers);
+}
+
+/* A header that is a layer of its own below its folder (ir/ir_types.h) holds types and inline
+ * readers only: a function it declared would be defined by its folder's code, so a layer below
+ * that includes it would call up. Every line at file scope that has a parenthesis must begin a
+ * `static inline` definition (or be a preprocessor line). */
+KT_CPU_TEST(unit, core_layer_headers_declare_no_functions) {
+    for (int i = 0; i < LAYER_COUNT; i++) {
+        if (!strchr(layers[i], '/')) {
+            continue;
+        }
+        char path[512];
+        snprintf(path, sizeof path, "%s/src/%s", KF_SOURCE_DIR, layers[i]);
+        FILE *f = fopen(path, "r");
+        KT_CHECK(f != NULL, "cannot open %s", path);
+        char line[512];
+        bool in_comment = false;
+        uint32_t number = 0, inline_defs = 0;
+        while (f && fgets(line, sizeof line, f)) {
+            number++;
+            line[strcspn(line, "\n")] = '\0';
+            bool starts_comment = strncmp(line, "/*", 2) == 0;
+            bool code = !in_comment && !starts_comment && line[0] != ' ' && line[0] != '\t' &&
+                        line[0] != '#' && line[0] != '}' && line[0] != '\0';
+            if (code && strchr(line, '(')) {
+                KT_CHECK(strncmp(line, "static inline ", 14) == 0, "%s:%u declares a function: %s",
+                         layers[i], number, line);
+                inline_defs++;
+            }
+            if (starts_comment || in_comment) {
+                in_comment = strstr(line, "*/") == NULL;
+            }
+        }
+        if (f) {
+            fclose(f);
+        }
+        KT_CHECK(inline_defs > 0, "%s: no inline reader seen (is the check reading it?)",
+                 layers[i]);
+    }
 }
