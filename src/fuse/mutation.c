@@ -8,7 +8,10 @@
  * were as built (so the change is its kernel's, not one arriving from upstream within the
  * upstream group's tolerance) against that group's tolerance; for operator checks, where only
  * kf_op_verify's error against the spec is seen, a mutant's error exceeding the original's by
- * more than the op's tolerance (which implies the change; such a mutant also fails the check). */
+ * more than the op's tolerance (which implies the change; such a mutant also fails the check).
+ *
+ * The plans are the caller's graphs (kf__mutation_options.plans: the standard ones are written
+ * in the graph language, src/spec/mutation_plans.c), so this layer parses nothing. */
 #include "fuse/plan_internal.h"
 #include "ir/mutate.h"
 
@@ -20,46 +23,12 @@
 
 #include "ops/ops_internal.h"
 
-/* The fused plans every mutant meets: deep ones (2 and 3 layer MLPs), norms feeding softmax,
- * element-wise chains side by side, f16, two training graphs. Small shapes, primes among them, so
- * a check is fast. */
-static const char *const plan_specs[] = {
-    "x: f32[24, 40]; w1: f32[40, 72]; b1: f32[72]; w2: f32[72, 10]; b2: f32[10]\n"
-    "h = matmul(x, w1) |> add(b1) |> gelu\n"
-    "y = matmul(h, w2) |> add(b2) |> softmax\nout y",
-    "x: f32[13, 48]; w1: f32[48, 64]; b1: f32[64]; w2: f32[64, 33]; b2: f32[33]\n"
-    "w3: f32[33, 7]\n"
-    "h1 = matmul(x, w1) |> add(b1) |> silu\nh2 = matmul(h1, w2) |> add(b2) |> tanh\n"
-    "y = matmul(h2, w3) |> log_softmax\nout y",
-    "x: f32[9, 130]; g: f32[130]; b: f32[130]\n"
-    "h = layernorm(x, g, b) |> gelu\ny = rmsnorm(h) |> softmax |> scale(3)\n"
-    "m = max(y)\ns = sum(h) |> sqrt\nout y, m, s",
-    "x: f32[37, 21]; r: f32[21]; c: f32[37, 1]; z: f32[37, 21]\n"
-    "a = x |> mul(r) |> add(c) |> exp\nb = z |> sigmoid |> sub(r) |> abs\n"
-    "d = z |> maximum(x) |> leaky_relu\nout a, b, d",
-    "x: f16[16, 40]; w: f16[40, 24]; b: f16[24]\n"
-    "y = matmul(x, w) |> add(b) |> relu |> softmax\nout y",
-    "x: f32[11, 64]; w: f32[64, 64]; b: f32[64]\n"
-    "t = transpose(x) |> mul(2)\nh = matmul(x, w) |> add(b) |> square |> mean\nout t, h",
-    /* a training step's graph: forward, loss and every weight's gradient (kf_graph_grad) */
-    "x: f32[12, 20]; w1: f32[20, 36]; b1: f32[36]; w2: f32[36, 5]; b2: f32[5]\n"
-    "h = matmul(x, w1) |> add(b1) |> gelu\nlogits = matmul(h, w2) |> add(b2)\n"
-    "loss = mean(mean(square(logits)))\ndw1, db1, dw2, db2 = grad(loss, w1, b1, w2, b2)\n"
-    "out loss, dw1, db1, dw2, db2",
-    /* a classifier's step: the loss with dlogits in one kernel, a linear layer's and a norm's
-     * weight and bias gradients each in one (the backward rules' kernels with two outputs) */
-    "x: f32[12, 20]; labels: i32[12]; w: f32[20, 7]; b: f32[7]; g: f32[20]; c: f32[20]\n"
-    "h = layernorm(x, g, c)\nlogits = matmul(h, w) |> add(b)\n"
-    "loss = cross_entropy(logits, labels)\ndw, db, dg, dc = grad(loss, w, b, g, c)\n"
-    "out loss, dw, db, dg, dc",
-};
-
 #define MAX_VALUES 32
 
 typedef struct check {
     bool plan;
     kf_verify_case vc;
-    const char *spec;
+    const kf_graph *graph; /* plans: the caller's (kf__mutation_options.plans) */
     char name[160];
     /* baseline */
     double err; /* op checks: kf_op_verify's error */
@@ -239,13 +208,13 @@ static kf_status list_checks(campaign *c) {
             }
         }
     }
-    for (uint32_t i = 0; i < sizeof plan_specs / sizeof plan_specs[0]; i++) {
+    for (uint32_t i = 0; i < c->o->plan_count; i++) {
         check *k = add_check(c);
         if (!k) {
             return KF_ERROR_OUT_OF_MEMORY;
         }
         k->plan = true;
-        k->spec = plan_specs[i];
+        k->graph = c->o->plans[i];
         snprintf(k->name, sizeof k->name, "plan %u", i + 1);
     }
     return KF_OK;
@@ -370,14 +339,10 @@ static verdict run_check(campaign *c, check *k, bool baseline, bool *mattered) {
         }
         return st == KF_OK ? PASSED : st == KF_ERROR_MISMATCH ? FAILED : BROKEN;
     }
-    kf_graph *g = NULL;
     kf_plan *p = NULL;
-    kf_spec_error err;
     verdict v = BROKEN;
-    if (kf_spec_parse(k->spec, strlen(k->spec), &g, &err) != KF_OK ||
-        kf_graph_compile(c->ctx, g, NULL, &p) != KF_OK) {
-        snprintf(c->why, sizeof c->why, "%s", g ? kf_context_last_error(c->ctx) : err.message);
-        kf_graph_destroy(g);
+    if (kf_graph_compile(c->ctx, k->graph, NULL, &p) != KF_OK) {
+        snprintf(c->why, sizeof c->why, "%s", kf_context_last_error(c->ctx));
         return BROKEN;
     }
     kf_plan_report rep;
@@ -392,7 +357,6 @@ static verdict run_check(campaign *c, check *k, bool baseline, bool *mattered) {
         v = st == KF_OK ? PASSED : BROKEN;
     }
     kf_plan_destroy(p);
-    kf_graph_destroy(g);
     return v;
 }
 

@@ -50,6 +50,11 @@ typedef struct kf__mutation_options {
     const char *filter;     /* only kernels whose name contains this (NULL: all) */
     FILE *log;              /* progress and survivors (NULL: quiet) */
     bool verbose;           /* every mutant, not only survivors */
+    /* The fused plans every mutant meets besides the operator checks: graphs the caller owns
+     * and keeps until the campaign returns, each compiled afresh for every run of its check.
+     * The standard ones: kf__mutation_plans_parse (src/spec/mutation_plans.c). */
+    kf_graph *const *plans;
+    uint32_t plan_count;
 } kf__mutation_options;
 
 typedef struct kf__mutation_result {

@@ -53,4 +53,13 @@ const char *kf__spec_token_str(const kf__token *t, char *buf, size_t size);
 uint32_t kf__spec_edit_distance(const char *a, size_t a_len, const char *b, size_t b_len,
                                 uint32_t cap);
 
+/* ---- mutation_plans.c: the fused plans of the mutation campaign (ir/mutate.h) ---- */
+
+#define KF__MUTATION_PLANS 8
+/* Parses the campaign's plans into out (kf__mutation_options.plans); on failure (which a test
+ * guards against) every graph is destroyed, out is all NULL and msg says which plan and why. */
+kf_status kf__mutation_plans_parse(kf_graph *out[KF__MUTATION_PLANS], char *msg, size_t msg_size);
+/* Destroys what kf__mutation_plans_parse made; NULL entries are skipped. */
+void kf__mutation_plans_destroy(kf_graph *plans[KF__MUTATION_PLANS]);
+
 #endif

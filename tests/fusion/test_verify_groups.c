@@ -9,6 +9,7 @@
 
 #include "ir/ir_internal.h"
 #include "ir/mutate.h"
+#include "spec/spec_internal.h"
 
 static kf_graph *parse(const char *text) {
     kf_graph *g = NULL;
@@ -152,8 +153,14 @@ KT_TEST(fusion, mutation_sample_kills_every_mutant_that_matters) {
            "--budget %.0f)\n",
            (unsigned long long)o.seed, budget, (unsigned long long)o.seed, budget);
     o.log = stdout;
+    kf_graph *plans[KF__MUTATION_PLANS];
+    char msg[300];
+    KT_CHECK_OK(kf__mutation_plans_parse(plans, msg, sizeof msg));
+    o.plans = plans;
+    o.plan_count = KF__MUTATION_PLANS;
     kf__mutation_result r;
     kf_status st = kf__mutation_run(ctx, &o, &r);
+    kf__mutation_plans_destroy(plans);
     KT_CHECK(st == KF_OK, "the campaign runs: %s: %s", kf_status_str(st),
              kf_context_last_error(ctx));
     printf("    %u mutants of %u kernels, %u tried: %u killed, %u did not run, %u survived "

@@ -574,3 +574,23 @@ KT_CPU_TEST(unit, spec_examples_parse) {
     closedir(d);
     KT_CHECK(count >= 6, "only %d examples in %s", count, dir);
 }
+
+KT_CPU_TEST(unit, spec_mutation_plans_parse) {
+    /* the campaign's plans are graph-language text parsed here, not in src/fuse: each parses,
+     * has outputs, and a training plan holds its gradient nodes */
+    kf_graph *plans[KF__MUTATION_PLANS];
+    char msg[300];
+    KT_CHECK_OK(kf__mutation_plans_parse(plans, msg, sizeof msg));
+    KT_CHECK(msg[0] == '\0', "no message on success: %s", msg);
+    uint32_t with_grad = 0;
+    for (uint32_t i = 0; i < KF__MUTATION_PLANS; i++) {
+        KT_CHECK(plans[i] && kf_graph_output_count(plans[i]) > 0, "plan %u has outputs", i + 1);
+        with_grad += kf_graph_output_count(plans[i]) == 5;
+    }
+    KT_CHECK(with_grad == 2, "the two training plans have a loss and four gradients (%u)",
+             with_grad);
+    kf__mutation_plans_destroy(plans);
+    for (uint32_t i = 0; i < KF__MUTATION_PLANS; i++) {
+        KT_CHECK(plans[i] == NULL, "destroy clears plan %u", i + 1);
+    }
+}

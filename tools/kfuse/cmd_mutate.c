@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ir/mutate.h"
+#include "spec/spec_internal.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: kfuse mutate [--seed N] [--budget SECONDS] [--quick] [--kernel TEXT] "
@@ -72,8 +73,18 @@ int kf_cmd_mutate(int argc, char **argv) {
     }
     printf("seed %llu%s\n", (unsigned long long)o.seed, o.budget_s > 0 ? " (sample)" : "");
     fflush(stdout);
+    kf_graph *plans[KF__MUTATION_PLANS];
+    char msg[300];
+    if (kf__mutation_plans_parse(plans, msg, sizeof msg) != KF_OK) {
+        fprintf(stderr, "kfuse mutate: %s\n", msg);
+        kf_context_destroy(ctx);
+        return 1;
+    }
+    o.plans = plans;
+    o.plan_count = KF__MUTATION_PLANS;
     kf__mutation_result r;
     kf_status st = kf__mutation_run(ctx, &o, &r);
+    kf__mutation_plans_destroy(plans);
     if (st != KF_OK) {
         fprintf(stderr, "kfuse mutate: %s: %s\n", kf_status_str(st), kf_context_last_error(ctx));
         kf_context_destroy(ctx);
