@@ -124,49 +124,63 @@ KT_CPU_TEST(ops, broadcast_rules) {
              "kf_op_shape refuses");
 }
 
+/* The registry as src/ops/op_list.h declares it, read here the way registry.c reads it: line
+ * KF__OP(NAME) is the record kf__op_NAME, named "NAME". A new operator needs no edit here. */
+typedef struct listed_op {
+    const char *name;
+    const kf_operator *op;
+} listed_op;
+#define KF__OP(NAME) {#NAME, &kf__op_##NAME},
+static const listed_op listed_ops[] = {
+#include "ops/op_list.h"
+};
+#undef KF__OP
+
 KT_CPU_TEST(ops, registry_lists_every_op) {
-    static const char *const names[] = {
-        "relu", "leaky_relu", "sigmoid", "tanh", "gelu", "gelu_exact", "silu", "exp", "log", "neg",
-        "abs", "sqrt", "square", "reciprocal", "add", "sub", "mul", "div", "maximum", "scale",
-        "affine", "copy", "transpose", "reshape", "permute", "slice", "concat", "embedding",
-        "matmul", "sum", "mean", "max", "softmax", "log_softmax", "rmsnorm", "layernorm",
-        "cross_entropy", "attention", "rope", "swiglu", "sum_leading", "sum_to", "broadcast_to",
-        /* backward operators */
-        "relu_grad", "leaky_relu_grad", "sigmoid_grad", "tanh_grad", "gelu_grad", "gelu_exact_grad",
-        "silu_grad", "exp_grad", "log_grad", "abs_grad", "sqrt_grad", "square_grad",
-        "reciprocal_grad", "div_grad_b", "maximum_grad_a", "maximum_grad_b", "matmul_grad_a",
-        "matmul_grad_b", "sum_grad", "mean_grad", "max_grad", "softmax_grad", "log_softmax_grad",
-        "rmsnorm_grad_x", "rmsnorm_grad_w", "layernorm_grad_x", "layernorm_grad_w",
-        "cross_entropy_grad", "slice_grad", "embedding_grad",
-        /* attention's backward (its helpers are not backward operators: see attention.c) */
-        "attention_grad_prep", "attention_grad_q", "attention_grad_k", "attention_grad_v",
-        "rope_grad", "swiglu_grad_a", "swiglu_grad_b"};
-    uint32_t n = (uint32_t)(sizeof names / sizeof names[0]);
-    KT_CHECK(kf_op_count() == n, "%u operators, expected %u", kf_op_count(), n);
+    uint32_t n = (uint32_t)(sizeof listed_ops / sizeof listed_ops[0]);
+    KT_CHECK(kf_op_count() == n, "%u operators, op_list.h has %u", kf_op_count(), n);
     for (uint32_t i = 0; i < n; i++) {
-        const kf_operator *op = kf_op_find(names[i]);
-        KT_CHECK(op != NULL, "no operator '%s'", names[i]);
+        KT_CHECK(kf_op_at(i) == listed_ops[i].op, "entry %u is not op_list.h's line %u (%s)", i, i,
+                 listed_ops[i].name);
+        KT_CHECK(!strcmp(listed_ops[i].op->name, listed_ops[i].name),
+                 "kf__op_%s is named '%s': a record's name is its registry line's",
+                 listed_ops[i].name, listed_ops[i].op->name);
+        KT_CHECK(kf_op_find(listed_ops[i].name) == listed_ops[i].op, "kf_op_find('%s')",
+                 listed_ops[i].name);
+        for (uint32_t j = 0; j < i; j++) {
+            KT_CHECK(strcmp(listed_ops[i].name, listed_ops[j].name) != 0, "%s listed twice",
+                     listed_ops[i].name);
+        }
+        /* a backward operator's forward operator is registered too (so a forward operator whose
+         * line was dropped is seen through its gradient) */
+        const kf_operator *fwd = listed_ops[i].op->grad_of;
+        KT_CHECK(!fwd || kf_op_find(fwd->name) == fwd, "%s's grad_of (%s) is not registered",
+                 listed_ops[i].name, fwd ? fwd->name : "");
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        const kf_operator *op = listed_ops[i].op;
+        const char *name = listed_ops[i].name;
         /* a backward operator's gradient check is its forward's differences (grad_of); sum_to
          * has a spec_backward but no backward kernel (autodiff uses broadcast_to) */
         bool backward_op = op->grad_of != NULL;
         /* attention's gradient is three operators after attention_grad_prep (autodiff), not one
          * kernel_backward; the prep and gradient operators have only a forward */
-        bool attention_part = !strncmp(names[i], "attention", 9);
-        KT_CHECK(op->spec_forward &&
-                     (op->spec_backward || backward_op ||
-                      (attention_part && i > 0 && strcmp(names[i], "attention"))) &&
-                     op->kernel_forward &&
-                     (op->kernel_backward || backward_op || attention_part ||
-                      !strcmp(names[i], "sum_to")) &&
-                     op->shape && op->cases && op->case_count,
-                 "%s lacks part of its record", names[i]);
+        bool attention_part = !strncmp(name, "attention", 9);
+        KT_CHECK(
+            op->spec_forward &&
+                (op->spec_backward || backward_op ||
+                 (attention_part && i > 0 && strcmp(name, "attention"))) &&
+                op->kernel_forward &&
+                (op->kernel_backward || backward_op || attention_part || !strcmp(name, "sum_to")) &&
+                op->shape && op->cases && op->case_count,
+            "%s lacks part of its record", name);
         KT_CHECK(!backward_op || (!op->kernel_backward && !op->spec_backward &&
                                   op->grad_input < kf_op_arity(op->grad_of, &op->cases[0].params)),
-                 "%s: a backward operator's record", names[i]);
-        KT_CHECK(op->tolerance_f16 >= op->tolerance_f32, "%s: f16 tolerance below f32's", names[i]);
+                 "%s: a backward operator's record", name);
+        KT_CHECK(op->tolerance_f16 >= op->tolerance_f32, "%s: f16 tolerance below f32's", name);
         if (op->op_class == KF_OP_CLASS_ELEMENTWISE) {
             KT_CHECK(op->expr && (op->expr_backward || backward_op), "element-wise %s has no expr",
-                     names[i]);
+                     name);
         }
         /* 2^22 elements in an input or in the output */
         bool large = false;
@@ -179,10 +193,77 @@ KT_CPU_TEST(ops, registry_lists_every_op) {
                 large = large || kf_shape_elements(&oc->shapes[j]) >= (1u << 22);
             }
         }
-        KT_CHECK(large, "%s has no case of 2^22 elements or more", names[i]);
+        KT_CHECK(large, "%s has no case of 2^22 elements or more", name);
     }
     KT_CHECK(kf_op_find("nope") == NULL && kf_op_at(n) == NULL, "past the end");
     KT_CHECK(kf_op_arity(kf_op_find("add"), NULL) == 2, "add is binary");
+}
+
+/* docs/architecture.md's worked example of a new operator, leaky_relu (src/ops/elementwise.c
+ * and its line in op_list.h), doing what the page says its record gives it without another
+ * edit: its parameter in the language, the setter and the printer, its float64 spec, its IR run
+ * by the interpreter, its gradient against differences, and its backward operator. */
+KT_CPU_TEST(ops, registry_worked_example_leaky_relu) {
+    const kf_operator *op = kf_op_find("leaky_relu");
+    KT_CHECK(op == &kf__op_leaky_relu && op->expr && op->expr_backward, "found by its line");
+    kf_op_param_info info;
+    KT_CHECK(kf_op_param_count(op) == 1 && kf_op_param_info_at(op, 0, &info) == KF_OK &&
+                 !strcmp(info.name, "alpha") && info.type == KF_PARAM_TYPE_FLOAT &&
+                 info.default_value == 0.01,
+             "one float parameter, alpha, default 0.01");
+    kf_op_params p = {0};
+    KT_CHECK_OK(kf_op_param_set(op, &p, "alpha", 0.25, NULL, 0));
+
+    /* the spec and the interpreted kernel on 7 elements either side of 0 */
+    enum { N = 7 };
+    kf_shape shape = kf_shape_1d(N);
+    kf_tensor *x = NULL, *y = NULL;
+    KT_CHECK_OK(kf_tensor_create(&shape, &x));
+    KT_CHECK_OK(kf_tensor_create(&shape, &y));
+    for (uint32_t i = 0; i < N; i++) {
+        x->data[i] = kt_rand_f32(0.5f, 4.0f) * (i % 2 ? -1.0f : 1.0f);
+    }
+    KT_CHECK_OK(kf_op_spec_forward(op, (const kf_tensor *const *)&x, &p, y));
+    float got[N];
+    for (uint32_t i = 0; i < N; i++) {
+        got[i] = NAN; /* poisoned */
+    }
+    kf_kernel *k = op->kernel_forward(&shape, &p, KF_DTYPE_F32);
+    kf_host_buffer bufs[2] = {{x->data, sizeof(float) * N}, {got, sizeof got}};
+    kf_interp_desc d = {.buffers = bufs, .buffer_count = 2};
+    KT_CHECK(k && kf_kernel_interpret(k, &d) == KF_OK, "interpreted: %s",
+             k ? kf_kernel_error(k) : "no kernel");
+    kf_kernel_destroy(k);
+    for (uint32_t i = 0; i < N; i++) {
+        float want = x->data[i] < 0 ? 0.25f * x->data[i] : x->data[i];
+        KT_CHECK(fabsf(y->data[i] - want) <= 1e-6f * fabsf(want), "spec at %u: %g, want %g", i,
+                 (double)y->data[i], (double)want);
+        KT_CHECK(fabsf(got[i] - want) <= 1e-6f * fabsf(want), "kernel at %u: %g, want %g", i,
+                 (double)got[i], (double)want);
+    }
+    kf_tensor_destroy(x);
+    kf_tensor_destroy(y);
+
+    /* the language takes the parameter by position or name, and the printer shows it */
+    const char *text = "x: f32[3, 5]\ny = leaky_relu(x, alpha=0.25)\nz = leaky_relu(y, 0.5)\n"
+                       "out z";
+    kf_graph *g = NULL;
+    kf_spec_error err;
+    KT_CHECK(kf_spec_parse(text, strlen(text), &g, &err) == KF_OK, "parses: %s", err.message);
+    char *printed = kf_graph_format(g);
+    KT_CHECK(printed && strstr(printed, "alpha=0.25") && strstr(printed, "alpha=0.5"),
+             "printed with its parameter:\n%s", printed ? printed : "");
+    kf_free(printed);
+    kf_graph_destroy(g);
+
+    /* spec_backward against differences, and leaky_relu_grad as its backward operator */
+    kf_verify_case vc = {.op = op, .params = op->cases[0].params, .seed = kt_rand_u64()};
+    memcpy(vc.shapes, op->cases[0].shapes, sizeof vc.shapes);
+    kf_verify_result r;
+    KT_CHECK(kf_op_check_gradient(&vc, &r) == KF_OK, "gradient: %s", r.message);
+    uint32_t input = 9;
+    const kf_operator *grad = kf_op_find("leaky_relu_grad");
+    KT_CHECK(grad && kf_op_grad_of(grad, &input) == op && input == 0, "leaky_relu_grad");
 }
 
 KT_TEST(ops, gpu_tensor_round_trip) {
