@@ -181,20 +181,12 @@ static kf_kernel *transpose_kernel_forward(const kf_shape *in, const kf_op_param
         return NULL;
     }
     transpose_dims d = transpose_view(&in[0]);
-    kf_kernel_desc desc = {0};
-    desc.name = "transpose";
-    desc.workgroup_size[0] = KF__WORKGROUP;
-    desc.output = kf__dtype_type(dtype);
-    kf_kernel *k = kf_kernel_create(&desc);
+    kf_kernel *k = kf__kernel_1d("transpose", kf__dtype_type(dtype), kf_shape_elements(&out));
     if (!k) {
         return NULL;
     }
-    uint32_t groups[3];
-    kf__grid_1d(kf_shape_elements(&out), KF__WORKGROUP, groups);
-    kf_kernel_set_grid(k, groups);
     kf_binding a = kf__bind(k, "a", dtype, KF_ACCESS_READ);
-    kf_val e = kf_let(k, "e", kf_global_linear(k));
-    kf_if(k, kf_binary(k, KF_OP_LT, e, kf__u32(k, kf_shape_elements(&out))));
+    kf_val e = kf__each_element(k, "e", kf_shape_elements(&out));
     /* out is [batch, c, r]: element e of out holds in[batch, e % r, e / r] */
     kf_val src = kf_let(k, "src", transposed_index(k, e, d.r, d.c));
     kf__yield_f32(k, kf__load_f32(k, a, src, dtype), e, dtype);
@@ -209,22 +201,16 @@ static kf_kernel *transpose_kernel_backward(const kf_shape *in, const kf_op_para
         return NULL;
     }
     transpose_dims d = transpose_view(&in[0]);
-    kf_kernel_desc desc = {0};
-    desc.name = "transpose_backward";
-    desc.workgroup_size[0] = KF__WORKGROUP;
-    kf_kernel *k = kf_kernel_create(&desc);
+    kf_kernel *k = kf__kernel_1d("transpose_backward", kf_type_scalar(KF_SCALAR_VOID),
+                                 kf_shape_elements(&in[0]));
     if (!k) {
         return NULL;
     }
-    uint32_t groups[3];
-    kf__grid_1d(kf_shape_elements(&in[0]), KF__WORKGROUP, groups);
-    kf_kernel_set_grid(k, groups);
     kf__bind(k, "a", dtype, KF_ACCESS_READ);
     kf__bind(k, "out", dtype, KF_ACCESS_READ);
     kf_binding grad_out = kf__bind(k, "grad_out", dtype, KF_ACCESS_READ);
     kf_binding grad_in = kf__bind(k, "grad_in", dtype, KF_ACCESS_READ_WRITE);
-    kf_val e = kf_let(k, "e", kf_global_linear(k));
-    kf_if(k, kf_binary(k, KF_OP_LT, e, kf__u32(k, kf_shape_elements(&in[0]))));
+    kf_val e = kf__each_element(k, "e", kf_shape_elements(&in[0]));
     /* grad_in is [batch, r, c]: element e reads grad_out[batch, e % c, e / c] */
     kf_val src = kf_let(k, "src", transposed_index(k, e, d.c, d.r));
     kf__store_f32(k, grad_in, e, kf__load_f32(k, grad_out, src, dtype), dtype);

@@ -35,24 +35,16 @@
  * `extra` (if not NULL) a second read binding declared after it (sum_to's like). */
 static kf_kernel *column_sum_kernel(const char *name, uint64_t rows, uint32_t cols, kf_dtype dtype,
                                     const char *extra) {
-    kf_kernel_desc desc = {0};
-    desc.name = name;
-    desc.workgroup_size[0] = KF__WORKGROUP;
-    desc.output = kf__dtype_type(dtype);
-    kf_kernel *k = kf_kernel_create(&desc);
+    kf_kernel *k = kf__kernel_1d(name, kf__dtype_type(dtype), cols);
     if (!k) {
         return NULL;
     }
-    uint32_t groups[3];
-    kf__grid_1d(cols, KF__WORKGROUP, groups);
-    kf_kernel_set_grid(k, groups);
     kf_binding x = kf__bind(k, "x", dtype, KF_ACCESS_READ);
     if (extra) {
         kf__bind(k, extra, dtype, KF_ACCESS_READ);
     }
     kf_type f32 = kf_type_scalar(KF_SCALAR_F32);
-    kf_val col = kf_let(k, "col", kf_global_linear(k));
-    kf_if(k, kf_binary(k, KF_OP_LT, col, kf__u32(k, cols)));
+    kf_val col = kf__each_element(k, "col", cols);
     kf_var total = kf_declare(k, "total", f32, kf_lit_f32(k, 0));
     kf_val block = kf_for(k, "block", kf__u32(k, 0), kf__u32(k, rows), kf__u32(k, COLUMN_BLOCK));
     kf_var part = kf_declare(k, "part", f32, kf_lit_f32(k, 0));
@@ -138,22 +130,15 @@ static kf_kernel *sum_leading_kernel_backward(const kf_shape *in, const kf_op_pa
     }
     uint64_t n = kf_shape_elements(&in[0]);
     uint32_t cols = in[0].rank ? in[0].dims[in[0].rank - 1] : 1;
-    kf_kernel_desc desc = {0};
-    desc.name = "sum_leading_backward";
-    desc.workgroup_size[0] = KF__WORKGROUP;
-    kf_kernel *k = kf_kernel_create(&desc);
+    kf_kernel *k = kf__kernel_1d("sum_leading_backward", kf_type_scalar(KF_SCALAR_VOID), n);
     if (!k) {
         return NULL;
     }
-    uint32_t groups[3];
-    kf__grid_1d(n, KF__WORKGROUP, groups);
-    kf_kernel_set_grid(k, groups);
     kf__bind(k, "x", dtype, KF_ACCESS_READ);
     kf__bind(k, "out", dtype, KF_ACCESS_READ);
     kf_binding dy = kf__bind(k, "grad_out", dtype, KF_ACCESS_READ);
     kf_binding dx = kf__bind(k, "grad_in", dtype, KF_ACCESS_READ_WRITE);
-    kf_val i = kf_let(k, "i", kf_global_linear(k));
-    kf_if(k, kf_binary(k, KF_OP_LT, i, kf__u32(k, n)));
+    kf_val i = kf__each_element(k, "i", n);
     kf_val v = kf__load_f32(k, dy, kf_binary(k, KF_OP_MOD, i, kf__u32(k, cols)), dtype);
     kf__store_f32(k, dx, i, v, dtype);
     kf_end(k);
@@ -248,21 +233,13 @@ static kf_status sum_to_spec_backward(const kf_tensor *const *in, const kf_tenso
 
 /* A copy of x into the output (sum_to of equal shapes). */
 static kf_kernel *copy_kernel(uint64_t n, kf_dtype dtype) {
-    kf_kernel_desc desc = {0};
-    desc.name = "sum_to";
-    desc.workgroup_size[0] = KF__WORKGROUP;
-    desc.output = kf__dtype_type(dtype);
-    kf_kernel *k = kf_kernel_create(&desc);
+    kf_kernel *k = kf__kernel_1d("sum_to", kf__dtype_type(dtype), n);
     if (!k) {
         return NULL;
     }
-    uint32_t groups[3];
-    kf__grid_1d(n, KF__WORKGROUP, groups);
-    kf_kernel_set_grid(k, groups);
     kf_binding x = kf__bind(k, "x", dtype, KF_ACCESS_READ);
     kf__bind(k, "like", dtype, KF_ACCESS_READ);
-    kf_val i = kf_let(k, "i", kf_global_linear(k));
-    kf_if(k, kf_binary(k, KF_OP_LT, i, kf__u32(k, n)));
+    kf_val i = kf__each_element(k, "i", n);
     kf__yield_f32(k, kf__load_f32(k, x, i, dtype), i, dtype);
     kf_end(k);
     return k;

@@ -484,23 +484,15 @@ static kf_kernel *gather_kernel(const kf_operator *op, const kf_shape *in, const
         return NULL;
     }
     uint32_t arity = op->arity;
-    kf_kernel_desc desc = {0};
-    desc.name = op->name;
-    desc.workgroup_size[0] = KF__WORKGROUP;
-    desc.output = kf__dtype_type(dtype);
-    kf_kernel *k = kf_kernel_create(&desc);
+    kf_kernel *k = kf__kernel_1d(op->name, kf__dtype_type(dtype), kf_shape_elements(&out));
     if (!k) {
         return NULL;
     }
-    uint32_t groups[3];
-    kf__grid_1d(kf_shape_elements(&out), KF__WORKGROUP, groups);
-    kf_kernel_set_grid(k, groups);
     kf_binding b[2];
     for (uint32_t i = 0; i < arity; i++) {
         b[i] = kf__bind(k, i ? "b" : "a", dtype, KF_ACCESS_READ);
     }
-    kf_val e = kf_let(k, "e", kf_global_linear(k));
-    kf_if(k, kf_binary(k, KF_OP_LT, e, u32(k, kf_shape_elements(&out))));
+    kf_val e = kf__each_element(k, "e", kf_shape_elements(&out));
     kf_val v = {0};
     for (uint32_t i = 0; i < arity; i++) {
         kf_val take = {0};
@@ -524,24 +516,17 @@ typedef struct grad_gather {
 
 static bool grad_begin(grad_gather *g, const char *name, uint32_t arity, const kf_shape *target,
                        kf_dtype dtype) {
-    kf_kernel_desc desc = {0};
-    desc.name = name;
-    desc.workgroup_size[0] = KF__WORKGROUP;
-    g->k = kf_kernel_create(&desc);
+    g->k = kf__kernel_1d(name, kf_type_scalar(KF_SCALAR_VOID), kf_shape_elements(target));
     if (!g->k) {
         return false;
     }
-    uint32_t groups[3];
-    kf__grid_1d(kf_shape_elements(target), KF__WORKGROUP, groups);
-    kf_kernel_set_grid(g->k, groups);
     for (uint32_t i = 0; i < arity; i++) {
         kf__bind(g->k, i ? "b" : "a", dtype, KF_ACCESS_READ);
     }
     kf__bind(g->k, "out", dtype, KF_ACCESS_READ);
     g->grad_out = kf__bind(g->k, "grad_out", dtype, KF_ACCESS_READ);
     g->grad_in = kf__bind(g->k, "grad_in", dtype, KF_ACCESS_READ_WRITE);
-    g->e = kf_let(g->k, "e", kf_global_linear(g->k));
-    kf_if(g->k, kf_binary(g->k, KF_OP_LT, g->e, u32(g->k, kf_shape_elements(target))));
+    g->e = kf__each_element(g->k, "e", kf_shape_elements(target));
     return true;
 }
 
@@ -683,21 +668,13 @@ static kf_kernel *slice_grad_kernel(const kf_shape *in, const kf_op_params *p, k
         view_map_make(VIEW_SLICE, in, p, &m) != KF_OK) {
         return NULL;
     }
-    kf_kernel_desc desc = {0};
-    desc.name = "slice_grad";
-    desc.workgroup_size[0] = KF__WORKGROUP;
-    desc.output = kf__dtype_type(dtype);
-    kf_kernel *k = kf_kernel_create(&desc);
+    kf_kernel *k = kf__kernel_1d("slice_grad", kf__dtype_type(dtype), kf_shape_elements(&out));
     if (!k) {
         return NULL;
     }
-    uint32_t groups[3];
-    kf__grid_1d(kf_shape_elements(&out), KF__WORKGROUP, groups);
-    kf_kernel_set_grid(k, groups);
     kf__bind(k, "a", dtype, KF_ACCESS_READ);
     kf_binding dy = kf__bind(k, "dy", dtype, KF_ACCESS_READ);
-    kf_val e = kf_let(k, "e", kf_global_linear(k));
-    kf_if(k, kf_binary(k, KF_OP_LT, e, u32(k, kf_shape_elements(&out))));
+    kf_val e = kf__each_element(k, "e", kf_shape_elements(&out));
     kf_val inside;
     kf_val src = slice_inverse(k, &m, e, &inside);
     kf_val v = kf_select(k, kf_lit_f32(k, 0.0f), kf__load_f32(k, dy, src, dtype), inside);
