@@ -43,31 +43,6 @@ static const kf_op_case binary_grad_cases[] = {
 
 #define CASES(table) .cases = table, .case_count = sizeof table / sizeof table[0]
 
-/* NAME: the backward operator of FWD for input WHICH; ARITY: FWD's; NEEDS_Y: FWD's expr_backward
- * reads the forward value (sigmoid, tanh, exp, sqrt, reciprocal), recomputed here. */
-#define EW_GRAD(NAME, FWD, WHICH, ARITY, NEEDS_Y)                                                  \
-    static kf_val NAME##_expr(kf_kernel *k, const kf_val *x, const kf_op_params *p) {              \
-        const kf_operator *f = &kf__op_##FWD;                                                      \
-        kf_val y = NEEDS_Y ? f->expr(k, x, p) : x[0]; /* unread unless NEEDS_Y */                  \
-        return f->expr_backward(k, x, y, x[ARITY], WHICH, p);                                      \
-    }                                                                                              \
-    static kf_status NAME##_shape(const kf_shape *in, const kf_op_params *p, kf_shape *out,        \
-                                  char *msg, size_t msg_size) {                                    \
-        return kf__grad_shape(&kf__op_##NAME, in, p, out, msg, msg_size);                          \
-    }                                                                                              \
-    static kf_status NAME##_spec(const kf_tensor *const *in, const kf_op_params *p,                \
-                                 kf_tensor *out) {                                                 \
-        return kf__grad_spec_forward(&kf__op_##NAME, in, p, out);                                  \
-    }                                                                                              \
-    static kf_kernel *NAME##_kernel(const kf_shape *in, const kf_op_params *p, kf_dtype dtype) {   \
-        return kf__ew_kernel_forward(&kf__op_##NAME, in, p, dtype);                                \
-    }                                                                                              \
-    static void NAME##_grid(const kf_shape *in, const kf_op_params *p, int32_t which,              \
-                            uint32_t groups[3]) {                                                  \
-        (void)p, (void)which;                                                                      \
-        kf__ew_grid(in, ARITY + 1, -1, groups);                                                    \
-    }
-
 #define EW_GRAD_OP(NAME, FWD, WHICH, ARITY, ABOUT, TOL32, TABLE, LO, HI, NONZERO)                  \
     const kf_operator kf__op_##NAME = {.name = #NAME,                                              \
                                        .about = ABOUT,                                             \
@@ -87,22 +62,22 @@ static const kf_op_case binary_grad_cases[] = {
                                        .grad_of = &kf__op_##FWD,                                   \
                                        .grad_input = WHICH}
 
-EW_GRAD(relu_grad, relu, 0, 1, false)
-EW_GRAD(leaky_relu_grad, leaky_relu, 0, 1, false)
-EW_GRAD(sigmoid_grad, sigmoid, 0, 1, true)
-EW_GRAD(tanh_grad, tanh, 0, 1, true)
-EW_GRAD(gelu_grad, gelu, 0, 1, false)
-EW_GRAD(gelu_exact_grad, gelu_exact, 0, 1, false)
-EW_GRAD(silu_grad, silu, 0, 1, false)
-EW_GRAD(exp_grad, exp, 0, 1, true)
-EW_GRAD(log_grad, log, 0, 1, false)
-EW_GRAD(abs_grad, abs, 0, 1, false)
-EW_GRAD(sqrt_grad, sqrt, 0, 1, true)
-EW_GRAD(square_grad, square, 0, 1, false)
-EW_GRAD(reciprocal_grad, reciprocal, 0, 1, true)
-EW_GRAD(div_grad_b, div, 1, 2, false)
-EW_GRAD(maximum_grad_a, maximum, 0, 2, false)
-EW_GRAD(maximum_grad_b, maximum, 1, 2, false)
+KF__EW_GRAD_GLUE(relu_grad, relu, 0, 1, false)
+KF__EW_GRAD_GLUE(leaky_relu_grad, leaky_relu, 0, 1, false)
+KF__EW_GRAD_GLUE(sigmoid_grad, sigmoid, 0, 1, true)
+KF__EW_GRAD_GLUE(tanh_grad, tanh, 0, 1, true)
+KF__EW_GRAD_GLUE(gelu_grad, gelu, 0, 1, false)
+KF__EW_GRAD_GLUE(gelu_exact_grad, gelu_exact, 0, 1, false)
+KF__EW_GRAD_GLUE(silu_grad, silu, 0, 1, false)
+KF__EW_GRAD_GLUE(exp_grad, exp, 0, 1, true)
+KF__EW_GRAD_GLUE(log_grad, log, 0, 1, false)
+KF__EW_GRAD_GLUE(abs_grad, abs, 0, 1, false)
+KF__EW_GRAD_GLUE(sqrt_grad, sqrt, 0, 1, true)
+KF__EW_GRAD_GLUE(square_grad, square, 0, 1, false)
+KF__EW_GRAD_GLUE(reciprocal_grad, reciprocal, 0, 1, true)
+KF__EW_GRAD_GLUE(div_grad_b, div, 1, 2, false)
+KF__EW_GRAD_GLUE(maximum_grad_a, maximum, 0, 2, false)
+KF__EW_GRAD_GLUE(maximum_grad_b, maximum, 1, 2, false)
 
 EW_GRAD_OP(relu_grad, relu, 0, 1, "relu's gradient: dy where x > 0, else 0", 1e-6, unary_grad_cases,
            -4.0f, 4.0f, 0u);

@@ -151,6 +151,34 @@ kf_status kf__ew_spec_backward(kf__ew_scalar_grad_fn df, uint32_t arity, const k
     .kernel_forward = NAME##_kernel_forward, .kernel_backward = NAME##_kernel_backward,            \
     .expr = NAME##_expr, .expr_backward = NAME##_expr_backward, .grid = NAME##_grid
 
+/* The glue of NAME, the element-wise backward operator of FWD (an element-wise operator of ARITY
+ * inputs) for input WHICH: NAME##_expr (FWD's expr_backward at the element, dy its last input),
+ * shape rule, spec, kernel and grid, for the record kf__op_##NAME to list. NEEDS_Y: FWD's
+ * expr_backward reads the forward value (sigmoid, tanh, exp, sqrt, reciprocal), recomputed here.
+ * Used by elementwise_backward.c and by operator files with their own (swiglu.c). */
+#define KF__EW_GRAD_GLUE(NAME, FWD, WHICH, ARITY, NEEDS_Y)                                         \
+    static kf_val NAME##_expr(kf_kernel *k, const kf_val *x, const kf_op_params *p) {              \
+        const kf_operator *f = &kf__op_##FWD;                                                      \
+        kf_val y = NEEDS_Y ? f->expr(k, x, p) : x[0]; /* unread unless NEEDS_Y */                  \
+        return f->expr_backward(k, x, y, x[ARITY], WHICH, p);                                      \
+    }                                                                                              \
+    static kf_status NAME##_shape(const kf_shape *in, const kf_op_params *p, kf_shape *out,        \
+                                  char *msg, size_t msg_size) {                                    \
+        return kf__grad_shape(&kf__op_##NAME, in, p, out, msg, msg_size);                          \
+    }                                                                                              \
+    static kf_status NAME##_spec(const kf_tensor *const *in, const kf_op_params *p,                \
+                                 kf_tensor *out) {                                                 \
+        return kf__grad_spec_forward(&kf__op_##NAME, in, p, out);                                  \
+    }                                                                                              \
+    static kf_kernel *NAME##_kernel(const kf_shape *in, const kf_op_params *p, kf_dtype dtype) {   \
+        return kf__ew_kernel_forward(&kf__op_##NAME, in, p, dtype);                                \
+    }                                                                                              \
+    static void NAME##_grid(const kf_shape *in, const kf_op_params *p, int32_t which,              \
+                            uint32_t groups[3]) {                                                  \
+        (void)p, (void)which;                                                                      \
+        kf__ew_grid(in, ARITY + 1, -1, groups);                                                    \
+    }
+
 /* ---------------------------------------------------------------------------------------- */
 /* Backward operators (backward.c and the *_backward.c files)                               */
 /* ---------------------------------------------------------------------------------------- */

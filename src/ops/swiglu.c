@@ -5,8 +5,9 @@
  *   d/dgate = up s (1 + gate (1 - s)),  d/dup = gate s,  s = sigmoid(gate)
  *
  * Its backward operators swiglu_grad_a and swiglu_grad_b (gate, up, dy) are the same derivatives
- * times dy as element-wise expressions (like elementwise_backward.c's), so autodiff finds them by
- * name and the planner inlines them. Broadcasting as for every binary element-wise operator. */
+ * times dy as element-wise expressions, glued as elementwise_backward.c's are (KF__EW_GRAD_GLUE),
+ * so autodiff finds them by name and the planner inlines them. Broadcasting as for every binary
+ * element-wise operator. */
 #include "ops/ops_internal.h"
 
 #include <math.h>
@@ -82,25 +83,7 @@ const kf_operator kf__op_swiglu = {.name = "swiglu",
                                    CASES(swiglu_cases)};
 
 #define SWIGLU_GRAD(NAME, WHICH, ABOUT)                                                            \
-    static kf_val NAME##_expr(kf_kernel *k, const kf_val *x, const kf_op_params *p) {              \
-        return swiglu_expr_backward(k, x, x[0], x[2], WHICH, p);                                   \
-    }                                                                                              \
-    static kf_status NAME##_shape(const kf_shape *in, const kf_op_params *p, kf_shape *out,        \
-                                  char *msg, size_t msg_size) {                                    \
-        return kf__grad_shape(&kf__op_##NAME, in, p, out, msg, msg_size);                          \
-    }                                                                                              \
-    static kf_status NAME##_spec(const kf_tensor *const *in, const kf_op_params *p,                \
-                                 kf_tensor *out) {                                                 \
-        return kf__grad_spec_forward(&kf__op_##NAME, in, p, out);                                  \
-    }                                                                                              \
-    static kf_kernel *NAME##_kernel(const kf_shape *in, const kf_op_params *p, kf_dtype dtype) {   \
-        return kf__ew_kernel_forward(&kf__op_##NAME, in, p, dtype);                                \
-    }                                                                                              \
-    static void NAME##_grid(const kf_shape *in, const kf_op_params *p, int32_t which,              \
-                            uint32_t groups[3]) {                                                  \
-        (void)p, (void)which;                                                                      \
-        kf__ew_grid(in, 3, -1, groups);                                                            \
-    }                                                                                              \
+    KF__EW_GRAD_GLUE(NAME, swiglu, WHICH, 2, false)                                                \
     const kf_operator kf__op_##NAME = {.name = #NAME,                                              \
                                        .about = ABOUT,                                             \
                                        .op_class = KF_OP_CLASS_ELEMENTWISE,                        \
