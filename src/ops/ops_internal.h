@@ -151,6 +151,18 @@ kf_status kf__ew_spec_backward(kf__ew_scalar_grad_fn df, uint32_t arity, const k
     .kernel_forward = NAME##_kernel_forward, .kernel_backward = NAME##_kernel_backward,            \
     .expr = NAME##_expr, .expr_backward = NAME##_expr_backward, .grid = NAME##_grid
 
+/* NAME##_shape and NAME##_spec of the backward operator kf__op_##NAME: the rule and the spec
+ * every backward operator shares (kf__grad_shape, kf__grad_spec_forward, declared below). */
+#define KF__GRAD_GLUE(NAME)                                                                        \
+    static kf_status NAME##_shape(const kf_shape *in, const kf_op_params *p, kf_shape *out,        \
+                                  char *msg, size_t msg_size) {                                    \
+        return kf__grad_shape(&kf__op_##NAME, in, p, out, msg, msg_size);                          \
+    }                                                                                              \
+    static kf_status NAME##_spec(const kf_tensor *const *in, const kf_op_params *p,                \
+                                 kf_tensor *out) {                                                 \
+        return kf__grad_spec_forward(&kf__op_##NAME, in, p, out);                                  \
+    }
+
 /* The glue of NAME, the element-wise backward operator of FWD (an element-wise operator of ARITY
  * inputs) for input WHICH: NAME##_expr (FWD's expr_backward at the element, dy its last input),
  * shape rule, spec, kernel and grid, for the record kf__op_##NAME to list. NEEDS_Y: FWD's
@@ -162,14 +174,7 @@ kf_status kf__ew_spec_backward(kf__ew_scalar_grad_fn df, uint32_t arity, const k
         kf_val y = NEEDS_Y ? f->expr(k, x, p) : x[0]; /* unread unless NEEDS_Y */                  \
         return f->expr_backward(k, x, y, x[ARITY], WHICH, p);                                      \
     }                                                                                              \
-    static kf_status NAME##_shape(const kf_shape *in, const kf_op_params *p, kf_shape *out,        \
-                                  char *msg, size_t msg_size) {                                    \
-        return kf__grad_shape(&kf__op_##NAME, in, p, out, msg, msg_size);                          \
-    }                                                                                              \
-    static kf_status NAME##_spec(const kf_tensor *const *in, const kf_op_params *p,                \
-                                 kf_tensor *out) {                                                 \
-        return kf__grad_spec_forward(&kf__op_##NAME, in, p, out);                                  \
-    }                                                                                              \
+    KF__GRAD_GLUE(NAME)                                                                            \
     static kf_kernel *NAME##_kernel(const kf_shape *in, const kf_op_params *p, kf_dtype dtype) {   \
         return kf__ew_kernel_forward(&kf__op_##NAME, in, p, dtype);                                \
     }                                                                                              \

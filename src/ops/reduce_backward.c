@@ -343,22 +343,12 @@ static void broadcast_to_grid(const kf_shape *in, const kf_op_params *p, int32_t
 /* Backward operators of the row reductions                                                 */
 /* ---------------------------------------------------------------------------------------- */
 
-#define ROW_GRAD_GLUE(NAME)                                                                        \
-    static kf_status NAME##_shape(const kf_shape *in, const kf_op_params *p, kf_shape *out,        \
-                                  char *msg, size_t msg_size) {                                    \
-        return kf__grad_shape(&kf__op_##NAME, in, p, out, msg, msg_size);                          \
-    }                                                                                              \
-    static kf_status NAME##_spec(const kf_tensor *const *in, const kf_op_params *p,                \
-                                 kf_tensor *out) {                                                 \
-        return kf__grad_spec_forward(&kf__op_##NAME, in, p, out);                                  \
-    }
-
-ROW_GRAD_GLUE(sum_grad)
-ROW_GRAD_GLUE(mean_grad)
-ROW_GRAD_GLUE(max_grad)
-ROW_GRAD_GLUE(softmax_grad)
-ROW_GRAD_GLUE(log_softmax_grad)
-ROW_GRAD_GLUE(cross_entropy_grad)
+KF__GRAD_GLUE(sum_grad)
+KF__GRAD_GLUE(mean_grad)
+KF__GRAD_GLUE(max_grad)
+KF__GRAD_GLUE(softmax_grad)
+KF__GRAD_GLUE(log_softmax_grad)
+KF__GRAD_GLUE(cross_entropy_grad)
 
 static kf_kernel *sum_grad_kernel(const kf_shape *in, const kf_op_params *p, kf_dtype dtype) {
     (void)p;

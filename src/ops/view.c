@@ -651,15 +651,7 @@ VIEW_GLUE(concat, VIEW_CONCAT)
 /* slice_grad: slice's backward operator (x, dy) -> x's shape, dy zero-padded                */
 /* ---------------------------------------------------------------------------------------- */
 
-static kf_status slice_grad_shape(const kf_shape *in, const kf_op_params *p, kf_shape *out,
-                                  char *msg, size_t msg_size) {
-    return kf__grad_shape(&kf__op_slice_grad, in, p, out, msg, msg_size);
-}
-
-static kf_status slice_grad_spec(const kf_tensor *const *in, const kf_op_params *p,
-                                 kf_tensor *out) {
-    return kf__grad_spec_forward(&kf__op_slice_grad, in, p, out);
-}
+KF__GRAD_GLUE(slice_grad)
 
 static kf_kernel *slice_grad_kernel(const kf_shape *in, const kf_op_params *p, kf_dtype dtype) {
     view_map m;
