@@ -1,6 +1,6 @@
-/* The mutation campaign (ir/mutate.h): operator checks (kf_op_verify) and fused plans
- * (kf_plan_verify) run once as built, recording which kernels each compiles; then every mutant
- * of those kernels, one at a time, against the checks that compile its kernel.
+/* The mutation campaign (fuse/mutation.h; its mutants: ir/mutate.h): operator checks (kf_op_verify)
+ * and fused plans (kf_plan_verify) run once as built, recording which kernels each compiles; then
+ * every mutant of those kernels, one at a time, against the checks that compile its kernel.
  *
  * A mutant is killed when a check fails. A surviving mutant "matters" when it changed a
  * kernel's own result by more than the tolerance documented for it, against the original
@@ -12,6 +12,7 @@
  *
  * The plans are the caller's graphs (kf__mutation_options.plans: the standard ones are written
  * in the graph language, src/spec/mutation_plans.c), so this layer parses nothing. */
+#include "fuse/mutation.h"
 #include "fuse/plan_internal.h"
 #include "ir/mutate.h"
 

@@ -53,7 +53,7 @@ const char *kf__spec_token_str(const kf__token *t, char *buf, size_t size);
 uint32_t kf__spec_edit_distance(const char *a, size_t a_len, const char *b, size_t b_len,
                                 uint32_t cap);
 
-/* ---- mutation_plans.c: the fused plans of the mutation campaign (ir/mutate.h) ---- */
+/* ---- mutation_plans.c: the fused plans of the mutation campaign (fuse/mutation.h) ---- */
 
 #define KF__MUTATION_PLANS 8
 /* Parses the campaign's plans into out (kf__mutation_options.plans); on failure (which a test

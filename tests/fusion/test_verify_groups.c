@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ir/ir_internal.h"
+#include "fuse/mutation.h"
 #include "ir/mutate.h"
 #include "spec/spec_internal.h"
 

@@ -3,6 +3,7 @@
  * folder of src/ includes a header of a folder above it. */
 #include "core/core.h"
 #include "fuse/fuse_internal.h"
+#include "fuse/mutation.h"
 #include "fuse/plan_internal.h"
 #include "harness.h"
 #include "ir/ir_internal.h"
@@ -235,4 +236,204 @@ KT_CPU_TEST(unit, core_layer_headers_declare_no_functions) {
         KT_CHECK(inline_defs > 0, "%s: no inline reader seen (is the check reading it?)",
                  layers[i]);
     }
+}
+
+/* ---- calls: the include check's twin for calls through the public header ---------------- */
+
+/* The text of a source file with comments, string and character literals and preprocessor lines
+ * (with their continuations) blanked, newlines kept; NULL when unreadable. free() it. */
+static char *read_code(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        return NULL;
+    }
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = size >= 0 ? malloc((size_t)size + 1) : NULL;
+    size_t n = s ? fread(s, 1, (size_t)size, f) : 0;
+    fclose(f);
+    if (!s) {
+        return NULL;
+    }
+    s[n] = '\0';
+    bool line_start = true;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (c == '/' && s[i + 1] == '*') {
+            for (; i < n && !(s[i] == '*' && s[i + 1] == '/'); i++) {
+                s[i] = s[i] == '\n' ? '\n' : ' ';
+            }
+            if (i < n) {
+                s[i] = s[i + 1] = ' ';
+                i++;
+            }
+        } else if (c == '/' && s[i + 1] == '/') {
+            for (; i < n && s[i] != '\n'; i++) {
+                s[i] = ' ';
+            }
+        } else if (c == '"' || c == '\'') {
+            s[i] = ' ';
+            for (i++; i < n && s[i] != c && s[i] != '\n'; i++) {
+                if (s[i] == '\\' && i + 1 < n) {
+                    s[i++] = ' ';
+                }
+                s[i] = ' ';
+            }
+            if (i < n && s[i] == c) {
+                s[i] = ' ';
+            }
+        } else if (c == '#' && line_start) {
+            for (; i < n && !(s[i] == '\n' && s[i - 1] != '\\'); i++) {
+                s[i] = ' ';
+            }
+        }
+        if (i < n) {
+            line_start = s[i] == '\n' || (line_start && (s[i] == ' ' || s[i] == '\t'));
+        }
+    }
+    return s;
+}
+
+static bool ident_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+typedef struct fn_layer {
+    char name[80];
+    int layer;
+} fn_layer;
+
+typedef struct call_scan {
+    fn_layer *defs;
+    uint32_t def_count, def_cap;
+    uint32_t files, calls; /* calls checked, for the test's own sanity */
+    char bad[1024];
+} call_scan;
+
+static int def_layer(const call_scan *cs, const char *name) {
+    for (uint32_t i = 0; i < cs->def_count; i++) {
+        if (!strcmp(cs->defs[i].name, name)) {
+            return cs->defs[i].layer;
+        }
+    }
+    return -1;
+}
+
+/* One file: with `define`, records the kf_ / kf__ functions it defines (not static); else checks
+ * that each call of such a function is to one of the file's own layer or below. */
+static void scan_calls(call_scan *cs, const char *path, const char *rel, bool define) {
+    char *s = read_code(path);
+    if (!s) {
+        snprintf(cs->bad, sizeof cs->bad, "cannot read %s", path);
+        return;
+    }
+    cs->files++;
+    int own = layer_of(rel);
+    int braces = 0;
+    bool is_static = false; /* the file-scope declaration being read began with `static` */
+    for (size_t i = 0; s[i] && !cs->bad[0]; i++) {
+        char c = s[i];
+        if (c == '{') {
+            braces++;
+        } else if (c == '}') {
+            braces--;
+            is_static = braces == 0 ? false : is_static;
+        } else if (c == ';' && braces == 0) {
+            is_static = false;
+        }
+        if (!ident_char(c) || (i > 0 && ident_char(s[i - 1]))) {
+            continue;
+        }
+        size_t end = i;
+        while (ident_char(s[end])) {
+            end++;
+        }
+        char name[80];
+        size_t len = end - i < sizeof name - 1 ? end - i : sizeof name - 1;
+        memcpy(name, s + i, len);
+        name[len] = '\0';
+        if (braces == 0 && !strcmp(name, "static")) {
+            is_static = true;
+        }
+        size_t j = end;
+        while (s[j] == ' ' || s[j] == '\t' || s[j] == '\n' || s[j] == '\r') {
+            j++;
+        }
+        bool kf_name = strncmp(name, "kf_", 3) == 0;
+        if (kf_name && s[j] == '(' && braces == 0 && define && !is_static) {
+            int depth = 0; /* a definition: its parameter list, then its body */
+            size_t k = j;
+            for (; s[k]; k++) {
+                depth += s[k] == '(' ? 1 : s[k] == ')' ? -1 : 0;
+                if (depth == 0) {
+                    break;
+                }
+            }
+            for (k += s[k] ? 1 : 0; s[k] == ' ' || s[k] == '\n' || s[k] == '\t'; k++) {
+            }
+            if (s[k] == '{' && def_layer(cs, name) < 0) {
+                if (cs->def_count == cs->def_cap) {
+                    cs->def_cap = cs->def_cap ? 2 * cs->def_cap : 256;
+                    cs->defs = realloc(cs->defs, cs->def_cap * sizeof *cs->defs);
+                }
+                snprintf(cs->defs[cs->def_count].name, sizeof cs->defs[0].name, "%s", name);
+                cs->defs[cs->def_count++].layer = own;
+            }
+        } else if (kf_name && s[j] == '(' && braces > 0 && !define) {
+            int target = def_layer(cs, name);
+            cs->calls += target >= 0;
+            if (target > own) {
+                snprintf(cs->bad, sizeof cs->bad,
+                         "%s (layer %s) calls %s, of the layer %s above it", rel, layers[own], name,
+                         layers[target]);
+            }
+        }
+        i = end - 1;
+    }
+    free(s);
+}
+
+static void scan_folder(call_scan *cs, const char *dir, const char *rel, bool define) {
+    DIR *d = opendir(dir);
+    if (!d) {
+        snprintf(cs->bad, sizeof cs->bad, "cannot open %s", dir);
+        return;
+    }
+    struct dirent *e;
+    while (!cs->bad[0] && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') {
+            continue;
+        }
+        char path[768], sub[512];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        snprintf(sub, sizeof sub, "%s%s%s", rel, rel[0] ? "/" : "", e->d_name);
+        size_t n = strlen(e->d_name);
+        if (n > 2 &&
+            (strcmp(e->d_name + n - 2, ".c") == 0 || strcmp(e->d_name + n - 2, ".h") == 0)) {
+            scan_calls(cs, path, sub, define);
+        } else if (!strchr(e->d_name, '.')) {
+            scan_folder(cs, path, sub, define);
+        }
+    }
+    closedir(d);
+}
+
+/* The include check cannot see a call through the public header (kfuse.h declares every layer's
+ * API): a function of src/ calls no function, public or internal, defined in a layer above its
+ * own. Definitions are found by their bodies, calls inside function bodies; macro bodies are not
+ * read. */
+KT_CPU_TEST(unit, core_calls_one_way) {
+    call_scan cs = {0};
+    scan_folder(&cs, KF_SOURCE_DIR "/src", "", true);
+    uint32_t defs = cs.def_count, files = cs.files;
+    scan_folder(&cs, KF_SOURCE_DIR "/src", "", false);
+    KT_CHECK(!cs.bad[0], "%s", cs.bad);
+    /* the scan saw the library: hundreds of functions, most of them called from another file */
+    KT_CHECK(defs > 300 && files > 80 && cs.calls > 1000, "%u definitions in %u files, %u calls",
+             defs, files, cs.calls);
+    KT_CHECK(def_layer(&cs, "kf_spec_parse") == layer_of("spec/parser.c") &&
+                 def_layer(&cs, "kf__wgsl_emit") == layer_of("wgsl/emit.c"),
+             "definitions placed by their files");
+    free(cs.defs);
 }

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ir/mutate.h"
+#include "fuse/mutation.h"
 #include "spec/spec_internal.h"
 
 static void usage(FILE *f) {
