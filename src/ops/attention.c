@@ -39,6 +39,7 @@
  * workgroup, so the barriers stay in uniform control flow. Rows past T are computed as row T - 1
  * and not yielded. Accumulation is in f32 for f16 tensors too.
  */
+#include "ops/attention.h"
 #include "ops/ops_internal.h"
 #include "ops/rowwise.h"
 
@@ -55,7 +56,7 @@
 
 typedef enum attn_role { ROLE_OUT = 0, ROLE_PREP, ROLE_DQ, ROLE_DK, ROLE_DV } attn_role;
 
-static const kf__param attn_params[] = {
+const kf__param kf__attn_params[KF__ATTN_PARAM_COUNT] = {
     {.name = "causal",
      .about = "query i attends to keys 0..i only",
      KF__BOOL,
@@ -72,16 +73,15 @@ static const kf__param attn_params[] = {
 static const kf__input attn_inputs[] = {{.name = "q"}, {.name = "k"}, {.name = "v"}};
 static const kf__input prep_inputs[] = {
     {.name = "q"}, {.name = "k"}, {.name = "v"}, {.name = "dy"}};
-static const kf__input grad_inputs[] = {{.name = "q"}, {.name = "k"}, {.name = "v"}, {.name = "g"}};
 
 static bool attn_causal(const kf_op_params *p) {
     kf_op_params none = {0};
-    return kf__param_value(p ? p : &none, &attn_params[0]) != 0;
+    return kf__param_value(p ? p : &none, &kf__attn_params[0]) != 0;
 }
 
 static double attn_scale(const kf_op_params *p, uint32_t d) {
     kf_op_params none = {0};
-    double s = kf__param_value(p ? p : &none, &attn_params[1]);
+    double s = kf__param_value(p ? p : &none, &kf__attn_params[1]);
     return s != 0 ? s : 1.0 / sqrt((double)d);
 }
 
@@ -156,22 +156,6 @@ static kf_status prep_shape(const kf_shape *in, const kf_op_params *p, kf_shape 
     return st;
 }
 
-static kf_status grad_shape(const char *name, uint32_t which, const kf_shape *in, kf_shape *out,
-                            char *msg, size_t msg_size) {
-    char a[64], b[64];
-    kf_status st = qkv_check(name, in, msg, msg_size);
-    kf_shape want = st == KF_OK ? packed_shape(&in[0]) : in[0];
-    if (st == KF_OK && !kf_shape_eq(&in[3], &want)) {
-        return kf__shape_error(msg, msg_size,
-                               "%s: g must be %s (attention_grad_prep's output), got %s", name,
-                               kf_shape_str(&want, a, sizeof a), kf_shape_str(&in[3], b, sizeof b));
-    }
-    if (st == KF_OK) {
-        *out = in[which];
-    }
-    return st;
-}
-
 /* ---------------------------------------------------------------------------------------- */
 /* Specifications                                                                           */
 /* ---------------------------------------------------------------------------------------- */
@@ -235,117 +219,6 @@ static kf_status attention_spec_forward(const kf_tensor *const *in, const kf_op_
     return KF_OK;
 }
 
-/* One head's backward: do_i at dout + i * dout_stride; lse_i and delta_i at stats + i *
- * dout_stride (+ 1), or recomputed from q, k, v and do when stats is NULL; into the float64
- * accumulators dq, dk, dv (those not NULL), which the caller zeroes. */
-typedef struct spec_grad {
-    const float *q, *k, *v;
-    const float *dout; /* do rows, `dout_stride` apart */
-    uint32_t dout_stride;
-    const float *stats;
-    double *dq, *dk, *dv;
-} spec_grad;
-
-static void spec_head_backward(const spec_grad *s, attn_dims a, double scale, bool causal,
-                               double *p, double *dp) {
-    for (uint32_t i = 0; i < a.t; i++) {
-        uint32_t last = last_key(i, a.t, causal);
-        const float *dout = s->dout + (uint64_t)i * s->dout_stride;
-        if (s->stats) {
-            /* P from the given lse, exp(s - lse), not normalised again; delta as given */
-            double lse = s->stats[(uint64_t)i * s->dout_stride];
-            for (uint32_t j = 0; j < a.t; j++) {
-                double sc = 0;
-                for (uint32_t d = 0; j <= last && d < a.d; d++) {
-                    sc += (double)s->q[(uint64_t)i * a.d + d] * s->k[(uint64_t)j * a.d + d];
-                }
-                p[j] = j <= last ? exp(sc * scale - lse) : 0.0;
-            }
-        } else {
-            spec_row(s->q, s->k, a, scale, causal, i, p);
-        }
-        double delta = 0;
-        for (uint32_t j = 0; j <= last; j++) {
-            dp[j] = 0;
-            for (uint32_t d = 0; d < a.d; d++) {
-                dp[j] += (double)dout[d] * s->v[(uint64_t)j * a.d + d];
-            }
-            delta += p[j] * dp[j];
-        }
-        if (s->stats) {
-            delta = s->stats[(uint64_t)i * s->dout_stride + 1];
-        }
-        for (uint32_t j = 0; j <= last; j++) {
-            double ds = p[j] * (dp[j] - delta);
-            for (uint32_t d = 0; d < a.d; d++) {
-                if (s->dq) {
-                    s->dq[(uint64_t)i * a.d + d] += scale * ds * s->k[(uint64_t)j * a.d + d];
-                }
-                if (s->dk) {
-                    s->dk[(uint64_t)j * a.d + d] += scale * ds * s->q[(uint64_t)i * a.d + d];
-                }
-                if (s->dv) {
-                    s->dv[(uint64_t)j * a.d + d] += p[j] * dout[d];
-                }
-            }
-        }
-    }
-}
-
-/* Runs spec_head_backward over every head into grads[0..3) (NULL entries skipped); g: the
- * packed tensor (NULL: dy and recomputed statistics). */
-static kf_status spec_backward_all(const kf_tensor *const *in, const kf_tensor *dy,
-                                   const kf_tensor *g, bool own_stats, const kf_op_params *p,
-                                   kf_tensor *const *grads) {
-    attn_dims a = dims_of(&in[0]->shape);
-    uint64_t head_elems = (uint64_t)a.t * a.d;
-    double *acc[3] = {0};
-    double *prob = malloc(a.t * sizeof *prob), *dp = malloc(a.t * sizeof *dp);
-    kf_status st = prob && dp ? KF_OK : KF_ERROR_OUT_OF_MEMORY;
-    for (int w = 0; w < 3 && st == KF_OK; w++) {
-        if (grads[w]) {
-            acc[w] = malloc(head_elems * sizeof *acc[w]);
-            st = acc[w] ? KF_OK : KF_ERROR_OUT_OF_MEMORY;
-        }
-    }
-    double scale = attn_scale(p, a.d);
-    for (uint32_t h = 0; h < a.bh && st == KF_OK; h++) {
-        uint64_t head = (uint64_t)h * head_elems;
-        for (int w = 0; w < 3; w++) {
-            if (acc[w]) {
-                memset(acc[w], 0, head_elems * sizeof *acc[w]);
-            }
-        }
-        spec_grad s = {.q = in[0]->data + head,
-                       .k = in[1]->data + head,
-                       .v = in[2]->data + head,
-                       .dq = acc[0],
-                       .dk = acc[1],
-                       .dv = acc[2]};
-        if (g) {
-            uint64_t ghead = (uint64_t)h * a.t * (a.d + 2);
-            s.dout = g->data + ghead;
-            s.dout_stride = a.d + 2;
-            s.stats = own_stats ? NULL : g->data + ghead + a.d;
-        } else {
-            s.dout = dy->data + head;
-            s.dout_stride = a.d;
-        }
-        spec_head_backward(&s, a, scale, attn_causal(p), prob, dp);
-        for (int w = 0; w < 3; w++) {
-            for (uint64_t e = 0; acc[w] && e < head_elems; e++) {
-                grads[w]->data[head + e] = (float)acc[w][e];
-            }
-        }
-    }
-    for (int w = 0; w < 3; w++) {
-        free(acc[w]);
-    }
-    free(prob);
-    free(dp);
-    return st;
-}
-
 static kf_status attention_spec_backward(const kf_tensor *const *in, const kf_tensor *out,
                                          const kf_tensor *grad_out, const kf_op_params *p,
                                          kf_tensor *const *grad_in) {
@@ -354,7 +227,7 @@ static kf_status attention_spec_backward(const kf_tensor *const *in, const kf_te
     if (st != KF_OK || !grad_in) {
         return st != KF_OK ? st : KF_ERROR_INVALID_ARGUMENT;
     }
-    return spec_backward_all(in, grad_out, NULL, false, p, grad_in);
+    return kf__attn_spec_backward(in, grad_out, NULL, false, p, grad_in);
 }
 
 static kf_status prep_spec(const kf_tensor *const *in, const kf_op_params *p, kf_tensor *out) {
@@ -391,24 +264,6 @@ static kf_status prep_spec(const kf_tensor *const *in, const kf_op_params *p, kf
     free(prob);
     return KF_OK;
 }
-
-/* dq (WHICH 0) normalises P itself and sums its own delta (attn_kernel says why): its spec is the
- * exact gradient from g's dy alone; dk and dv use g's lse and delta as given. */
-#define GRAD_SPEC(NAME, WHICH)                                                                     \
-    static kf_status NAME##_spec(const kf_tensor *const *in, const kf_op_params *p,                \
-                                 kf_tensor *out) {                                                 \
-        kf_status st = kf__spec_check_out(&kf__op_##NAME, in, p, out);                             \
-        if (st != KF_OK) {                                                                         \
-            return st;                                                                             \
-        }                                                                                          \
-        kf_tensor *grads[3] = {0};                                                                 \
-        grads[WHICH] = out;                                                                        \
-        return spec_backward_all(in, NULL, in[3], WHICH == 0, p, grads);                           \
-    }
-
-GRAD_SPEC(attention_grad_q, 0)
-GRAD_SPEC(attention_grad_k, 1)
-GRAD_SPEC(attention_grad_v, 2)
 
 /* ---------------------------------------------------------------------------------------- */
 /* The kernel                                                                               */
@@ -817,20 +672,6 @@ static void attn_grid(const kf_shape *in, const kf_op_params *p, int32_t which,
     groups[2] = 1;
 }
 
-#define GRAD_GLUE(NAME, WHICH, ROLE)                                                               \
-    static kf_status NAME##_shape(const kf_shape *in, const kf_op_params *p, kf_shape *out,        \
-                                  char *msg, size_t msg_size) {                                    \
-        (void)p;                                                                                   \
-        return grad_shape(#NAME, WHICH, in, out, msg, msg_size);                                   \
-    }                                                                                              \
-    static kf_kernel *NAME##_kernel(const kf_shape *in, const kf_op_params *p, kf_dtype dtype) {   \
-        return attn_kernel(ROLE, in, p, dtype);                                                    \
-    }
-
-GRAD_GLUE(attention_grad_q, 0, ROLE_DQ)
-GRAD_GLUE(attention_grad_k, 1, ROLE_DK)
-GRAD_GLUE(attention_grad_v, 2, ROLE_DV)
-
 /* ---------------------------------------------------------------------------------------- */
 /* Verification tables and operator records                                                 */
 /* ---------------------------------------------------------------------------------------- */
@@ -856,7 +697,6 @@ static const kf_op_case attn_cases[] = {
     {.shapes = {QKV(32, 16, 64, 128)}, .note = "large: 2^22 elements"},
 };
 
-#define PACK(B, H, T, D) QKV(B, H, T, D), SHAPE4(B, H, T, D + 2)
 #define PREP(B, H, T, D) QKV(B, H, T, D), SHAPE4(B, H, T, D)
 static const kf_op_case prep_cases[] = {
     {.shapes = {PREP(1, 1, 1, 8)}, .note = "T 1"},
@@ -866,17 +706,6 @@ static const kf_op_case prep_cases[] = {
     {.shapes = {PREP(1, 1, 37, 128)}, .note = "D 128"},
     {.shapes = {PREP(1, 1, 23, 97)}, .params = {.alpha = 0.3f}, .note = "D 97, scale 0.3"},
     {.shapes = {PREP(32, 16, 64, 128)}, .note = "large: 2^22 elements"},
-};
-static const kf_op_case grad_cases[] = {
-    {.shapes = {PACK(1, 1, 1, 8)}, .note = "T 1"},
-    {.shapes = {PACK(1, 2, 7, 8)}, .note = "T 7"},
-    {.shapes = {PACK(1, 2, 7, 8)}, .params = NONCAUSAL, .note = "T 7, not causal"},
-    {.shapes = {PACK(2, 1, 64, 64)}, .note = "T 64, D 64"},
-    {.shapes = {PACK(1, 2, 100, 8)}, .note = "T 100, D 8"},
-    {.shapes = {PACK(1, 1, 100, 64)}, .params = NONCAUSAL, .note = "T 100, D 64, not causal"},
-    {.shapes = {PACK(1, 1, 37, 128)}, .note = "D 128"},
-    {.shapes = {PACK(1, 1, 23, 97)}, .params = {.alpha = 0.3f}, .note = "D 97, scale 0.3"},
-    {.shapes = {PACK(32, 16, 64, 128)}, .note = "large: 2^22 elements"},
 };
 
 #define CASES(table) .cases = table, .case_count = sizeof table / sizeof table[0]
@@ -894,7 +723,7 @@ const kf_operator kf__op_attention = {
     .op_class = KF_OP_CLASS_ROW_REDUCTION,
     .arity = 3,
     KF__INPUTS(attn_inputs),
-    KF__PARAMS(attn_params),
+    KF__PARAMS(kf__attn_params),
     .shape = attention_shape,
     .spec_forward = attention_spec_forward,
     .spec_backward = attention_spec_backward,
@@ -913,7 +742,7 @@ const kf_operator kf__op_attention_grad_prep = {
     .op_class = KF_OP_CLASS_ROW_REDUCTION,
     .arity = 4,
     KF__INPUTS(prep_inputs),
-    KF__PARAMS(attn_params),
+    KF__PARAMS(kf__attn_params),
     .shape = prep_shape,
     .spec_forward = prep_spec,
     .kernel_forward = prep_kernel,
@@ -925,25 +754,36 @@ const kf_operator kf__op_attention_grad_prep = {
     CASES(prep_cases),
 };
 
-#define GRAD_OP(NAME, ABOUT)                                                                       \
-    const kf_operator kf__op_##NAME = {                                                            \
-        .name = #NAME,                                                                             \
-        .about = ABOUT,                                                                            \
-        .op_class = KF_OP_CLASS_ROW_REDUCTION,                                                     \
-        .arity = 4,                                                                                \
-        KF__INPUTS(grad_inputs),                                                                   \
-        KF__PARAMS(attn_params),                                                                   \
-        .shape = NAME##_shape,                                                                     \
-        .spec_forward = NAME##_spec,                                                               \
-        .kernel_forward = NAME##_kernel,                                                           \
-        .tolerance_f32 = 5e-4,                                                                     \
-        .tolerance_f16 = 2e-3,                                                                     \
-        .input_lo = -1.0f,                                                                         \
-        .input_hi = 1.0f,                                                                          \
-        .grid = attn_grid,                                                                         \
-        CASES(grad_cases),                                                                         \
-    }
+/* ---------------------------------------------------------------------------------------- */
+/* Shared with attention_grad.c (attention.h)                                               */
+/* ---------------------------------------------------------------------------------------- */
 
-GRAD_OP(attention_grad_q, "attention's gradient for q from attention_grad_prep's g");
-GRAD_OP(attention_grad_k, "attention's gradient for k from attention_grad_prep's g");
-GRAD_OP(attention_grad_v, "attention's gradient for v from attention_grad_prep's g");
+bool kf__attn_causal(const kf_op_params *p) {
+    return attn_causal(p);
+}
+
+double kf__attn_scale(const kf_op_params *p, uint32_t d) {
+    return attn_scale(p, d);
+}
+
+kf__attn_dims kf__attn_dims_of(const kf_shape *q) {
+    attn_dims a = dims_of(q);
+    return (kf__attn_dims){a.bh, a.t, a.d};
+}
+
+kf_status kf__attn_qkv_check(const char *name, const kf_shape *in, char *msg, size_t msg_size) {
+    return qkv_check(name, in, msg, msg_size);
+}
+
+kf_shape kf__attn_packed_shape(const kf_shape *q) {
+    return packed_shape(q);
+}
+
+double kf__attn_spec_row(const float *q, const float *k, kf__attn_dims a, double scale, bool causal,
+                         uint32_t i, double *p) {
+    return spec_row(q, k, (attn_dims){a.bh, a.t, a.d}, scale, causal, i, p);
+}
+
+void kf__attn_grid(const kf_shape *in, const kf_op_params *p, int32_t which, uint32_t groups[3]) {
+    attn_grid(in, p, which, groups);
+}

@@ -1,0 +1,629 @@
+/* Attention's gradients from the packed statistics g = [dy | lse | delta]
+ * (attention_grad_prep's output, src/ops/attention.c, whose header has the formulas):
+ *
+ *   attention_grad_q(q, k, v, g)  -> dq
+ *   attention_grad_k(q, k, v, g)  -> dk
+ *   attention_grad_v(q, k, v, g)  -> dv
+ *
+ * The kernels are attention.c's tiled generator's gradient roles, moved here unchanged. */
+#include "ops/attention.h"
+#include "ops/ops_internal.h"
+#include "ops/rowwise.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ROWS 16u  /* rows per workgroup */
+#define LANES 16u /* invocations per row */
+#define ATTN_MAX_D KF__ATTN_MAX_D
+#define NEG_BIG -3.0e38f /* the running max before any key: exp(NEG_BIG - m) is 0 */
+#define MAX_COL_REGS (ATTN_MAX_D / LANES)
+
+typedef enum attn_role { ROLE_OUT = 0, ROLE_PREP, ROLE_DQ, ROLE_DK, ROLE_DV } attn_role;
+
+static const kf__input grad_inputs[] = {{.name = "q"}, {.name = "k"}, {.name = "v"}, {.name = "g"}};
+
+/* ---------------------------------------------------------------------------------------- */
+/* Shapes and specifications                                                                */
+/* ---------------------------------------------------------------------------------------- */
+
+static kf_status grad_shape(const char *name, uint32_t which, const kf_shape *in, kf_shape *out,
+                            char *msg, size_t msg_size) {
+    char a[64], b[64];
+    kf_status st = kf__attn_qkv_check(name, in, msg, msg_size);
+    kf_shape want = st == KF_OK ? kf__attn_packed_shape(&in[0]) : in[0];
+    if (st == KF_OK && !kf_shape_eq(&in[3], &want)) {
+        return kf__shape_error(msg, msg_size,
+                               "%s: g must be %s (attention_grad_prep's output), got %s", name,
+                               kf_shape_str(&want, a, sizeof a), kf_shape_str(&in[3], b, sizeof b));
+    }
+    if (st == KF_OK) {
+        *out = in[which];
+    }
+    return st;
+}
+
+/* The keys query i sees: 0..last(i). */
+static uint32_t last_key(uint32_t i, uint32_t t, bool causal) {
+    return causal ? i : t - 1;
+}
+
+/* One head's backward: do_i at dout + i * dout_stride; lse_i and delta_i at stats + i *
+ * dout_stride (+ 1), or recomputed from q, k, v and do when stats is NULL; into the float64
+ * accumulators dq, dk, dv (those not NULL), which the caller zeroes. */
+typedef struct spec_grad {
+    const float *q, *k, *v;
+    const float *dout; /* do rows, `dout_stride` apart */
+    uint32_t dout_stride;
+    const float *stats;
+    double *dq, *dk, *dv;
+} spec_grad;
+
+static void spec_head_backward(const spec_grad *s, kf__attn_dims a, double scale, bool causal,
+                               double *p, double *dp) {
+    for (uint32_t i = 0; i < a.t; i++) {
+        uint32_t last = last_key(i, a.t, causal);
+        const float *dout = s->dout + (uint64_t)i * s->dout_stride;
+        if (s->stats) {
+            /* P from the given lse, exp(s - lse), not normalised again; delta as given */
+            double lse = s->stats[(uint64_t)i * s->dout_stride];
+            for (uint32_t j = 0; j < a.t; j++) {
+                double sc = 0;
+                for (uint32_t d = 0; j <= last && d < a.d; d++) {
+                    sc += (double)s->q[(uint64_t)i * a.d + d] * s->k[(uint64_t)j * a.d + d];
+                }
+                p[j] = j <= last ? exp(sc * scale - lse) : 0.0;
+            }
+        } else {
+            kf__attn_spec_row(s->q, s->k, a, scale, causal, i, p);
+        }
+        double delta = 0;
+        for (uint32_t j = 0; j <= last; j++) {
+            dp[j] = 0;
+            for (uint32_t d = 0; d < a.d; d++) {
+                dp[j] += (double)dout[d] * s->v[(uint64_t)j * a.d + d];
+            }
+            delta += p[j] * dp[j];
+        }
+        if (s->stats) {
+            delta = s->stats[(uint64_t)i * s->dout_stride + 1];
+        }
+        for (uint32_t j = 0; j <= last; j++) {
+            double ds = p[j] * (dp[j] - delta);
+            for (uint32_t d = 0; d < a.d; d++) {
+                if (s->dq) {
+                    s->dq[(uint64_t)i * a.d + d] += scale * ds * s->k[(uint64_t)j * a.d + d];
+                }
+                if (s->dk) {
+                    s->dk[(uint64_t)j * a.d + d] += scale * ds * s->q[(uint64_t)i * a.d + d];
+                }
+                if (s->dv) {
+                    s->dv[(uint64_t)j * a.d + d] += p[j] * dout[d];
+                }
+            }
+        }
+    }
+}
+
+kf_status kf__attn_spec_backward(const kf_tensor *const *in, const kf_tensor *dy,
+                                 const kf_tensor *g, bool own_stats, const kf_op_params *p,
+                                 kf_tensor *const *grads) {
+    kf__attn_dims a = kf__attn_dims_of(&in[0]->shape);
+    uint64_t head_elems = (uint64_t)a.t * a.d;
+    double *acc[3] = {0};
+    double *prob = malloc(a.t * sizeof *prob), *dp = malloc(a.t * sizeof *dp);
+    kf_status st = prob && dp ? KF_OK : KF_ERROR_OUT_OF_MEMORY;
+    for (int w = 0; w < 3 && st == KF_OK; w++) {
+        if (grads[w]) {
+            acc[w] = malloc(head_elems * sizeof *acc[w]);
+            st = acc[w] ? KF_OK : KF_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    double scale = kf__attn_scale(p, a.d);
+    for (uint32_t h = 0; h < a.bh && st == KF_OK; h++) {
+        uint64_t head = (uint64_t)h * head_elems;
+        for (int w = 0; w < 3; w++) {
+            if (acc[w]) {
+                memset(acc[w], 0, head_elems * sizeof *acc[w]);
+            }
+        }
+        spec_grad s = {.q = in[0]->data + head,
+                       .k = in[1]->data + head,
+                       .v = in[2]->data + head,
+                       .dq = acc[0],
+                       .dk = acc[1],
+                       .dv = acc[2]};
+        if (g) {
+            uint64_t ghead = (uint64_t)h * a.t * (a.d + 2);
+            s.dout = g->data + ghead;
+            s.dout_stride = a.d + 2;
+            s.stats = own_stats ? NULL : g->data + ghead + a.d;
+        } else {
+            s.dout = dy->data + head;
+            s.dout_stride = a.d;
+        }
+        spec_head_backward(&s, a, scale, kf__attn_causal(p), prob, dp);
+        for (int w = 0; w < 3; w++) {
+            for (uint64_t e = 0; acc[w] && e < head_elems; e++) {
+                grads[w]->data[head + e] = (float)acc[w][e];
+            }
+        }
+    }
+    for (int w = 0; w < 3; w++) {
+        free(acc[w]);
+    }
+    free(prob);
+    free(dp);
+    return st;
+}
+/* dq (WHICH 0) normalises P itself and sums its own delta (attn_kernel says why): its spec is the
+ * exact gradient from g's dy alone; dk and dv use g's lse and delta as given. */
+#define GRAD_SPEC(NAME, WHICH)                                                                     \
+    static kf_status NAME##_spec(const kf_tensor *const *in, const kf_op_params *p,                \
+                                 kf_tensor *out) {                                                 \
+        kf_status st = kf__spec_check_out(&kf__op_##NAME, in, p, out);                             \
+        if (st != KF_OK) {                                                                         \
+            return st;                                                                             \
+        }                                                                                          \
+        kf_tensor *grads[3] = {0};                                                                 \
+        grads[WHICH] = out;                                                                        \
+        return kf__attn_spec_backward(in, NULL, in[3], WHICH == 0, p, grads);                      \
+    }
+
+GRAD_SPEC(attention_grad_q, 0)
+GRAD_SPEC(attention_grad_k, 1)
+GRAD_SPEC(attention_grad_v, 2)
+
+/* The kernel                                                                               */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Columns per tile: 16, or 8 when D > 64 (two 16 x 129 f32 tiles would pass 16 KB). */
+static uint32_t col_tile(uint32_t d) {
+    return d <= 64 ? 16u : 8u;
+}
+
+/* A row-major operand read through its binding: element (row, d) at (row) * stride + offset + d,
+ * row counted over all heads (head * T + row). */
+typedef struct attn_operand {
+    kf_binding b;
+    uint32_t stride, offset;
+} attn_operand;
+
+static kf_val operand_load(kf_kernel *k, attn_operand o, kf_val row, kf_val d, kf_dtype dtype) {
+    kf_val at = kf_add(k, kf_mul(k, row, kf__u32(k, o.stride)), d);
+    if (o.offset) {
+        at = kf_add(k, at, kf__u32(k, o.offset));
+    }
+    return kf__load_f32(k, o.b, at, dtype);
+}
+
+static const char *role_name(attn_role role) {
+    static const char *const names[] = {"attention", "attention_grad_prep", "attention_grad_q",
+                                        "attention_grad_k", "attention_grad_v"};
+    return names[role];
+}
+
+static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_params *p,
+                              kf_dtype dtype) {
+    const kf__attn_dims a = kf__attn_dims_of(&in[0]);
+    const uint32_t t = a.t, d = a.d, bc = col_tile(d), split = LANES / bc;
+    const uint32_t per = (d + split - 1) / split; /* dot-product terms per invocation */
+    const uint32_t ncols = (d + LANES - 1) / LANES;
+    const uint32_t stride = d + 1; /* padded tile rows */
+    const uint32_t tiles = (t + ROWS - 1) / ROWS;
+    const bool causal = kf__attn_causal(p);
+    const float scale = (float)kf__attn_scale(p, d);
+    const bool keys_are_rows = role == ROLE_DK || role == ROLE_DV;
+    const bool needs_dp = role == ROLE_DQ || role == ROLE_DK;
+    const bool online = role == ROLE_OUT || role == ROLE_PREP;
+
+    kf_kernel_desc desc = {.name = role_name(role),
+                           .workgroup_size = {LANES, ROWS, 1},
+                           .input = kf_type_scalar(KF_SCALAR_VOID),
+                           .output = kf__dtype_type(dtype)};
+    kf_kernel *k = kf_kernel_create(&desc);
+    if (!k) {
+        return NULL;
+    }
+    uint32_t groups[3] = {tiles * a.bh, 1, 1};
+    kf_kernel_set_grid(k, groups);
+    kf_binding bq = kf__bind(k, "q", dtype, KF_ACCESS_READ);
+    kf_binding bk = kf__bind(k, "k", dtype, KF_ACCESS_READ);
+    kf_binding bv = kf__bind(k, "v", dtype, KF_ACCESS_READ);
+    kf_binding b4 = {0};
+    if (role == ROLE_PREP) {
+        b4 = kf__bind(k, "dy", dtype, KF_ACCESS_READ);
+    } else if (role != ROLE_OUT) {
+        b4 = kf__bind(k, "g", dtype, KF_ACCESS_READ);
+    }
+    attn_operand oq = {bq, d, 0}, ok = {bk, d, 0}, ov = {bv, d, 0};
+    attn_operand odo = {b4, d + 2, 0};
+    attn_operand olse = {b4, d + 2, d}, odelta = {b4, d + 2, d + 1};
+    /* the row's operands (dot products with the tile's a and b), the tile's operands */
+    attn_operand row1 = keys_are_rows ? ok : oq, row2 = keys_are_rows ? ov : odo;
+    attn_operand tile_a = keys_are_rows ? oq : ok, tile_b = keys_are_rows ? odo : ov;
+
+    kf_type f32 = kf_type_scalar(KF_SCALAR_F32);
+    kf_shared sa = kf_kernel_workgroup(k, "tile_a", f32, bc * stride);
+    kf_shared sb = kf_kernel_workgroup(k, "tile_b", f32, bc * stride);
+    kf_shared s_dot = kf_kernel_workgroup(k, "dots", f32, ROWS * LANES);
+    kf_shared s_dot2 = {0};
+    if (needs_dp) {
+        s_dot2 = kf_kernel_workgroup(k, "dots_dp", f32, ROWS * LANES);
+    }
+    kf_shared s_p = kf_kernel_workgroup(k, "probs", f32, ROWS * bc);
+    kf_shared s_p2 = {0}; /* dq: P beside P dP */
+    if (role == ROLE_DQ) {
+        s_p2 = kf_kernel_workgroup(k, "probs_only", f32, ROWS * bc);
+    }
+    kf_shared s_lse = {0}, s_delta = {0};
+    if (keys_are_rows) {
+        s_lse = kf_kernel_workgroup(k, "tile_lse", f32, bc);
+        s_delta = kf_kernel_workgroup(k, "tile_delta", f32, bc);
+    }
+
+    kf_val local = kf_builtin_get(k, KF_BUILTIN_LOCAL_ID);
+    kf_val lx = kf_let(k, "lx", kf_extract(k, local, 0));
+    kf_val ly = kf_let(k, "ly", kf_extract(k, local, 1));
+    kf_val lid = kf_let(k, "lid", kf_builtin_get(k, KF_BUILTIN_LOCAL_INDEX));
+    kf_val wg = kf_let(k, "wg", kf_workgroup_linear(k));
+    kf_val head = kf_let(k, "head", kf_div(k, wg, kf__u32(k, tiles)));
+    kf_val r0 = kf_let(k, "r0",
+                       kf_mul(k, kf_binary(k, KF_OP_MOD, wg, kf__u32(k, tiles)), kf__u32(k, ROWS)));
+    kf_val row = kf_let(k, "row", kf_add(k, r0, ly));
+    kf_val valid = kf_let(k, "valid", kf_binary(k, KF_OP_LT, row, kf__u32(k, t)));
+    kf_val rowc = kf_let(k, "rowc", kf_call2(k, KF_FN_MIN, row, kf__u32(k, t - 1)));
+    kf_val head_row0 = kf_let(k, "head_row0", kf_mul(k, head, kf__u32(k, t)));
+    kf_val my_row = kf_let(k, "my_row", kf_add(k, head_row0, rowc));
+    kf_val slot = kf_let(k, "slot", kf_add(k, kf_mul(k, ly, kf__u32(k, LANES)), lx));
+    kf_val jcol = kf_let(k, "jcol", kf_binary(k, KF_OP_MOD, lx, kf__u32(k, bc)));
+    kf_val part = kf_let(k, "part", kf_div(k, lx, kf__u32(k, bc)));
+    /* the (row, column) pair this invocation turns into P or dS: lanes below bc */
+    kf_val pcol = kf_let(k, "pcol", kf_call2(k, KF_FN_MIN, lx, kf__u32(k, bc - 1)));
+
+    /* the row's statistics and running state. dq reads its row's lse and delta from g only as
+     * shifts: with P' = exp(s - lse) and dP' = dP - delta it sums P' (psum), P' dP' (shift) and,
+     * per column, P' dP' k and P' k over the keys, and at the end takes
+     *   dq = scale (sum P' dP' k - (shift / psum) sum P' k) / psum,
+     * which is exact whatever lse and delta are: so their rounding in g (f16: 2^-11 of them)
+     * cancels, where dq would otherwise carry delta's error times the row's mean key */
+    kf_val row_lse = {0, 0}, row_delta = {0, 0};
+    kf_var psum_run = {0}, delta_run = {0};
+    kf_var acc_pk[MAX_COL_REGS];
+    if (role == ROLE_DQ) {
+        row_lse = kf_let(k, "row_lse", operand_load(k, olse, my_row, kf__u32(k, 0), dtype));
+        row_delta = kf_let(k, "row_delta", operand_load(k, odelta, my_row, kf__u32(k, 0), dtype));
+        psum_run = kf_declare(k, "psum_run", f32, kf_lit_f32(k, 0));
+        delta_run = kf_declare(k, "delta_run", f32, kf_lit_f32(k, 0));
+        for (uint32_t c = 0; c < ncols; c++) {
+            char name[16];
+            snprintf(name, sizeof name, "acc_pk%u", c);
+            acc_pk[c] = kf_declare(k, name, f32, kf_lit_f32(k, 0));
+        }
+    }
+    kf_var m_run = {0}, l_run = {0};
+    if (online) {
+        m_run = kf_declare(k, "m_run", f32, kf_lit_f32(k, NEG_BIG));
+        l_run = kf_declare(k, "l_run", f32, kf_lit_f32(k, 0));
+    }
+    kf_var acc[MAX_COL_REGS];
+    for (uint32_t c = 0; c < ncols; c++) {
+        char name[16];
+        snprintf(name, sizeof name, "acc%u", c);
+        acc[c] = kf_declare(k, name, f32, kf_lit_f32(k, 0));
+    }
+
+    /* the columns this workgroup visits */
+    kf_val start = kf__u32(k, 0), end = kf__u32(k, t);
+    if (causal && keys_are_rows) {
+        start = kf_let(k, "start", kf_mul(k, kf_div(k, r0, kf__u32(k, bc)), kf__u32(k, bc)));
+    } else if (causal) {
+        end = kf_let(k, "end",
+                     kf_call2(k, KF_FN_MIN, kf_add(k, r0, kf__u32(k, ROWS)), kf__u32(k, t)));
+    }
+    kf_val c0 = kf_for(k, "c0", start, end, kf__u32(k, bc));
+    {
+        /* 1. stage the tile's operands (rows clamped into the head) */
+        kf_val e = kf_for(k, "e", lid, kf__u32(k, bc * d), kf__u32(k, ROWS * LANES));
+        kf_val tj = kf_let(k, "tj", kf_div(k, e, kf__u32(k, d)));
+        kf_val td = kf_let(k, "td", kf_binary(k, KF_OP_MOD, e, kf__u32(k, d)));
+        kf_val trow = kf_let(
+            k, "trow",
+            kf_add(k, head_row0, kf_call2(k, KF_FN_MIN, kf_add(k, c0, tj), kf__u32(k, t - 1))));
+        kf_val at = kf_add(k, kf_mul(k, tj, kf__u32(k, stride)), td);
+        kf_shared_store(k, sa, at, operand_load(k, tile_a, trow, td, dtype));
+        kf_shared_store(k, sb, at, operand_load(k, tile_b, trow, td, dtype));
+        kf_end(k);
+        if (keys_are_rows) {
+            kf_if(k, kf_binary(k, KF_OP_LT, lid, kf__u32(k, bc)));
+            kf_val srow =
+                kf_add(k, head_row0, kf_call2(k, KF_FN_MIN, kf_add(k, c0, lid), kf__u32(k, t - 1)));
+            kf_shared_store(k, s_lse, lid, operand_load(k, olse, srow, kf__u32(k, 0), dtype));
+            kf_shared_store(k, s_delta, lid, operand_load(k, odelta, srow, kf__u32(k, 0), dtype));
+            kf_end(k);
+        }
+        kf_barrier(k);
+
+        /* 2. this invocation's slice of (row . column jcol) */
+        kf_var dot = kf_declare(k, "dot", f32, kf_lit_f32(k, 0));
+        kf_var dot2 = {0};
+        if (needs_dp) {
+            dot2 = kf_declare(k, "dot2", f32, kf_lit_f32(k, 0));
+        }
+        kf_val first = kf_let(k, "first", kf_mul(k, part, kf__u32(k, per)));
+        kf_val dd = kf_for(k, "dd", kf__u32(k, 0), kf__u32(k, per), kf__u32(k, 1));
+        kf_val dim = kf_let(k, "dim", kf_add(k, first, dd));
+        if (per * split != d) {
+            kf_if(k, kf_binary(k, KF_OP_LT, dim, kf__u32(k, d)));
+        }
+        kf_val at2 = kf_let(k, "at", kf_add(k, kf_mul(k, jcol, kf__u32(k, stride)), dim));
+        kf_assign(k, dot,
+                  kf_call3(k, KF_FN_FMA, operand_load(k, row1, my_row, dim, dtype),
+                           kf_shared_load(k, sa, at2), kf_read(k, dot)));
+        if (needs_dp) {
+            kf_assign(k, dot2,
+                      kf_call3(k, KF_FN_FMA, operand_load(k, row2, my_row, dim, dtype),
+                               kf_shared_load(k, sb, at2), kf_read(k, dot2)));
+        }
+        if (per * split != d) {
+            kf_end(k);
+        }
+        kf_end(k);
+        kf_shared_store(k, s_dot, slot, kf_read(k, dot));
+        if (needs_dp) {
+            kf_shared_store(k, s_dot2, slot, kf_read(k, dot2));
+        }
+        kf_barrier(k);
+
+        /* 3. scores -> P (online softmax) or dS; column j of the tile is key / query c0 + j */
+        kf_val row_at = kf_mul(k, ly, kf__u32(k, LANES));
+        kf_val alpha = {0, 0};
+        /* the score of column j, whether it counts, and (dq, dk) its dP */
+        kf_val score[LANES] = {{0, 0}}, keep[LANES] = {{0, 0}};
+        uint32_t want_cols = online ? bc : 0;
+        for (uint32_t j = 0; j < want_cols; j++) {
+            kf_val s = kf_lit_f32(k, 0);
+            for (uint32_t h = 0; h < split; h++) {
+                s = kf_add(k, s,
+                           kf_shared_load(k, s_dot, kf_add(k, row_at, kf__u32(k, h * bc + j))));
+            }
+            score[j] = kf_mul(k, s, kf_lit_f32(k, scale));
+            kf_val col = kf_add(k, c0, kf__u32(k, j));
+            keep[j] = kf_binary(k, KF_OP_LT, col, kf__u32(k, t));
+            if (causal) {
+                keep[j] = kf_binary(k, KF_OP_AND, keep[j], kf_binary(k, KF_OP_LE, col, rowc));
+            }
+        }
+        if (online) {
+            kf_val m_tile = kf_read(k, m_run);
+            for (uint32_t j = 0; j < bc; j++) {
+                m_tile = kf_call2(k, KF_FN_MAX, m_tile,
+                                  kf_select(k, kf_lit_f32(k, NEG_BIG), score[j], keep[j]));
+            }
+            kf_val m_new = kf_let(k, "m_new", m_tile);
+            alpha = kf_let(k, "alpha", kf_call1(k, KF_FN_EXP, kf_sub(k, kf_read(k, m_run), m_new)));
+            kf_assign(k, m_run, m_new);
+        }
+        kf_if(k, kf_binary(k, KF_OP_LT, lx, kf__u32(k, bc)));
+        {
+            kf_val s = kf_lit_f32(k, 0), dp = kf_lit_f32(k, 0);
+            for (uint32_t h = 0; h < split; h++) {
+                kf_val at3 = kf_add(k, row_at, kf_add(k, kf__u32(k, h * bc), pcol));
+                s = kf_add(k, s, kf_shared_load(k, s_dot, at3));
+                if (needs_dp) {
+                    dp = kf_add(k, dp, kf_shared_load(k, s_dot2, at3));
+                }
+            }
+            s = kf_let(k, "s", kf_mul(k, s, kf_lit_f32(k, scale)));
+            kf_val col = kf_add(k, c0, pcol);
+            kf_val mine = kf_binary(k, KF_OP_LT, col, kf__u32(k, t));
+            if (causal) {
+                kf_val ok2 = keys_are_rows ? kf_binary(k, KF_OP_GE, col, rowc)
+                                           : kf_binary(k, KF_OP_LE, col, rowc);
+                mine = kf_binary(k, KF_OP_AND, mine, ok2);
+            }
+            kf_val lse = keys_are_rows ? kf_shared_load(k, s_lse, pcol)
+                         : online      ? kf_read(k, m_run)
+                                       : row_lse;
+            kf_val pr = kf_call1(k, KF_FN_EXP, kf_sub(k, s, lse));
+            kf_val value = pr;
+            kf_val pslot = kf_add(k, kf_mul(k, ly, kf__u32(k, bc)), pcol);
+            if (role == ROLE_DK) {
+                value = kf_mul(k, pr, kf_sub(k, dp, kf_shared_load(k, s_delta, pcol)));
+            } else if (role == ROLE_DQ) {
+                value = kf_mul(k, pr, kf_sub(k, dp, row_delta));
+                kf_shared_store(k, s_p2, pslot, kf_select(k, kf_lit_f32(k, 0), pr, mine));
+            }
+            value = kf_select(k, kf_lit_f32(k, 0), value, mine);
+            kf_shared_store(k, s_p, pslot, value);
+        }
+        kf_end(k);
+        kf_barrier(k);
+
+        /* 4. accumulate the row's output columns over the tile */
+        kf_shared src = (role == ROLE_OUT || role == ROLE_PREP || role == ROLE_DV) ? sb : sa;
+        kf_val prow = kf_mul(k, ly, kf__u32(k, bc));
+        kf_val ps[LANES];
+        kf_val psum = kf_lit_f32(k, 0);
+        for (uint32_t j = 0; j < bc; j++) {
+            ps[j] = kf_shared_load(k, s_p, kf_add(k, prow, kf__u32(k, j)));
+            psum = kf_add(k, psum, ps[j]);
+        }
+        if (online) {
+            kf_assign(k, l_run, kf_call3(k, KF_FN_FMA, kf_read(k, l_run), alpha, psum));
+        }
+        kf_val pk[LANES];
+        if (role == ROLE_DQ) {
+            kf_val only = kf_lit_f32(k, 0);
+            for (uint32_t j = 0; j < bc; j++) {
+                pk[j] = kf_shared_load(k, s_p2, kf_add(k, prow, kf__u32(k, j)));
+                only = kf_add(k, only, pk[j]);
+            }
+            kf_assign(k, psum_run, kf_add(k, kf_read(k, psum_run), only));
+            kf_assign(k, delta_run, kf_add(k, kf_read(k, delta_run), psum));
+        }
+        for (uint32_t c = 0; c < ncols; c++) {
+            uint32_t colc = c * LANES;
+            kf_val col = kf_call2(k, KF_FN_MIN, kf_add(k, lx, kf__u32(k, colc)), kf__u32(k, d - 1));
+            kf_val sum = kf_lit_f32(k, 0), sum_pk = kf_lit_f32(k, 0);
+            for (uint32_t j = 0; j < bc; j++) {
+                kf_val x = kf_shared_load(k, src, kf_add(k, kf__u32(k, j * stride), col));
+                sum = kf_call3(k, KF_FN_FMA, ps[j], x, sum);
+                if (role == ROLE_DQ) {
+                    sum_pk = kf_call3(k, KF_FN_FMA, pk[j], x, sum_pk);
+                }
+            }
+            if (role == ROLE_DQ) {
+                kf_assign(k, acc_pk[c], kf_add(k, kf_read(k, acc_pk[c]), sum_pk));
+            }
+            kf_val prev = kf_read(k, acc[c]);
+            kf_assign(k, acc[c],
+                      online ? kf_call3(k, KF_FN_FMA, prev, alpha, sum) : kf_add(k, prev, sum));
+        }
+        /* the next tile overwrites the tiles, the dots and P */
+        kf_barrier(k);
+    }
+    kf_end(k);
+
+    /* the results: row `row` of the output, D columns (prep: D + 2) */
+    uint32_t out_cols = role == ROLE_PREP ? d + 2 : d;
+    kf_val out_row = kf_mul(k, kf_add(k, head_row0, row), kf__u32(k, out_cols));
+    kf_val inv_l = {0, 0};
+    if (online) {
+        inv_l = kf_let(k, "inv_l", kf_div(k, kf_lit_f32(k, 1), kf_read(k, l_run)));
+    }
+    kf_val inv_p = {0, 0}, mean_dp = {0, 0};
+    if (role == ROLE_DQ) {
+        inv_p = kf_let(k, "inv_p", kf_div(k, kf_lit_f32(k, 1), kf_read(k, psum_run)));
+        mean_dp = kf_let(k, "delta", kf_mul(k, kf_read(k, delta_run), inv_p));
+    }
+    kf_val delta_part = kf_lit_f32(k, 0);
+    kf_val yields[MAX_COL_REGS], inside[MAX_COL_REGS], cols[MAX_COL_REGS];
+    for (uint32_t c = 0; c < ncols; c++) {
+        kf_val v = kf_read(k, acc[c]);
+        if (role == ROLE_DQ) {
+            /* (sum P' dP' k - (shift / psum) sum P' k) / psum */
+            v = kf_mul(k, kf_sub(k, v, kf_mul(k, mean_dp, kf_read(k, acc_pk[c]))), inv_p);
+            /* a row that sees one key has P = 1 whatever q is: dq is exactly 0, where the form
+             * above keeps rounding (the first causal row, T = 1) */
+            if (t == 1) {
+                v = kf_lit_f32(k, 0);
+            } else if (causal) {
+                v = kf_select(k, v, kf_lit_f32(k, 0), kf_binary(k, KF_OP_EQ, row, kf__u32(k, 0)));
+            }
+        }
+        v = online ? kf_mul(k, v, inv_l) : role == ROLE_DV ? v : kf_mul(k, v, kf_lit_f32(k, scale));
+        cols[c] = kf_let(k, "ocol", kf_add(k, lx, kf__u32(k, c * LANES)));
+        inside[c] =
+            (c + 1) * LANES <= d ? (kf_val){0, 0} : kf_binary(k, KF_OP_LT, cols[c], kf__u32(k, d));
+        if (role == ROLE_PREP) {
+            /* prep yields dy in o's place, and o . dy feeds delta */
+            kf_val colc = kf_call2(k, KF_FN_MIN, cols[c], kf__u32(k, d - 1));
+            kf_val dyv =
+                kf_let(k, "dyv", operand_load(k, (attn_operand){b4, d, 0}, my_row, colc, dtype));
+            kf_val term = kf_mul(k, v, dyv);
+            if (inside[c].id) {
+                term = kf_select(k, kf_lit_f32(k, 0), term, inside[c]);
+            }
+            delta_part = kf_add(k, delta_part, term);
+            v = dyv;
+        }
+        yields[c] = kf_let(k, "result", v);
+    }
+    kf_val delta = {0, 0};
+    if (role == ROLE_PREP) {
+        /* the row's 16 lanes sum their parts of delta (the loop ended with a barrier) */
+        kf_shared_store(k, s_dot, slot, delta_part);
+        kf_barrier(k);
+        kf_val sum = kf_lit_f32(k, 0);
+        for (uint32_t i = 0; i < LANES; i++) {
+            sum = kf_add(k, sum,
+                         kf_shared_load(
+                             k, s_dot, kf_add(k, kf_mul(k, ly, kf__u32(k, LANES)), kf__u32(k, i))));
+        }
+        delta = kf_let(k, "delta", sum);
+    }
+    kf_if(k, valid);
+    for (uint32_t c = 0; c < ncols; c++) {
+        if (inside[c].id) {
+            kf_if(k, inside[c]);
+        }
+        kf__yield_f32(k, yields[c], kf_add(k, out_row, cols[c]), dtype);
+        if (inside[c].id) {
+            kf_end(k);
+        }
+    }
+    if (role == ROLE_PREP) {
+        kf_if(k, kf_binary(k, KF_OP_EQ, lx, kf__u32(k, 0)));
+        kf_val lse = kf_add(k, kf_read(k, m_run), kf_call1(k, KF_FN_LOG, kf_read(k, l_run)));
+        kf__yield_f32(k, lse, kf_add(k, out_row, kf__u32(k, d)), dtype);
+        kf__yield_f32(k, delta, kf_add(k, out_row, kf__u32(k, d + 1)), dtype);
+        kf_end(k);
+    }
+    kf_end(k);
+    return k;
+}
+
+#define GRAD_GLUE(NAME, WHICH, ROLE)                                                               \
+    static kf_status NAME##_shape(const kf_shape *in, const kf_op_params *p, kf_shape *out,        \
+                                  char *msg, size_t msg_size) {                                    \
+        (void)p;                                                                                   \
+        return grad_shape(#NAME, WHICH, in, out, msg, msg_size);                                   \
+    }                                                                                              \
+    static kf_kernel *NAME##_kernel(const kf_shape *in, const kf_op_params *p, kf_dtype dtype) {   \
+        return attn_kernel(ROLE, in, p, dtype);                                                    \
+    }
+
+GRAD_GLUE(attention_grad_q, 0, ROLE_DQ)
+GRAD_GLUE(attention_grad_k, 1, ROLE_DK)
+GRAD_GLUE(attention_grad_v, 2, ROLE_DV)
+
+/* ---------------------------------------------------------------------------------------- */
+/* Verification tables and operator records                                                 */
+/* ---------------------------------------------------------------------------------------- */
+
+#define NONCAUSAL                                                                                  \
+    { .causal = false, .given = KF_PARAM_CAUSAL }
+#define QKV(...) SHAPE4(__VA_ARGS__), SHAPE4(__VA_ARGS__), SHAPE4(__VA_ARGS__)
+#define PACK(B, H, T, D) QKV(B, H, T, D), SHAPE4(B, H, T, D + 2)
+
+static const kf_op_case grad_cases[] = {
+    {.shapes = {PACK(1, 1, 1, 8)}, .note = "T 1"},
+    {.shapes = {PACK(1, 2, 7, 8)}, .note = "T 7"},
+    {.shapes = {PACK(1, 2, 7, 8)}, .params = NONCAUSAL, .note = "T 7, not causal"},
+    {.shapes = {PACK(2, 1, 64, 64)}, .note = "T 64, D 64"},
+    {.shapes = {PACK(1, 2, 100, 8)}, .note = "T 100, D 8"},
+    {.shapes = {PACK(1, 1, 100, 64)}, .params = NONCAUSAL, .note = "T 100, D 64, not causal"},
+    {.shapes = {PACK(1, 1, 37, 128)}, .note = "D 128"},
+    {.shapes = {PACK(1, 1, 23, 97)}, .params = {.alpha = 0.3f}, .note = "D 97, scale 0.3"},
+    {.shapes = {PACK(32, 16, 64, 128)}, .note = "large: 2^22 elements"},
+};
+
+#define CASES(table) .cases = table, .case_count = sizeof table / sizeof table[0]
+
+/* Tolerances (docs/operators.md): measured on lavapipe over the table (2^22 elements included):
+ * dq 1.8e-4, dk 1.1e-4, dv 6.3e-5 (5e-4 allowed); f16 2e-3 as for every op. */
+#define GRAD_OP(NAME, ABOUT)                                                                       \
+    const kf_operator kf__op_##NAME = {                                                            \
+        .name = #NAME,                                                                             \
+        .about = ABOUT,                                                                            \
+        .op_class = KF_OP_CLASS_ROW_REDUCTION,                                                     \
+        .arity = 4,                                                                                \
+        KF__INPUTS(grad_inputs),                                                                   \
+        KF__PARAMS(kf__attn_params),                                                               \
+        .shape = NAME##_shape,                                                                     \
+        .spec_forward = NAME##_spec,                                                               \
+        .kernel_forward = NAME##_kernel,                                                           \
+        .tolerance_f32 = 5e-4,                                                                     \
+        .tolerance_f16 = 2e-3,                                                                     \
+        .input_lo = -1.0f,                                                                         \
+        .input_hi = 1.0f,                                                                          \
+        .grid = kf__attn_grid,                                                                     \
+        CASES(grad_cases),                                                                         \
+    }
+
+GRAD_OP(attention_grad_q, "attention's gradient for q from attention_grad_prep's g");
+GRAD_OP(attention_grad_k, "attention's gradient for k from attention_grad_prep's g");
+GRAD_OP(attention_grad_v, "attention's gradient for v from attention_grad_prep's g");
