@@ -40,6 +40,7 @@
  * and not yielded. Accumulation is in f32 for f16 tensors too.
  */
 #include "ops/attention.h"
+#include "ops/attention_sgmat.h"
 #include "ops/ops_internal.h"
 #include "ops/rowwise.h"
 
@@ -659,6 +660,31 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
 static kf_kernel *attention_kernel(const kf_shape *in, const kf_op_params *p, kf_dtype dtype) {
     return attn_kernel(ROLE_OUT, in, p, dtype);
 }
+/* The forward's description for the other kernels (attention_sgmat.h). */
+static kf__attn_desc attn_desc_of(const kf_shape *in, const kf_op_params *p, bool with_lse) {
+    attn_dims a = dims_of(&in[0]);
+    kf__attn_desc ad = {.bh = a.bh,
+                        .t = a.t,
+                        .d = a.d,
+                        .causal = attn_causal(p),
+                        .scale = (float)attn_scale(p, a.d),
+                        .with_lse = with_lse};
+    return ad;
+}
+
+/* f16 on a device with subgroup matrices: the subgroup-matrix kernel; else this file's. */
+static kf_kernel *attention_choose(kf_context *ctx, const kf_shape *in, const kf_op_params *p,
+                                   kf_dtype dtype) {
+    if (dtype == KF_DTYPE_F16) {
+        kf__attn_desc ad = attn_desc_of(in, p, false);
+        kf_kernel *k = kf__attention_sgmat_for(ctx, &ad);
+        if (k) {
+            return k;
+        }
+    }
+    return attention_kernel(in, p, dtype);
+}
+
 static kf_kernel *prep_kernel(const kf_shape *in, const kf_op_params *p, kf_dtype dtype) {
     return attn_kernel(ROLE_PREP, in, p, dtype);
 }
@@ -728,6 +754,7 @@ const kf_operator kf__op_attention = {
     .spec_forward = attention_spec_forward,
     .spec_backward = attention_spec_backward,
     .kernel_forward = attention_kernel,
+    .kernel_choose = attention_choose,
     .tolerance_f32 = 2e-4,
     .tolerance_f16 = 2e-3,
     .input_lo = -1.0f,
