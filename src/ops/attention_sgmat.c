@@ -247,9 +247,10 @@ kf_kernel *kf__attention_sgmat(const kf__attn_desc *a, uint32_t sg, uint32_t wg_
                 kf_shared_store(k, scratch, at, kf_read(k, m_run));
                 kf_shared_store(k, scratch, kf_add(k, at, u32(k, 1)), kf_read(k, l_run));
                 kf_barrier(k);
+                /* the row's first invocation: sgi * sg + rin */
                 kf_val base =
                     kf_let(k, "stat_row",
-                           kf_mul(k, kf_sub(k, local, kf_mul(k, part, u32(k, MAT))), u32(k, 2)));
+                           kf_mul(k, kf_add(k, kf_mul(k, sgi, u32(k, sg)), rin), u32(k, 2)));
                 kf_val ms[8], ls[8];
                 kf_val m = kf_lit_f32(k, NEG_BIG);
                 for (uint32_t q = 0; q < lanes_per_row; q++) {

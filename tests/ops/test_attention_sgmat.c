@@ -215,6 +215,15 @@ KT_CPU_TEST(ops, attention_sgmat_wgsl_and_limits) {
         KT_CHECK(strstr(w, want[i]) != NULL, "missing <%s>", want[i]);
     }
     kf_free(w);
+    /* every access proved in bounds (so robustness off costs nothing) once lengths are known */
+    for (uint32_t b = 0; k && b < 4; b++) {
+        KT_CHECK_OK(kf_kernel_set_binding_length(k, b, 32ull * 4096 * 128));
+    }
+    kf_bounds_report br = {0};
+    char *text = NULL;
+    KT_CHECK(k && kf_kernel_bounds(k, &br, &text) == KF_OK && br.guarded == 0,
+             "%u of %u accesses guarded:\n%s", br.guarded, br.accesses, text ? text : "");
+    kf_free(text);
     kf_kernel_destroy(k);
     /* D 64 takes 32-key tiles (hi and lo P beside 64-key ones pass 48 KiB); too little memory or a
      * bad subgroup size: no kernel */
