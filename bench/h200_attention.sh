@@ -48,11 +48,14 @@ fi
 say() { echo "== $*" | tee -a "$LOG"; }
 { nvidia-smi -L || true; "$BUILD/kfuse" info || true; } >>"$LOG" 2>&1
 
-say "checks: kfuse verify attention (f16 and f32, quick), the sgmat attention tests"
-timeout 60 "$BUILD/kfuse" verify attention --quick --seed 1 >>"$LOG" 2>&1
+say "checks: kfuse verify of the forward's operators (f16 and f32, quick), the sgmat and fusion attention tests"
+timeout 60 "$BUILD/kfuse" verify attention attention_lse attention_grad_pack --quick --seed 1 \
+    >>"$LOG" 2>&1
 echo "verify exit $?" | tee -a "$LOG"
 timeout 60 "$BUILD/kfuse_tests" --suite ops attention_sgmat >>"$LOG" 2>&1
 echo "attention_sgmat tests exit $?" | tee -a "$LOG"
+timeout 60 "$BUILD/kfuse_tests" --suite fusion attention_ >>"$LOG" 2>&1
+echo "attention fusion tests exit $?" | tee -a "$LOG"
 
 say "the plans (T 1024, D 64, f16): what explain shows"
 "$BUILD/kfuse_bench_attention" --T 1024 --D 64 --dtype f16 --B 1 --H 1 --repeat 1 --explain \

@@ -141,6 +141,48 @@ static kf_status attention_shape(const kf_shape *in, const kf_op_params *p, kf_s
     return st;
 }
 
+/* lse's shape for q's: [..., T, 1]. */
+static kf_shape lse_shape_of(const kf_shape *q) {
+    kf_shape s = *q;
+    s.dims[s.rank - 1] = 1;
+    return s;
+}
+
+static kf_status lse_shape(const kf_shape *in, const kf_op_params *p, kf_shape *out, char *msg,
+                           size_t msg_size) {
+    (void)p;
+    kf_status st = qkv_check("attention_lse", in, msg, msg_size);
+    if (st == KF_OK) {
+        *out = lse_shape_of(&in[0]);
+    }
+    return st;
+}
+
+/* attention_grad_pack(dy, o, lse): dy and o of one shape [..., T, D], lse [..., T, 1]. */
+static kf_status pack_shape(const kf_shape *in, const kf_op_params *p, kf_shape *out, char *msg,
+                            size_t msg_size) {
+    (void)p;
+    char a[64], b[64], c[64], e[64];
+    const kf_shape *dy = &in[0];
+    if (!kf__shape_valid(dy) || dy->rank < 2 || dy->dims[dy->rank - 1] > ATTN_MAX_D) {
+        return kf__shape_error(msg, msg_size,
+                               "attention_grad_pack: dy must be [..., T, D] (rank 2 to 4, D <= "
+                               "%u), got %s",
+                               ATTN_MAX_D, kf_shape_str(dy, a, sizeof a));
+    }
+    kf_shape want = lse_shape_of(dy);
+    if (!kf_shape_eq(dy, &in[1]) || !kf_shape_eq(&want, &in[2])) {
+        return kf__shape_error(msg, msg_size,
+                               "attention_grad_pack: o must be dy's shape and lse %s: dy %s, o %s, "
+                               "lse %s",
+                               kf_shape_str(&want, a, sizeof a), kf_shape_str(dy, b, sizeof b),
+                               kf_shape_str(&in[1], c, sizeof c),
+                               kf_shape_str(&in[2], e, sizeof e));
+    }
+    *out = packed_shape(dy);
+    return KF_OK;
+}
+
 static kf_status prep_shape(const kf_shape *in, const kf_op_params *p, kf_shape *out, char *msg,
                             size_t msg_size) {
     (void)p;
@@ -231,6 +273,48 @@ static kf_status attention_spec_backward(const kf_tensor *const *in, const kf_te
     return kf__attn_spec_backward(in, grad_out, NULL, false, p, grad_in);
 }
 
+static kf_status lse_spec(const kf_tensor *const *in, const kf_op_params *p, kf_tensor *out) {
+    kf_status st = kf__spec_check_out(&kf__op_attention_lse, in, p, out);
+    if (st != KF_OK) {
+        return st;
+    }
+    attn_dims a = dims_of(&in[0]->shape);
+    double *prob = malloc(a.t * sizeof *prob);
+    if (!prob) {
+        return KF_ERROR_OUT_OF_MEMORY;
+    }
+    for (uint32_t h = 0; h < a.bh; h++) {
+        uint64_t head = (uint64_t)h * a.t * a.d;
+        for (uint32_t i = 0; i < a.t; i++) {
+            out->data[(uint64_t)h * a.t + i] =
+                (float)spec_row(in[0]->data + head, in[1]->data + head, a, attn_scale(p, a.d),
+                                attn_causal(p), i, prob);
+        }
+    }
+    free(prob);
+    return KF_OK;
+}
+
+static kf_status pack_spec(const kf_tensor *const *in, const kf_op_params *p, kf_tensor *out) {
+    kf_status st = kf__spec_check_out(&kf__op_attention_grad_pack, in, p, out);
+    if (st != KF_OK) {
+        return st;
+    }
+    attn_dims a = dims_of(&in[0]->shape);
+    for (uint64_t r = 0; r < (uint64_t)a.bh * a.t; r++) {
+        const float *dy = in[0]->data + r * a.d, *o = in[1]->data + r * a.d;
+        float *row = out->data + r * (a.d + 2);
+        double delta = 0;
+        for (uint32_t d = 0; d < a.d; d++) {
+            delta += (double)dy[d] * o[d];
+            row[d] = dy[d];
+        }
+        row[a.d] = in[2]->data[r];
+        row[a.d + 1] = (float)delta;
+    }
+    return KF_OK;
+}
+
 static kf_status prep_spec(const kf_tensor *const *in, const kf_op_params *p, kf_tensor *out) {
     kf_status st = kf__spec_check_out(&kf__op_attention_grad_prep, in, p, out);
     if (st != KF_OK) {
@@ -296,8 +380,13 @@ static const char *role_name(attn_role role) {
     return names[role];
 }
 
+/* What the forward (ROLE_OUT) writes of the row statistics: nothing, lse beside o (a binding
+ * "lse" after the inputs, read_write: attention's kernel_with_companion), or lse alone as its
+ * output (attention_lse's kernel: no P V). */
+typedef enum attn_lse { LSE_NONE = 0, LSE_SIDE, LSE_ONLY } attn_lse;
+
 static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_params *p,
-                              kf_dtype dtype) {
+                              kf_dtype dtype, attn_lse lse_mode) {
     const attn_dims a = dims_of(&in[0]);
     const uint32_t t = a.t, d = a.d, bc = col_tile(d), split = LANES / bc;
     const uint32_t per = (d + split - 1) / split; /* dot-product terms per invocation */
@@ -310,7 +399,9 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
     const bool needs_dp = role == ROLE_DQ || role == ROLE_DK;
     const bool online = role == ROLE_OUT || role == ROLE_PREP;
 
-    kf_kernel_desc desc = {.name = role_name(role),
+    kf_kernel_desc desc = {.name = lse_mode == LSE_ONLY   ? "attention_lse"
+                                   : lse_mode == LSE_SIDE ? "attention_with_lse"
+                                                          : role_name(role),
                            .workgroup_size = {LANES, ROWS, 1},
                            .input = kf_type_scalar(KF_SCALAR_VOID),
                            .output = kf__dtype_type(dtype)};
@@ -323,7 +414,10 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
     kf_binding bq = kf__bind(k, "q", dtype, KF_ACCESS_READ);
     kf_binding bk = kf__bind(k, "k", dtype, KF_ACCESS_READ);
     kf_binding bv = kf__bind(k, "v", dtype, KF_ACCESS_READ);
-    kf_binding b4 = {0};
+    kf_binding b4 = {0}, blse = {0};
+    if (lse_mode == LSE_SIDE) {
+        blse = kf__bind(k, "lse", dtype, KF_ACCESS_READ_WRITE);
+    }
     if (role == ROLE_PREP) {
         b4 = kf__bind(k, "dy", dtype, KF_ACCESS_READ);
     } else if (role != ROLE_OUT) {
@@ -555,7 +649,7 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
             kf_assign(k, psum_run, kf_add(k, kf_read(k, psum_run), only));
             kf_assign(k, delta_run, kf_add(k, kf_read(k, delta_run), psum));
         }
-        for (uint32_t c = 0; c < ncols; c++) {
+        for (uint32_t c = 0; c < (lse_mode == LSE_ONLY ? 0 : ncols); c++) {
             uint32_t colc = c * LANES;
             kf_val col = kf_call2(k, KF_FN_MIN, kf_add(k, lx, kf__u32(k, colc)), kf__u32(k, d - 1));
             kf_val sum = kf_lit_f32(k, 0), sum_pk = kf_lit_f32(k, 0);
@@ -579,7 +673,7 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
     kf_end(k);
 
     /* the results: row `row` of the output, D columns (prep: D + 2) */
-    uint32_t out_cols = role == ROLE_PREP ? d + 2 : d;
+    uint32_t out_cols = role == ROLE_PREP ? d + 2 : lse_mode == LSE_ONLY ? 1 : d;
     kf_val out_row = kf_mul(k, kf_add(k, head_row0, row), kf__u32(k, out_cols));
     kf_val inv_l = {0, 0};
     if (online) {
@@ -637,7 +731,17 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
         delta = kf_let(k, "delta", sum);
     }
     kf_if(k, valid);
-    for (uint32_t c = 0; c < ncols; c++) {
+    if (lse_mode != LSE_NONE) {
+        kf_if(k, kf_binary(k, KF_OP_EQ, lx, kf__u32(k, 0)));
+        kf_val lse = kf_add(k, kf_read(k, m_run), kf_call1(k, KF_FN_LOG, kf_read(k, l_run)));
+        if (lse_mode == LSE_SIDE) {
+            kf__store_f32(k, blse, kf_add(k, head_row0, row), lse, dtype);
+        } else {
+            kf__yield_f32(k, lse, out_row, dtype);
+        }
+        kf_end(k);
+    }
+    for (uint32_t c = 0; c < (lse_mode == LSE_ONLY ? 0 : ncols); c++) {
         if (inside[c].id) {
             kf_if(k, inside[c]);
         }
@@ -658,7 +762,7 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
 }
 
 static kf_kernel *attention_kernel(const kf_shape *in, const kf_op_params *p, kf_dtype dtype) {
-    return attn_kernel(ROLE_OUT, in, p, dtype);
+    return attn_kernel(ROLE_OUT, in, p, dtype, LSE_NONE);
 }
 /* The forward's description for the other kernels (attention_sgmat.h). */
 static kf__attn_desc attn_desc_of(const kf_shape *in, const kf_op_params *p, bool with_lse) {
@@ -685,8 +789,85 @@ static kf_kernel *attention_choose(kf_context *ctx, const kf_shape *in, const kf
     return attention_kernel(in, p, dtype);
 }
 
+/* attention's kernel with lse beside o (kernel_with_companion): the subgroup-matrix kernel where
+ * attention_choose takes it, else this file's. */
+static kf_kernel *attention_with_lse(kf_context *ctx, const kf_shape *in, const kf_op_params *p,
+                                     kf_dtype dtype) {
+    if (dtype == KF_DTYPE_F16) {
+        kf__attn_desc ad = attn_desc_of(in, p, true);
+        kf_kernel *k = kf__attention_sgmat_for(ctx, &ad);
+        if (k) {
+            return k;
+        }
+    }
+    return attn_kernel(ROLE_OUT, in, p, dtype, LSE_SIDE);
+}
+
+static kf_kernel *lse_kernel(const kf_shape *in, const kf_op_params *p, kf_dtype dtype) {
+    return attn_kernel(ROLE_OUT, in, p, dtype, LSE_ONLY);
+}
+
+/* g = [dy | lse | dy . o], a row per 32 invocations: each copies dy's columns lx, lx + 32, ...
+ * and sums its part of dy . o; the row's first sums the 32 parts (in a fixed order). */
+#define PACK_ROWS 8u
+#define PACK_LANES 32u
+static kf_kernel *pack_kernel(const kf_shape *in, const kf_op_params *p, kf_dtype dtype) {
+    (void)p;
+    attn_dims a = dims_of(&in[0]);
+    const uint32_t d = a.d, rows = a.bh * a.t;
+    kf_kernel_desc desc = {.name = "attention_grad_pack",
+                           .workgroup_size = {PACK_LANES, PACK_ROWS, 1},
+                           .output = kf__dtype_type(dtype)};
+    kf_kernel *k = kf_kernel_create(&desc);
+    if (!k) {
+        return NULL;
+    }
+    uint32_t groups[3];
+    kf__grid_1d((uint64_t)(rows + PACK_ROWS - 1) / PACK_ROWS, 1, groups);
+    kf_kernel_set_grid(k, groups);
+    kf_binding bdy = kf__bind(k, "dy", dtype, KF_ACCESS_READ);
+    kf_binding bo = kf__bind(k, "o", dtype, KF_ACCESS_READ);
+    kf_binding blse = kf__bind(k, "lse", dtype, KF_ACCESS_READ);
+    kf_shared parts =
+        kf_kernel_workgroup(k, "parts", kf_type_scalar(KF_SCALAR_F32), PACK_ROWS * PACK_LANES);
+    kf_val local = kf_builtin_get(k, KF_BUILTIN_LOCAL_ID);
+    kf_val lx = kf_let(k, "lx", kf_extract(k, local, 0));
+    kf_val ly = kf_let(k, "ly", kf_extract(k, local, 1));
+    kf_val row =
+        kf_let(k, "row", kf_add(k, kf_mul(k, kf_workgroup_linear(k), kf__u32(k, PACK_ROWS)), ly));
+    kf_val valid = kf_let(k, "valid", kf_binary(k, KF_OP_LT, row, kf__u32(k, rows)));
+    kf_val rowc = kf_let(k, "rowc", kf_call2(k, KF_FN_MIN, row, kf__u32(k, rows - 1)));
+    kf_val out_row = kf_let(k, "out_row", kf_mul(k, row, kf__u32(k, d + 2)));
+    kf_var part = kf_declare(k, "part", kf_type_scalar(KF_SCALAR_F32), kf_lit_f32(k, 0));
+    kf_val c = kf_for(k, "c", lx, kf__u32(k, d), kf__u32(k, PACK_LANES));
+    {
+        kf_val at = kf_add(k, kf_mul(k, rowc, kf__u32(k, d)), c);
+        kf_val dyv = kf_let(k, "dyv", kf__load_f32(k, bdy, at, dtype));
+        kf_assign(k, part,
+                  kf_call3(k, KF_FN_FMA, dyv, kf__load_f32(k, bo, at, dtype), kf_read(k, part)));
+        kf_if(k, valid);
+        kf__yield_f32(k, dyv, kf_add(k, out_row, c), dtype);
+        kf_end(k);
+    }
+    kf_end(k);
+    kf_shared_store(k, parts, kf_add(k, kf_mul(k, ly, kf__u32(k, PACK_LANES)), lx),
+                    kf_read(k, part));
+    kf_barrier(k);
+    kf_if(k, kf_binary(k, KF_OP_AND, valid, kf_binary(k, KF_OP_EQ, lx, kf__u32(k, 0))));
+    kf_val first = kf_let(k, "first", kf_mul(k, ly, kf__u32(k, PACK_LANES)));
+    kf_val sum = kf_lit_f32(k, 0);
+    for (uint32_t i = 0; i < PACK_LANES; i++) {
+        sum = kf_add(k, sum, kf_shared_load(k, parts, i ? kf_add(k, first, kf__u32(k, i)) : first));
+    }
+    kf_val delta = kf_let(k, "delta", sum);
+    kf__yield_f32(k, kf__load_f32(k, blse, rowc, dtype), kf_add(k, out_row, kf__u32(k, d)), dtype);
+    kf__yield_f32(k, delta, kf_add(k, out_row, kf__u32(k, d + 1)), dtype);
+    kf_end(k);
+    return k;
+}
+
 static kf_kernel *prep_kernel(const kf_shape *in, const kf_op_params *p, kf_dtype dtype) {
-    return attn_kernel(ROLE_PREP, in, p, dtype);
+    return attn_kernel(ROLE_PREP, in, p, dtype, LSE_NONE);
 }
 
 static void attn_grid(const kf_shape *in, const kf_op_params *p, int32_t which,
@@ -755,12 +936,40 @@ const kf_operator kf__op_attention = {
     .spec_backward = attention_spec_backward,
     .kernel_forward = attention_kernel,
     .kernel_choose = attention_choose,
+    .companion = &kf__op_attention_lse,
+    .kernel_with_companion = attention_with_lse,
     .tolerance_f32 = 2e-4,
     .tolerance_f16 = 2e-3,
     .input_lo = -1.0f,
     .input_hi = 1.0f,
     .grid = attn_grid,
     CASES(attn_cases),
+};
+
+/* T 1, a ragged tile, whole tiles, a ragged last tile past several; D 8, 128 and 97; causal and
+ * not; a given scale; rank 3; 2^22 input elements. */
+static const kf_op_case lse_cases[] = {
+    {.shapes = {QKV(1, 1, 1, 8)}, .note = "T 1"},
+    {.shapes = {QKV(1, 2, 7, 8)}, .params = NONCAUSAL, .note = "T 7, not causal"},
+    {.shapes = {QKV(2, 1, 64, 64)}, .note = "T 64, D 64"},
+    {.shapes = {QKV(1, 2, 100, 8)}, .note = "T 100, D 8"},
+    {.shapes = {QKV(1, 1, 37, 128)}, .note = "D 128"},
+    {.shapes = {QKV(1, 1, 23, 97)}, .params = {.alpha = 0.3f}, .note = "D 97, scale 0.3"},
+    {.shapes = {SHAPE3(3, 19, 7), SHAPE3(3, 19, 7), SHAPE3(3, 19, 7)}, .note = "rank 3, D 7"},
+    {.shapes = {QKV(32, 16, 64, 128)}, .note = "large: 2^22 elements"},
+};
+
+#define PACKIN(B, H, T, D) SHAPE4(B, H, T, D), SHAPE4(B, H, T, D), SHAPE4(B, H, T, 1)
+/* one row; D below, at and above the 32 lanes (8, 64, 97: ragged, 128); 7 heads of 100 rows
+ * (8-row workgroups, a ragged last one); rank 3; 2^22 elements */
+static const kf_op_case pack_cases[] = {
+    {.shapes = {PACKIN(1, 1, 1, 8)}, .note = "one row"},
+    {.shapes = {PACKIN(1, 7, 100, 8)}, .note = "700 rows, D 8"},
+    {.shapes = {PACKIN(2, 1, 64, 64)}, .note = "D 64"},
+    {.shapes = {PACKIN(1, 1, 23, 97)}, .note = "D 97"},
+    {.shapes = {PACKIN(1, 1, 37, 128)}, .note = "D 128"},
+    {.shapes = {SHAPE3(3, 19, 7), SHAPE3(3, 19, 7), SHAPE3(3, 19, 1)}, .note = "rank 3, D 7"},
+    {.shapes = {PACKIN(32, 16, 64, 128)}, .note = "large: 2^22 elements"},
 };
 
 const kf_operator kf__op_attention_grad_prep = {
@@ -779,6 +988,56 @@ const kf_operator kf__op_attention_grad_prep = {
     .input_hi = 1.0f,
     .grid = attn_grid,
     CASES(prep_cases),
+};
+
+static const kf__input pack_inputs[] = {{.name = "dy"}, {.name = "o"}, {.name = "lse"}};
+
+static void pack_grid(const kf_shape *in, const kf_op_params *p, int32_t which,
+                      uint32_t groups[3]) {
+    (void)p, (void)which;
+    attn_dims a = dims_of(&in[0]);
+    kf__grid_1d(((uint64_t)a.bh * a.t + PACK_ROWS - 1) / PACK_ROWS, 1, groups);
+}
+
+/* The forward's row statistics on their own: a forward pass without P V (the planner makes it a
+ * second output of attention's kernel where the graph has both: src/fuse/rules/companion.c).
+ * Tolerances as attention's. */
+const kf_operator kf__op_attention_lse = {
+    .name = "attention_lse",
+    .about = "attention's row statistics lse_i = log sum_j exp(s_ij) over [..., T, 1]",
+    .op_class = KF_OP_CLASS_ROW_REDUCTION,
+    .arity = 3,
+    KF__INPUTS(attn_inputs),
+    KF__PARAMS(kf__attn_params),
+    .shape = lse_shape,
+    .spec_forward = lse_spec,
+    .kernel_forward = lse_kernel,
+    .tolerance_f32 = 2e-4,
+    .tolerance_f16 = 2e-3,
+    .input_lo = -1.0f,
+    .input_hi = 1.0f,
+    .grid = attn_grid,
+    CASES(lse_cases),
+};
+
+/* g from the forward's o and lse: what autodiff feeds attention_grad_q / _k / _v (the same g as
+ * attention_grad_prep's, without its forward pass). delta is an f32 sum of D products: 2e-4
+ * (f32) as the other row reductions. */
+const kf_operator kf__op_attention_grad_pack = {
+    .name = "attention_grad_pack",
+    .about = "attention's backward statistics from the forward's: [dy | lse | dy . o]",
+    .op_class = KF_OP_CLASS_ROW_REDUCTION,
+    .arity = 3,
+    KF__INPUTS(pack_inputs),
+    .shape = pack_shape,
+    .spec_forward = pack_spec,
+    .kernel_forward = pack_kernel,
+    .tolerance_f32 = 2e-4,
+    .tolerance_f16 = 2e-3,
+    .input_lo = -1.0f,
+    .input_hi = 1.0f,
+    .grid = pack_grid,
+    CASES(pack_cases),
 };
 
 /* ---------------------------------------------------------------------------------------- */

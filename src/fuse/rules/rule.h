@@ -50,6 +50,7 @@ extern const kf__fusion_rule kf__rule_prologue;
 extern const kf__fusion_rule kf__rule_classifier;
 extern const kf__fusion_rule kf__rule_bias_grad;
 extern const kf__fusion_rule kf__rule_activation_save;
+extern const kf__fusion_rule kf__rule_companion;
 
 /* ---- planning helpers (plan.c) ---- */
 
