@@ -67,6 +67,11 @@ echo "kfuse exit $?" | tee -a "$LOG"
 KF_NO_SGMAT=1 timeout "$KFUSE_LIMIT" "$BUILD/kfuse_bench_attention" $CASES --repeat "$REPEAT" \
     --dtype f16 --impl kfuse-fma --json >>"$KJ" 2>>"$LOG"
 echo "kfuse-fma exit $?" | tee -a "$LOG"
+say "the subgroup-matrix kernel's configurations (KF_ATTN_SGMAT=WxC[/hi]), f16 forward, T 4096"
+for cfg in 2x64 4x32/hi 4x16 2x32 1x64 8x16; do
+    KF_ATTN_SGMAT=$cfg timeout 30 "$BUILD/kfuse_bench_attention" --T 4096 --dtype f16 --fwd-only \
+        --repeat "$REPEAT" --impl "sgmat-$cfg" >>"$LOG" 2>&1
+done
 cat "$KJ" >>"$LOG"
 
 say "torch_attention.py: eager and sdpa, then torch.compile"

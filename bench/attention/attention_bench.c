@@ -4,6 +4,7 @@
  *
  *   kfuse_bench_attention [--T N]... [--D N]... [--dtype f16|f32]... [--B N] [--H N]
  *                         [--no-causal] [--repeat N] [--json] [--impl NAME] [--explain]
+ *                         [--fwd-only]
  *
  * Default: T 1024 and 4096, D 64 and 128, f16 and f32, H 16, B = 8192 / T (8192 tokens a case),
  * causal. Forward is the graph `o = attention(q, k, v)` (one dispatch); forward + backward is the
@@ -14,8 +15,9 @@
  * convention: 4 B H T^2 D forward (halved when causal), 2.5 times that backward, whatever a
  * kernel recomputes. Each case checks 8 rows of o and of dq against a float64 reference on the
  * host (from the inputs as the device holds them), so a fast wrong kernel does not pass
- * unnoticed. --impl names the rows (default "kfuse"; bench/h200_attention.sh runs f16 again
- * with KF_NO_SGMAT=1 as "kfuse-fma"); --explain prints both plans. */
+ * unnoticed (--fwd-only: the forward alone, fwdbwd_ms 0). --impl names the rows (default "kfuse";
+ * bench/h200_attention.sh runs f16 again with KF_NO_SGMAT=1 as "kfuse-fma"); --explain prints both
+ * plans. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,7 +112,7 @@ static void round_to_dtype(kf_tensor *t, kf_dtype dtype) {
 
 /* Runs one case; prints a table row or a JSON line. Returns false when it failed. */
 static bool run_case(kf_context *ctx, const bench_case *c, uint32_t repeat, bool json,
-                     const char *impl, bool explain) {
+                     const char *impl, bool explain, bool fwd_only) {
     const char *dt = c->dtype == KF_DTYPE_F16 ? "f16" : "f32";
     char decl[128], fwd[1024], bwd[2048];
     snprintf(decl, sizeof decl, "%s[%u, %u, %u, %u]", dt, c->b, c->h, c->t, c->d);
@@ -150,8 +152,10 @@ static bool run_case(kf_context *ctx, const bench_case *c, uint32_t repeat, bool
         }
     }
     kf_timing tf = {0}, tb = {0};
-    ok = ok && kf_plan_time(pf, repeat, &tf) == KF_OK && kf_plan_time(pb, repeat, &tb) == KF_OK;
-    ok = ok && kf_plan_get_output(pf, "o", o) == KF_OK && kf_plan_get_output(pb, "dq", dq) == KF_OK;
+    ok = ok && kf_plan_time(pf, repeat, &tf) == KF_OK &&
+         (fwd_only || kf_plan_time(pb, repeat, &tb) == KF_OK);
+    ok = ok && kf_plan_get_output(pf, "o", o) == KF_OK &&
+         (fwd_only || kf_plan_get_output(pb, "dq", dq) == KF_OK);
     double err_o = 0, err_dq = 0;
     double *ro = malloc(c->d * sizeof *ro), *rdq = malloc(c->d * sizeof *rdq);
     for (uint32_t r = 0; ok && ro && rdq && r < 8; r++) {
@@ -160,14 +164,14 @@ static bool run_case(kf_context *ctx, const bench_case *c, uint32_t repeat, bool
         reference_row(in[0]->data, in[1]->data, in[2]->data, in[3]->data, c, head, i, ro, rdq);
         uint64_t at = (head * c->t + i) * c->d;
         err_o = fmax(err_o, row_error(o->data + at, ro, c->d));
-        err_dq = fmax(err_dq, row_error(dq->data + at, rdq, c->d));
+        err_dq = fwd_only ? 0 : fmax(err_dq, row_error(dq->data + at, rdq, c->d));
     }
     free(ro);
     free(rdq);
     double flops = 4.0 * c->b * c->h * (double)c->t * c->t * c->d * (c->causal ? 0.5 : 1.0);
-    double bwd_ms = tb.median_ms - tf.median_ms;
+    double bwd_ms = fwd_only ? 0 : tb.median_ms - tf.median_ms;
     double tf_f = ok ? flops / (tf.median_ms * 1e9) : 0,
-           tf_fb = ok ? 3.5 * flops / (tb.median_ms * 1e9) : 0;
+           tf_fb = ok && !fwd_only ? 3.5 * flops / (tb.median_ms * 1e9) : 0;
     if (!ok) {
         fprintf(stderr, "%s B%u H%u T%u D%u: failed: %s\n", dt, c->b, c->h, c->t, c->d,
                 kf_context_last_error(ctx));
@@ -199,7 +203,7 @@ static bool run_case(kf_context *ctx, const bench_case *c, uint32_t repeat, bool
 static int usage(void) {
     fprintf(stderr, "usage: kfuse_bench_attention [--T N]... [--D N]... [--dtype f16|f32]... "
                     "[--B N] [--H N] [--no-causal] [--repeat N] [--json] [--impl NAME] "
-                    "[--explain]\n");
+                    "[--explain] [--fwd-only]\n");
     return 2;
 }
 
@@ -207,7 +211,7 @@ int main(int argc, char **argv) {
     uint32_t ts[8] = {1024, 4096}, ds[8] = {64, 128}, nt = 0, nd = 0, b = 0, h = 16, repeat = 10;
     kf_dtype dts[2] = {KF_DTYPE_F16, KF_DTYPE_F32};
     uint32_t ndt = 0;
-    bool causal = true, json = false, explain = false;
+    bool causal = true, json = false, explain = false, fwd_only = false;
     const char *impl = "kfuse";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -232,6 +236,8 @@ int main(int argc, char **argv) {
             json = true;
         } else if (!strcmp(a, "--explain")) {
             explain = true;
+        } else if (!strcmp(a, "--fwd-only")) {
+            fwd_only = true;
         } else if (!strcmp(a, "--impl") && v) {
             impl = v, i++;
         } else {
@@ -264,7 +270,7 @@ int main(int argc, char **argv) {
             for (uint32_t z = 0; z < nd; z++) {
                 bench_case c = {
                     b ? b : (8192 / ts[y] ? 8192 / ts[y] : 1), h, ts[y], ds[z], dts[x], causal};
-                rc |= run_case(ctx, &c, repeat, json, impl, explain) ? 0 : 1;
+                rc |= run_case(ctx, &c, repeat, json, impl, explain, fwd_only) ? 0 : 1;
             }
         }
     }

@@ -33,10 +33,12 @@
 #include "ops/ops_internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define MAT 16u          /* 16x16x16 f16 -> f32 matrices */
 #define PAD 8u           /* halves after each staged row */
-#define SUBGROUPS 4u     /* per workgroup */
+#define SUBGROUPS 4u     /* per workgroup, by default */
 #define MAX_D 128u       /* the largest head dimension */
 #define WG_MEMORY 49152u /* workgroup memory every device with subgroup matrices offers */
 #define NEG_BIG -3.0e38f /* the running max before any key */
@@ -46,10 +48,10 @@ static kf_val u32(kf_kernel *k, uint32_t v) {
 }
 
 /* Bytes of workgroup memory for key tiles of c columns. */
-static uint32_t memory_for(uint32_t c, uint32_t dp) {
-    uint32_t ld = dp + PAD, rows = SUBGROUPS * MAT;
+static uint32_t memory_for(uint32_t w, uint32_t c, uint32_t dp, bool split) {
+    uint32_t ld = dp + PAD, rows = w * MAT;
     uint32_t tiles = 2 * c * ld > rows * ld ? 2 * c * ld : rows * ld; /* q is staged there first */
-    return tiles * 2 + SUBGROUPS * MAT * c * 4 + 2 * SUBGROUPS * MAT * (c + PAD) * 2;
+    return tiles * 2 + w * MAT * c * 4 + (split ? 2 : 1) * w * MAT * (c + PAD) * 2;
 }
 
 /* Stages rows [first, first + rows) of head `head_row0` of binding b (t rows of d) as f16 into
@@ -73,17 +75,39 @@ static void stage(kf_kernel *k, kf_binding b, kf_shared tile, uint32_t at, kf_va
 }
 
 kf_kernel *kf__attention_sgmat(const kf__attn_desc *a, uint32_t sg, uint32_t wg_bytes) {
+    return kf__attention_sgmat_config(a, sg, wg_bytes, NULL);
+}
+
+bool kf__attention_sgmat_config_parse(const char *text, kf__attn_sgmat_config *out) {
+    kf__attn_sgmat_config c = {0};
+    char lo[8] = {0}, end = 0;
+    int got = text ? sscanf(text, "%ux%u/%7[a-z]%c", &c.subgroups, &c.keys, lo, &end) : 0;
+    if (got < 2 || got > 3 || (got == 3 && strcmp(lo, "hi"))) {
+        return false;
+    }
+    c.hi_only = got == 3;
+    *out = c;
+    return true;
+}
+
+kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint32_t wg_bytes,
+                                      const kf__attn_sgmat_config *cfg) {
     if (!a || !a->bh || !a->t || !a->d || a->d > MAX_D || sg < MAT || sg > 128 || (sg & (sg - 1))) {
+        return NULL;
+    }
+    const uint32_t w = cfg && cfg->subgroups ? cfg->subgroups : SUBGROUPS;
+    const bool split = !(cfg && cfg->hi_only);
+    if (w > 16 || w * sg > 1024 || (cfg && cfg->keys && (cfg->keys % MAT || cfg->keys > 64))) {
         return NULL;
     }
     const uint32_t t = a->t, d = a->d, dp = (d + MAT - 1) / MAT * MAT, ld = dp + PAD;
     const uint32_t budget = wg_bytes && wg_bytes < WG_MEMORY ? wg_bytes : WG_MEMORY;
-    const uint32_t lanes_per_row = sg / MAT, threads = SUBGROUPS * sg, rows = SUBGROUPS * MAT;
-    uint32_t bc = 64;
-    while (bc > MAT && memory_for(bc, dp) > budget) {
+    const uint32_t lanes_per_row = sg / MAT, threads = w * sg, rows = w * MAT;
+    uint32_t bc = cfg && cfg->keys ? cfg->keys : 64;
+    while (bc > MAT && memory_for(w, bc, dp, split) > budget) {
         bc /= 2;
     }
-    if (memory_for(bc, dp) > budget || bc % lanes_per_row) {
+    if (memory_for(w, bc, dp, split) > budget || bc % lanes_per_row) {
         return NULL;
     }
     const uint32_t per = bc / lanes_per_row; /* score columns per invocation */
@@ -93,8 +117,8 @@ kf_kernel *kf__attention_sgmat(const kf__attn_desc *a, uint32_t sg, uint32_t wg_
     kf_type f32 = kf_type_scalar(KF_SCALAR_F32), h = kf_type_scalar(KF_SCALAR_F16);
 
     char name[64];
-    snprintf(name, sizeof name, "attention_sgmat_%ux%u%s%s", rows, bc, a->causal ? "_causal" : "",
-             a->with_lse ? "_lse" : "");
+    snprintf(name, sizeof name, "attention_sgmat_%ux%u%s%s%s", rows, bc, split ? "" : "_hi",
+             a->causal ? "_causal" : "", a->with_lse ? "_lse" : "");
     kf_kernel_desc desc = {.name = name, .workgroup_size = {threads, 1, 1}, .output = h};
     kf_kernel *k = kf_kernel_create(&desc);
     if (!k) {
@@ -111,9 +135,12 @@ kf_kernel *kf__attention_sgmat(const kf__attn_desc *a, uint32_t sg, uint32_t wg_
     }
     const uint32_t tiles_len = 2 * bc > rows ? 2 * bc * ld : rows * ld;
     kf_shared tiles = kf_kernel_workgroup(k, "tiles", h, tiles_len);
-    kf_shared scratch = kf_kernel_workgroup(k, "scores", f32, SUBGROUPS * MAT * bc);
-    kf_shared probs = kf_kernel_workgroup(k, "probs", h, SUBGROUPS * MAT * ldp);
-    kf_shared probs_lo = kf_kernel_workgroup(k, "probs_lo", h, SUBGROUPS * MAT * ldp);
+    kf_shared scratch = kf_kernel_workgroup(k, "scores", f32, w * MAT * bc);
+    kf_shared probs = kf_kernel_workgroup(k, "probs", h, w * MAT * ldp);
+    kf_shared probs_lo = {0};
+    if (split) {
+        probs_lo = kf_kernel_workgroup(k, "probs_lo", h, w * MAT * ldp);
+    }
 
     kf_val local = kf_let(k, "local", kf_builtin_get(k, KF_BUILTIN_LOCAL_INDEX));
     kf_val sgi = kf_let(k, "sgi", kf_div(k, local, u32(k, sg)));
@@ -158,7 +185,9 @@ kf_kernel *kf__attention_sgmat(const kf__attn_desc *a, uint32_t sg, uint32_t wg_
                 acc[i] = kf_sgmat_declare(k, "acc", KF_SGMAT_RESULT, KF_SCALAR_F32, MAT, MAT);
             }
             pl = kf_sgmat_declare(k, "pl", KF_SGMAT_LEFT, KF_SCALAR_F16, MAT, MAT);
-            pl_lo = kf_sgmat_declare(k, "pl_lo", KF_SGMAT_LEFT, KF_SCALAR_F16, MAT, MAT);
+            if (split) {
+                pl_lo = kf_sgmat_declare(k, "pl_lo", KF_SGMAT_LEFT, KF_SCALAR_F16, MAT, MAT);
+            }
             vr = kf_sgmat_declare(k, "vr", KF_SGMAT_RIGHT, KF_SCALAR_F16, MAT, MAT);
         }
         kf_val c0 = kf_for(k, pass == 1 ? "c0" : "c1", u32(k, 0), end, u32(k, bc));
@@ -217,7 +246,9 @@ kf_kernel *kf__attention_sgmat(const kf__attn_desc *a, uint32_t sg, uint32_t wg_
                     kf_val lo = kf_cast(k, h, kf_sub(k, pr, kf_cast(k, f32, hi)));
                     kf_val at = c ? kf_add(k, prow, u32(k, c)) : prow;
                     kf_shared_store(k, probs, at, hi);
-                    kf_shared_store(k, probs_lo, at, lo);
+                    if (split) {
+                        kf_shared_store(k, probs_lo, at, lo);
+                    }
                 }
                 kf_barrier(k);
                 /* O += P V */
@@ -225,13 +256,17 @@ kf_kernel *kf__attention_sgmat(const kf__attn_desc *a, uint32_t sg, uint32_t wg_
                 for (uint32_t j = 0; j < cm; j++) {
                     kf_sgmat_load(k, pl, probs, kf_add(k, pat, u32(k, j * MAT)), false,
                                   u32(k, ldp));
-                    kf_sgmat_load(k, pl_lo, probs_lo, kf_add(k, pat, u32(k, j * MAT)), false,
-                                  u32(k, ldp));
+                    if (split) {
+                        kf_sgmat_load(k, pl_lo, probs_lo, kf_add(k, pat, u32(k, j * MAT)), false,
+                                      u32(k, ldp));
+                    }
                     for (uint32_t i = 0; i < dm; i++) {
                         kf_sgmat_load(k, vr, tiles, u32(k, bc * ld + j * MAT * ld + i * MAT), false,
                                       u32(k, ld));
                         kf_sgmat_mma(k, acc[i], pl, vr);
-                        kf_sgmat_mma(k, acc[i], pl_lo, vr);
+                        if (split) {
+                            kf_sgmat_mma(k, acc[i], pl_lo, vr);
+                        }
                     }
                 }
                 /* the next tile overwrites k's and v's tiles and P */
@@ -315,5 +350,8 @@ kf_kernel *kf__attention_sgmat_for(kf_context *ctx, const kf__attn_desc *a) {
     kf_adapter_info info;
     uint32_t bytes =
         kf_context_adapter_info(ctx, &info) == KF_OK ? info.max_compute_workgroup_storage_size : 0;
-    return kf__attention_sgmat(a, sg, bytes);
+    kf__attn_sgmat_config cfg;
+    const char *env = getenv("KF_ATTN_SGMAT");
+    bool forced = env && *env && kf__attention_sgmat_config_parse(env, &cfg);
+    return kf__attention_sgmat_config(a, sg, bytes, forced ? &cfg : NULL);
 }

@@ -20,7 +20,21 @@ typedef struct kf__attn_desc {
  * it cannot (d > 128, sg out of range, too little memory). */
 kf_kernel *kf__attention_sgmat(const kf__attn_desc *a, uint32_t sg, uint32_t wg_bytes);
 
-/* Whether kf__attention_sgmat runs on ctx (kf__sgmat_usable) and then its kernel, else NULL. */
+/* A configuration, for measuring (kf__attention_sgmat's default: 4 subgroups, the widest key
+ * tile of 64, 32, 16 that fits, P as hi + lo): subgroups per workgroup (16 query rows each),
+ * keys per tile (a multiple of 16 up to 64, shrunk to fit; 0: widest), hi_only: P as one f16
+ * matrix (faster, and outside verification's f16 tolerance where o cancels: not a default). */
+typedef struct kf__attn_sgmat_config {
+    uint32_t subgroups, keys;
+    bool hi_only;
+} kf__attn_sgmat_config;
+kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint32_t wg_bytes,
+                                      const kf__attn_sgmat_config *cfg);
+/* "WxC" or "WxC/hi" into *out; false if it does not parse. */
+bool kf__attention_sgmat_config_parse(const char *text, kf__attn_sgmat_config *out);
+
+/* Whether kf__attention_sgmat runs on ctx (kf__sgmat_usable) and then its kernel, else NULL.
+ * $KF_ATTN_SGMAT ("WxC[/hi]") replaces the default configuration, for measuring. */
 kf_kernel *kf__attention_sgmat_for(kf_context *ctx, const kf__attn_desc *a);
 
 #endif

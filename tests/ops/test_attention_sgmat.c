@@ -54,8 +54,10 @@ static void reference(const kf__attn_desc *a, const uint16_t *q, const uint16_t 
 }
 
 /* Runs the kernel for a on the GPU (ctx) or in the interpreter, checks every element. */
-static bool run_case(kf_context *ctx, uint32_t sg, const kf__attn_desc *a) {
-    kf_kernel *k = ctx ? kf__attention_sgmat_for(ctx, a) : kf__attention_sgmat(a, sg, 0);
+static bool run_config(kf_context *ctx, uint32_t sg, const kf__attn_desc *a,
+                       const kf__attn_sgmat_config *cfg) {
+    kf_kernel *k =
+        ctx ? kf__attention_sgmat_for(ctx, a) : kf__attention_sgmat_config(a, sg, 0, cfg);
     if (!k || kf_kernel_status(k) != KF_OK) {
         kt_fail(__FILE__, __LINE__, "no kernel for T %u D %u: %s", a->t, a->d,
                 k ? kf_kernel_error(k) : "NULL");
@@ -164,6 +166,10 @@ static bool run_case(kf_context *ctx, uint32_t sg, const kf__attn_desc *a) {
     return ok;
 }
 
+static bool run_case(kf_context *ctx, uint32_t sg, const kf__attn_desc *a) {
+    return run_config(ctx, sg, a, NULL);
+}
+
 static kf__attn_desc desc_of(uint32_t bh, uint32_t t, uint32_t d, bool causal, bool with_lse) {
     kf__attn_desc a = {.bh = bh,
                        .t = t,
@@ -197,6 +203,14 @@ KT_CPU_TEST(ops, attention_sgmat_interpreter) {
     KT_CHECK(run_case(NULL, 32, &odd), "D 24");
     kf__attn_desc sg16 = desc_of(2, 40, 64, true, true);
     KT_CHECK(run_case(NULL, 16, &sg16), "subgroups of 16");
+    /* other configurations: 2 subgroups with 64-key tiles, 1 with 16-key tiles, 8 with 16 */
+    static const char *const configs[] = {"2x64", "1x16", "8x16"};
+    for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++) {
+        kf__attn_sgmat_config cfg;
+        KT_CHECK(kf__attention_sgmat_config_parse(configs[c], &cfg), "%s", configs[c]);
+        kf__attn_desc a = desc_of(2, 70, 24, c != 1, true);
+        KT_CHECK(run_config(NULL, 32, &a, &cfg), "config %s", configs[c]);
+    }
 }
 
 KT_CPU_TEST(ops, attention_sgmat_wgsl_and_limits) {
@@ -235,6 +249,18 @@ KT_CPU_TEST(ops, attention_sgmat_wgsl_and_limits) {
     KT_CHECK(kf__attention_sgmat(&b, 32, 8192) == NULL, "8 KiB accepted");
     KT_CHECK(kf__attention_sgmat(&b, 8, 0) == NULL, "subgroups of 8 accepted");
     KT_CHECK(kf__attention_sgmat(&b, 24, 0) == NULL, "subgroups of 24 accepted");
+    kf__attn_sgmat_config cfg;
+    KT_CHECK(kf__attention_sgmat_config_parse("4x64/hi", &cfg) && cfg.hi_only && cfg.keys == 64,
+             "4x64/hi");
+    KT_CHECK(!kf__attention_sgmat_config_parse("4x64/lo", &cfg) &&
+                 !kf__attention_sgmat_config_parse("4", &cfg),
+             "bad configurations parse");
+    k = kf__attention_sgmat_config(&b, 32, 0, &cfg);
+    KT_CHECK(k && strcmp(kf_kernel_name(k), "attention_sgmat_64x64_hi_lse") == 0, "%s",
+             k ? kf_kernel_name(k) : "NULL");
+    kf_kernel_destroy(k);
+    cfg = (kf__attn_sgmat_config){.subgroups = 4, .keys = 24};
+    KT_CHECK(kf__attention_sgmat_config(&b, 32, 0, &cfg) == NULL, "24-key tiles accepted");
     b.d = 129;
     KT_CHECK(kf__attention_sgmat(&b, 32, 0) == NULL, "D 129 accepted");
 }
