@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Attention side by side with PyTorch on one GPU (docs/PERFORMANCE.md, "Attention"): kfuse's
 # fused attention forward and forward + backward (f16 on subgroup matrices where the device has
-# them, and again on FMA units with KF_NO_SGMAT=1 as "kfuse-fma"), then PyTorch eager (the math
+# them, and again on FMA units with KF_NO_SGMAT=1 as "kfuse-fma": the register-tiled kernel; the
+# forward of session 4's kernel as "kfuse-lanes", KF_ATTN_LANES=1), then PyTorch eager (the math
 # with T x T scores), F.scaled_dot_product_attention and torch.compile, at T 1024 and 4096, D 64
 # and 128, f16 and f32, causal; before the timings, the attention operators' checks on this GPU
 # (kfuse verify and the subgroup-matrix kernel's tests, every element). Three files land in $OUT:
@@ -69,9 +70,12 @@ KF_NO_SGMAT=1 timeout "$KFUSE_LIMIT" "$BUILD/kfuse_bench_attention" $CASES --rep
 echo "kfuse-fma exit $?" | tee -a "$LOG"
 say "the subgroup-matrix kernel's configurations (KF_ATTN_SGMAT=WxC[/hi]), f16 forward, T 4096"
 for cfg in 2x64 4x32/hi 4x16 2x32 1x64 8x16; do
-    KF_ATTN_SGMAT=$cfg timeout 30 "$BUILD/kfuse_bench_attention" --T 4096 --dtype f16 --fwd-only \
+    KF_ATTN_SGMAT=$cfg timeout 20 "$BUILD/kfuse_bench_attention" --T 4096 --dtype f16 --fwd-only \
         --repeat "$REPEAT" --impl "sgmat-$cfg" >>"$LOG" 2>&1
 done
+KF_ATTN_LANES=1 KF_NO_SGMAT=1 timeout "$KFUSE_LIMIT" "$BUILD/kfuse_bench_attention" $CASES \
+    --repeat "$REPEAT" --fwd-only --impl kfuse-lanes --json >>"$KJ" 2>>"$LOG"
+echo "kfuse-lanes (the session-4 kernel, forward) exit $?" | tee -a "$LOG"
 cat "$KJ" >>"$LOG"
 
 say "torch_attention.py: eager and sdpa, then torch.compile"

@@ -776,31 +776,35 @@ static kf__attn_desc attn_desc_of(const kf_shape *in, const kf_op_params *p, boo
     return ad;
 }
 
-/* f16 on a device with subgroup matrices: the subgroup-matrix kernel; else this file's. */
-static kf_kernel *attention_choose(kf_context *ctx, const kf_shape *in, const kf_op_params *p,
-                                   kf_dtype dtype) {
-    if (dtype == KF_DTYPE_F16) {
-        kf__attn_desc ad = attn_desc_of(in, p, false);
-        kf_kernel *k = kf__attention_sgmat_for(ctx, &ad);
-        if (k) {
-            return k;
-        }
-    }
-    return attention_kernel(in, p, dtype);
+/* Whether $KF_ATTN_LANES asks for this file's 16-lanes-a-row kernel in place of the register-tiled
+ * one (for measuring the two on one device). */
+static bool lanes_forced(void) {
+    const char *e = getenv("KF_ATTN_LANES");
+    return e && *e && strcmp(e, "0") != 0;
 }
 
-/* attention's kernel with lse beside o (kernel_with_companion): the subgroup-matrix kernel where
- * attention_choose takes it, else this file's. */
+/* The forward's kernel, with lse beside o or not: f16 on a device with subgroup matrices, the
+ * subgroup-matrix kernel; else the register-tiled one (attention_tiled.c). */
+static kf_kernel *forward_choose(kf_context *ctx, const kf_shape *in, const kf_op_params *p,
+                                 kf_dtype dtype, bool with_lse) {
+    kf__attn_desc ad = attn_desc_of(in, p, with_lse);
+    kf_kernel *k = dtype == KF_DTYPE_F16 ? kf__attention_sgmat_for(ctx, &ad) : NULL;
+    if (!k && !lanes_forced()) {
+        k = kf__attention_tiled(&ad, dtype);
+    }
+    return k ? k : attn_kernel(ROLE_OUT, in, p, dtype, with_lse ? LSE_SIDE : LSE_NONE);
+}
+
+static kf_kernel *attention_choose(kf_context *ctx, const kf_shape *in, const kf_op_params *p,
+                                   kf_dtype dtype) {
+    return forward_choose(ctx, in, p, dtype, false);
+}
+
+/* attention's kernel with lse beside o (kernel_with_companion), chosen as attention_choose
+ * chooses. */
 static kf_kernel *attention_with_lse(kf_context *ctx, const kf_shape *in, const kf_op_params *p,
                                      kf_dtype dtype) {
-    if (dtype == KF_DTYPE_F16) {
-        kf__attn_desc ad = attn_desc_of(in, p, true);
-        kf_kernel *k = kf__attention_sgmat_for(ctx, &ad);
-        if (k) {
-            return k;
-        }
-    }
-    return attn_kernel(ROLE_OUT, in, p, dtype, LSE_SIDE);
+    return forward_choose(ctx, in, p, dtype, true);
 }
 
 static kf_kernel *lse_kernel(const kf_shape *in, const kf_op_params *p, kf_dtype dtype) {

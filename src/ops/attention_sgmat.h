@@ -37,4 +37,9 @@ bool kf__attention_sgmat_config_parse(const char *text, kf__attn_sgmat_config *o
  * $KF_ATTN_SGMAT ("WxC[/hi]") replaces the default configuration, for measuring. */
 kf_kernel *kf__attention_sgmat_for(kf_context *ctx, const kf__attn_desc *a);
 
+/* The register-tiled FMA kernel (attention_tiled.c) for f32 or f16 storage (f32 compute): 64
+ * query rows a workgroup, 32-key tiles, within 32 KiB of workgroup memory. NULL where it
+ * cannot (d > 128, another dtype). */
+kf_kernel *kf__attention_tiled(const kf__attn_desc *a, kf_dtype dtype);
+
 #endif

@@ -53,11 +53,13 @@ static void reference(const kf__attn_desc *a, const uint16_t *q, const uint16_t 
     free(s);
 }
 
-/* Runs the kernel for a on the GPU (ctx) or in the interpreter, checks every element. */
+/* Runs the kernel for a on the GPU (ctx) or in the interpreter, checks every element. Subgroup
+ * size 0: the register-tiled FMA kernel (f16 storage) instead. */
 static bool run_config(kf_context *ctx, uint32_t sg, const kf__attn_desc *a,
                        const kf__attn_sgmat_config *cfg) {
-    kf_kernel *k =
-        ctx ? kf__attention_sgmat_for(ctx, a) : kf__attention_sgmat_config(a, sg, 0, cfg);
+    kf_kernel *k = sg == 0 ? kf__attention_tiled(a, KF_DTYPE_F16)
+                   : ctx   ? kf__attention_sgmat_for(ctx, a)
+                           : kf__attention_sgmat_config(a, sg, 0, cfg);
     if (!k || kf_kernel_status(k) != KF_OK) {
         kt_fail(__FILE__, __LINE__, "no kernel for T %u D %u: %s", a->t, a->d,
                 k ? kf_kernel_error(k) : "NULL");
@@ -211,6 +213,26 @@ KT_CPU_TEST(ops, attention_sgmat_interpreter) {
         kf__attn_desc a = desc_of(2, 70, 24, c != 1, true);
         KT_CHECK(run_config(NULL, 32, &a, &cfg), "config %s", configs[c]);
     }
+}
+
+/* The register-tiled FMA kernel (subgroup size 0 in run_config) on the same edge cases, and on
+ * T 130 (three 64-row workgroups, five 32-key tiles) and D 97 (a ragged chunk and ragged output
+ * columns). */
+KT_CPU_TEST(ops, attention_tiled_interpreter) {
+    for (size_t ti = 0; ti < sizeof edge_t / sizeof edge_t[0]; ti++) {
+        for (size_t di = 0; di < sizeof edge_d / sizeof edge_d[0]; di++) {
+            for (int causal = 0; causal < 2; causal++) {
+                kf__attn_desc a = desc_of(2, edge_t[ti], edge_d[di], causal != 0,
+                                          (ti + di + (size_t)causal) % 2 == 1);
+                if (!run_case(NULL, 0, &a)) {
+                    return;
+                }
+            }
+        }
+    }
+    kf__attn_desc a = desc_of(1, 130, 97, true, true);
+    a.scale = 0.3f;
+    KT_CHECK(run_case(NULL, 0, &a), "T 130, D 97");
 }
 
 KT_CPU_TEST(ops, attention_sgmat_wgsl_and_limits) {
