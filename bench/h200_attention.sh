@@ -69,7 +69,7 @@ KF_NO_SGMAT=1 timeout "$KFUSE_LIMIT" "$BUILD/kfuse_bench_attention" $CASES --rep
     --dtype f16 --impl kfuse-fma --json >>"$KJ" 2>>"$LOG"
 echo "kfuse-fma exit $?" | tee -a "$LOG"
 say "the subgroup-matrix kernel's configurations (KF_ATTN_SGMAT=WxC[/hi]), f16 forward, T 4096"
-for cfg in 2x64 4x32/hi 4x16 2x32 1x64 8x16; do
+for cfg in 4x16 4x32 4x32/hi 2x64 8x16/hi; do
     KF_ATTN_SGMAT=$cfg timeout 20 "$BUILD/kfuse_bench_attention" --T 4096 --dtype f16 --fwd-only \
         --repeat "$REPEAT" --impl "sgmat-$cfg" >>"$LOG" 2>&1
 done

@@ -42,6 +42,7 @@
 #define MAX_D 128u       /* the largest head dimension */
 #define WG_MEMORY 49152u /* workgroup memory every device with subgroup matrices offers */
 #define NEG_BIG -3.0e38f /* the running max before any key */
+#define P_SCALE 16384.0f /* P's scale in its f16 matrices (2^14) */
 
 static kf_val u32(kf_kernel *k, uint32_t v) {
     return kf_lit_u32(k, v);
@@ -51,7 +52,7 @@ static kf_val u32(kf_kernel *k, uint32_t v) {
 static uint32_t memory_for(uint32_t w, uint32_t c, uint32_t dp, bool split) {
     uint32_t ld = dp + PAD, rows = w * MAT;
     uint32_t tiles = 2 * c * ld > rows * ld ? 2 * c * ld : rows * ld; /* q is staged there first */
-    return tiles * 2 + w * MAT * c * 4 + (split ? 2 : 1) * w * MAT * (c + PAD) * 2;
+    return tiles * 2 + w * MAT * c * 4 + (split ? 2 : 1) * w * MAT * (c + PAD) * 2 + MAT * MAT * 4;
 }
 
 /* Stages rows [first, first + rows) of head `head_row0` of binding b (t rows of d) as f16 into
@@ -95,7 +96,11 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
     if (!a || !a->bh || !a->t || !a->d || a->d > MAX_D || sg < MAT || sg > 128 || (sg & (sg - 1))) {
         return NULL;
     }
-    const uint32_t w = cfg && cfg->subgroups ? cfg->subgroups : SUBGROUPS;
+    /* The default, from the one H200 sweep there is (bench/h200_attention.sh, taken with the
+     * result matrices not yet reset per tile, so the numbers are indicative only): at D 64,
+     * 16-key tiles ran 5x faster than 32 and 64 (8 subgroups 2.6 ms, 4: 3.0, against 13-14 at
+     * T 4096); at D 128 the 32-key tile of 4 subgroups was the fastest (8.4 ms). */
+    const uint32_t w = cfg && cfg->subgroups ? cfg->subgroups : a->d <= 64 ? 8u : SUBGROUPS;
     const bool split = !(cfg && cfg->hi_only);
     if (w > 16 || w * sg > 1024 || (cfg && cfg->keys && (cfg->keys % MAT || cfg->keys > 64))) {
         return NULL;
@@ -103,7 +108,7 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
     const uint32_t t = a->t, d = a->d, dp = (d + MAT - 1) / MAT * MAT, ld = dp + PAD;
     const uint32_t budget = wg_bytes && wg_bytes < WG_MEMORY ? wg_bytes : WG_MEMORY;
     const uint32_t lanes_per_row = sg / MAT, threads = w * sg, rows = w * MAT;
-    uint32_t bc = cfg && cfg->keys ? cfg->keys : 64;
+    uint32_t bc = cfg && cfg->keys ? cfg->keys : a->d <= 64 ? 16u : 64u;
     while (bc > MAT && memory_for(w, bc, dp, split) > budget) {
         bc /= 2;
     }
@@ -160,6 +165,13 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
     kf_val first_col = kf_let(k, "first_col", kf_mul(k, part, u32(k, per)));
 
     /* q's rows, once, through the tile memory */
+    /* a 16x16 block of zeros to reset result matrices from (see the S loop) */
+    kf_shared zeros = kf_kernel_workgroup(k, "zeros", f32, MAT * MAT);
+    {
+        kf_val e = kf_for(k, "z", local, u32(k, MAT * MAT), u32(k, threads));
+        kf_shared_store(k, zeros, e, kf_lit_f32(k, 0));
+        kf_end(k);
+    }
     stage(k, bq, tiles, 0, local, threads, head_row0, r0, rows, t, d, dp);
     kf_barrier(k);
     kf_sgmat ql[MAX_D / MAT], sm[64 / MAT], pl = {0}, pl_lo = {0}, vr = {0}, kr;
@@ -170,6 +182,9 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
     }
     kf_barrier(k);
     kr = kf_sgmat_declare(k, "kr", KF_SGMAT_RIGHT, KF_SCALAR_F16, MAT, MAT);
+    for (uint32_t j = 0; j < cm; j++) {
+        sm[j] = kf_sgmat_declare(k, "s", KF_SGMAT_RESULT, KF_SCALAR_F32, MAT, MAT);
+    }
 
     kf_val end = u32(k, t);
     if (a->causal) {
@@ -183,6 +198,7 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
         if (pass == 2) {
             for (uint32_t i = 0; i < dm; i++) {
                 acc[i] = kf_sgmat_declare(k, "acc", KF_SGMAT_RESULT, KF_SCALAR_F32, MAT, MAT);
+                kf_sgmat_load(k, acc[i], zeros, u32(k, 0), false, u32(k, MAT));
             }
             pl = kf_sgmat_declare(k, "pl", KF_SGMAT_LEFT, KF_SCALAR_F16, MAT, MAT);
             if (split) {
@@ -199,7 +215,10 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
             kf_barrier(k);
             /* S = q k^T, 16 x bc, into this subgroup's scratch */
             for (uint32_t j = 0; j < cm; j++) {
-                sm[j] = kf_sgmat_declare(k, "s", KF_SGMAT_RESULT, KF_SCALAR_F32, MAT, MAT);
+                /* zeroed by a load, not by its declaration: on the H200 a result matrix declared
+                 * in the loop kept the previous tile's sums (Tint hoists the variable; the
+                 * interpreter re-zeroes it at the declaration) */
+                kf_sgmat_load(k, sm[j], zeros, u32(k, 0), false, u32(k, MAT));
                 for (uint32_t i = 0; i < dm; i++) {
                     kf_sgmat_load(k, kr, tiles, u32(k, j * MAT * ld + i * MAT), true, u32(k, ld));
                     kf_sgmat_mma(k, sm[j], ql[i], kr);
@@ -242,6 +261,10 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
                 for (uint32_t c = 0; c < per; c++) {
                     kf_val pr = kf_call1(k, KF_FN_EXP, kf_sub(k, x[c], lse));
                     pr = kf_select(k, kf_lit_f32(k, 0), pr, keep[c]);
+                    /* P scaled by 2^14 (at most 16384, below f16's 65504): the H200 flushes f16
+                     * subnormals (below 2^-14), which would drop lo (2^-12 of P) for P under
+                     * 0.25 and hi for P under 2^-14; scaled, only P under 2^-28 is lost */
+                    pr = kf_mul(k, pr, kf_lit_f32(k, P_SCALE));
                     kf_val hi = kf_let(k, "p_hi", kf_cast(k, h, pr));
                     kf_val lo = kf_cast(k, h, kf_sub(k, pr, kf_cast(k, f32, hi)));
                     kf_val at = c ? kf_add(k, prow, u32(k, c)) : prow;
@@ -334,7 +357,8 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
             kf_if(k, inside);
             kf_val value = kf_shared_load(k, scratch, kf_add(k, my_scores, flat));
             kf_val index = kf_add(k, kf_mul(k, kf_add(k, head_row0, orow), u32(k, d)), ocol);
-            kf_kernel_yield(k, kf_cast(k, h, value), index);
+            kf_kernel_yield(k, kf_cast(k, h, kf_mul(k, value, kf_lit_f32(k, 1.0f / P_SCALE))),
+                            index);
             kf_end(k);
         }
         kf_barrier(k); /* the next round overwrites the scratch */

@@ -29,11 +29,12 @@ static uint32_t dispatches(const kf_plan *p) {
 
 KT_TEST(fusion, attention_lse_is_the_forward_s_second_output) {
     KT_NEED_GPU(ctx);
-    /* ragged T (37: three 16-row tiles, the last of 5), f32 and f16, causal and not, a tail on o */
+    /* ragged T (37: three 16-row tiles, the last of 5; 130: the register-tiled kernel's three
+     * 64-row tiles), f32 and f16, causal and not, a tail on o */
     static const char *const texts[] = {
         "q: f32[2, 3, 37, 24]\nk: f32[2, 3, 37, 24]\nv: f32[2, 3, 37, 24]\n"
         "o = attention(q, k, v) |> scale(0.5)\nlse = attention_lse(q, k, v)\nout o, lse\n",
-        "q: f16[1, 2, 37, 64]\nk: f16[1, 2, 37, 64]\nv: f16[1, 2, 37, 64]\n"
+        "q: f16[1, 2, 130, 64]\nk: f16[1, 2, 130, 64]\nv: f16[1, 2, 130, 64]\n"
         "o = attention(q, k, v, causal=false)\nlse = attention_lse(q, k, v, causal=false)\n"
         "out o, lse\n",
     };
