@@ -51,6 +51,11 @@ typedef struct interp {
      * access anywhere else is an error. NULL: every access must be in bounds. */
     const uint8_t *node_verdict, *stmt_verdict;
     uint64_t guards_fired;
+    /* Addresses only (a checked kernel whose addresses do not depend on data): the nodes an
+     * index, lane or condition depends on; every other pure value, and every subgroup-matrix
+     * product, is left uncomputed (its storage holds garbage, which nothing reads). The
+     * accesses themselves all run, each at its let. NULL: everything is computed. */
+    const uint8_t *address_nodes;
     /* Active masks, a stack (blocks, branches and loops nest): lanes bytes each. */
     uint8_t *masks;
     size_t mask_top, mask_cap;
@@ -594,6 +599,10 @@ static bool do_subgroup(interp *ip, uint32_t id, const uint8_t *m) {
 static bool compute(interp *ip, uint32_t id, const uint8_t *m) {
     const kf_kernel *w = ip->w;
     const kf__ir_node *n = &w->nodes[id];
+    if (ip->address_nodes && !ip->address_nodes[id] && n->kind != KF__NODE_LOAD &&
+        n->kind != KF__NODE_SHARED_LOAD && n->kind != KF__NODE_SUBGROUP) {
+        return true; /* no address depends on it, and a load in it ran at the load's let */
+    }
     for (uint32_t i = 0; i < n->nargs; i++) {
         if (!eval(ip, n->args[i], m)) {
             return false;
@@ -1034,6 +1043,10 @@ static bool sgmat_mma(interp *ip, const kf__stmt *s, const uint8_t *m) {
         return fail(ip, KF_ERROR_OUT_OF_MEMORY, "out of memory");
     }
     bool ok = sgmat_groups(ip, m, "subgroupMatrixMultiplyAccumulate", NULL, 0, run);
+    if (ip->address_nodes) {
+        free(run);
+        return ok; /* its values are no address's */
+    }
     const kf__var *a = &w->vars[s->ref], *l = &w->vars[s->d];
     kf_scalar as = a->type.scalar, ls = l->type.scalar;
     for (uint32_t g = 0; ok && g * ip->sg < ip->lanes; g++) {
@@ -1483,11 +1496,12 @@ kf_status kf_kernel_interpret(kf_kernel *k, const kf_interp_desc *desc) {
 /* ======================================================================================== */
 
 struct kf__checker {
-    kf_kernel *user;     /* a copy of the dispatched kernel: its name, lengths and messages */
-    kf_kernel *prepared; /* its runnable form, made once */
-    kf__bounds *proof;   /* what the emitter proved of it (which accesses the GPU guards) */
-    bool needs_data;     /* an index, subgroup lane or condition depends on a storage load */
-    uint64_t *seen;      /* launches already checked, by signature (data-independent kernels) */
+    kf_kernel *user;        /* a copy of the dispatched kernel: its name, lengths and messages */
+    kf_kernel *prepared;    /* its runnable form, made once */
+    kf__bounds *proof;      /* what the emitter proved of it (which accesses the GPU guards) */
+    uint8_t *address_nodes; /* per node: an address depends on it (NULL when needs_data) */
+    bool needs_data;        /* an index, subgroup lane or condition depends on a storage load */
+    uint64_t *seen;         /* launches already checked, by signature (data-independent kernels) */
     uint32_t seen_count, seen_cap;
 };
 
@@ -1526,9 +1540,10 @@ static void slice_writers(slicer *sl, uint32_t v, uint32_t a) {
 /* Does any index, subgroup lane or branch condition of prepared kernel w depend on a value
  * loaded from storage (through arithmetic, variables and workgroup arrays)? If not, the
  * addresses a launch touches are set by its grid, constants, uniforms and buffer sizes alone,
- * so the check may run on zeros and a repeat of a checked launch need not run again. True
- * (conservatively) when out of memory. */
-static bool addresses_need_data(const kf_kernel *w) {
+ * so the check may run on zeros, compute only what addresses depend on (*address_nodes, per
+ * node), and skip a repeat of a checked launch. True (conservatively) when out of memory. */
+static bool addresses_need_data(const kf_kernel *w, uint8_t **address_nodes) {
+    *address_nodes = NULL;
     slicer sl = {w,
                  calloc(w->node_count + 1, 1),
                  calloc(w->var_count + 1, 1),
@@ -1586,6 +1601,10 @@ static bool addresses_need_data(const kf_kernel *w) {
         }
     }
 done:
+    if (!sl.data) {
+        *address_nodes = sl.node;
+        sl.node = NULL;
+    }
     free(sl.node);
     free(sl.var);
     free(sl.shared);
@@ -1607,7 +1626,7 @@ kf__checker *kf__checker_new(const kf_kernel *k, const uint64_t *lengths, const 
         kf__checker_free(c);
         return NULL;
     }
-    c->needs_data = addresses_need_data(c->prepared);
+    c->needs_data = addresses_need_data(c->prepared, &c->address_nodes);
     return c;
 }
 
@@ -1615,6 +1634,7 @@ void kf__checker_free(kf__checker *c) {
     if (c) {
         kf_kernel_destroy(c->prepared);
         kf__bounds_free(c->proof);
+        free(c->address_nodes);
         kf_kernel_destroy(c->user);
         free(c->seen);
         free(c);
@@ -1630,7 +1650,14 @@ const char *kf__checker_kernel_name(const kf__checker *c) {
 }
 
 const char *kf__checker_message(const kf__checker *c) {
+    /* the interpreter's message without its "kernel 'name': kf_kernel_interpret: " (the check
+     * names the kernel itself) */
     const char *m = c->user->run_error;
+    char head[KF__KERNEL_ERROR_SIZE];
+    snprintf(head, sizeof head, "kernel '%s': ", c->user->name ? c->user->name : "kernel");
+    if (!strncmp(m, head, strlen(head))) {
+        m += strlen(head);
+    }
     const char *prefix = "kf_kernel_interpret: ";
     return strncmp(m, prefix, strlen(prefix)) ? m : m + strlen(prefix);
 }
@@ -1698,6 +1725,7 @@ kf_status kf__checker_run(kf__checker *c, const kf_interp_desc *desc, uint64_t b
     ip.faithful = true;
     ip.node_verdict = c->proof->node_verdict;
     ip.stmt_verdict = c->proof->stmt_verdict;
+    ip.address_nodes = c->address_nodes;
     kf_status st = setup(&ip, desc);
     uint8_t *all = st == KF_OK ? malloc(ip.lanes) : NULL;
     if (st == KF_OK && !all) {
