@@ -56,6 +56,7 @@ typedef struct interp {
      * product, is left uncomputed (its storage holds garbage, which nothing reads). The
      * accesses themselves all run, each at its let. NULL: everything is computed. */
     const uint8_t *address_nodes;
+    uint64_t address_hash; /* of every access's memory and index, in order */
     /* Active masks, a stack (blocks, branches and loops nest): lanes bytes each. */
     uint8_t *masks;
     size_t mask_top, mask_cap;
@@ -481,6 +482,12 @@ static void write_elem(uint8_t *p, kf_type t, const uint32_t *in) {
     }
 }
 
+/* Folds an access (memory `ref`, storage or workgroup, and index i) into the run's hash. */
+static void note(interp *ip, uint32_t ref, bool shared, int64_t i) {
+    uint64_t v = (uint64_t)i * 0x9e3779b97f4a7c15ull + ref * 2u + shared;
+    ip->address_hash = (ip->address_hash ^ v) * 1099511628211ull;
+}
+
 /* Is the access at `at` (a node or statement of `verdicts`) one the emitter guards? Then its
  * being out of bounds is what the guard is for: counted, not an error. */
 static bool guarded(interp *ip, const uint8_t *verdicts, uint32_t at) {
@@ -516,6 +523,7 @@ static bool do_load(interp *ip, uint32_t id, uint32_t lane) {
         }
         int64_t i;
         index_of(ip, n->args[0], lane, &i);
+        note(ip, n->ref, false, i);
         if ((i < 0 || i >= (int64_t)b->type.count) && b->type.count &&
             guarded(ip, ip->node_verdict, id)) {
             i = (int64_t)b->type.count - 1;
@@ -530,6 +538,7 @@ static bool do_load(interp *ip, uint32_t id, uint32_t lane) {
     }
     int64_t i;
     index_of(ip, n->args[0], lane, &i);
+    note(ip, n->ref, false, i);
     if ((i < 0 || (uint64_t)i >= buf->length) && buf->length && guarded(ip, ip->node_verdict, id)) {
         i = (int64_t)buf->length - 1;
     }
@@ -746,6 +755,7 @@ static bool compute(interp *ip, uint32_t id, const uint8_t *m) {
         FOR_LANES(ip, m, l) {
             int64_t i;
             index_of(ip, n->args[0], l, &i);
+            note(ip, n->ref, true, i);
             if ((i < 0 || i >= (int64_t)sh->count) && sh->count &&
                 guarded(ip, ip->node_verdict, id)) {
                 i = (int64_t)sh->count - 1;
@@ -804,6 +814,7 @@ static bool store(interp *ip, const kf__stmt *s, const uint8_t *m) {
     FOR_LANES(ip, m, l) {
         int64_t i;
         index_of(ip, s->a, l, &i);
+        note(ip, s->ref, s->kind == KF__STMT_SHARED_STORE, i);
         const uint32_t *v = V(ip, s->b, l);
         if (s->kind == KF__STMT_STORE) {
             const kf__binding *b = &w->bindings[s->ref];
@@ -991,6 +1002,8 @@ static bool sgmat_access(interp *ip, const kf__stmt *s, const uint8_t *m) {
             continue;
         }
         uint64_t offset = V(ip, s->a, g * ip->sg)[0], stride = V(ip, s->b, g * ip->sg)[0];
+        note(ip, s->d, !storage, (int64_t)offset);
+        note(ip, s->d, !storage, (int64_t)stride);
         uint32_t *mat = sgmat_at(ip, s->ref, g);
         bool col = s->flags & KF__SGMAT_COL_MAJOR;
         uint64_t span = (uint64_t)((col ? v->cols : v->rows) - 1) * stride +
@@ -1500,6 +1513,7 @@ struct kf__checker {
     kf_kernel *prepared;    /* its runnable form, made once */
     kf__bounds *proof;      /* what the emitter proved of it (which accesses the GPU guards) */
     uint8_t *address_nodes; /* per node: an address depends on it (NULL when needs_data) */
+    bool compute_all;       /* kf__checker_compute_all: address_nodes unused */
     bool needs_data;        /* an index, subgroup lane or condition depends on a storage load */
     uint64_t *seen;         /* launches already checked, by signature (data-independent kernels) */
     uint32_t seen_count, seen_cap;
@@ -1641,6 +1655,11 @@ void kf__checker_free(kf__checker *c) {
     }
 }
 
+void kf__checker_compute_all(kf__checker *c, bool all) {
+    c->compute_all = all;
+    c->seen_count = 0;
+}
+
 bool kf__checker_needs_data(const kf__checker *c) {
     return c->needs_data;
 }
@@ -1725,7 +1744,7 @@ kf_status kf__checker_run(kf__checker *c, const kf_interp_desc *desc, uint64_t b
     ip.faithful = true;
     ip.node_verdict = c->proof->node_verdict;
     ip.stmt_verdict = c->proof->stmt_verdict;
-    ip.address_nodes = c->address_nodes;
+    ip.address_nodes = c->compute_all ? NULL : c->address_nodes;
     kf_status st = setup(&ip, desc);
     uint8_t *all = st == KF_OK ? malloc(ip.lanes) : NULL;
     if (st == KF_OK && !all) {
@@ -1789,6 +1808,7 @@ kf_status kf__checker_run(kf__checker *c, const kf_interp_desc *desc, uint64_t b
     }
     res->work = ip.work;
     res->guards_fired = ip.guards_fired;
+    res->address_hash = ip.address_hash;
     free(all);
     interp_free(&ip);
     if (st == KF_ERROR_OUT_OF_MEMORY && !k->run_error[0]) {

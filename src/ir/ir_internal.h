@@ -101,6 +101,7 @@ typedef struct kf__check_result {
     uint64_t checked;      /* of them, run through the interpreter */
     uint64_t work;         /* statements run x invocations running them */
     uint64_t guards_fired; /* out-of-bounds accesses the emitted guards clamp or skip */
+    uint64_t address_hash; /* of every access's memory and index, in order */
     bool repeat;           /* a data-independent launch checked before: not run again */
 } kf__check_result;
 /* A checker for the dispatches of kernel k (copied: k may die first) whose WGSL was emitted for
@@ -111,6 +112,9 @@ void kf__checker_free(kf__checker *c);
 /* Does any index, subgroup lane or condition depend on data loaded from storage? If not, the
  * check may run on buffers of zeros (only sizes and uniforms matter). */
 bool kf__checker_needs_data(const kf__checker *c);
+/* For tests: compute every value (true) or only what addresses depend on (false, the default
+ * for a kernel whose addresses do not depend on data); forgets the launches already checked. */
+void kf__checker_compute_all(kf__checker *c, bool all);
 const char *kf__checker_kernel_name(const kf__checker *c);
 /* What the last failed kf__checker_run found ("store to 'out' at index 96 is out of bounds (it
  * holds 96 elements of f32) (workgroup 1,0,0)"). */

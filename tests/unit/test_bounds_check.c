@@ -7,6 +7,9 @@
 #include <string.h>
 
 #include "harness.h"
+#include "ir/ir_internal.h"
+#include "ops/operator.h"
+#include "ops/ops_internal.h"
 #include "runtime/runtime.h"
 
 static kf_type f32t(void) {
@@ -273,4 +276,89 @@ KT_TEST(unit, bounds_check_reads_back_what_an_index_depends_on) {
              "stats moved: %llu submissions, %llu bytes downloaded",
              (unsigned long long)(after.submissions - before.submissions),
              (unsigned long long)(after.download_bytes - before.download_bytes));
+}
+
+/* Every operator's forward kernel (f32, its first and last verification shapes) whose addresses do
+ * not depend on data, checked computing only what its addresses depend on (on zeros, as the check
+ * runs it) and computing everything (on non-zero data): the same verdict, the same workgroups run,
+ * the same guarded accesses out of bounds and the same addresses, in order (a hash). A slice that
+ * left out a value some index needs would read garbage there and differ. */
+KT_CPU_TEST(unit, bounds_check_addresses_only_agrees_with_computing_everything) {
+    uint32_t compared = 0, skipped = 0;
+    uint64_t workgroups = 0;
+    for (uint32_t o = 0; o < kf_op_count(); o++) {
+        const kf_operator *op = kf_op_at(o);
+        /* the first shape, f32 and f16 (later shapes are larger: seconds of interpreting) */
+        for (uint32_t half = 0; op->kernel_forward && op->case_count && half < 2; half++) {
+            const kf_op_case *cs = &op->cases[0];
+            kf_dtype dt = half ? KF_DTYPE_F16 : KF_DTYPE_F32;
+            kf_shape out;
+            if (kf_op_shape(op, cs->shapes, &cs->params, &out, NULL, 0)) {
+                continue;
+            }
+            kf_kernel *k = op->kernel_forward(cs->shapes, &cs->params, dt);
+            if (!k || kf__op_kernel_lengths(k, op, cs->shapes, &cs->params, dt) != KF_OK ||
+                !(k->grid[0] || k->grid[1] || k->grid[2])) {
+                skipped++;
+                kf_kernel_destroy(k);
+                continue;
+            }
+            kf__checker *c = kf__checker_new(k, NULL, NULL);
+            uint32_t n = kf_kernel_binding_count(k);
+            kf_host_buffer hb[16] = {{0}};
+            bool ok = c && n <= 16;
+            for (uint32_t b = 0; ok && b < n; b++) {
+                kf_binding_info info;
+                ok =
+                    kf_kernel_binding_info(k, b, &info) == KF_OK && info.kind != KF_BINDING_UNIFORM;
+                uint32_t lanes =
+                    ok && info.elem.lanes > 1 ? (info.elem.lanes == 3 ? 4 : info.elem.lanes) : 1;
+                hb[b].size = kf__kernel_binding_length(k, b) *
+                             (info.elem.scalar == KF_SCALAR_F16 ? 2u : 4u) * lanes;
+                hb[b].data = ok ? calloc(hb[b].size ? hb[b].size : 1, 1) : NULL;
+                ok = ok && hb[b].data;
+            }
+            if (!ok || kf__checker_needs_data(c)) {
+                skipped++;
+            } else {
+                kf_interp_desc d = {0};
+                d.buffers = hb;
+                d.buffer_count = n;
+                memcpy(d.groups, k->grid, sizeof d.groups);
+                for (int g = 0; g < 3; g++) {
+                    d.groups[g] = d.groups[g] ? d.groups[g] : 1;
+                }
+                kf__check_result slim, full;
+                kf_status s1 = kf__checker_run(c, &d, 20000, &slim);
+                for (uint32_t b = 0; b < n; b++) {
+                    /* non-zero data (its values are no address's: any will do) */
+                    memset(hb[b].data, 0x3c + (int)(kt_rand_u64() % 3), (size_t)hb[b].size);
+                }
+                kf__checker_compute_all(c, true);
+                kf_status s2 = kf__checker_run(c, &d, 20000, &full);
+                compared++;
+                workgroups += full.checked;
+                KT_CHECK(
+                    s1 == s2 && slim.checked == full.checked &&
+                        slim.guards_fired == full.guards_fired &&
+                        slim.address_hash == full.address_hash && !slim.repeat && !full.repeat,
+                    "%s: addresses only %s (%llu workgroups, %llu guards fired), everything %s "
+                    "(%llu, %llu): %s",
+                    op->name, kf_status_str(s1), (unsigned long long)slim.checked,
+                    (unsigned long long)slim.guards_fired, kf_status_str(s2),
+                    (unsigned long long)full.checked, (unsigned long long)full.guards_fired,
+                    kf__checker_message(c));
+                KT_CHECK(s1 == KF_OK, "%s: %s", op->name, kf__checker_message(c));
+            }
+            for (uint32_t b = 0; b < n && b < 16; b++) {
+                free(hb[b].data);
+            }
+            kf__checker_free(c);
+            kf_kernel_destroy(k);
+        }
+    }
+    printf("    %u operator kernels compared (%llu workgroups), %u skipped (indices from data, or "
+           "no grid)\n",
+           compared, (unsigned long long)workgroups, skipped);
+    KT_CHECK(compared >= 100, "only %u operator kernels compared", compared);
 }
