@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "fuse/rules/rule.h"
+#include "ir/ir_internal.h"
 #include "ir/mutate.h"
 #include "runtime/runtime.h"
 #include "core/half.h"

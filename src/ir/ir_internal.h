@@ -126,6 +126,14 @@ const char *kf__checker_message(const kf__checker *c);
 kf_status kf__checker_run(kf__checker *c, const kf_interp_desc *desc, uint64_t budget,
                           kf__check_result *res);
 
+/* ---- check.c: the pipelines of IR kernels get the bounds check ---- */
+/* Pipeline p runs the WGSL of kernel k emitted for `lengths` and `grid` (as kf__kernel_wgsl_for
+ * takes them): when p's context checks bounds, its dispatches are interpreted first (a copy of k
+ * is kept). A no-op otherwise, when p already has a check, or when the context has a kernel
+ * transform (mutation testing: its pipelines run mutants). */
+void kf__pipeline_attach_kernel(kf_pipeline *p, const kf_kernel *k, const uint64_t *lengths,
+                                const uint32_t grid[3]);
+
 /* ---- erf.c: the one erf approximation, as the WGSL helper computes it ---- */
 float kf__erf_f32(float x);
 

@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "runtime/runtime.h"
-#include "ir/ir_internal.h"
 
 /* FNV-1a, 64-bit: small and good enough to spread keys; equality is checked on the full key. */
 static uint64_t hash_bytes(uint64_t h, const void *data, size_t size) {
@@ -87,7 +86,9 @@ static void pipeline_free(kf_context *ctx, kf_pipeline *p) {
     free(p->bindings);
     free(p->wgsl);
     free(p->entry_point);
-    kf__checker_free(p->checker);
+    if (p->check) {
+        p->check_ops->free(p->check);
+    }
     free(p);
 }
 

@@ -41,9 +41,10 @@ struct kf_pipeline {
     uint32_t constant_count;
     kf_binding_kind *bindings;
     uint32_t binding_count;
-    /* The IR kernel this WGSL was emitted from, when the context checks bounds
-     * (kf__pipeline_attach_kernel); NULL: raw WGSL, not checked. */
-    struct kf__checker *checker;
+    /* The check of its dispatches (the bounds check, set by the IR layer for the kernel this
+     * WGSL was emitted from: kf__pipeline_attach_kernel); NULL: raw WGSL, not checked. */
+    void *check;
+    const struct kf__dispatch_check *check_ops;
     wg_shader_module module;
     wg_bind_group_layout bind_group_layout;
     wg_pipeline_layout layout;
@@ -283,12 +284,18 @@ kf_kernel *kf__context_transform_kernel(kf_context *ctx, const kf_kernel *k);
 /* Drops the context's cached pipelines (mutants' are used once); no plan may be alive. */
 void kf__context_forget_pipelines(kf_context *ctx);
 
-/* The bounds check (dispatch.c): pipeline p runs the WGSL of kernel k emitted for `lengths` and
- * `grid` (as kf__kernel_wgsl_for takes them), so its dispatches are interpreted first when p's
- * context checks bounds (a copy of k is kept). A no-op otherwise, when p already has one, or
- * when the context has a kernel transform (mutation testing: its pipelines run mutants). */
-void kf__pipeline_attach_kernel(kf_pipeline *p, const kf_kernel *k, const uint64_t *lengths,
-                                const uint32_t grid[3]);
+/* A check run on each dispatch of a pipeline before the GPU runs it, when its context checks
+ * bounds; the layer above provides it (src/ir/check.c: the runtime knows no kernels).
+ * `with_data`: the dispatches before it have run, so its buffers hold what it will read. A
+ * failure is the context's error and stops the run. */
+typedef struct kf__dispatch_check {
+    bool (*needs_data)(const void *check); /* else: checked on zeros, before anything runs */
+    kf_status (*run)(void *check, kf_context *ctx, const kf_dispatch *d, const uint32_t groups[3],
+                     uint32_t index, bool with_data);
+    void (*free)(void *check);
+} kf__dispatch_check;
+/* Gives p its check (owned by p from then on; freed at once when p already has one). */
+void kf__pipeline_set_check(kf_pipeline *p, void *check, const kf__dispatch_check *ops);
 /* What the check did on ctx so far; NULL when ctx is NULL. */
 const kf__bounds_check_stats *kf__context_bounds_check_stats(const kf_context *ctx);
 
