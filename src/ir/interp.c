@@ -12,6 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* kf__is_float, inlined: the interpreter asks it for every arithmetic operation */
+static inline bool is_float(kf_scalar s) {
+    return s == KF_SCALAR_F32 || s == KF_SCALAR_F16;
+}
+
 #define KF__LOOP_LIMIT (1u << 22) /* iterations of one loop before it is called runaway */
 
 enum { LANE_RUN = 0, LANE_BROKE, LANE_CONTINUED };
@@ -83,7 +88,7 @@ static uint32_t wfloat(kf_scalar s, float f) {
     return wf32(s == KF_SCALAR_F16 ? r16(f) : f);
 }
 
-static uint32_t *V(interp *ip, uint32_t node, uint32_t lane) {
+static inline __attribute__((always_inline)) uint32_t *V(interp *ip, uint32_t node, uint32_t lane) {
     uint32_t words = ip->words ? ip->words[node] : kf__type_words(ip->w->nodes[node].type);
     return ip->vals + ip->slot[node] + (size_t)lane * words;
 }
@@ -131,7 +136,7 @@ static uint32_t shr_i32(uint32_t a, uint32_t n) {
 }
 
 static uint32_t bin1(kf_scalar s, kf_op op, uint32_t a, uint32_t b) {
-    if (kf__is_float(s)) {
+    if (is_float(s)) {
         float x = fw(a), y = fw(b);
         switch (op) {
         case KF_OP_ADD:
@@ -255,7 +260,7 @@ static uint32_t bin1(kf_scalar s, kf_op op, uint32_t a, uint32_t b) {
 static uint32_t un1(kf_scalar s, kf_op op, uint32_t a) {
     switch (op) {
     case KF_OP_NEG:
-        return kf__is_float(s) ? wf32(-fw(a)) : 0u - a;
+        return is_float(s) ? wf32(-fw(a)) : 0u - a;
     case KF_OP_NOT:
         return !a;
     case KF_OP_BIT_NOT:
@@ -266,7 +271,7 @@ static uint32_t un1(kf_scalar s, kf_op op, uint32_t a) {
 }
 
 static bool lt_s(kf_scalar s, uint32_t a, uint32_t b) {
-    if (kf__is_float(s)) {
+    if (is_float(s)) {
         return fw(a) < fw(b);
     }
     return s == KF_SCALAR_I32 ? (int32_t)a < (int32_t)b : a < b;
@@ -281,7 +286,7 @@ static uint32_t max1(kf_scalar s, uint32_t a, uint32_t b) {
 }
 
 static uint32_t call1(kf_scalar s, kf_fn fn, const uint32_t *a) {
-    if (kf__is_float(s)) {
+    if (is_float(s)) {
         float x = fw(a[0]);
         float y = fw(a[1]);
         switch (fn) {
@@ -351,7 +356,7 @@ static uint32_t convert1(kf_scalar to, kf_scalar from, uint32_t a) {
     case KF_SCALAR_F16:
         return wfloat(to, f);
     case KF_SCALAR_I32:
-        if (!kf__is_float(from)) {
+        if (!is_float(from)) {
             return from == KF_SCALAR_BOOL ? (a ? 1u : 0u) : a; /* u32 -> i32 keeps the bits */
         }
         /* WGSL clamps to the i32 values an f32 can hold, [-2^31, 2^31 - 128], then truncates
@@ -364,7 +369,7 @@ static uint32_t convert1(kf_scalar to, kf_scalar from, uint32_t a) {
         }
         return f < -2147483648.0f ? 0x80000000u : (uint32_t)(int32_t)truncf(f);
     case KF_SCALAR_U32:
-        if (!kf__is_float(from)) {
+        if (!is_float(from)) {
             return from == KF_SCALAR_BOOL ? (a ? 1u : 0u) : a;
         }
         if (f != f) {
@@ -375,7 +380,7 @@ static uint32_t convert1(kf_scalar to, kf_scalar from, uint32_t a) {
         }
         return f < 0.0f ? 0u : (uint32_t)truncf(f);
     case KF_SCALAR_BOOL:
-        return kf__is_float(from) ? f != 0.0f : a != 0;
+        return is_float(from) ? f != 0.0f : a != 0;
     default:
         return 0;
     }
@@ -1071,11 +1076,11 @@ static bool sgmat_mma(interp *ip, const kf__stmt *s, const uint8_t *m) {
         for (uint32_t r = 0; r < a->rows; r++) {
             for (uint32_t c = 0; c < a->cols; c++) {
                 uint32_t *e = acc + r * a->cols + c;
-                if (kf__is_float(as)) {
+                if (is_float(as)) {
                     double sum = fw(*e);
                     for (uint32_t q = 0; q < l->cols; q++) {
                         uint32_t x = lm[r * l->cols + q], y = rm[q * a->cols + c];
-                        sum += kf__is_float(ls)      ? (double)fw(x) * fw(y)
+                        sum += is_float(ls)          ? (double)fw(x) * fw(y)
                                : ls == KF_SCALAR_I32 ? (double)(int32_t)x * (int32_t)y
                                                      : (double)x * y;
                     }
@@ -1084,8 +1089,8 @@ static bool sgmat_mma(interp *ip, const kf__stmt *s, const uint8_t *m) {
                     uint32_t sum = *e;
                     for (uint32_t q = 0; q < l->cols; q++) {
                         uint32_t x = lm[r * l->cols + q], y = rm[q * a->cols + c];
-                        sum += kf__is_float(ls) ? convert1(as, KF_SCALAR_F32, wf32(fw(x) * fw(y)))
-                                                : x * y;
+                        sum +=
+                            is_float(ls) ? convert1(as, KF_SCALAR_F32, wf32(fw(x) * fw(y))) : x * y;
                     }
                     *e = sum;
                 }
@@ -1755,20 +1760,22 @@ kf_status kf__checker_run(kf__checker *c, const kf_interp_desc *desc, uint64_t b
         const uint32_t *g = ip.nwg;
         uint64_t total = (uint64_t)g[0] * g[1] * g[2];
         res->workgroups = total;
-        /* First the workgroups at the grid's edges (each dimension's first and last, every
-         * combination) and the last two in linear order, where ragged tiles and a folded grid's
-         * spare workgroups are; then all the others, spread over the grid by a stride coprime
-         * with its size, until the budget of work is spent. */
-        uint64_t edge[10];
+        /* The first and the last workgroup always; then, while the budget of work lasts, the
+         * other workgroups at the grid's edges (each dimension's first and last, every
+         * combination) and the last but one in linear order, where ragged tiles and a folded
+         * grid's spare workgroups are; then all the others, spread over the grid by a stride
+         * coprime with its size. */
+        uint64_t edge[11];
         uint32_t ne = 0;
-        for (uint32_t corner = 0; corner < 8; corner++) {
+        edge[ne++] = 0;
+        edge[ne++] = total - 1;
+        for (uint32_t corner = 1; corner < 8; corner++) {
             uint32_t at[3];
             for (int d = 0; d < 3; d++) {
                 at[d] = corner >> d & 1u ? g[d] - 1 : 0;
             }
             edge[ne++] = at[0] + (uint64_t)g[0] * (at[1] + (uint64_t)g[1] * at[2]);
         }
-        edge[ne++] = total - 1;
         edge[ne++] = total > 1 ? total - 2 : 0;
         uint32_t first_edges = 0;
         for (uint32_t i = 0; i < ne; i++) {
@@ -1780,7 +1787,8 @@ kf_status kf__checker_run(kf__checker *c, const kf_interp_desc *desc, uint64_t b
                 edge[first_edges++] = edge[i];
             }
         }
-        for (uint32_t i = 0; i < first_edges && ip.st == KF_OK; i++) {
+        for (uint32_t i = 0;
+             i < first_edges && ip.st == KF_OK && (i < 2 || !budget || ip.work < budget); i++) {
             uint32_t at[3];
             unlinear(g, edge[i], at);
             run_workgroup(&ip, all, at[0], at[1], at[2]);
