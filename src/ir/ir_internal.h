@@ -121,8 +121,9 @@ const char *kf__checker_kernel_name(const kf__checker *c);
 const char *kf__checker_message(const kf__checker *c);
 /* Interprets one dispatch (desc->groups as the GPU runs it, the pipeline's constants exactly:
  * an override with none takes its default) on host copies of its buffers, failing on any
- * out-of-bounds access. Runs the grid's edge workgroups, then the others spread over the grid
- * until `budget` work (0: no limit) is spent; res says how many ran. */
+ * out-of-bounds access. Runs the grid's first and last workgroups, then its other edge ones,
+ * then the others spread over the grid, until `budget` work (0: no limit) is spent; res says
+ * how many ran. */
 kf_status kf__checker_run(kf__checker *c, const kf_interp_desc *desc, uint64_t budget,
                           kf__check_result *res);
 
