@@ -53,15 +53,22 @@ static uint32_t tile_halves_b(const kf__sgmat_config *c, bool tb) {
     return tb ? c->bn * (c->bk + PAD) : c->bk * (c->bn + PAD);
 }
 
-/* Result matrices per round of the store phase: a row of tn, or one if workgroup memory is
- * short; 0 when even one does not fit. tiles: halves of workgroup memory the tiles take. */
+/* Result matrices per round of the store phase (each subgroup's scratch holds that many of a
+ * row of its tn): the configuration's `scratch`, or where it is 0 the most that fit, a divisor of
+ * tn; 0 when the configuration's, or even one, does not fit. tiles: halves of workgroup memory
+ * the tiles take. */
 static uint32_t store_cols(const kf__sgmat_config *c, uint32_t tiles) {
     uint32_t tn = c->bn / c->wn / MAT;
-    uint32_t per_round = c->wm * c->wn * MAT * MAT * 4u; /* bytes of one matrix per subgroup */
-    if (tiles * 2u + per_round * tn <= WG_MEMORY) {
-        return tn;
+    uint32_t per_matrix = c->wm * c->wn * MAT * MAT * 4u; /* bytes of one matrix per subgroup */
+    for (uint32_t cols = c->scratch ? c->scratch : tn; cols >= 1; cols--) {
+        if (tn % cols == 0 && tiles * 2u + per_matrix * cols <= WG_MEMORY) {
+            return cols;
+        }
+        if (c->scratch) {
+            break;
+        }
     }
-    return tiles * 2u + per_round <= WG_MEMORY ? 1u : 0u;
+    return 0;
 }
 
 /* The stages a kernel staging these tiles (halves per stage) uses: the configuration's, or one
@@ -81,6 +88,9 @@ bool kf__sgmat_config_valid(const kf__sgmat_config *c, uint32_t sg) {
     }
     if (!c->bm || !c->bn || !c->bk || !c->wm || !c->wn || c->stages > 2 || c->staging > 2) {
         return false;
+    }
+    if (c->scratch && (c->scratch > c->bn / c->wn / MAT || (c->bn / c->wn / MAT) % c->scratch)) {
+        return false; /* the store rounds split a subgroup's row of result matrices evenly */
     }
     if (c->bm % (MAT * c->wm) || c->bn % (MAT * c->wn) || c->bk % MAT) {
         return false;
@@ -118,9 +128,9 @@ const kf__sgmat_config *kf__sgmat_default_config(uint32_t m, uint32_t k, uint32_
      * subgroup-matrix load in a bounds test, and fewer matrices per subgroup do better: 128x128
      * double-buffered 73 TFLOP/s, 128x256 53. Below 2048x2048 outputs, 64x64 tiles keep every
      * multiprocessor busy. */
-    static const kf__sgmat_config big = {128, 256, 32, 2, 4, 1, 8, 0, 0};
-    static const kf__sgmat_config big_checked = {128, 128, 32, 2, 4, 2, 8, 0, 0};
-    static const kf__sgmat_config small = {64, 64, 32, 2, 2, 2, 0, 0, 0};
+    static const kf__sgmat_config big = {128, 256, 32, 2, 4, 1, 8, 0, 0, 1};
+    static const kf__sgmat_config big_checked = {128, 128, 32, 2, 4, 2, 8, 0, 0, 0};
+    static const kf__sgmat_config small = {64, 64, 32, 2, 2, 2, 0, 0, 0, 0};
     (void)k;
     if ((uint64_t)m * n < 2048ull * 2048ull) {
         return &small;
@@ -748,10 +758,10 @@ bool kf__sgmat_usable(kf_context *ctx, uint32_t *sg) {
 bool kf__sgmat_config_parse(const char *text, kf__sgmat_config *out) {
     kf__sgmat_config c = {0};
     char end = 0;
-    int got = text ? sscanf(text, "%ux%ux%u/%ux%u/%u/%u/%u/%u%c", &c.bm, &c.bn, &c.bk, &c.wm, &c.wn,
-                            &c.stages, &c.group_m, &c.direct, &c.staging, &end)
+    int got = text ? sscanf(text, "%ux%ux%u/%ux%u/%u/%u/%u/%u/%u%c", &c.bm, &c.bn, &c.bk, &c.wm,
+                            &c.wn, &c.stages, &c.group_m, &c.direct, &c.staging, &c.scratch, &end)
                    : 0;
-    if (got < 7 || got > 9) {
+    if (got < 7 || got > 10) {
         return false;
     }
     *out = c;

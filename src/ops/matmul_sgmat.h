@@ -17,7 +17,9 @@
  * 0 vec4 fetches stored as halves in lane order; 1 the same with the rows and the store order
  * chosen so a subgroup's 2-byte stores fall in distinct banks; 2 whole 16x16 blocks copied by
  * subgroupMatrixLoad (storage) and subgroupMatrixStore (tile) where the shape is a multiple of the
- * tile and the operand's rows of 8-half multiples (elsewhere 1). */
+ * tile and the operand's rows of 8-half multiples (elsewhere 1). scratch: result matrices each
+ * subgroup passes through its f32 scratch per round of the store phase (a barrier pair each), a
+ * divisor of its row of bn / wn / 16; 0 the most that fit in workgroup memory. */
 typedef struct kf__sgmat_config {
     uint32_t bm, bn, bk;
     uint32_t wm, wn;
@@ -25,6 +27,7 @@ typedef struct kf__sgmat_config {
     uint32_t group_m;
     uint32_t direct;
     uint32_t staging;
+    uint32_t scratch;
 } kf__sgmat_config;
 
 /* The configuration for a product of this shape on a device whose bounds checks (Dawn's
@@ -64,8 +67,8 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t k, uint32_t n,
  * *sg is the subgroup size. */
 bool kf__sgmat_usable(kf_context *ctx, uint32_t *sg);
 
-/* "BMxBNxBK/WMxWN/S/G[/D[/T]]" (kfuse sgmat's notation; T the staging) into *out; false if it
- * does not parse. */
+/* "BMxBNxBK/WMxWN/S/G[/D[/T[/R]]]" (kfuse sgmat's notation; T the staging, R the scratch) into
+ * *out; false if it does not parse. */
 bool kf__sgmat_config_parse(const char *text, kf__sgmat_config *out);
 
 /* The kernel an f16 product c[m,n] = a[m,k] * b[k,n] (no transposes) runs on ctx: the
