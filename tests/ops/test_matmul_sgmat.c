@@ -219,12 +219,12 @@ KT_CPU_TEST(ops, matmul_sgmat_interpreter) {
 /* A batch broadcast both ways in the interpreter: a [2, 1, m, k] and b [3, k, n] to a [2, 3]
  * batch (a at step 0 along the second axis, b along the first), every element of the 6 results
  * against float64 of the f16 inputs, the guard band after them. */
-static bool run_batched(kf_context *ctx, uint32_t sg, uint32_t m, uint32_t kd, uint32_t n,
-                        const kf__sgmat_config *cfg) {
+static bool run_batched_t(kf_context *ctx, uint32_t sg, uint32_t m, uint32_t kd, uint32_t n,
+                          const kf__sgmat_config *cfg, bool ta, bool tb) {
     const uint32_t mk = m * kd, kn = kd * n, mn = m * n;
     const kf__mm_batch batch = {
         .axes = 2, .dims = {2, 3}, .a_step = {mk, 0}, .b_step = {0, kn}, .c_step = {3 * mn, mn}};
-    kf_kernel *k = kf__matmul_sgmat_batched(m, kd, n, cfg, sg, &batch);
+    kf_kernel *k = kf__matmul_sgmat_transposed(m, kd, n, cfg, sg, &batch, ta, tb);
     if (!k || kf_kernel_status(k) != KF_OK) {
         kt_fail(__FILE__, __LINE__, "no batched kernel for %ux%ux%u", m, kd, n);
         kf_kernel_destroy(k);
@@ -271,8 +271,8 @@ static bool run_batched(kf_context *ctx, uint32_t sg, uint32_t m, uint32_t kd, u
             uint32_t i = e / n, j = e % n;
             double ref = 0.0, mag = 0.0;
             for (uint32_t q = 0; q < kd; q++) {
-                double t =
-                    (double)kf__half_to_float(ap[i * kd + q]) * kf__half_to_float(bp[q * n + j]);
+                double t = (double)kf__half_to_float(ap[ta ? q * m + i : i * kd + q]) *
+                           kf__half_to_float(bp[tb ? j * kd + q : q * n + j]);
                 ref += t;
                 mag += fabs(t);
             }
@@ -298,12 +298,21 @@ static bool run_batched(kf_context *ctx, uint32_t sg, uint32_t m, uint32_t kd, u
     return ok;
 }
 
+static bool run_batched(kf_context *ctx, uint32_t sg, uint32_t m, uint32_t kd, uint32_t n,
+                        const kf__sgmat_config *cfg) {
+    return run_batched_t(ctx, sg, m, kd, n, cfg, false, false);
+}
+
 KT_CPU_TEST(ops, matmul_sgmat_batched_interpreter) {
     /* ragged (checked loads), aligned with a direct-operand configuration (staged in a batch),
      * and the grouped tile order */
     KT_CHECK(run_batched(NULL, 32, 33, 17, 31, &configs[0]), "33x17x31");
     KT_CHECK(run_batched(NULL, 32, 64, 64, 64, &configs[6]), "64x64x64, direct configuration");
     KT_CHECK(run_batched(NULL, 32, 70, 40, 50, &configs[2]), "70x40x50, grouped order");
+    /* transposed operands in a batch, ragged and whole (blocks copied by subgroup matrices) */
+    KT_CHECK(run_batched_t(NULL, 32, 33, 17, 31, &configs[9], true, false), "a^T 33x17x31");
+    KT_CHECK(run_batched_t(NULL, 32, 64, 64, 64, &configs[12], false, true), "b^T 64x64x64");
+    KT_CHECK(run_batched_t(NULL, 32, 64, 32, 64, &configs[12], true, true), "a^T b^T 64x32x64");
 }
 
 KT_CPU_TEST(ops, matmul_sgmat_wgsl) {
@@ -439,4 +448,5 @@ KT_TEST(ops, matmul_sgmat_gpu) {
     /* a batch broadcast both ways, ragged and aligned */
     KT_CHECK(run_batched(ctx, sg, 130, 70, 36, NULL), "batched 130x70x36");
     KT_CHECK(run_batched(ctx, sg, 256, 128, 256, NULL), "batched 256x128x256");
+    KT_CHECK(run_batched_t(ctx, sg, 130, 70, 36, NULL, true, true), "batched a^T b^T 130x70x36");
 }
