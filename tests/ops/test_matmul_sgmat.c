@@ -41,7 +41,7 @@ static const uint32_t shapes[][3] = {
 };
 /* transposed operands: a few of the shapes above, on a few configurations */
 static const uint32_t transposed_shapes[][3] = {
-    {1, 1, 1}, {17, 15, 33}, {64, 64, 64}, {130, 70, 36}, {128, 64, 256}, {61, 97, 67},
+    {1, 1, 1}, {17, 15, 33}, {64, 64, 64}, {61, 97, 67}, {96, 32, 64},
 };
 static const size_t transposed_configs[] = {0, 4, 9, 10, 12, 14};
 
@@ -203,7 +203,13 @@ KT_CPU_TEST(ops, matmul_sgmat_transposed_interpreter) {
 KT_CPU_TEST(ops, matmul_sgmat_interpreter) {
     for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++) {
         KT_CHECK(kf__sgmat_config_valid(&configs[c], 32), "config %zu is invalid", c);
+        /* The staging and scratch variants (from the tenth configuration on) on five shapes
+         * (the interpreter takes about 0.1 s per workgroup of a large tile): 1x1x1, ragged, a
+         * tail, whole tiles with and without one. */
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            if (c >= 9 && s != 0 && s != 3 && s != 4 && s != 7 && s != 10) {
+                continue;
+            }
             if (!run_case(NULL, 32, shapes[s][0], shapes[s][1], shapes[s][2], &configs[c],
                           s % 3 == 1)) {
                 return;
