@@ -107,7 +107,7 @@ bool kf__sgmat_config_valid(const kf__sgmat_config *c, uint32_t sg) {
         loads_a / (LANES * threads) > MAX_LOADS || loads_b / (LANES * threads) > MAX_LOADS) {
         return false; /* whole vec4s per invocation, at most 16 of each tile */
     }
-    if (c->direct > 3) {
+    if (c->direct > 3 || c->probe > 3 || (c->probe && c->direct)) {
         return false;
     }
     /* Two stages that do not fit are refused here; a kernel falls back to one only where the
@@ -121,16 +121,19 @@ bool kf__sgmat_config_valid(const kf__sgmat_config *c, uint32_t sg) {
 }
 
 const kf__sgmat_config *kf__sgmat_default_config(uint32_t m, uint32_t k, uint32_t n, bool checked) {
-    /* Measured on an H200 (bench/results/h200-sgmat-*.txt). Robustness off: 128x256 tiles of
-     * 2x4 subgroups (64x64 each, 16 result matrices) single-buffered reach 221 TFLOP/s at 4096^3
-     * and 231 at 8192^3, against 185 for 128x128 double-buffered (64x32 each); two stages of
-     * 128x256x32 tiles do not fit in 48 KiB beside the scratch. Robustness on, Tint wraps every
-     * subgroup-matrix load in a bounds test, and fewer matrices per subgroup do better: 128x128
-     * double-buffered 73 TFLOP/s, 128x256 53. Below 2048x2048 outputs, 64x64 tiles keep every
-     * multiprocessor busy. */
-    static const kf__sgmat_config big = {128, 256, 32, 2, 4, 1, 8, 0, 0, 1};
-    static const kf__sgmat_config big_checked = {128, 128, 32, 2, 4, 2, 8, 0, 0, 0};
-    static const kf__sgmat_config small = {64, 64, 32, 2, 2, 2, 0, 0, 0, 0};
+    /* Measured on an H200 (bench/results/h200-sgmat-*.txt, h200-s5-sgmm-sweep.txt). Robustness
+     * off: 128x256 tiles of 2x4 subgroups (64x64 each, 16 result matrices) single-buffered, two
+     * result matrices per store round (8 rounds, the most that fit beside the tiles), reach 224
+     * TFLOP/s at 4096^3 and 234 at 8192^3 (one a round: 220, 228); 128x128 double-buffered
+     * (64x32 each) 180; two stages of 128x256x32 tiles do not fit in 48 KiB beside the scratch.
+     * Staging 1 (bank-conflict-free stores) measured 176 / 178 and staging 2 (blocks copied by
+     * subgroup matrices) 154 / 160, so the tiles keep their halves in lane order. Robustness on,
+     * Tint wraps every subgroup-matrix load in a bounds test, and fewer matrices per subgroup do
+     * better: 128x128 double-buffered 73 TFLOP/s, 128x256 53. Below 2048x2048 outputs, 64x64
+     * tiles keep every multiprocessor busy (1024^3: 80 TFLOP/s, against 49 for 128x128). */
+    static const kf__sgmat_config big = {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, 0};
+    static const kf__sgmat_config big_checked = {128, 128, 32, 2, 4, 2, 8, 0, 0, 0, 0};
+    static const kf__sgmat_config small = {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0};
     (void)k;
     if ((uint64_t)m * n < 2048ull * 2048ull) {
         return &small;
@@ -468,13 +471,17 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t kdim, uint32_t n,
     const uint32_t tiles_m = (m + bm - 1) / bm, tiles_n = (n + bn - 1) / bn;
     kf_type h = kf_type_scalar(KF_SCALAR_F16), h4 = kf_type_vec(KF_SCALAR_F16, LANES);
 
-    char name[96];
+    char name[160];
     const char *staging_name[3] = {"", "_spread", "_sgcopy"};
-    snprintf(name, sizeof name, "matmul_sgmat_%ux%ux%u_%ux%u%s%s%s%s%s%s%s", bm, bn, bk, wm, wn,
+    snprintf(name, sizeof name, "matmul_sgmat_%ux%ux%u_%ux%u%s%s%s%s%s%s%s%s", bm, bn, bk, wm, wn,
              stages == 2 && staged ? "_db" : "", A.direct ? "_direct_a" : "",
              B.direct ? "_direct_b" : "",
              staging_name[A.staging > B.staging ? A.staging : B.staging], ta ? "_ta" : "",
-             tb ? "_tb" : "", count > 1 ? "_batched" : "");
+             tb ? "_tb" : "", count > 1 ? "_batched" : "",
+             cfg->probe == 1   ? "_probe_staged_once"
+             : cfg->probe == 2 ? "_probe_loaded_once"
+             : cfg->probe == 3 ? "_probe_mma_only"
+                               : "");
     kf_kernel_desc desc = {.name = name, .workgroup_size = {threads, 1, 1}, .output = h};
     kf_kernel *k = kf_kernel_create(&desc);
     if (!k) {
@@ -579,10 +586,25 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t kdim, uint32_t n,
             operand_store(k, &B, (ob));                                                            \
         }                                                                                          \
     } while (0)
+    /* probe (measuring only, wrong results): 1 stages the tiles once, before the loop; 2 loads
+     * the matrices once, before the loop (so the loop multiplies and stages only) */
+    const bool probe_stage = cfg->probe & 1u, probe_loads = cfg->probe & 2u;
     FETCH(u32(k, 0));
-    if (stages == 2 && staged) {
+    if ((stages == 2 && staged) || cfg->probe) {
         STORE_TILES(u32(k, 0), u32(k, 0));
         kf_barrier(k);
+    }
+    if (probe_loads) {
+        kf_val a0 = ta ? sub_row : kf_mul(k, sub_row, u32(k, A.ld));
+        kf_val b0 = tb ? kf_mul(k, sub_col, u32(k, B.ld)) : sub_col;
+        for (uint32_t j = 0; j < tn; j++) {
+            kf_sgmat_load(k, right[j], B.tile, kf_add(k, b0, u32(k, tb ? j * MAT * B.ld : j * MAT)),
+                          tb, u32(k, B.ld));
+        }
+        for (uint32_t i = 0; i < tm; i++) {
+            kf_sgmat_load(k, left[i], A.tile, kf_add(k, a0, u32(k, ta ? i * MAT : i * MAT * A.ld)),
+                          ta, u32(k, A.ld));
+        }
     }
     kf_val k0 = kf_for(k, "k0", u32(k, 0), u32(k, kdim), u32(k, bk));
     {
@@ -594,11 +616,13 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t kdim, uint32_t n,
             oa = kf_let(k, "oa", kf_mul(k, cur, u32(k, A.stage)));
             ob = kf_let(k, "ob", kf_mul(k, cur, u32(k, B.stage)));
         } else if (staged) {
-            STORE_TILES(oa, ob);
+            if (!probe_stage) {
+                STORE_TILES(oa, ob);
+            }
             kf_barrier(k);
         }
         /* The next tiles travel while this one is multiplied. */
-        if (staged) {
+        if (staged && !probe_stage) {
             kf_if(k, more);
             FETCH(kf_add(k, k0, u32(k, bk)));
             kf_end(k);
@@ -626,7 +650,7 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t kdim, uint32_t n,
             b_base = kf_let(k, "b_base", kf_add(k, ob, sub_col));
         }
         for (uint32_t kk = 0; kk < bk; kk += MAT) {
-            for (uint32_t j = 0; j < tn; j++) {
+            for (uint32_t j = 0; j < tn && !probe_loads; j++) {
                 uint32_t rel = tb ? j * MAT * b_stride + kk : kk * b_stride + j * MAT;
                 kf_val at = kf_add(k, b_base, u32(k, rel));
                 if (B.direct) {
@@ -638,7 +662,8 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t kdim, uint32_t n,
             for (uint32_t i = 0; i < tm; i++) {
                 uint32_t rel = ta ? kk * a_stride + i * MAT : i * MAT * a_stride + kk;
                 kf_val at = kf_add(k, a_base, u32(k, rel));
-                if (A.direct) {
+                if (probe_loads) {
+                } else if (A.direct) {
                     kf_sgmat_load_storage(k, left[i], A.bind, at, false, u32(k, a_stride));
                 } else {
                     kf_sgmat_load(k, left[i], A.tile, at, ta, u32(k, a_stride));
@@ -648,7 +673,7 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t kdim, uint32_t n,
                 }
             }
         }
-        if (stages == 2 && staged) {
+        if (stages == 2 && staged && !probe_stage) {
             kf_if(k, more);
             STORE_TILES(kf_sub(k, u32(k, A.stage), oa), kf_sub(k, u32(k, B.stage), ob));
             kf_end(k);
@@ -758,10 +783,11 @@ bool kf__sgmat_usable(kf_context *ctx, uint32_t *sg) {
 bool kf__sgmat_config_parse(const char *text, kf__sgmat_config *out) {
     kf__sgmat_config c = {0};
     char end = 0;
-    int got = text ? sscanf(text, "%ux%ux%u/%ux%u/%u/%u/%u/%u/%u%c", &c.bm, &c.bn, &c.bk, &c.wm,
-                            &c.wn, &c.stages, &c.group_m, &c.direct, &c.staging, &c.scratch, &end)
-                   : 0;
-    if (got < 7 || got > 10) {
+    int got =
+        text ? sscanf(text, "%ux%ux%u/%ux%u/%u/%u/%u/%u/%u/%u%c", &c.bm, &c.bn, &c.bk, &c.wm, &c.wn,
+                      &c.stages, &c.group_m, &c.direct, &c.staging, &c.scratch, &c.probe, &end)
+             : 0;
+    if (got < 7 || got > 11) {
         return false;
     }
     *out = c;

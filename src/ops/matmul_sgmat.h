@@ -19,7 +19,10 @@
  * subgroupMatrixLoad (storage) and subgroupMatrixStore (tile) where the shape is a multiple of the
  * tile and the operand's rows of 8-half multiples (elsewhere 1). scratch: result matrices each
  * subgroup passes through its f32 scratch per round of the store phase (a barrier pair each), a
- * divisor of its row of bn / wn / 16; 0 the most that fit in workgroup memory. */
+ * divisor of its row of bn / wn / 16; 0 the most that fit in workgroup memory. probe, for
+ * measuring what limits the kernel only (its results are not the product): 1 stages the tiles
+ * once before the K loop (the loop keeps its barriers, loads and multiplies), 2 loads the
+ * matrices once before it (the loop stages and multiplies), 3 both; not with direct. */
 typedef struct kf__sgmat_config {
     uint32_t bm, bn, bk;
     uint32_t wm, wn;
@@ -28,6 +31,7 @@ typedef struct kf__sgmat_config {
     uint32_t direct;
     uint32_t staging;
     uint32_t scratch;
+    uint32_t probe;
 } kf__sgmat_config;
 
 /* The configuration for a product of this shape on a device whose bounds checks (Dawn's
@@ -67,8 +71,8 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t k, uint32_t n,
  * *sg is the subgroup size. */
 bool kf__sgmat_usable(kf_context *ctx, uint32_t *sg);
 
-/* "BMxBNxBK/WMxWN/S/G[/D[/T[/R]]]" (kfuse sgmat's notation; T the staging, R the scratch) into
- * *out; false if it does not parse. */
+/* "BMxBNxBK/WMxWN/S/G[/D[/T[/R[/P]]]]" (kfuse sgmat's notation; T the staging, R the scratch,
+ * P the probe) into *out; false if it does not parse. */
 bool kf__sgmat_config_parse(const char *text, kf__sgmat_config *out);
 
 /* The kernel an f16 product c[m,n] = a[m,k] * b[k,n] (no transposes) runs on ctx: the
