@@ -9,8 +9,8 @@
 # 8192^3 and 4095x4097x4093; the transposed products (a^T b, a b^T: the backward's); then the
 # default plan (`kfuse bench`) beside PyTorch eager f16 (session 5's first H200 run).
 # confirm: the default plan at all four sizes beside PyTorch eager f16 first, then the probes
-# (tiles staged once, matrices loaded once, both: what limits the K loop), the ragged shape with
-# its tail again and the default transposed products.
+# (tiles staged once, matrices loaded once, both: what limits the K loop) and staging 3, the
+# ragged shape with its tail again and the default transposed products.
 #
 # Needs what bench/h200.sh needs: the kfuse binary ($KFUSE, default build/release/kfuse), Dawn's
 # library (deps/dawn, or $KF_WEBGPU_LIB), the Vulkan loader and the NVIDIA driver, python3 with
@@ -96,14 +96,17 @@ versus_torch() {
 }
 
 confirm() {
-    versus_torch 80 35
+    versus_torch 70 35
     # What limits the K loop: the default, then with its tiles staged once (/1), its matrices
-    # loaded once (/2), both (/3); the probes' results are not the product.
-    sgmat 35 "probes" --shape 4096x4096x4096 --shape 8192x8192x8192 --no-tail \
+    # loaded once (/2), both (/3); the probes' results are not the product. Then staging 3 (lane
+    # order, rows chosen against conflicts of 8-byte stores) on the two large tiles.
+    sgmat 40 "probes, staging 3" --shape 4096x4096x4096 --shape 8192x8192x8192 --no-tail \
         --config 128x256x32/2x4/1/8/0/0/0 --config 128x256x32/2x4/1/8/0/0/0/1 \
-        --config 128x256x32/2x4/1/8/0/0/0/2 --config 128x256x32/2x4/1/8/0/0/0/3
-    sgmat 20 "ragged again (MxKxN 4095x4093x4097)" --shape 4095x4093x4097 \
-        --config 128x256x32/2x4/1/8/0/0/0 --config 128x256x32/2x4/1/8/0/1/0
+        --config 128x256x32/2x4/1/8/0/0/0/2 --config 128x256x32/2x4/1/8/0/0/0/3 \
+        --config 128x256x32/2x4/1/8/0/3/0 --config 256x128x32/4x2/1/8/0/3/0
+    sgmat 25 "ragged again (MxKxN 4095x4093x4097)" --shape 4095x4093x4097 \
+        --config 128x256x32/2x4/1/8/0/0/0 --config 128x256x32/2x4/1/8/0/3/0 \
+        --config 128x256x32/2x4/1/8/0/1/0
     for t in --transpose-a --transpose-b; do
         sgmat 12 "default transposed ($t)" "$t" --shape 4096x4096x4096 \
             --config 128x256x32/2x4/1/8/0/0/0

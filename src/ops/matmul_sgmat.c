@@ -12,7 +12,9 @@
  * stores fall in distinct banks: WGSL cannot store vectors into the array<f16> that
  * subgroupMatrixLoad reads, so the count of stores stays and only their conflicts go; 2, each
  * subgroup copies whole 16x16 blocks with subgroupMatrixLoad from storage and subgroupMatrixStore
- * into the tile (the driver's wide stores), where the shape is a multiple of the tile (else 1).
+ * into the tile (the driver's wide stores), where the shape is a multiple of the tile (else 1);
+ * 3, as 0 (the halves in lane order, which a compiler can merge into one 8-byte store) with the
+ * rows each subgroup covers chosen by the bank model for such 8-byte stores.
  * The next tiles are fetched while the current ones are multiplied, and with two stages the
  * tiles are double-buffered (one barrier per step). Each subgroup owns a block of tm x tn result
  * matrices (16x16, f32) and, per 16-deep slice of the tile, loads tm left and tn right matrices
@@ -86,7 +88,7 @@ bool kf__sgmat_config_valid(const kf__sgmat_config *c, uint32_t sg) {
     if (!c || !sg || (sg & (sg - 1)) || sg > 128) {
         return false;
     }
-    if (!c->bm || !c->bn || !c->bk || !c->wm || !c->wn || c->stages > 2 || c->staging > 2) {
+    if (!c->bm || !c->bn || !c->bk || !c->wm || !c->wn || c->stages > 2 || c->staging > 3) {
         return false;
     }
     if (c->scratch && (c->scratch > c->bn / c->wn / MAT || (c->bn / c->wn / MAT) % c->scratch)) {
@@ -205,27 +207,31 @@ static bool spread_swaps(const spread *sp, uint32_t row, uint32_t j) {
     return sp->swap_bit >= 0 && (((sp->swap_on_row ? row : j) >> sp->swap_bit) & 1u);
 }
 
-/* Wavefronts the 2-byte stores of one stage take in the bank model: per store instruction of
- * 32 consecutive invocations, the most distinct 4-byte words any bank is asked for. */
+/* Wavefronts the stores of one stage take in the bank model: per store instruction of 32
+ * consecutive invocations, the most distinct 4-byte words any bank is asked for. wide: each
+ * invocation's four halves as one 8-byte store (what a compiler can merge in-order halves at
+ * aligned addresses into), else four 2-byte stores. */
 static uint32_t spread_cost(const spread *sp, uint32_t threads, uint32_t loads, uint32_t tcols,
-                            uint32_t ld) {
+                            uint32_t ld, bool wide) {
     const uint32_t per_row = tcols / LANES;
     uint32_t total = 0;
     for (uint32_t v = 0; v < loads; v++) {
         for (uint32_t t0 = 0; t0 < threads; t0 += BANKS) {
-            for (uint32_t l = 0; l < LANES; l++) {
-                uint32_t words[BANKS][BANKS], count[BANKS] = {0}, worst = 0;
+            for (uint32_t l = 0; l < (wide ? 1u : LANES); l++) {
+                uint32_t words[BANKS][2 * BANKS], count[BANKS] = {0}, worst = 0;
                 for (uint32_t t = t0; t < t0 + BANKS && t < threads; t++) {
                     uint32_t flat = t + v * threads, j = flat % per_row;
                     uint32_t row = spread_row(sp, flat / per_row);
                     uint32_t half = row * ld + j * LANES + (spread_swaps(sp, row, j) ? l ^ 2u : l);
-                    uint32_t word = half / 2u, bank = word % BANKS, seen = 0;
-                    while (seen < count[bank] && words[bank][seen] != word) {
-                        seen++;
-                    }
-                    if (seen == count[bank]) {
-                        words[bank][count[bank]++] = word;
-                        worst = count[bank] > worst ? count[bank] : worst;
+                    for (uint32_t w = 0; w < (wide ? 2u : 1u); w++) {
+                        uint32_t word = half / 2u + w, bank = word % BANKS, seen = 0;
+                        while (seen < count[bank] && words[bank][seen] != word) {
+                            seen++;
+                        }
+                        if (seen == count[bank]) {
+                            words[bank][count[bank]++] = word;
+                            worst = count[bank] > worst ? count[bank] : worst;
+                        }
                     }
                 }
                 total += worst;
@@ -235,20 +241,22 @@ static uint32_t spread_cost(const spread *sp, uint32_t threads, uint32_t loads, 
     return total;
 }
 
-/* The assignment with the fewest wavefronts (the identity, in lane order, where none beats it). */
-static spread spread_choose(uint32_t threads, uint32_t loads, uint32_t tcols, uint32_t ld) {
+/* The assignment with the fewest wavefronts (the identity, in lane order, where none beats it);
+ * wide: for 8-byte stores, rows only (in-order halves). */
+static spread spread_choose(uint32_t threads, uint32_t loads, uint32_t tcols, uint32_t ld,
+                            bool wide) {
     static const uint8_t perms[6][3] = {{0, 1, 2}, {0, 2, 1}, {1, 0, 2},
                                         {1, 2, 0}, {2, 0, 1}, {2, 1, 0}};
     const uint32_t per_row = tcols / LANES;
     spread best = {{0, 1, 2}, -1, false};
-    uint32_t best_cost = spread_cost(&best, threads, loads, tcols, ld);
+    uint32_t best_cost = spread_cost(&best, threads, loads, tcols, ld, wide);
     for (uint32_t p = 0; p < 6; p++) {
-        for (int s = -1; s < 8; s++) {
+        for (int s = -1; s < (wide ? 0 : 8); s++) {
             spread sp = {{perms[p][0], perms[p][1], perms[p][2]}, s < 3 ? s : s - 3, s < 3};
             if (sp.swap_bit >= 0 && !sp.swap_on_row && (1u << sp.swap_bit) >= per_row) {
                 continue; /* no such column bit */
             }
-            uint32_t cost = spread_cost(&sp, threads, loads, tcols, ld);
+            uint32_t cost = spread_cost(&sp, threads, loads, tcols, ld, wide);
             if (cost < best_cost) {
                 best = sp, best_cost = cost;
             }
@@ -456,8 +464,8 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t kdim, uint32_t n,
         o->loads = o->direct || o->staging == 2 ? 0 : o->trows * o->tcols / (LANES * threads);
         o->wide = !o->direct && o->staging != 2 && o->cols % LANES == 0;
         o->sp = (spread){{0, 1, 2}, -1, false};
-        if (o->staging == 1) {
-            o->sp = spread_choose(threads, o->loads, o->tcols, o->ld);
+        if (o->staging == 1 || o->staging == 3) {
+            o->sp = spread_choose(threads, o->loads, o->tcols, o->ld, o->staging == 3);
         }
     }
     const uint32_t stages = stages_for(cfg, per_stage);
@@ -472,7 +480,7 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t kdim, uint32_t n,
     kf_type h = kf_type_scalar(KF_SCALAR_F16), h4 = kf_type_vec(KF_SCALAR_F16, LANES);
 
     char name[160];
-    const char *staging_name[3] = {"", "_spread", "_sgcopy"};
+    const char *staging_name[4] = {"", "_spread", "_sgcopy", "_rows"};
     snprintf(name, sizeof name, "matmul_sgmat_%ux%ux%u_%ux%u%s%s%s%s%s%s%s%s", bm, bn, bk, wm, wn,
              stages == 2 && staged ? "_db" : "", A.direct ? "_direct_a" : "",
              B.direct ? "_direct_b" : "",

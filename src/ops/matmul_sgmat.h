@@ -17,7 +17,9 @@
  * 0 vec4 fetches stored as halves in lane order; 1 the same with the rows and the store order
  * chosen so a subgroup's 2-byte stores fall in distinct banks; 2 whole 16x16 blocks copied by
  * subgroupMatrixLoad (storage) and subgroupMatrixStore (tile) where the shape is a multiple of the
- * tile and the operand's rows of 8-half multiples (elsewhere 1). scratch: result matrices each
+ * tile and the operand's rows of 8-half multiples (elsewhere 1); 3 halves in lane order (which a
+ * compiler can merge into one 8-byte store) with only the rows each subgroup fetches chosen so
+ * those 8-byte stores meet the fewest bank conflicts. scratch: result matrices each
  * subgroup passes through its f32 scratch per round of the store phase (a barrier pair each), a
  * divisor of its row of bn / wn / 16; 0 the most that fit in workgroup memory. probe, for
  * measuring what limits the kernel only (its results are not the product): 1 stages the tiles

@@ -29,6 +29,8 @@ static const kf__sgmat_config configs[] = {
     {64, 64, 32, 2, 2, 2, 0, 0, 2, 0, 0},  /* double-buffered */
     {128, 64, 64, 4, 1, 1, 3, 0, 2, 0, 0}, /* a's 8 blocks over 4 subgroups, b's 16 */
     {32, 32, 16, 2, 2, 1, 0, 1, 2, 0, 0},  /* b copied by matrices, a read directly */
+    /* staging 3: lane order, rows chosen against conflicts of 8-byte stores */
+    {128, 256, 32, 2, 4, 1, 8, 0, 3, 0, 0},
     /* scratch: result matrices per subgroup per store round */
     {128, 256, 32, 2, 4, 1, 8, 0, 0, 1, 0}, /* one of four (the large default) */
     {64, 128, 32, 1, 4, 1, 2, 0, 1, 2, 0},  /* the whole row of two */
@@ -391,6 +393,16 @@ KT_CPU_TEST(ops, matmul_sgmat_wgsl) {
                  strstr(w6, "var<workgroup> tile_a: array<f16, 4352>;") && /* 32 x (128 + 8) */
                  strstr(w6, "(&tile_a, a_base + 0u, true, 136u);"),
              "transposed kernel:\n%s", w6 ? w6 : "");
+    /* staging 3: a's rows permuted as in staging 1, its halves stored in lane order */
+    const kf__sgmat_config rows = {128, 256, 32, 2, 4, 1, 8, 0, 3, 0, 0};
+    kf_kernel *rk = kf__matmul_sgmat(4096, 4096, 4096, &rows, 32);
+    char *w7 = kf_kernel_emit_wgsl(rk);
+    KT_CHECK(w7 && strstr(w7, "// matmul_sgmat_128x256x32_2x4_rows:") &&
+                 strstr(w7, "(((q >> 1u) & 1u) << 2u) | (((q >> 2u) & 1u) << 1u)") &&
+                 strstr(w7, "tile_a[t_12 + 1u] = next_a_v.y;") && !strstr(w7, "select("),
+             "rows kernel:\n%s", w7 ? w7 : "");
+    kf_free(w7);
+    kf_kernel_destroy(rk);
     /* the probes (measuring only): the K loop keeps its barriers and multiplies but neither
      * stages (1) nor loads matrices (2) */
     for (uint32_t probe = 1; probe <= 3; probe++) {
@@ -433,7 +445,7 @@ KT_CPU_TEST(ops, matmul_sgmat_refuses_bad_configs) {
         {64, 64, 32, 2, 2, 2, 0, 4, 0, 0, 0},   /* no such operand */
         {256, 32, 16, 1, 2, 1, 0, 0, 0, 0, 0},  /* 16 left matrices per subgroup */
         {32, 256, 16, 2, 1, 1, 0, 0, 0, 0, 0},  /* 16 right matrices per subgroup */
-        {64, 64, 32, 2, 2, 2, 0, 0, 3, 0, 0},   /* no such staging */
+        {64, 64, 32, 2, 2, 2, 0, 0, 4, 0, 0},   /* no such staging */
         {64, 64, 32, 2, 2, 2, 0, 1, 0, 0, 1},   /* a probe of a direct operand */
         {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 4},   /* no such probe */
         {128, 256, 32, 2, 4, 1, 8, 0, 0, 3, 0}, /* 3 does not divide a row of 4 matrices */
