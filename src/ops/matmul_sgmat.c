@@ -670,10 +670,9 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t kdim, uint32_t n,
             for (uint32_t i = 0; i < tm; i++) {
                 uint32_t rel = ta ? kk * a_stride + i * MAT : i * MAT * a_stride + kk;
                 kf_val at = kf_add(k, a_base, u32(k, rel));
-                if (probe_loads) {
-                } else if (A.direct) {
+                if (A.direct) {
                     kf_sgmat_load_storage(k, left[i], A.bind, at, false, u32(k, a_stride));
-                } else {
+                } else if (!probe_loads) {
                     kf_sgmat_load(k, left[i], A.tile, at, ta, u32(k, a_stride));
                 }
                 for (uint32_t j = 0; j < tn; j++) {
