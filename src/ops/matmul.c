@@ -15,7 +15,8 @@
  * the products autodiff builds for a training step's backward too) and plain f16, the
  * register-blocked kernel of matmul_blocked.c (each invocation an 8x8 or 4x4 block). Both hand
  * each element to kf_kernel_yield, their store phase, so a bias, an activation or a residual add
- * fuses into the store.
+ * fuses into the store. On a device with subgroup matrices, f16 products of 64x64 outputs and up
+ * (any transposes) run on matmul_sgmat.c's tensor-core kernel instead (mm_kernel_choose).
  */
 #include "ops/matmul_blocked.h"
 #include "ops/matmul_sgmat.h"
@@ -484,9 +485,8 @@ static kf_kernel *mm_kernel_forward(const kf_shape *in, const kf_op_params *p, k
  * b is one matrix shared by every product (and a not transposed) is one [B*M, K] x [K, N]
  * product (mm_dims_of folds it). Products of 64x64 outputs and up: f32 (any transposes) on
  * the tile kf_matmul_tune measured for their shape class on this adapter, when it did (same
- * bindings, same store phase); plain f16 on subgroup matrices (tensor cores) where the device has
- * them
- * ($KF_NO_SGMAT=1: never). Everything else, and any of those that cannot be built:
+ * bindings, same store phase); f16 (any transposes) on subgroup matrices (tensor cores) where the
+ * device has them ($KF_NO_SGMAT=1: never). Everything else, and any of those that cannot be built:
  * mm_kernel_forward. */
 static kf_kernel *mm_kernel_choose(kf_context *ctx, const kf_shape *in, const kf_op_params *p,
                                    kf_dtype dtype) {
@@ -498,8 +498,9 @@ static kf_kernel *mm_kernel_choose(kf_context *ctx, const kf_shape *in, const kf
             const kf__mm_config *tuned = kf__matmul_config_for(ctx, d.m, d.k, d.n);
             k = tuned ? kf__matmul_blocked_transposed(d.m, d.k, d.n, tuned, dtype, &d.batch, ta, tb)
                       : NULL;
-        } else if (dtype == KF_DTYPE_F16 && !ta && !tb) {
-            k = kf__matmul_sgmat_batched_for(ctx, d.m, d.k, d.n, &d.batch);
+        } else if (dtype == KF_DTYPE_F16) {
+            /* any transposes: the backward's x^T dy and dy w^T run on tensor cores too */
+            k = kf__matmul_sgmat_transposed_for(ctx, d.m, d.k, d.n, &d.batch, ta, tb);
         }
         if (k) {
             return k;
