@@ -351,10 +351,11 @@ static kf_kernel *blocked_kernel(uint32_t m, uint32_t kdim, uint32_t n, const kf
             acc[i][j] = kf_declare(k, "acc", v4, (kf_val){0});
         }
     }
-    /* rmsnorm folded in: each invocation's rows' sums of squares, from the a tile it reads */
-    kf_var squares[MAX_T];
-    for (uint32_t i = 0; rn && i < tm; i++) {
-        squares[i] = kf_declare(k, "squares", kf_type_scalar(KF_SCALAR_F32), kf_lit_f32(k, 0.0f));
+    /* rmsnorm folded in: each invocation's rows' sums of squares, from the a tile it reads, as
+     * vec4s of 4 rows (tm / 4 more vector FMAs per k beside the product's tm * tn / 4) */
+    kf_var squares[MAX_T / LANES];
+    for (uint32_t g = 0; rn && g < tm / LANES; g++) {
+        squares[g] = kf_declare(k, "squares", v4, kf_splat(k, v4, kf_lit_f32(k, 0.0f)));
     }
     FETCH(u32(k, 0));
     if (stages == 2) {
@@ -388,9 +389,9 @@ static kf_kernel *blocked_kernel(uint32_t m, uint32_t kdim, uint32_t n, const kf
                 kf_val at = kf_add(k, kf_add(k, ob, tx), u32(k, kk * row_b + h * wx));
                 bv[h] = kf_shared_load(k, tile_b, at);
             }
-            for (uint32_t i = 0; rn && i < tm; i++) {
-                kf_val x = kf_extract(k, av[i / LANES], i % LANES);
-                kf_assign(k, squares[i], kf_call3(k, KF_FN_FMA, x, x, kf_read(k, squares[i])));
+            for (uint32_t g = 0; rn && g < tm / LANES; g++) {
+                kf_assign(k, squares[g],
+                          kf_call3(k, KF_FN_FMA, av[g], av[g], kf_read(k, squares[g])));
             }
             for (uint32_t i = 0; i < tm; i++) {
                 kf_val splat = kf_splat(k, v4, kf_extract(k, av[i / LANES], i % LANES));
@@ -421,7 +422,8 @@ static kf_kernel *blocked_kernel(uint32_t m, uint32_t kdim, uint32_t n, const kf
         }
         kf_val r = {0};
         if (rn) {
-            kf_val mean = kf_mul(k, kf_read(k, squares[i]), kf_lit_f32(k, 1.0f / (float)kdim));
+            kf_val sum = kf_extract(k, kf_read(k, squares[i / LANES]), i % LANES);
+            kf_val mean = kf_mul(k, sum, kf_lit_f32(k, 1.0f / (float)kdim));
             r = kf_let(k, "r",
                        kf_call1(k, KF_FN_INVERSE_SQRT, kf_add(k, mean, kf_lit_f32(k, rn->eps))));
         }
