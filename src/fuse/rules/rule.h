@@ -51,6 +51,7 @@ extern const kf__fusion_rule kf__rule_classifier;
 extern const kf__fusion_rule kf__rule_bias_grad;
 extern const kf__fusion_rule kf__rule_activation_save;
 extern const kf__fusion_rule kf__rule_companion;
+extern const kf__fusion_rule kf__rule_rmsnorm_matmul;
 
 /* ---- planning helpers (plan.c) ---- */
 
