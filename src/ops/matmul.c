@@ -550,8 +550,9 @@ bool kf__matmul_rownorm_fits(kf_context *ctx, const kf_shape *in, const kf_op_pa
         return false;
     }
     uint32_t sg = 0;
-    bool sgmat = dtype == KF_DTYPE_F16 && !(p && p->transpose_b) &&
-                 (uint64_t)d.m * d.n >= 64u * 64u && ctx && kf__sgmat_usable(ctx, &sg);
+    /* f16 products of any transposes run on the tensor cores where the device has them */
+    bool sgmat = dtype == KF_DTYPE_F16 && (uint64_t)d.m * d.n >= 64u * 64u && ctx &&
+                 kf__sgmat_usable(ctx, &sg);
     return !sgmat;
 }
 
