@@ -1,11 +1,30 @@
 /* Attention's gradients from the packed statistics g = [dy | lse | delta]
- * (attention_grad_prep's output, src/ops/attention.c, whose header has the formulas):
+ * (attention_grad_prep's output; src/ops/attention.c's header has the formulas):
  *
  *   attention_grad_q(q, k, v, g)  -> dq
- *   attention_grad_k(q, k, v, g)  -> dk
+ *   attention_grad_k(q, k, v, g)  -> dk   (with attention_grad_v as its companion: both)
  *   attention_grad_v(q, k, v, g)  -> dv
  *
- * The kernels are attention.c's tiled generator's gradient roles, moved here unchanged. */
+ * One generator, FlashAttention-2's backward on FMA units with register tiles. A workgroup owns
+ * br rows of one (batch, head): queries for dq, keys for dk and dv. It stages its rows' two
+ * operands once (q and dy, or k and v) and walks the other side bc columns at a time (k and v,
+ * or q and dy with their lse and delta), all as vec4 rows in workgroup memory, padded by one
+ * vec4 so rows read at one offset fall in different banks:
+ *   1. every invocation owns rr rows x rc columns of the tile's scores: rr + rc vec4 loads give
+ *      rr rc dot products of 4 terms (twice: s = row . col, and dP with the second operands);
+ *   2. it turns them into P = exp(scale s - lse) and dS = P (dP - delta), zero where the query
+ *      does not see the key, into workgroup memory;
+ *   3. it accumulates its rows' results over the tile's columns, vec4 columns tx, tx + wx, ...:
+ *      dk += dS q and dv += P dy (or dq's two sums), a scalar P or dS times a vec4 of the tile.
+ * The tiling (rr, rc, wx, wy) is the largest of a short list whose workgroup memory fits the
+ * device's (kernel_choose; kernel_forward assumes WebGPU's 16 KB): on lavapipe (32 KB) 32 x 16
+ *  for D <= 64 and 16 x 8 for D <= 128; with 48 KB 32 x 32 and 32 x 8. dk and dv need the
+ * same P, so attention_grad_k's kernel_with_companion computes both (FlashAttention-2 does the
+ * same), and the planner pairs the two operators when they read the same inputs
+ * (src/fuse/rules/companion.c): one pass over the scores instead of two. Causal column tiles a
+ * workgroup's rows cannot see are never visited; the loop bounds depend only on the workgroup,
+ * so the barriers stay in uniform control flow. Rows past T are computed from row T - 1 and not
+ * written. Accumulation is in f32 for f16 tensors too. No subgroup matrices yet. */
 #include "ops/attention.h"
 #include "ops/ops_internal.h"
 #include "ops/rowwise.h"
