@@ -4,8 +4,11 @@
 #   build/release/kfuse_bench_attention_grad   bwd_ms (prep + dq + dk/dv paired), unpaired_ms
 #                                              (dk and dv in two kernels), prep_ms, grads_ms
 #   bench/torch_attention.py --no-compile      SDPA eager: bwd_ms = o.backward(dy) alone
-# and a joined table. Three files in $OUT (default bench-out/): attention_bwd_kfuse.jsonl,
-# attention_bwd_torch.jsonl, attention_bwd.txt. About 2-3 minutes on an H200.
+# and a joined table; then, on this GPU, `kfuse verify attention_grad_q attention_grad_k
+# attention_grad_v` and the pair kernel's tests (kfuse_tests --suite fusion attention_dk), where
+# the binaries are built. Three files in $OUT (default bench-out/): attention_bwd_kfuse.jsonl,
+# attention_bwd_torch.jsonl, attention_bwd.txt (the table, the checks, the logs). At most 235 s
+# (each part has its own timeout), about 2 minutes on an H200.
 #
 #   bench/attention_bwd.sh            (from the repository root or anywhere)
 #
@@ -18,6 +21,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench-out}
 BENCH=${BENCH:-build/release/kfuse_bench_attention_grad}
+BIN=$(dirname "$BENCH")
 PYTHON=${PYTHON:-python3}
 ARGS=${ARGS:-}
 export KF_WEBGPU_LIB=${KF_WEBGPU_LIB:-$PWD/deps/dawn/libwebgpu_wrapper.so}
@@ -28,10 +32,10 @@ if [ "${VKMASK:-1}" != 0 ] && [ -f "$VKMASK_DIR/VkLayer_kfuse_vendor_mask.json" 
 fi
 
 # shellcheck disable=SC2086
-timeout 170 "$BENCH" --json $ARGS >"$OUT/attention_bwd_kfuse.jsonl" 2>"$OUT/attention_bwd.txt"
+timeout 120 "$BENCH" --json $ARGS >"$OUT/attention_bwd_kfuse.jsonl" 2>"$OUT/attention_bwd.txt"
 echo "kfuse: exit $?" >>"$OUT/attention_bwd.txt"
 # shellcheck disable=SC2086
-timeout 60 "$PYTHON" bench/torch_attention.py --json --no-compile $ARGS \
+timeout 45 "$PYTHON" bench/torch_attention.py --json --no-compile $ARGS \
     >"$OUT/attention_bwd_torch.jsonl" 2>>"$OUT/attention_bwd.txt"
 echo "torch: exit $?" >>"$OUT/attention_bwd.txt"
 
@@ -57,3 +61,15 @@ for key in sorted(set(k) | set(t)):
           f"{f(a, 'prep_ms'):>8} {f(a, 'grads_ms'):>8} {f(b, 'bwd_ms'):>9} {ratio:>10} "
           f"{(a or {}).get('max_rel_err_dq', '-'):>8} {(a or {}).get('max_rel_err_dk', '-'):>8}")
 PY
+
+if [ -x "$BIN/kfuse" ]; then
+    echo "== kfuse verify attention_grad_q attention_grad_k attention_grad_v" >>"$OUT/attention_bwd.txt"
+    timeout 45 "$BIN/kfuse" verify attention_grad_q attention_grad_k attention_grad_v \
+        >>"$OUT/attention_bwd.txt" 2>&1
+    echo "verify: exit $?" >>"$OUT/attention_bwd.txt"
+fi
+if [ -x "$BIN/kfuse_tests" ]; then
+    echo "== kfuse_tests --suite fusion attention_dk" >>"$OUT/attention_bwd.txt"
+    timeout 25 "$BIN/kfuse_tests" --suite fusion attention_dk >>"$OUT/attention_bwd.txt" 2>&1
+    echo "tests: exit $?" >>"$OUT/attention_bwd.txt"
+fi
