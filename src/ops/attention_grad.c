@@ -675,10 +675,15 @@ GRAD_GLUE(attention_grad_v, 2, ROLE_DV)
 #define QKV(...) SHAPE4(__VA_ARGS__), SHAPE4(__VA_ARGS__), SHAPE4(__VA_ARGS__)
 #define PACK(B, H, T, D) QKV(B, H, T, D), SHAPE4(B, H, T, D + 2)
 
+/* T of 1, 7, 17, 64, 65 and 100 (below, at and past the tiles: 32 x 16 and 16 x 8 on a 32 KB
+ * device, 8 x 4 with 16 KB); D of 8, 64, 128 and 97 (a ragged vec4); causal and not; a given
+ * scale; and 2^22 elements. */
 static const kf_op_case grad_cases[] = {
     {.shapes = {PACK(1, 1, 1, 8)}, .note = "T 1"},
     {.shapes = {PACK(1, 2, 7, 8)}, .note = "T 7"},
     {.shapes = {PACK(1, 2, 7, 8)}, .params = NONCAUSAL, .note = "T 7, not causal"},
+    {.shapes = {PACK(1, 2, 17, 8)}, .note = "T 17: one row past a 16-row tile"},
+    {.shapes = {PACK(1, 1, 65, 128)}, .params = NONCAUSAL, .note = "T 65, D 128, not causal"},
     {.shapes = {PACK(2, 1, 64, 64)}, .note = "T 64, D 64"},
     {.shapes = {PACK(1, 2, 100, 8)}, .note = "T 100, D 8"},
     {.shapes = {PACK(1, 1, 100, 64)}, .params = NONCAUSAL, .note = "T 100, D 64, not causal"},
