@@ -15,7 +15,9 @@
  * grads_ms = bwd_ms - prep_ms is the gradient kernels' share. FLOPs as kfuse_bench_attention
  * counts them (2.5 times the forward's 4 B H T^2 D, halved when causal), over bwd_ms. Each case
  * checks 8 rows of dq and 8 of dk (keys among the last 64: the causal ones cost little) against
- * float64 on the host, so a fast wrong kernel shows. */
+ * float64 on the host, so a fast wrong kernel shows: err_dk against each row's own scale,
+ * err_dk_tensor against 1% of the rms of all of dk (kfuse verify's floor), and the largest |dk|
+ * checked (f16 holds below 6.1e-5 as subnormals, 2^-24 apart). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,9 +34,12 @@ typedef struct bench_case {
 
 /* float64 dq row qi and dk row ki of one head (rows of D floats, T per head); dk sums over the
  * queries that see key ki (causal: ki .. T - 1, cheap for a key near the end). */
+/* g (the device's prep output, or NULL): the worst |lse - g's lse| of the rows visited into
+ * *lse_err; from_g: P and delta from g's lse and delta instead (what the kernels compute from),
+ * which tells the statistics' rounding in g (f16) from the kernels' own error. */
 static void reference(const float *q, const float *k, const float *v, const float *dy,
                       const bench_case *c, uint64_t head, uint32_t qi, uint32_t ki, double *dq,
-                      double *dk) {
+                      double *dk, const float *g, double *lse_err, bool from_g) {
     uint32_t t = c->t, d = c->d;
     double scale = 1.0 / sqrt((double)d);
     const float *Q = q + head * t * d, *K = k + head * t * d, *V = v + head * t * d;
@@ -64,9 +69,21 @@ static void reference(const float *q, const float *k, const float *v, const floa
             p[j] = exp(p[j] - m);
             l += p[j];
         }
+        if (g) {
+            double got = g[(head * t + r) * (d + 2) + d];
+            *lse_err = fmax(*lse_err, fabs(got - (m + log(l))));
+        }
         for (uint32_t j = 0; j <= last; j++) {
             p[j] /= l;
             delta += p[j] * dp[j];
+        }
+        if (g && from_g) {
+            /* P and delta from g's statistics, as the kernels read them */
+            double lse = g[(head * t + r) * (d + 2) + d];
+            for (uint32_t j = 0; j <= last; j++) {
+                p[j] *= exp(m + log(l) - lse);
+            }
+            delta = g[(head * t + r) * (d + 2) + d + 1];
         }
         for (uint32_t j = 0; j <= last; j++) {
             double ds = p[j] * (dp[j] - delta) * scale;
@@ -82,12 +99,13 @@ static void reference(const float *q, const float *k, const float *v, const floa
     free(dp);
 }
 
-static double row_error(const float *got, const double *ref, uint32_t d) {
+/* The worst |got - ref| / max(|ref|, floor) over a row; floor 0: 1% of the row's rms. */
+static double row_error(const float *got, const double *ref, uint32_t d, double floor) {
     double ss = 0, worst = 0;
     for (uint32_t e = 0; e < d; e++) {
         ss += ref[e] * ref[e];
     }
-    double floor = fmax(0.01 * sqrt(ss / d), 1e-12);
+    floor = floor > 0 ? floor : fmax(0.01 * sqrt(ss / d), 1e-12);
     for (uint32_t e = 0; e < d; e++) {
         double err = fabs(got[e] - ref[e]) / fmax(fabs(ref[e]), floor);
         worst = err > worst || err != err ? err : worst;
@@ -149,35 +167,72 @@ static bool run_case(kf_context *ctx, const bench_case *c, uint32_t repeat, bool
     }
     ok = ok && kf_plan_get_output(plans[0], "dq", dq) == KF_OK &&
          kf_plan_get_output(plans[0], "dk", dk) == KF_OK;
-    double err_dq = 0, err_dk = 0;
+    /* dk of the last keys of a causal head is tiny (few queries see them, with small P): in f16
+     * it lies among the subnormals, so beside the row's own scale its error is also judged
+     * against 1% of the rms of the whole dk (kfuse verify's floor) */
+    double err_dq = 0, err_dk = 0, err_dk_tensor = 0, dk_max = 0, dk_ss = 0, lse_err = 0,
+           err_dk_g = 0;
+    double *rq2 = malloc(c->d * sizeof *rq2), *rk2 = malloc(c->d * sizeof *rk2);
+    kf_shape gs = s;
+    gs.dims[3] += 2;
+    kf_tensor *g = NULL;
+    if (ok && kf_tensor_create(&gs, &g) == KF_OK && kf_plan_get_output(plans[2], "g", g) != KF_OK) {
+        kf_tensor_destroy(g);
+        g = NULL;
+    }
+    for (uint64_t e = 0; ok && e < kf_tensor_size(dk); e++) {
+        dk_ss += (double)dk->data[e] * dk->data[e];
+    }
+    double dk_floor = ok ? fmax(0.01 * sqrt(dk_ss / (double)kf_tensor_size(dk)), 1e-30) : 1;
     double *rq = malloc(c->d * sizeof *rq), *rk = malloc(c->d * sizeof *rk);
     for (uint32_t r = 0; ok && rq && rk && r < 8; r++) {
         uint64_t head = ((uint64_t)r * 2654435761u) % ((uint64_t)c->b * c->h);
         uint32_t qi = r == 0 ? c->t - 1 : (uint32_t)(((uint64_t)r * 40503u) % c->t);
         uint32_t ki = c->t - 1 - (uint32_t)(((uint64_t)r * 7u) % (c->t < 64 ? c->t : 64u));
-        reference(in[0]->data, in[1]->data, in[2]->data, in[3]->data, c, head, qi, ki, rq, rk);
+        reference(in[0]->data, in[1]->data, in[2]->data, in[3]->data, c, head, qi, ki, rq, rk,
+                  g ? g->data : NULL, &lse_err, false);
         uint64_t base = head * c->t * c->d;
-        err_dq = fmax(err_dq, row_error(dq->data + base + (uint64_t)qi * c->d, rq, c->d));
-        err_dk = fmax(err_dk, row_error(dk->data + base + (uint64_t)ki * c->d, rk, c->d));
+        if (g) {
+            double lse_unused = 0;
+            reference(in[0]->data, in[1]->data, in[2]->data, in[3]->data, c, head, qi, ki, rq2, rk2,
+                      g->data, &lse_unused, true);
+            err_dk_g =
+                fmax(err_dk_g, row_error(dk->data + base + (uint64_t)ki * c->d, rk2, c->d, 0));
+        }
+        const float *got_dk = dk->data + base + (uint64_t)ki * c->d;
+        err_dq = fmax(err_dq, row_error(dq->data + base + (uint64_t)qi * c->d, rq, c->d, 0));
+        err_dk = fmax(err_dk, row_error(got_dk, rk, c->d, 0));
+        err_dk_tensor = fmax(err_dk_tensor, row_error(got_dk, rk, c->d, dk_floor));
+        for (uint32_t e = 0; e < c->d; e++) {
+            dk_max = fmax(dk_max, fabs(rk[e]));
+        }
     }
     free(rq);
     free(rk);
+    free(rq2);
+    free(rk2);
     double flops = 2.5 * 4.0 * c->b * c->h * (double)c->t * c->t * c->d * (c->causal ? 0.5 : 1.0);
     double tf = ok ? flops / (tm[0].median_ms * 1e9) : 0;
     if (!ok) {
         fprintf(stderr, "%s B%u H%u T%u D%u: failed: %s\n", dt, c->b, c->h, c->t, c->d,
                 kf_context_last_error(ctx));
     } else if (json) {
-        printf("{\"impl\": \"kfuse\", \"dtype\": \"%s\", \"B\": %u, \"H\": %u, \"T\": %u, "
-               "\"D\": %u, \"causal\": %s, \"bwd_ms\": %.4f, \"unpaired_ms\": %.4f, "
-               "\"prep_ms\": %.4f, \"grads_ms\": %.4f, \"bwd_tflops\": %.3f, "
-               "\"max_rel_err_dq\": %.3g, \"max_rel_err_dk\": %.3g}\n",
-               dt, c->b, c->h, c->t, c->d, causal, tm[0].median_ms, tm[1].median_ms,
-               tm[2].median_ms, tm[0].median_ms - tm[2].median_ms, tf, err_dq, err_dk);
+        printf(
+            "{\"impl\": \"kfuse\", \"dtype\": \"%s\", \"B\": %u, \"H\": %u, \"T\": %u, "
+            "\"D\": %u, \"causal\": %s, \"bwd_ms\": %.4f, \"unpaired_ms\": %.4f, "
+            "\"prep_ms\": %.4f, \"grads_ms\": %.4f, \"bwd_tflops\": %.3f, "
+            "\"max_rel_err_dq\": %.3g, \"max_rel_err_dk\": %.3g, \"max_rel_err_dk_tensor\": %.3g, "
+            "\"dk_checked_max\": %.3g, \"lse_max_abs_err\": %.3g, \"max_rel_err_dk_from_g\": "
+            "%.3g}\n",
+            dt, c->b, c->h, c->t, c->d, causal, tm[0].median_ms, tm[1].median_ms, tm[2].median_ms,
+            tm[0].median_ms - tm[2].median_ms, tf, err_dq, err_dk, err_dk_tensor, dk_max, lse_err,
+            err_dk_g);
     } else {
-        printf("%-4s %3u %3u %5u %4u %-6s %10.3f %11.3f %9.3f %9.3f %8.2f %9.2g %9.2g\n", dt, c->b,
-               c->h, c->t, c->d, causal, tm[0].median_ms, tm[1].median_ms, tm[2].median_ms,
-               tm[0].median_ms - tm[2].median_ms, tf, err_dq, err_dk);
+        printf("%-4s %3u %3u %5u %4u %-6s %10.3f %11.3f %9.3f %9.3f %8.2f %9.2g %9.2g %9.2g %9.2g "
+               "%9.2g %9.2g\n",
+               dt, c->b, c->h, c->t, c->d, causal, tm[0].median_ms, tm[1].median_ms,
+               tm[2].median_ms, tm[0].median_ms - tm[2].median_ms, tf, err_dq, err_dk,
+               err_dk_tensor, dk_max, lse_err, err_dk_g);
     }
     fflush(stdout);
     for (int i = 0; i < 4; i++) {
@@ -185,6 +240,7 @@ static bool run_case(kf_context *ctx, const bench_case *c, uint32_t repeat, bool
     }
     kf_tensor_destroy(dq);
     kf_tensor_destroy(dk);
+    kf_tensor_destroy(g);
     for (int p = 0; p < 3; p++) {
         kf_plan_destroy(plans[p]);
     }
@@ -239,9 +295,10 @@ int main(int argc, char **argv) {
     kf_adapter_info info;
     kf_context_adapter_info(ctx, &info);
     if (!json) {
-        printf("%s (%s)\n%-4s %3s %3s %5s %4s %-6s %10s %11s %9s %9s %8s %9s %9s\n", info.device,
-               info.backend, "type", "B", "H", "T", "D", "causal", "bwd_ms", "unpaired_ms",
-               "prep_ms", "grads_ms", "bwd_TF/s", "err_dq", "err_dk");
+        printf("%s (%s)\n%-4s %3s %3s %5s %4s %-6s %10s %11s %9s %9s %8s %9s %9s %9s %9s %9s %9s\n",
+               info.device, info.backend, "type", "B", "H", "T", "D", "causal", "bwd_ms",
+               "unpaired_ms", "prep_ms", "grads_ms", "bwd_TF/s", "err_dq", "err_dk", "err_dk_all",
+               "dk_max", "lse_err", "dk_from_g");
     }
     int rc = 0;
     for (uint32_t x = 0; x < ndt; x++) {
