@@ -10,7 +10,7 @@
  * g)):
  *   bwd_ms       the whole backward as planned: prep, dq, and dk + dv in one kernel (3 dispatches)
  *   unpaired_ms  the same with dk and dv in kernels of their own (4 dispatches: what the planner
- *                did before rules/sibling.c; a binding budget of 5 keeps them apart)
+ *                did before dk + dv became companions; a binding budget of 5 keeps them apart)
  *   prep_ms      attention_grad_prep alone (a forward pass: attention.c's kernel)
  * grads_ms = bwd_ms - prep_ms is the gradient kernels' share. FLOPs as kfuse_bench_attention
  * counts them (2.5 times the forward's 4 B H T^2 D, halved when causal), over bwd_ms. Each case
