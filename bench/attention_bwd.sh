@@ -3,7 +3,8 @@
 # (T 1024 and 4096, D 64 and 128, f16 and f32, H 16, B = 8192 / T, causal) through
 #   build/release/kfuse_bench_attention_grad   bwd_ms (prep + dq + dk/dv paired), unpaired_ms
 #                                              (dk and dv in two kernels), prep_ms, grads_ms
-#   bench/torch_attention.py --no-compile      SDPA eager: bwd_ms = o.backward(dy) alone
+#   bench/torch_attention.py --impl sdpa       F.scaled_dot_product_attention: bwd_ms = its
+#                                              forward + backward step less its forward
 # and a joined table; then, on this GPU, `kfuse verify attention_grad_q attention_grad_k
 # attention_grad_v` and the pair kernel's tests (kfuse_tests --suite fusion attention_dk), where
 # the binaries are built. Three files in $OUT (default bench-out/): attention_bwd_kfuse.jsonl,
@@ -35,8 +36,8 @@ fi
 timeout 120 "$BENCH" --json $ARGS >"$OUT/attention_bwd_kfuse.jsonl" 2>"$OUT/attention_bwd.txt"
 echo "kfuse: exit $?" >>"$OUT/attention_bwd.txt"
 # shellcheck disable=SC2086
-timeout 45 "$PYTHON" bench/torch_attention.py --json --no-compile $ARGS \
-    >"$OUT/attention_bwd_torch.jsonl" 2>>"$OUT/attention_bwd.txt"
+timeout 45 "$PYTHON" bench/torch_attention.py --impl sdpa --time-limit 35 \
+    --json "$OUT/attention_bwd_torch.jsonl" $ARGS >>"$OUT/attention_bwd.txt" 2>&1
 echo "torch: exit $?" >>"$OUT/attention_bwd.txt"
 
 "$PYTHON" - "$OUT/attention_bwd_kfuse.jsonl" "$OUT/attention_bwd_torch.jsonl" \
@@ -44,7 +45,11 @@ echo "torch: exit $?" >>"$OUT/attention_bwd.txt"
 import json, sys
 def rows(path):
     out = {}
-    for line in open(path):
+    try:
+        lines = open(path).readlines()
+    except OSError:
+        return out
+    for line in lines:
         line = line.strip()
         if line.startswith("{"):
             r = json.loads(line)
