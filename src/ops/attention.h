@@ -41,4 +41,12 @@ kf_status kf__attn_spec_backward(const kf_tensor *const *in, const kf_tensor *dy
                                  const kf_tensor *g, bool own_stats, const kf_op_params *p,
                                  kf_tensor *const *grads);
 
+/* attention_grad_k's kernel that also stores attention_grad_v's result (same inputs and params)
+ * into a binding "dv" declared after the inputs, before "out": dk and dv from one pass over the
+ * scores (attention_grad_k's kernel_with_companion; src/fuse/rules/companion.c plans it). The
+ * tiling fits ctx's workgroup memory (NULL: the 16 KB every device has). NULL when out of memory.
+ */
+kf_kernel *kf__attention_grad_kv_kernel(kf_context *ctx, const kf_shape *in, const kf_op_params *p,
+                                        kf_dtype dtype);
+
 #endif

@@ -1,11 +1,30 @@
 /* Attention's gradients from the packed statistics g = [dy | lse | delta]
- * (attention_grad_prep's output, src/ops/attention.c, whose header has the formulas):
+ * (attention_grad_prep's output; src/ops/attention.c's header has the formulas):
  *
  *   attention_grad_q(q, k, v, g)  -> dq
- *   attention_grad_k(q, k, v, g)  -> dk
+ *   attention_grad_k(q, k, v, g)  -> dk   (with attention_grad_v as its companion: both)
  *   attention_grad_v(q, k, v, g)  -> dv
  *
- * The kernels are attention.c's tiled generator's gradient roles, moved here unchanged. */
+ * One generator, FlashAttention-2's backward on FMA units with register tiles. A workgroup owns
+ * br rows of one (batch, head): queries for dq, keys for dk and dv. It stages its rows' two
+ * operands once (q and dy, or k and v) and walks the other side bc columns at a time (k and v,
+ * or q and dy with their lse and delta), all as vec4 rows in workgroup memory, padded by one
+ * vec4 so rows read at one offset fall in different banks:
+ *   1. every invocation owns rr rows x rc columns of the tile's scores: rr + rc vec4 loads give
+ *      rr rc dot products of 4 terms (twice: s = row . col, and dP with the second operands);
+ *   2. it turns them into P = exp(scale s - lse) and dS = P (dP - delta), zero where the query
+ *      does not see the key, into workgroup memory;
+ *   3. it accumulates its rows' results over the tile's columns, vec4 columns tx, tx + wx, ...:
+ *      dk += dS q and dv += P dy (or dq's two sums), a scalar P or dS times a vec4 of the tile.
+ * The tiling (rr, rc, wx, wy) is the largest of a short list whose workgroup memory fits the
+ * device's (kernel_choose; kernel_forward assumes WebGPU's 16 KB): on lavapipe (32 KB) 32 x 16
+ *  for D <= 64 and 16 x 8 for D <= 128; with 48 KB 32 x 32 and 32 x 8. dk and dv need the
+ * same P, so attention_grad_k's kernel_with_companion computes both (FlashAttention-2 does the
+ * same), and the planner pairs the two operators when they read the same inputs
+ * (src/fuse/rules/companion.c): one pass over the scores instead of two. Causal column tiles a
+ * workgroup's rows cannot see are never visited; the loop bounds depend only on the workgroup,
+ * so the barriers stay in uniform control flow. Rows past T are computed from row T - 1 and not
+ * written. Accumulation is in f32 for f16 tensors too. No subgroup matrices yet. */
 #include "ops/attention.h"
 #include "ops/ops_internal.h"
 #include "ops/rowwise.h"
@@ -14,14 +33,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define ROWS 16u  /* rows per workgroup */
-#define LANES 16u /* invocations per row */
-#define ATTN_MAX_D KF__ATTN_MAX_D
-#define NEG_BIG -3.0e38f /* the running max before any key: exp(NEG_BIG - m) is 0 */
-#define MAX_COL_REGS (ATTN_MAX_D / LANES)
-
-typedef enum attn_role { ROLE_OUT = 0, ROLE_PREP, ROLE_DQ, ROLE_DK, ROLE_DV } attn_role;
 
 static const kf__input grad_inputs[] = {{.name = "q"}, {.name = "k"}, {.name = "v"}, {.name = "g"}};
 
@@ -176,15 +187,56 @@ GRAD_SPEC(attention_grad_q, 0)
 GRAD_SPEC(attention_grad_k, 1)
 GRAD_SPEC(attention_grad_v, 2)
 
-/* The kernel                                                                               */
+/* ---------------------------------------------------------------------------------------- */
+/* The kernels                                                                              */
 /* ---------------------------------------------------------------------------------------- */
 
-/* Columns per tile: 16, or 8 when D > 64 (two 16 x 129 f32 tiles would pass 16 KB). */
-static uint32_t col_tile(uint32_t d) {
-    return d <= 64 ? 16u : 8u;
+/* A tiling: each invocation owns rr rows and, in the score phase, rc columns; wx * wy
+ * invocations; a workgroup owns br = rr wy rows and walks the other side bc = rc wx columns at a
+ * time. */
+typedef struct grad_tiles {
+    uint32_t rr, rc, wx, wy;
+} grad_tiles;
+
+/* Preferred first. */
+static const grad_tiles tile_choices[] = {
+    {2, 2, 16, 16}, /* 32 x 32 */
+    {2, 2, 8, 16},  /* 32 x 16 */
+    {2, 1, 8, 16},  /* 32 x 8 */
+    {2, 1, 8, 8},   /* 16 x 8 */
+    {1, 1, 4, 8},   /* 8 x 4 */
+    {1, 1, 2, 4},   /* 4 x 2 */
+};
+
+/* vec4 columns of a staged row (D rounded up to 4); rows are staged one vec4 apart more, so rows
+ * read at one offset fall in different banks. */
+static uint32_t vec_cols(uint32_t d) {
+    return (d + 3) / 4;
 }
 
-/* A row-major operand read through its binding: element (row, d) at (row) * stride + offset + d,
+static uint64_t tiles_bytes(const grad_tiles *c, uint32_t d) {
+    uint64_t sr = vec_cols(d) + 1, br = c->rr * c->wy, bc = c->rc * c->wx;
+    return 16u * (2u * br * sr + 2u * bc * sr) + 4u * (2u * br * bc + 2u * bc);
+}
+
+/* The largest tiling whose workgroup memory fits `budget` bytes. */
+static const grad_tiles *tiles_for(uint32_t d, uint32_t budget) {
+    size_t n = sizeof tile_choices / sizeof tile_choices[0];
+    for (size_t i = 0; i + 1 < n; i++) {
+        if (tiles_bytes(&tile_choices[i], d) <= budget) {
+            return &tile_choices[i];
+        }
+    }
+    return &tile_choices[n - 1];
+}
+
+#define PORTABLE_BUDGET 16384u /* workgroup memory every WebGPU device offers */
+
+/* What a kernel computes: dq, dk, dv, or the pair (dk yielded, dv stored into the binding "dv"
+ * declared after the inputs). */
+typedef enum grad_role { ROLE_DQ = 0, ROLE_DK, ROLE_DV, ROLE_DKV } grad_role;
+
+/* A row-major operand read through its binding: element (row, d) at row * stride + offset + d,
  * row counted over all heads (head * T + row). */
 typedef struct attn_operand {
     kf_binding b;
@@ -199,28 +251,62 @@ static kf_val operand_load(kf_kernel *k, attn_operand o, kf_val row, kf_val d, k
     return kf__load_f32(k, o.b, at, dtype);
 }
 
-static const char *role_name(attn_role role) {
-    static const char *const names[] = {"attention", "attention_grad_prep", "attention_grad_q",
-                                        "attention_grad_k", "attention_grad_v"};
+/* Stages rows first .. first + count - 1 of one head (clamped to its last row) of operand o as
+ * vec4 rows (zero past D) at stride sr into s; every invocation takes a share. */
+static void stage_rows(kf_kernel *k, kf_shared s, attn_operand o, kf_val head_row0, kf_val first,
+                       uint32_t count, uint32_t t, uint32_t d, uint32_t sr, kf_val lid,
+                       uint32_t threads, kf_dtype dtype) {
+    uint32_t d4 = vec_cols(d);
+    kf_val e = kf_for(k, "e", lid, kf__u32(k, count * d4), kf__u32(k, threads));
+    kf_val r = kf_let(k, "sr_row", kf_div(k, e, kf__u32(k, d4)));
+    kf_val c4 = kf_let(k, "sr_col", kf_binary(k, KF_OP_MOD, e, kf__u32(k, d4)));
+    kf_val row = kf_let(
+        k, "sr_at",
+        kf_add(k, head_row0, kf_call2(k, KF_FN_MIN, kf_add(k, first, r), kf__u32(k, t - 1))));
+    kf_val lanes[4];
+    for (uint32_t i = 0; i < 4; i++) {
+        kf_val dim = kf_add(k, kf_mul(k, c4, kf__u32(k, 4)), kf__u32(k, i));
+        if (d % 4) {
+            kf_val inside = kf_binary(k, KF_OP_LT, dim, kf__u32(k, d));
+            kf_val v =
+                operand_load(k, o, row, kf_call2(k, KF_FN_MIN, dim, kf__u32(k, d - 1)), dtype);
+            lanes[i] = kf_select(k, kf_lit_f32(k, 0), v, inside);
+        } else {
+            lanes[i] = operand_load(k, o, row, dim, dtype);
+        }
+    }
+    kf_val at = kf_add(k, kf_mul(k, r, kf__u32(k, sr)), c4);
+    kf_shared_store(k, s, at, kf_vec(k, kf_type_vec(KF_SCALAR_F32, 4), lanes, 4));
+    kf_end(k);
+}
+
+#define MAX_RR 2u
+#define MAX_RC 2u
+#define MAX_M 16u /* vec4 columns an invocation owns: 32 / wx, wx >= 2 */
+
+static const char *grad_name(grad_role role) {
+    static const char *const names[] = {"attention_grad_q", "attention_grad_k", "attention_grad_v",
+                                        "attention_grad_kv"};
     return names[role];
 }
 
-static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_params *p,
-                              kf_dtype dtype) {
+static kf_kernel *grad_kernel(grad_role role, const grad_tiles *c, const kf_shape *in,
+                              const kf_op_params *p, kf_dtype dtype) {
     const kf__attn_dims a = kf__attn_dims_of(&in[0]);
-    const uint32_t t = a.t, d = a.d, bc = col_tile(d), split = LANES / bc;
-    const uint32_t per = (d + split - 1) / split; /* dot-product terms per invocation */
-    const uint32_t ncols = (d + LANES - 1) / LANES;
-    const uint32_t stride = d + 1; /* padded tile rows */
-    const uint32_t tiles = (t + ROWS - 1) / ROWS;
+    const uint32_t t = a.t, d = a.d, d4 = vec_cols(d), sr = d4 + 1;
+    const uint32_t rr = c->rr, rc = c->rc, wx = c->wx, wy = c->wy;
+    const uint32_t br = rr * wy, bc = rc * wx, threads = wx * wy;
+    const uint32_t m_cols = (d4 + wx - 1) / wx;
+    const uint32_t tiles = (t + br - 1) / br;
     const bool causal = kf__attn_causal(p);
     const float scale = (float)kf__attn_scale(p, d);
-    const bool keys_are_rows = role == ROLE_DK || role == ROLE_DV;
-    const bool needs_dp = role == ROLE_DQ || role == ROLE_DK;
-    const bool online = role == ROLE_OUT || role == ROLE_PREP;
+    const bool dq = role == ROLE_DQ;
+    const bool want_dk = role == ROLE_DK || role == ROLE_DKV;
+    const bool want_dv = role == ROLE_DV || role == ROLE_DKV;
+    const bool needs_dp = dq || want_dk;
 
-    kf_kernel_desc desc = {.name = role_name(role),
-                           .workgroup_size = {LANES, ROWS, 1},
+    kf_kernel_desc desc = {.name = grad_name(role),
+                           .workgroup_size = {threads, 1, 1},
                            .input = kf_type_scalar(KF_SCALAR_VOID),
                            .output = kf__dtype_type(dtype)};
     kf_kernel *k = kf_kernel_create(&desc);
@@ -232,338 +318,334 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
     kf_binding bq = kf__bind(k, "q", dtype, KF_ACCESS_READ);
     kf_binding bk = kf__bind(k, "k", dtype, KF_ACCESS_READ);
     kf_binding bv = kf__bind(k, "v", dtype, KF_ACCESS_READ);
-    kf_binding b4 = {0};
-    if (role == ROLE_PREP) {
-        b4 = kf__bind(k, "dy", dtype, KF_ACCESS_READ);
-    } else if (role != ROLE_OUT) {
-        b4 = kf__bind(k, "g", dtype, KF_ACCESS_READ);
+    kf_binding bg = kf__bind(k, "g", dtype, KF_ACCESS_READ);
+    kf_binding bdv = {0};
+    if (role == ROLE_DKV) {
+        bdv = kf__bind(k, "dv", dtype, KF_ACCESS_READ_WRITE);
     }
     attn_operand oq = {bq, d, 0}, ok = {bk, d, 0}, ov = {bv, d, 0};
-    attn_operand odo = {b4, d + 2, 0};
-    attn_operand olse = {b4, d + 2, d}, odelta = {b4, d + 2, d + 1};
-    /* the row's operands (dot products with the tile's a and b), the tile's operands */
-    attn_operand row1 = keys_are_rows ? ok : oq, row2 = keys_are_rows ? ov : odo;
-    attn_operand tile_a = keys_are_rows ? oq : ok, tile_b = keys_are_rows ? odo : ov;
+    attn_operand odo = {bg, d + 2, 0}, olse = {bg, d + 2, d}, odelta = {bg, d + 2, d + 1};
+    /* the owned rows' operands (scores with tile a, dP with tile b) and the walked side's */
+    attn_operand r1 = dq ? oq : ok, r2 = dq ? odo : ov;
+    attn_operand t1 = dq ? ok : oq, t2 = dq ? ov : odo;
 
-    kf_type f32 = kf_type_scalar(KF_SCALAR_F32);
-    kf_shared sa = kf_kernel_workgroup(k, "tile_a", f32, bc * stride);
-    kf_shared sb = kf_kernel_workgroup(k, "tile_b", f32, bc * stride);
-    kf_shared s_dot = kf_kernel_workgroup(k, "dots", f32, ROWS * LANES);
-    kf_shared s_dot2 = {0};
+    kf_type f32 = kf_type_scalar(KF_SCALAR_F32), v4 = kf_type_vec(KF_SCALAR_F32, 4);
+    kf_shared s_r1 = kf_kernel_workgroup(k, "rows_a", v4, br * sr);
+    kf_shared s_r2 = {0};
     if (needs_dp) {
-        s_dot2 = kf_kernel_workgroup(k, "dots_dp", f32, ROWS * LANES);
+        s_r2 = kf_kernel_workgroup(k, "rows_b", v4, br * sr);
     }
-    kf_shared s_p = kf_kernel_workgroup(k, "probs", f32, ROWS * bc);
-    kf_shared s_p2 = {0}; /* dq: P beside P dP */
-    if (role == ROLE_DQ) {
-        s_p2 = kf_kernel_workgroup(k, "probs_only", f32, ROWS * bc);
+    kf_shared s_t1 = kf_kernel_workgroup(k, "tile_a", v4, bc * sr);
+    kf_shared s_t2 = kf_kernel_workgroup(k, "tile_b", v4, bc * sr);
+    kf_shared s_p = kf_kernel_workgroup(k, "probs", f32, br * bc);
+    kf_shared s_ds = {0};
+    if (needs_dp) {
+        s_ds = kf_kernel_workgroup(k, "dscores", f32, br * bc);
     }
     kf_shared s_lse = {0}, s_delta = {0};
-    if (keys_are_rows) {
+    if (!dq) {
         s_lse = kf_kernel_workgroup(k, "tile_lse", f32, bc);
         s_delta = kf_kernel_workgroup(k, "tile_delta", f32, bc);
     }
 
-    kf_val local = kf_builtin_get(k, KF_BUILTIN_LOCAL_ID);
-    kf_val lx = kf_let(k, "lx", kf_extract(k, local, 0));
-    kf_val ly = kf_let(k, "ly", kf_extract(k, local, 1));
     kf_val lid = kf_let(k, "lid", kf_builtin_get(k, KF_BUILTIN_LOCAL_INDEX));
+    kf_val tx = kf_let(k, "tx", kf_binary(k, KF_OP_MOD, lid, kf__u32(k, wx)));
+    kf_val ty = kf_let(k, "ty", kf_div(k, lid, kf__u32(k, wx)));
     kf_val wg = kf_let(k, "wg", kf_workgroup_linear(k));
     kf_val head = kf_let(k, "head", kf_div(k, wg, kf__u32(k, tiles)));
-    kf_val r0 = kf_let(k, "r0",
-                       kf_mul(k, kf_binary(k, KF_OP_MOD, wg, kf__u32(k, tiles)), kf__u32(k, ROWS)));
-    kf_val row = kf_let(k, "row", kf_add(k, r0, ly));
-    kf_val valid = kf_let(k, "valid", kf_binary(k, KF_OP_LT, row, kf__u32(k, t)));
-    kf_val rowc = kf_let(k, "rowc", kf_call2(k, KF_FN_MIN, row, kf__u32(k, t - 1)));
+    kf_val r0 =
+        kf_let(k, "r0", kf_mul(k, kf_binary(k, KF_OP_MOD, wg, kf__u32(k, tiles)), kf__u32(k, br)));
     kf_val head_row0 = kf_let(k, "head_row0", kf_mul(k, head, kf__u32(k, t)));
-    kf_val my_row = kf_let(k, "my_row", kf_add(k, head_row0, rowc));
-    kf_val slot = kf_let(k, "slot", kf_add(k, kf_mul(k, ly, kf__u32(k, LANES)), lx));
-    kf_val jcol = kf_let(k, "jcol", kf_binary(k, KF_OP_MOD, lx, kf__u32(k, bc)));
-    kf_val part = kf_let(k, "part", kf_div(k, lx, kf__u32(k, bc)));
-    /* the (row, column) pair this invocation turns into P or dS: lanes below bc */
-    kf_val pcol = kf_let(k, "pcol", kf_call2(k, KF_FN_MIN, lx, kf__u32(k, bc - 1)));
 
-    /* the row's statistics and running state. dq reads its row's lse and delta from g only as
-     * shifts: with P' = exp(s - lse) and dP' = dP - delta it sums P' (psum), P' dP' (shift) and,
-     * per column, P' dP' k and P' k over the keys, and at the end takes
-     *   dq = scale (sum P' dP' k - (shift / psum) sum P' k) / psum,
-     * which is exact whatever lse and delta are: so their rounding in g (f16: 2^-11 of them)
-     * cancels, where dq would otherwise carry delta's error times the row's mean key */
-    kf_val row_lse = {0, 0}, row_delta = {0, 0};
-    kf_var psum_run = {0}, delta_run = {0};
-    kf_var acc_pk[MAX_COL_REGS];
-    if (role == ROLE_DQ) {
-        row_lse = kf_let(k, "row_lse", operand_load(k, olse, my_row, kf__u32(k, 0), dtype));
-        row_delta = kf_let(k, "row_delta", operand_load(k, odelta, my_row, kf__u32(k, 0), dtype));
-        psum_run = kf_declare(k, "psum_run", f32, kf_lit_f32(k, 0));
-        delta_run = kf_declare(k, "delta_run", f32, kf_lit_f32(k, 0));
-        for (uint32_t c = 0; c < ncols; c++) {
-            char name[16];
-            snprintf(name, sizeof name, "acc_pk%u", c);
-            acc_pk[c] = kf_declare(k, name, f32, kf_lit_f32(k, 0));
+    /* this invocation's rows (in the workgroup, and in the head) and columns of a tile */
+    kf_val lrow[MAX_RR], row[MAX_RR], lcol[MAX_RC];
+    for (uint32_t i = 0; i < rr; i++) {
+        lrow[i] = kf_let(k, "lrow", kf_add(k, kf_mul(k, ty, kf__u32(k, rr)), kf__u32(k, i)));
+        row[i] = kf_let(k, "row", kf_add(k, r0, lrow[i]));
+    }
+    for (uint32_t j = 0; j < rc; j++) {
+        lcol[j] = kf_let(k, "lcol", kf_add(k, kf_mul(k, tx, kf__u32(k, rc)), kf__u32(k, j)));
+    }
+    /* the vec4 columns of the result this invocation owns: tx + wx m (clamped for the loads) */
+    kf_val ocol[MAX_M], ocol_c[MAX_M];
+    for (uint32_t m = 0; m < m_cols; m++) {
+        ocol[m] = kf_let(k, "ocol", kf_add(k, tx, kf__u32(k, wx * m)));
+        ocol_c[m] = (m + 1) * wx <= d4
+                        ? ocol[m]
+                        : kf_let(k, "ocol_c", kf_call2(k, KF_FN_MIN, ocol[m], kf__u32(k, d4 - 1)));
+    }
+
+    /* dq reads its rows' lse and delta from g only as shifts: with P' = exp(s - lse) and
+     * dS' = P' (dP - delta) it sums, per row, P' (psum) and dS' (shift) and, per column, dS' k
+     * (acc1) and P' k (acc2), and at the end takes
+     *   dq = scale (acc1 - (shift / psum) acc2) / psum,
+     * exact whatever lse and delta are, so their rounding in g (f16: 2^-11 of them) cancels,
+     * where dq would otherwise carry delta's error times the row's mean key */
+    kf_val row_lse[MAX_RR] = {{0, 0}}, row_delta[MAX_RR] = {{0, 0}};
+    kf_var psum[MAX_RR] = {{0}}, shift[MAX_RR] = {{0}};
+    kf_var acc1[MAX_RR][MAX_M], acc2[MAX_RR][MAX_M]; /* dq: dS' k, P' k; else dk, dv */
+    for (uint32_t i = 0; i < rr; i++) {
+        if (dq) {
+            kf_val at = kf_add(k, head_row0, kf_call2(k, KF_FN_MIN, row[i], kf__u32(k, t - 1)));
+            row_lse[i] = kf_let(k, "row_lse", operand_load(k, olse, at, kf__u32(k, 0), dtype));
+            row_delta[i] =
+                kf_let(k, "row_delta", operand_load(k, odelta, at, kf__u32(k, 0), dtype));
+            psum[i] = kf_declare(k, "psum", f32, kf_lit_f32(k, 0));
+            shift[i] = kf_declare(k, "shift", f32, kf_lit_f32(k, 0));
+        }
+        for (uint32_t m = 0; m < m_cols; m++) {
+            acc1[i][m] = kf_declare(k, "acc1", v4, kf_splat(k, v4, kf_lit_f32(k, 0)));
+            acc2[i][m] = kf_declare(k, "acc2", v4, kf_splat(k, v4, kf_lit_f32(k, 0)));
         }
     }
-    kf_var m_run = {0}, l_run = {0};
-    if (online) {
-        m_run = kf_declare(k, "m_run", f32, kf_lit_f32(k, NEG_BIG));
-        l_run = kf_declare(k, "l_run", f32, kf_lit_f32(k, 0));
-    }
-    kf_var acc[MAX_COL_REGS];
-    for (uint32_t c = 0; c < ncols; c++) {
-        char name[16];
-        snprintf(name, sizeof name, "acc%u", c);
-        acc[c] = kf_declare(k, name, f32, kf_lit_f32(k, 0));
+
+    /* the owned rows' operands, once */
+    stage_rows(k, s_r1, r1, head_row0, r0, br, t, d, sr, lid, threads, dtype);
+    if (needs_dp) {
+        stage_rows(k, s_r2, r2, head_row0, r0, br, t, d, sr, lid, threads, dtype);
     }
 
-    /* the columns this workgroup visits */
+    /* the columns this workgroup visits: a causal key block starts at the tile holding its
+     * first key (earlier queries see none of its keys); a causal query block ends after its
+     * last query. The bounds depend on the workgroup only: the barriers stay uniform. */
     kf_val start = kf__u32(k, 0), end = kf__u32(k, t);
-    if (causal && keys_are_rows) {
+    if (causal && !dq) {
         start = kf_let(k, "start", kf_mul(k, kf_div(k, r0, kf__u32(k, bc)), kf__u32(k, bc)));
     } else if (causal) {
-        end = kf_let(k, "end",
-                     kf_call2(k, KF_FN_MIN, kf_add(k, r0, kf__u32(k, ROWS)), kf__u32(k, t)));
+        end =
+            kf_let(k, "end", kf_call2(k, KF_FN_MIN, kf_add(k, r0, kf__u32(k, br)), kf__u32(k, t)));
     }
     kf_val c0 = kf_for(k, "c0", start, end, kf__u32(k, bc));
     {
-        /* 1. stage the tile's operands (rows clamped into the head) */
-        kf_val e = kf_for(k, "e", lid, kf__u32(k, bc * d), kf__u32(k, ROWS * LANES));
-        kf_val tj = kf_let(k, "tj", kf_div(k, e, kf__u32(k, d)));
-        kf_val td = kf_let(k, "td", kf_binary(k, KF_OP_MOD, e, kf__u32(k, d)));
-        kf_val trow = kf_let(
-            k, "trow",
-            kf_add(k, head_row0, kf_call2(k, KF_FN_MIN, kf_add(k, c0, tj), kf__u32(k, t - 1))));
-        kf_val at = kf_add(k, kf_mul(k, tj, kf__u32(k, stride)), td);
-        kf_shared_store(k, sa, at, operand_load(k, tile_a, trow, td, dtype));
-        kf_shared_store(k, sb, at, operand_load(k, tile_b, trow, td, dtype));
-        kf_end(k);
-        if (keys_are_rows) {
+        /* 1. stage the tile's operands (and, walking queries, their lse and delta) */
+        stage_rows(k, s_t1, t1, head_row0, c0, bc, t, d, sr, lid, threads, dtype);
+        stage_rows(k, s_t2, t2, head_row0, c0, bc, t, d, sr, lid, threads, dtype);
+        if (!dq) {
             kf_if(k, kf_binary(k, KF_OP_LT, lid, kf__u32(k, bc)));
-            kf_val srow =
+            kf_val at =
                 kf_add(k, head_row0, kf_call2(k, KF_FN_MIN, kf_add(k, c0, lid), kf__u32(k, t - 1)));
-            kf_shared_store(k, s_lse, lid, operand_load(k, olse, srow, kf__u32(k, 0), dtype));
-            kf_shared_store(k, s_delta, lid, operand_load(k, odelta, srow, kf__u32(k, 0), dtype));
+            kf_shared_store(k, s_lse, lid, operand_load(k, olse, at, kf__u32(k, 0), dtype));
+            kf_shared_store(k, s_delta, lid, operand_load(k, odelta, at, kf__u32(k, 0), dtype));
             kf_end(k);
         }
         kf_barrier(k);
 
-        /* 2. this invocation's slice of (row . column jcol) */
-        kf_var dot = kf_declare(k, "dot", f32, kf_lit_f32(k, 0));
-        kf_var dot2 = {0};
-        if (needs_dp) {
-            dot2 = kf_declare(k, "dot2", f32, kf_lit_f32(k, 0));
-        }
-        kf_val first = kf_let(k, "first", kf_mul(k, part, kf__u32(k, per)));
-        kf_val dd = kf_for(k, "dd", kf__u32(k, 0), kf__u32(k, per), kf__u32(k, 1));
-        kf_val dim = kf_let(k, "dim", kf_add(k, first, dd));
-        if (per * split != d) {
-            kf_if(k, kf_binary(k, KF_OP_LT, dim, kf__u32(k, d)));
-        }
-        kf_val at2 = kf_let(k, "at", kf_add(k, kf_mul(k, jcol, kf__u32(k, stride)), dim));
-        kf_assign(k, dot,
-                  kf_call3(k, KF_FN_FMA, operand_load(k, row1, my_row, dim, dtype),
-                           kf_shared_load(k, sa, at2), kf_read(k, dot)));
-        if (needs_dp) {
-            kf_assign(k, dot2,
-                      kf_call3(k, KF_FN_FMA, operand_load(k, row2, my_row, dim, dtype),
-                               kf_shared_load(k, sb, at2), kf_read(k, dot2)));
-        }
-        if (per * split != d) {
-            kf_end(k);
-        }
-        kf_end(k);
-        kf_shared_store(k, s_dot, slot, kf_read(k, dot));
-        if (needs_dp) {
-            kf_shared_store(k, s_dot2, slot, kf_read(k, dot2));
-        }
-        kf_barrier(k);
-
-        /* 3. scores -> P (online softmax) or dS; column j of the tile is key / query c0 + j */
-        kf_val row_at = kf_mul(k, ly, kf__u32(k, LANES));
-        kf_val alpha = {0, 0};
-        /* the score of column j, whether it counts, and (dq, dk) its dP */
-        kf_val score[LANES] = {{0, 0}}, keep[LANES] = {{0, 0}};
-        uint32_t want_cols = online ? bc : 0;
-        for (uint32_t j = 0; j < want_cols; j++) {
-            kf_val s = kf_lit_f32(k, 0);
-            for (uint32_t h = 0; h < split; h++) {
-                s = kf_add(k, s,
-                           kf_shared_load(k, s_dot, kf_add(k, row_at, kf__u32(k, h * bc + j))));
-            }
-            score[j] = kf_mul(k, s, kf_lit_f32(k, scale));
-            kf_val col = kf_add(k, c0, kf__u32(k, j));
-            keep[j] = kf_binary(k, KF_OP_LT, col, kf__u32(k, t));
-            if (causal) {
-                keep[j] = kf_binary(k, KF_OP_AND, keep[j], kf_binary(k, KF_OP_LE, col, rowc));
-            }
-        }
-        if (online) {
-            kf_val m_tile = kf_read(k, m_run);
-            for (uint32_t j = 0; j < bc; j++) {
-                m_tile = kf_call2(k, KF_FN_MAX, m_tile,
-                                  kf_select(k, kf_lit_f32(k, NEG_BIG), score[j], keep[j]));
-            }
-            kf_val m_new = kf_let(k, "m_new", m_tile);
-            alpha = kf_let(k, "alpha", kf_call1(k, KF_FN_EXP, kf_sub(k, kf_read(k, m_run), m_new)));
-            kf_assign(k, m_run, m_new);
-        }
-        kf_if(k, kf_binary(k, KF_OP_LT, lx, kf__u32(k, bc)));
-        {
-            kf_val s = kf_lit_f32(k, 0), dp = kf_lit_f32(k, 0);
-            for (uint32_t h = 0; h < split; h++) {
-                kf_val at3 = kf_add(k, row_at, kf_add(k, kf__u32(k, h * bc), pcol));
-                s = kf_add(k, s, kf_shared_load(k, s_dot, at3));
+        /* 2. the scores (and dP) of rr rows x rc columns: dot products of vec4s over D */
+        kf_var sc[MAX_RR][MAX_RC], dp[MAX_RR][MAX_RC];
+        for (uint32_t i = 0; i < rr; i++) {
+            for (uint32_t j = 0; j < rc; j++) {
+                sc[i][j] = kf_declare(k, "s", f32, kf_lit_f32(k, 0));
                 if (needs_dp) {
-                    dp = kf_add(k, dp, kf_shared_load(k, s_dot2, at3));
+                    dp[i][j] = kf_declare(k, "dp", f32, kf_lit_f32(k, 0));
                 }
             }
-            s = kf_let(k, "s", kf_mul(k, s, kf_lit_f32(k, scale)));
-            kf_val col = kf_add(k, c0, pcol);
-            kf_val mine = kf_binary(k, KF_OP_LT, col, kf__u32(k, t));
-            if (causal) {
-                kf_val ok2 = keys_are_rows ? kf_binary(k, KF_OP_GE, col, rowc)
-                                           : kf_binary(k, KF_OP_LE, col, rowc);
-                mine = kf_binary(k, KF_OP_AND, mine, ok2);
+        }
+        kf_val e = kf_for(k, "e4", kf__u32(k, 0), kf__u32(k, d4), kf__u32(k, 1));
+        {
+            kf_val ra[MAX_RR], rb[MAX_RR], ta[MAX_RC], tb[MAX_RC];
+            for (uint32_t i = 0; i < rr; i++) {
+                kf_val at = kf_add(k, kf_mul(k, lrow[i], kf__u32(k, sr)), e);
+                ra[i] = kf_let(k, "ra", kf_shared_load(k, s_r1, at));
+                if (needs_dp) {
+                    rb[i] = kf_let(k, "rb", kf_shared_load(k, s_r2, at));
+                }
             }
-            kf_val lse = keys_are_rows ? kf_shared_load(k, s_lse, pcol)
-                         : online      ? kf_read(k, m_run)
-                                       : row_lse;
-            kf_val pr = kf_call1(k, KF_FN_EXP, kf_sub(k, s, lse));
-            kf_val value = pr;
-            kf_val pslot = kf_add(k, kf_mul(k, ly, kf__u32(k, bc)), pcol);
-            if (role == ROLE_DK) {
-                value = kf_mul(k, pr, kf_sub(k, dp, kf_shared_load(k, s_delta, pcol)));
-            } else if (role == ROLE_DQ) {
-                value = kf_mul(k, pr, kf_sub(k, dp, row_delta));
-                kf_shared_store(k, s_p2, pslot, kf_select(k, kf_lit_f32(k, 0), pr, mine));
+            for (uint32_t j = 0; j < rc; j++) {
+                kf_val at = kf_add(k, kf_mul(k, lcol[j], kf__u32(k, sr)), e);
+                ta[j] = kf_let(k, "ta", kf_shared_load(k, s_t1, at));
+                if (needs_dp) {
+                    tb[j] = kf_let(k, "tb", kf_shared_load(k, s_t2, at));
+                }
             }
-            value = kf_select(k, kf_lit_f32(k, 0), value, mine);
-            kf_shared_store(k, s_p, pslot, value);
+            for (uint32_t i = 0; i < rr; i++) {
+                for (uint32_t j = 0; j < rc; j++) {
+                    kf_assign(
+                        k, sc[i][j],
+                        kf_add(k, kf_read(k, sc[i][j]), kf_call2(k, KF_FN_DOT, ra[i], ta[j])));
+                    if (needs_dp) {
+                        kf_assign(
+                            k, dp[i][j],
+                            kf_add(k, kf_read(k, dp[i][j]), kf_call2(k, KF_FN_DOT, rb[i], tb[j])));
+                    }
+                }
+            }
         }
         kf_end(k);
-        kf_barrier(k);
 
-        /* 4. accumulate the row's output columns over the tile */
-        kf_shared src = (role == ROLE_OUT || role == ROLE_PREP || role == ROLE_DV) ? sb : sa;
-        kf_val prow = kf_mul(k, ly, kf__u32(k, bc));
-        kf_val ps[LANES];
-        kf_val psum = kf_lit_f32(k, 0);
-        for (uint32_t j = 0; j < bc; j++) {
-            ps[j] = kf_shared_load(k, s_p, kf_add(k, prow, kf__u32(k, j)));
-            psum = kf_add(k, psum, ps[j]);
-        }
-        if (online) {
-            kf_assign(k, l_run, kf_call3(k, KF_FN_FMA, kf_read(k, l_run), alpha, psum));
-        }
-        kf_val pk[LANES];
-        if (role == ROLE_DQ) {
-            kf_val only = kf_lit_f32(k, 0);
-            for (uint32_t j = 0; j < bc; j++) {
-                pk[j] = kf_shared_load(k, s_p2, kf_add(k, prow, kf__u32(k, j)));
-                only = kf_add(k, only, pk[j]);
+        /* 3. P and dS of those pairs, zero where the query does not see the key */
+        for (uint32_t j = 0; j < rc; j++) {
+            kf_val col = kf_let(k, "col", kf_add(k, c0, lcol[j]));
+            kf_val col_in = kf_binary(k, KF_OP_LT, col, kf__u32(k, t));
+            kf_val lse = {0, 0}, delta = {0, 0};
+            if (!dq) {
+                lse = kf_shared_load(k, s_lse, lcol[j]);
+                delta = kf_shared_load(k, s_delta, lcol[j]);
             }
-            kf_assign(k, psum_run, kf_add(k, kf_read(k, psum_run), only));
-            kf_assign(k, delta_run, kf_add(k, kf_read(k, delta_run), psum));
-        }
-        for (uint32_t c = 0; c < ncols; c++) {
-            uint32_t colc = c * LANES;
-            kf_val col = kf_call2(k, KF_FN_MIN, kf_add(k, lx, kf__u32(k, colc)), kf__u32(k, d - 1));
-            kf_val sum = kf_lit_f32(k, 0), sum_pk = kf_lit_f32(k, 0);
-            for (uint32_t j = 0; j < bc; j++) {
-                kf_val x = kf_shared_load(k, src, kf_add(k, kf__u32(k, j * stride), col));
-                sum = kf_call3(k, KF_FN_FMA, ps[j], x, sum);
-                if (role == ROLE_DQ) {
-                    sum_pk = kf_call3(k, KF_FN_FMA, pk[j], x, sum_pk);
+            for (uint32_t i = 0; i < rr; i++) {
+                kf_val keep = col_in;
+                if (causal) {
+                    kf_val sees = dq ? kf_binary(k, KF_OP_LE, col, row[i])
+                                     : kf_binary(k, KF_OP_GE, col, row[i]);
+                    keep = kf_binary(k, KF_OP_AND, keep, sees);
+                }
+                kf_val s = kf_mul(k, kf_read(k, sc[i][j]), kf_lit_f32(k, scale));
+                kf_val pr = kf_call1(k, KF_FN_EXP, kf_sub(k, s, dq ? row_lse[i] : lse));
+                pr = kf_let(k, "p", kf_select(k, kf_lit_f32(k, 0), pr, keep));
+                kf_val slot = kf_add(k, kf_mul(k, lrow[i], kf__u32(k, bc)), lcol[j]);
+                kf_shared_store(k, s_p, slot, pr);
+                if (needs_dp) {
+                    kf_val ds =
+                        kf_mul(k, pr, kf_sub(k, kf_read(k, dp[i][j]), dq ? row_delta[i] : delta));
+                    kf_shared_store(k, s_ds, slot, ds);
                 }
             }
-            if (role == ROLE_DQ) {
-                kf_assign(k, acc_pk[c], kf_add(k, kf_read(k, acc_pk[c]), sum_pk));
-            }
-            kf_val prev = kf_read(k, acc[c]);
-            kf_assign(k, acc[c],
-                      online ? kf_call3(k, KF_FN_FMA, prev, alpha, sum) : kf_add(k, prev, sum));
         }
-        /* the next tile overwrites the tiles, the dots and P */
+        kf_barrier(k);
+
+        /* 4. accumulate the owned rows' results over the tile's columns */
+        kf_val cc = kf_for(k, "cc", kf__u32(k, 0), kf__u32(k, bc), kf__u32(k, 1));
+        {
+            kf_val x1[MAX_M], x2[MAX_M];
+            for (uint32_t m = 0; m < m_cols; m++) {
+                kf_val at = kf_add(k, kf_mul(k, cc, kf__u32(k, sr)), ocol_c[m]);
+                /* dq: k (tile a) for both sums; dk: q (tile a); dv: do (tile b) */
+                if (dq || want_dk) {
+                    x1[m] = kf_let(k, "x1", kf_shared_load(k, s_t1, at));
+                }
+                if (want_dv) {
+                    x2[m] = kf_let(k, "x2", kf_shared_load(k, s_t2, at));
+                }
+            }
+            for (uint32_t i = 0; i < rr; i++) {
+                kf_val slot = kf_add(k, kf_mul(k, lrow[i], kf__u32(k, bc)), cc);
+                kf_val pr = kf_let(k, "pp", kf_shared_load(k, s_p, slot));
+                kf_val ds = {0, 0};
+                if (needs_dp) {
+                    ds = kf_let(k, "pds", kf_shared_load(k, s_ds, slot));
+                }
+                if (dq) {
+                    kf_assign(k, psum[i], kf_add(k, kf_read(k, psum[i]), pr));
+                    kf_assign(k, shift[i], kf_add(k, kf_read(k, shift[i]), ds));
+                }
+                kf_val vp = kf_splat(k, v4, pr), vds = {0, 0};
+                if (needs_dp) {
+                    vds = kf_splat(k, v4, ds);
+                }
+                for (uint32_t m = 0; m < m_cols; m++) {
+                    if (dq) {
+                        kf_assign(k, acc1[i][m],
+                                  kf_call3(k, KF_FN_FMA, vds, x1[m], kf_read(k, acc1[i][m])));
+                        kf_assign(k, acc2[i][m],
+                                  kf_call3(k, KF_FN_FMA, vp, x1[m], kf_read(k, acc2[i][m])));
+                        continue;
+                    }
+                    if (want_dk) {
+                        kf_assign(k, acc1[i][m],
+                                  kf_call3(k, KF_FN_FMA, vds, x1[m], kf_read(k, acc1[i][m])));
+                    }
+                    if (want_dv) {
+                        kf_assign(k, acc2[i][m],
+                                  kf_call3(k, KF_FN_FMA, vp, x2[m], kf_read(k, acc2[i][m])));
+                    }
+                }
+            }
+        }
+        kf_end(k);
+        /* the next tile overwrites the tiles and P */
         kf_barrier(k);
     }
     kf_end(k);
 
-    /* the results: row `row` of the output, D columns (prep: D + 2) */
-    uint32_t out_cols = role == ROLE_PREP ? d + 2 : d;
-    kf_val out_row = kf_mul(k, kf_add(k, head_row0, row), kf__u32(k, out_cols));
-    kf_val inv_l = {0, 0};
-    if (online) {
-        inv_l = kf_let(k, "inv_l", kf_div(k, kf_lit_f32(k, 1), kf_read(k, l_run)));
-    }
-    kf_val inv_p = {0, 0}, mean_dp = {0, 0};
-    if (role == ROLE_DQ) {
-        inv_p = kf_let(k, "inv_p", kf_div(k, kf_lit_f32(k, 1), kf_read(k, psum_run)));
-        mean_dp = kf_let(k, "delta", kf_mul(k, kf_read(k, delta_run), inv_p));
-    }
-    kf_val delta_part = kf_lit_f32(k, 0);
-    kf_val yields[MAX_COL_REGS], inside[MAX_COL_REGS], cols[MAX_COL_REGS];
-    for (uint32_t c = 0; c < ncols; c++) {
-        kf_val v = kf_read(k, acc[c]);
-        if (role == ROLE_DQ) {
-            /* (sum P' dP' k - (shift / psum) sum P' k) / psum */
-            v = kf_mul(k, kf_sub(k, v, kf_mul(k, mean_dp, kf_read(k, acc_pk[c]))), inv_p);
-            /* a row that sees one key has P = 1 whatever q is: dq is exactly 0, where the form
-             * above keeps rounding (the first causal row, T = 1) */
-            if (t == 1) {
-                v = kf_lit_f32(k, 0);
-            } else if (causal) {
-                v = kf_select(k, v, kf_lit_f32(k, 0), kf_binary(k, KF_OP_EQ, row, kf__u32(k, 0)));
+    /* the results: the owned rows' columns 4 ocol .. 4 ocol + 3 below D */
+    for (uint32_t i = 0; i < rr; i++) {
+        kf_val inv_p = {0, 0}, mean = {0, 0};
+        if (dq) {
+            inv_p = kf_let(k, "inv_p", kf_div(k, kf_lit_f32(k, 1), kf_read(k, psum[i])));
+            mean = kf_let(k, "mean_ds", kf_mul(k, kf_read(k, shift[i]), inv_p));
+        }
+        kf_val out_row =
+            kf_let(k, "out_row", kf_mul(k, kf_add(k, head_row0, row[i]), kf__u32(k, d)));
+        kf_if(k, kf_binary(k, KF_OP_LT, row[i], kf__u32(k, t)));
+        for (uint32_t m = 0; m < m_cols; m++) {
+            kf_val owned = (m + 1) * wx <= d4 ? (kf_val){0, 0}
+                                              : kf_binary(k, KF_OP_LT, ocol[m], kf__u32(k, d4));
+            if (owned.id) {
+                kf_if(k, owned);
+            }
+            kf_val v1 = kf_let(k, "res1", kf_read(k, acc1[i][m]));
+            kf_val v2 = kf_let(k, "res2", kf_read(k, acc2[i][m]));
+            for (uint32_t lane = 0; lane < 4; lane++) {
+                kf_val dim = kf_add(k, kf_mul(k, ocol[m], kf__u32(k, 4)), kf__u32(k, lane));
+                kf_val at = kf_add(k, out_row, dim);
+                kf_val a1 = kf_extract(k, v1, lane), a2 = kf_extract(k, v2, lane);
+                bool ragged = d % 4 && lane >= d % 4 && (m + 1) * wx * 4 > d;
+                if (ragged) {
+                    kf_if(k, kf_binary(k, KF_OP_LT, dim, kf__u32(k, d)));
+                }
+                if (dq) {
+                    kf_val v = kf_mul(k, kf_sub(k, a1, kf_mul(k, mean, a2)), inv_p);
+                    v = kf_mul(k, v, kf_lit_f32(k, scale));
+                    /* a row that sees one key has P = 1 whatever q is: dq is exactly 0, where
+                     * the form above keeps rounding (the first causal row, T = 1) */
+                    if (t == 1) {
+                        v = kf_lit_f32(k, 0);
+                    } else if (causal) {
+                        v = kf_select(k, v, kf_lit_f32(k, 0),
+                                      kf_binary(k, KF_OP_EQ, row[i], kf__u32(k, 0)));
+                    }
+                    kf__yield_f32(k, v, at, dtype);
+                } else if (role == ROLE_DV) {
+                    kf__yield_f32(k, a2, at, dtype);
+                } else {
+                    kf__yield_f32(k, kf_mul(k, a1, kf_lit_f32(k, scale)), at, dtype);
+                    if (role == ROLE_DKV) {
+                        kf__store_f32(k, bdv, at, a2, dtype);
+                    }
+                }
+                if (ragged) {
+                    kf_end(k);
+                }
+            }
+            if (owned.id) {
+                kf_end(k);
             }
         }
-        v = online ? kf_mul(k, v, inv_l) : role == ROLE_DV ? v : kf_mul(k, v, kf_lit_f32(k, scale));
-        cols[c] = kf_let(k, "ocol", kf_add(k, lx, kf__u32(k, c * LANES)));
-        inside[c] =
-            (c + 1) * LANES <= d ? (kf_val){0, 0} : kf_binary(k, KF_OP_LT, cols[c], kf__u32(k, d));
-        if (role == ROLE_PREP) {
-            /* prep yields dy in o's place, and o . dy feeds delta */
-            kf_val colc = kf_call2(k, KF_FN_MIN, cols[c], kf__u32(k, d - 1));
-            kf_val dyv =
-                kf_let(k, "dyv", operand_load(k, (attn_operand){b4, d, 0}, my_row, colc, dtype));
-            kf_val term = kf_mul(k, v, dyv);
-            if (inside[c].id) {
-                term = kf_select(k, kf_lit_f32(k, 0), term, inside[c]);
-            }
-            delta_part = kf_add(k, delta_part, term);
-            v = dyv;
-        }
-        yields[c] = kf_let(k, "result", v);
-    }
-    kf_val delta = {0, 0};
-    if (role == ROLE_PREP) {
-        /* the row's 16 lanes sum their parts of delta (the loop ended with a barrier) */
-        kf_shared_store(k, s_dot, slot, delta_part);
-        kf_barrier(k);
-        kf_val sum = kf_lit_f32(k, 0);
-        for (uint32_t i = 0; i < LANES; i++) {
-            sum = kf_add(k, sum,
-                         kf_shared_load(
-                             k, s_dot, kf_add(k, kf_mul(k, ly, kf__u32(k, LANES)), kf__u32(k, i))));
-        }
-        delta = kf_let(k, "delta", sum);
-    }
-    kf_if(k, valid);
-    for (uint32_t c = 0; c < ncols; c++) {
-        if (inside[c].id) {
-            kf_if(k, inside[c]);
-        }
-        kf__yield_f32(k, yields[c], kf_add(k, out_row, cols[c]), dtype);
-        if (inside[c].id) {
-            kf_end(k);
-        }
-    }
-    if (role == ROLE_PREP) {
-        kf_if(k, kf_binary(k, KF_OP_EQ, lx, kf__u32(k, 0)));
-        kf_val lse = kf_add(k, kf_read(k, m_run), kf_call1(k, KF_FN_LOG, kf_read(k, l_run)));
-        kf__yield_f32(k, lse, kf_add(k, out_row, kf__u32(k, d)), dtype);
-        kf__yield_f32(k, delta, kf_add(k, out_row, kf__u32(k, d + 1)), dtype);
         kf_end(k);
     }
-    kf_end(k);
     return k;
+}
+
+static uint32_t budget_of(kf_context *ctx) {
+    kf_adapter_info info;
+    if (ctx && kf_context_adapter_info(ctx, &info) == KF_OK &&
+        info.max_compute_workgroup_storage_size >= PORTABLE_BUDGET) {
+        return info.max_compute_workgroup_storage_size;
+    }
+    return PORTABLE_BUDGET;
+}
+
+static kf_kernel *grad_kernel_for(kf_context *ctx, grad_role role, const kf_shape *in,
+                                  const kf_op_params *p, kf_dtype dtype) {
+    const kf__attn_dims a = kf__attn_dims_of(&in[0]);
+    return grad_kernel(role, tiles_for(a.d, budget_of(ctx)), in, p, dtype);
+}
+
+kf_kernel *kf__attention_grad_kv_kernel(kf_context *ctx, const kf_shape *in, const kf_op_params *p,
+                                        kf_dtype dtype) {
+    return grad_kernel_for(ctx, ROLE_DKV, in, p, dtype);
+}
+
+/* The grid of a kernel built without a context (16 KB of workgroup memory); the kernels record
+ * their own grid, which plans and verification use. */
+static void grad_grid(const kf_shape *in, const kf_op_params *p, int32_t which,
+                      uint32_t groups[3]) {
+    (void)p, (void)which;
+    const kf__attn_dims a = kf__attn_dims_of(&in[0]);
+    const grad_tiles *c = tiles_for(a.d, PORTABLE_BUDGET);
+    uint32_t br = c->rr * c->wy;
+    groups[0] = (a.t + br - 1) / br * a.bh;
+    groups[1] = 1;
+    groups[2] = 1;
 }
 
 #define GRAD_GLUE(NAME, WHICH, ROLE)                                                               \
@@ -573,7 +655,11 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
         return grad_shape(#NAME, WHICH, in, out, msg, msg_size);                                   \
     }                                                                                              \
     static kf_kernel *NAME##_kernel(const kf_shape *in, const kf_op_params *p, kf_dtype dtype) {   \
-        return attn_kernel(ROLE, in, p, dtype);                                                    \
+        return grad_kernel_for(NULL, ROLE, in, p, dtype);                                          \
+    }                                                                                              \
+    static kf_kernel *NAME##_choose(kf_context *ctx, const kf_shape *in, const kf_op_params *p,    \
+                                    kf_dtype dtype) {                                              \
+        return grad_kernel_for(ctx, ROLE, in, p, dtype);                                           \
     }
 
 GRAD_GLUE(attention_grad_q, 0, ROLE_DQ)
@@ -589,10 +675,15 @@ GRAD_GLUE(attention_grad_v, 2, ROLE_DV)
 #define QKV(...) SHAPE4(__VA_ARGS__), SHAPE4(__VA_ARGS__), SHAPE4(__VA_ARGS__)
 #define PACK(B, H, T, D) QKV(B, H, T, D), SHAPE4(B, H, T, D + 2)
 
+/* T of 1, 7, 17, 64, 65 and 100 (below, at and past the tiles: 32 x 16 and 16 x 8 on a 32 KB
+ * device, 8 x 4 with 16 KB); D of 8, 64, 128 and 97 (a ragged vec4); causal and not; a given
+ * scale; and 2^22 elements. */
 static const kf_op_case grad_cases[] = {
     {.shapes = {PACK(1, 1, 1, 8)}, .note = "T 1"},
     {.shapes = {PACK(1, 2, 7, 8)}, .note = "T 7"},
     {.shapes = {PACK(1, 2, 7, 8)}, .params = NONCAUSAL, .note = "T 7, not causal"},
+    {.shapes = {PACK(1, 2, 17, 8)}, .note = "T 17: one row past a 16-row tile"},
+    {.shapes = {PACK(1, 1, 65, 128)}, .params = NONCAUSAL, .note = "T 65, D 128, not causal"},
     {.shapes = {PACK(2, 1, 64, 64)}, .note = "T 64, D 64"},
     {.shapes = {PACK(1, 2, 100, 8)}, .note = "T 100, D 8"},
     {.shapes = {PACK(1, 1, 100, 64)}, .params = NONCAUSAL, .note = "T 100, D 64, not causal"},
@@ -605,25 +696,29 @@ static const kf_op_case grad_cases[] = {
 
 /* Tolerances (docs/operators.md): measured on lavapipe over the table (2^22 elements included):
  * dq 1.8e-4, dk 1.1e-4, dv 6.3e-5 (5e-4 allowed); f16 2e-3 as for every op. */
-#define GRAD_OP(NAME, ABOUT)                                                                       \
-    const kf_operator kf__op_##NAME = {                                                            \
-        .name = #NAME,                                                                             \
-        .about = ABOUT,                                                                            \
-        .op_class = KF_OP_CLASS_ROW_REDUCTION,                                                     \
-        .arity = 4,                                                                                \
-        KF__INPUTS(grad_inputs),                                                                   \
-        KF__PARAMS(kf__attn_params),                                                               \
-        .shape = NAME##_shape,                                                                     \
-        .spec_forward = NAME##_spec,                                                               \
-        .kernel_forward = NAME##_kernel,                                                           \
-        .tolerance_f32 = 5e-4,                                                                     \
-        .tolerance_f16 = 2e-3,                                                                     \
-        .input_lo = -1.0f,                                                                         \
-        .input_hi = 1.0f,                                                                          \
-        .grid = kf__attn_grid,                                                                     \
-        CASES(grad_cases),                                                                         \
-    }
+#define GRAD_OP(NAME, ABOUT, ...)                                                                  \
+    const kf_operator kf__op_##NAME = {.name = #NAME,                                              \
+                                       .about = ABOUT,                                             \
+                                       .op_class = KF_OP_CLASS_ROW_REDUCTION,                      \
+                                       .arity = 4,                                                 \
+                                       KF__INPUTS(grad_inputs),                                    \
+                                       KF__PARAMS(kf__attn_params),                                \
+                                       .shape = NAME##_shape,                                      \
+                                       .spec_forward = NAME##_spec,                                \
+                                       .kernel_forward = NAME##_kernel,                            \
+                                       .kernel_choose = NAME##_choose,                             \
+                                       .tolerance_f32 = 5e-4,                                      \
+                                       .tolerance_f16 = 2e-3,                                      \
+                                       .input_lo = -1.0f,                                          \
+                                       .input_hi = 1.0f,                                           \
+                                       .grid = grad_grid,                                          \
+                                       CASES(grad_cases),                                          \
+                                       __VA_ARGS__}
 
-GRAD_OP(attention_grad_q, "attention's gradient for q from attention_grad_prep's g");
-GRAD_OP(attention_grad_k, "attention's gradient for k from attention_grad_prep's g");
-GRAD_OP(attention_grad_v, "attention's gradient for v from attention_grad_prep's g");
+GRAD_OP(attention_grad_q, "attention's gradient for q from attention_grad_prep's g",
+        .companion = NULL);
+GRAD_OP(attention_grad_k, "attention's gradient for k from attention_grad_prep's g",
+        .companion = &kf__op_attention_grad_v,
+        .kernel_with_companion = kf__attention_grad_kv_kernel);
+GRAD_OP(attention_grad_v, "attention's gradient for v from attention_grad_prep's g",
+        .companion = NULL);
