@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Issue 14's performance section, the block and the step: a transformer block's forward +
+# backward (one pre-norm layer of examples/chargpt/gpt.kf, at the GPT's batch-64 size and at a
+# wider one) and a training step of the character GPT (gpt_spec.py --batch 64), kfuse
+# (bench/gpt/gpt_bench.c) against PyTorch eager, eager with F.scaled_dot_product_attention and
+# torch.compile (bench/torch_gpt_step.py) on the same GPU in one run, with the block's non-matmul
+# work split out (the issue's target: at least torch.compile's speed). Three files in $OUT:
+#   gpt-kfuse.jsonl  kfuse's rows (kfuse_bench_gpt --json)
+#   gpt-torch.jsonl  PyTorch's rows
+#   gpt-compare.md   the log of both and the side-by-side table
+#
+#   OUT=bench-out bench/h200_gpt.sh
+#
+# Needs a release build (build/release/kfuse_bench_gpt; $BENCH), Dawn's library (deps/dawn, or
+# $KF_WEBGPU_LIB), the Vulkan loader and driver, python3 with torch. Environment: OUT, BENCH,
+# PYTHON, BLOCKS (BxTxCxHxF,...; default 64x64x128x4x512,4x1024x1024x16x4096), BATCH (64),
+# REPEAT (20), PART_LIMIT (seconds for each of the two parts, 110: under 4 minutes in all).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-bench-out}
+BENCH=${BENCH:-build/release/kfuse_bench_gpt}
+PYTHON=${PYTHON:-python3}
+BLOCKS=${BLOCKS:-64x64x128x4x512,4x1024x1024x16x4096}
+BATCH=${BATCH:-64}
+REPEAT=${REPEAT:-20}
+PART_LIMIT=${PART_LIMIT:-110}
+export KF_WEBGPU_LIB=${KF_WEBGPU_LIB:-$PWD/deps/dawn/libwebgpu_wrapper.so}
+export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/kfuse-inductor-cache}
+mkdir -p "$OUT"
+VKMASK_DIR=$(dirname "$BENCH")/vkmask
+if [ "${VKMASK:-1}" != 0 ] && [ -f "$VKMASK_DIR/VkLayer_kfuse_vendor_mask.json" ]; then
+    export VK_LAYER_PATH=$(cd "$VKMASK_DIR" && pwd) VK_INSTANCE_LAYERS=VK_LAYER_KFUSE_vendor_mask
+fi
+SPECS=$(mktemp -d)
+trap 'rm -rf "$SPECS"' EXIT
+LOG="$OUT/gpt-compare.md"
+: >"$OUT/gpt-kfuse.jsonl"
+{
+    echo "# bench/h200_gpt.sh $(date -u +%FT%TZ) $(git rev-parse --short HEAD 2>/dev/null)"
+    echo '```'
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv 2>&1 || true
+    "$PYTHON" bench/torch_gpt_step.py --write-specs "$SPECS" --blocks "$BLOCKS" --batch "$BATCH"
+} >"$LOG"
+# kfuse: every case in one part, each case a process of its own (a failure stops only that case)
+start=$(date +%s)
+while read -r mode name spec; do
+    left=$((PART_LIMIT - ($(date +%s) - start)))
+    if [ "$left" -le 5 ]; then
+        echo "kfuse $name: skipped, the part's $PART_LIMIT s are spent" >>"$LOG"
+        continue
+    fi
+    timeout "$left" "$BENCH" "--$mode" "$spec" --name "$name" --repeat "$REPEAT" --json \
+        >>"$OUT/gpt-kfuse.jsonl" 2>>"$LOG"
+    echo "kfuse $name: exit $?" >>"$LOG"
+done < <(grep -E '^(block|step) ' "$LOG")
+cat "$OUT/gpt-kfuse.jsonl" >>"$LOG"
+echo '```' >>"$LOG"
+timeout "$PART_LIMIT" "$PYTHON" bench/torch_gpt_step.py --blocks "$BLOCKS" --batch "$BATCH" \
+    --repeat "$REPEAT" --json "$OUT/gpt-torch.jsonl" --kfuse-json "$OUT/gpt-kfuse.jsonl" \
+    >>"$LOG" 2>&1
+echo "torch_gpt_step.py exit $?" >>"$LOG"
+cat "$LOG"
