@@ -19,7 +19,8 @@ same framework; for kfuse the matmul-rooted dispatches, epilogues included), and
 
   python3 bench/torch_gpt_step.py --write-specs DIR [--blocks 64x64x128x4x512,...] [--batch 64]
   python3 bench/torch_gpt_step.py [--blocks ...] [--batch 64] [--repeat N] [--json FILE]
-      [--kfuse-json kfuse.jsonl] [--no-compile] [--device cuda|cpu]
+      [--kfuse-json kfuse.jsonl] [--no-compile] [--no-step] [--device cuda|cpu]
+  python3 bench/torch_gpt_step.py --table-only --json torch.jsonl --kfuse-json kfuse.jsonl
 """
 import argparse
 import json
@@ -353,10 +354,16 @@ def main():
     ap.add_argument("--write-specs", metavar="DIR")
     ap.add_argument("--json")
     ap.add_argument("--kfuse-json")
+    ap.add_argument("--table-only", action="store_true",
+                    help="print the table from --json (PyTorch's rows) and --kfuse-json; run nothing")
     args = ap.parse_args()
     blocks = [parse_block(b) for b in args.blocks.split(",") if b]
     if args.write_specs:
         write_specs(args.write_specs, blocks, args.batch)
+        return
+    if args.table_only:
+        with open(args.json) as f:
+            table([json.loads(line) for line in f if line.strip()], args.kfuse_json)
         return
     import torch
     import torch.nn.functional as F
@@ -366,19 +373,25 @@ def main():
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     print(f"torch {torch.__version__} on {name}; median of {args.repeat}", flush=True)
     rows = []
+    out = open(args.json, "w") if args.json else None
+
+    def keep(new_rows):  # written as they come: a run cut short keeps what it measured
+        for r in new_rows:
+            r.update(device=name, torch=torch.__version__)
+            if out:
+                out.write(json.dumps(r) + "\n")
+                out.flush()
+        rows.extend(new_rows)
+
     for blk in blocks:
-        rows += bench_block(torch, F, blk, device, args.repeat, not args.no_compile, args.seed)
+        keep(bench_block(torch, F, blk, device, args.repeat, not args.no_compile, args.seed))
         if device == "cuda":
             torch.cuda.empty_cache()
     if not args.no_step:
-        rows += bench_step(torch, F, args.batch, device, args.repeat, not args.no_compile,
-                           args.seed)
-    for r in rows:
-        r.update(device=name, torch=torch.__version__)
-    if args.json:
-        with open(args.json, "w") as f:
-            for r in rows:
-                f.write(json.dumps(r) + "\n")
+        keep(bench_step(torch, F, args.batch, device, args.repeat, not args.no_compile,
+                        args.seed))
+    if out:
+        out.close()
     if args.kfuse_json and os.path.exists(args.kfuse_json):
         table(rows, args.kfuse_json)
 
