@@ -219,6 +219,10 @@ def bench_block(torch, F, blk, device, repeat, compile_too, seed):
         def loss_fn(x, wqkv, wproj, wup, wdown, sdpa=sdpa):
             return (layer(torch, F, x, wqkv, wproj, wup, wdown, b, t, h, sdpa) * r).sum()
 
+        if compiled and not hasattr(torch, "compile"):
+            print(f"{block_name(*blk)} {impl}: torch {torch.__version__} has no torch.compile",
+                  file=sys.stderr)
+            continue
         fwd = torch.compile(loss_fn) if compiled else loss_fn
 
         def call():
@@ -273,6 +277,10 @@ def bench_step(torch, F, batch, device, repeat, compile_too, seed):
         ps = {k: v.detach().clone().requires_grad_() for k, v in params.items()}
         opt = torch.optim.AdamW(list(ps.values()), lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
                                 weight_decay=0.0)
+        if compiled and not hasattr(torch, "compile"):
+            print(f"gpt_step_b{batch} {impl}: torch {torch.__version__} has no torch.compile",
+                  file=sys.stderr)
+            continue
         fn = torch.compile(loss_fn) if compiled else loss_fn
         opt_step = torch.compile(opt.step) if compiled else opt.step
         last = {}
