@@ -243,7 +243,7 @@ static int run_step(kf_context *ctx, const kf_graph *g, const char *name, uint32
     kf_tensor *x = NULL, *y = NULL;
     const char *names[2] = {"x", "y"};
     kf_shape xs = {0};
-    kf_dtype xd;
+    kf_dtype xd = KF_DTYPE_F32;
     kf_status st = KF_ERROR_INVALID_ARGUMENT;
     uint32_t vocab = 0;
     for (uint32_t i = 0; i < kf_graph_input_count(g); i++) {
