@@ -408,11 +408,8 @@ kf_kernel *kf__build_rooted(kf_plan *p, kf__group *grp, kf__compiled *c, kf_kern
     }
     /* Sides the root's kernel computes: declared right after its inputs (kf__group.sides). */
     for (uint32_t s = 0; s < grp->side_count; s++) {
-        bool in_tail = false;
-        for (uint32_t i = 0; i < grp->node_count; i++) {
-            in_tail |= grp->nodes[i] == grp->sides[s];
-        }
-        if (!in_tail && !kf__compiled_add_slot(p, c, grp->sides[s])) {
+        if (!kf__group_side_in_store(grp, grp->sides[s]) &&
+            !kf__compiled_add_slot(p, c, grp->sides[s])) {
             kf_kernel_destroy(base);
             return NULL;
         }
@@ -447,7 +444,8 @@ kf_kernel *kf__build_rooted(kf_plan *p, kf__group *grp, kf__compiled *c, kf_kern
         /* Sides that are tail nodes (a pre-activation saved for backward, cuBLASLt's
          * GELU_AUX): stored where the tail computes them, each its own binding. */
         for (uint32_t j = 0; j < grp->side_count; j++) {
-            kf_val side = {0};
+            /* the root's own value: what the tail receives (a matmul's pre-activation) */
+            kf_val side = grp->sides[j] == grp->root ? s.in : (kf_val){0};
             for (uint32_t i = 0; i < grp->node_count && !side.id; i++) {
                 side = grp->nodes[i] == grp->sides[j] ? s.computed[i] : side;
             }

@@ -46,10 +46,6 @@ static void put(text *t, const char *fmt, ...) {
     t->len += (size_t)n;
 }
 
-static const char *dtype_name(kf_dtype d) {
-    return d == KF_DTYPE_F16 ? "f16" : "f32";
-}
-
 static void put_bytes(text *t, uint64_t bytes) {
     if (bytes >= 10ull << 20) {
         put(t, "%.1f MiB", (double)bytes / (1024.0 * 1024.0));
@@ -85,7 +81,7 @@ static void put_tensor(text *t, const kf_plan *p, uint32_t id) {
     const kf__node *n = &p->graph->nodes[id];
     char shape[64];
     put_node(t, p, id);
-    put(t, " %s[%s]", dtype_name(n->dtype), kf_shape_str(&n->shape, shape, sizeof shape));
+    put(t, " %s[%s]", kf_dtype_str(n->dtype), kf_shape_str(&n->shape, shape, sizeof shape));
 }
 
 static void put_ops(text *t, const kf_plan *p, const kf__group *grp) {
@@ -121,11 +117,7 @@ static void put_ops(text *t, const kf_plan *p, const kf__group *grp) {
         put(t, "%s%s", i ? " |> " : " + ", g->nodes[grp->side_inputs[i]].op->name);
     }
     for (uint32_t i = 0; i < grp->side_count; i++) {
-        bool in_tail = false;
-        for (uint32_t j = 0; j < grp->node_count; j++) {
-            in_tail |= grp->nodes[j] == grp->sides[i];
-        }
-        if (!in_tail) {
+        if (!kf__group_side_in_store(grp, grp->sides[i])) {
             put(t, "%s%s", grp->side_input_count ? " |> " : " + ",
                 g->nodes[grp->sides[i]].op->name);
         }
@@ -199,11 +191,7 @@ static bool group_loads(const kf_plan *p, uint32_t gi, uint32_t id) {
 static void put_activation(text *t, const kf_plan *p, const kf__group *grp) {
     for (uint32_t k = 0; grp->save_cost && k < grp->side_count; k++) {
         uint32_t pre = grp->sides[k];
-        bool in_tail = false;
-        for (uint32_t i = 0; i < grp->node_count; i++) {
-            in_tail |= grp->nodes[i] == pre;
-        }
-        if (!in_tail) {
+        if (!kf__group_side_in_store(grp, pre)) {
             continue; /* a side of another rule (BGRAD's column sums) */
         }
         put(t, "  saves:  pre-activation ");
@@ -299,6 +287,253 @@ static void put_save(text *t, const kf_plan *p, uint32_t d) {
     put(t, "\n");
 }
 
+/* ---- what backward reads from forward, by part of the forward ---- */
+
+/* bw[id]: node id is computed by backward (autodiff's nodes): a backward operator, autodiff's seed
+ * (broadcast_to of a scalar: d loss / d loss = 1), or a node reading one of those. */
+static bool *backward_nodes(const kf_graph *g) {
+    bool *bw = calloc(g->node_count ? g->node_count : 1, sizeof *bw);
+    for (uint32_t id = 1; bw && id < g->node_count; id++) {
+        const kf__node *n = &g->nodes[id];
+        if (n->kind != KF__NODE_OP) {
+            continue;
+        }
+        bw[id] =
+            kf_op_grad_of(n->op, NULL) != NULL || (!strcmp(n->op->name, "broadcast_to") &&
+                                                   g->nodes[n->inputs[0]].kind == KF__NODE_SCALAR);
+        for (uint32_t i = 0; i < n->input_count; i++) {
+            bw[id] |= bw[n->inputs[i]];
+        }
+    }
+    return bw;
+}
+
+/* Whether dispatch d is backward work (what its group, or a member of it, writes is). */
+static bool dispatch_is_backward(const kf_plan *p, const bool *bw, uint32_t d) {
+    if (p->order[d] == UINT32_MAX) {
+        return false; /* a save */
+    }
+    const kf__group *grp = &p->groups[p->order[d]];
+    bool backward = grp->kind != KF__GROUP_HORIZONTAL && bw[grp->result];
+    for (uint32_t m = 0; m < grp->member_count; m++) {
+        backward |= bw[p->groups[grp->members[m]].result];
+    }
+    return backward;
+}
+
+/* Whether dispatch d's kernel binds node id to read it (a binding it does not write), or
+ * recomputes it (the activation-save rule's recompute). */
+static bool dispatch_reads(const kf_plan *p, uint32_t d, uint32_t id) {
+    if (p->order[d] == UINT32_MAX) {
+        return false;
+    }
+    const kf__group *grp = &p->groups[p->order[d]];
+    const kf__compiled *c = grp->compiled;
+    bool written = kf__group_writes(grp, id), bound = grp->recompute == id;
+    for (uint32_t m = 0; m < grp->member_count; m++) {
+        written |= kf__group_writes(&p->groups[grp->members[m]], id);
+    }
+    for (uint32_t s = 0; c && s < c->slot_count; s++) {
+        bound |= c->slots[s] == id;
+    }
+    return bound && !written;
+}
+
+/* The forward's parts, split after each residual add: an `add` of two values of its shape, one
+ * of which a forward row reduction (the next norm) also reads (the skip path). part_of[id] is the
+ * part of forward node id (by its id: nodes are in topological order); returns the part count. */
+static uint32_t forward_parts(const kf_graph *g, const bool *bw, uint32_t *part_of) {
+    bool *normed = calloc(g->node_count ? g->node_count : 1, sizeof *normed);
+    uint32_t part = 0;
+    for (uint32_t id = 1; normed && id < g->node_count; id++) {
+        const kf__node *n = &g->nodes[id];
+        for (uint32_t i = 0; n->kind == KF__NODE_OP && !bw[id] && i < n->input_count; i++) {
+            normed[n->inputs[i]] |= n->op->op_class == KF_OP_CLASS_ROW_REDUCTION;
+        }
+    }
+    for (uint32_t id = 1; id < g->node_count; id++) {
+        const kf__node *n = &g->nodes[id];
+        part_of[id] = part;
+        if (!normed || bw[id] || n->kind != KF__NODE_OP || strcmp(n->op->name, "add") ||
+            n->input_count != 2) {
+            continue;
+        }
+        const kf__node *a = &g->nodes[n->inputs[0]], *b = &g->nodes[n->inputs[1]];
+        if (kf_shape_eq(&a->shape, &n->shape) && kf_shape_eq(&b->shape, &n->shape) &&
+            (normed[n->inputs[0]] || normed[n->inputs[1]])) {
+            part++; /* the add closes its part */
+        }
+    }
+    free(normed);
+    return part + 1;
+}
+
+/* A part's name: "block 2 attention", "block 2 FFN", "head" (after the last residual add) or
+ * "forward" (a graph without residual adds). */
+static void put_part_name(text *t, const kf_graph *g, const bool *bw, const uint32_t *part_of,
+                          uint32_t parts, uint32_t part) {
+    uint32_t block = 0;
+    const char *kind = "forward";
+    for (uint32_t q = 0; q <= part; q++) {
+        bool attention = false, activation = false;
+        for (uint32_t id = 1; id < g->node_count; id++) {
+            const kf__node *n = &g->nodes[id];
+            if (part_of[id] == q && !bw[id] && n->kind == KF__NODE_OP) {
+                attention |= !strcmp(n->op->name, "attention");
+                activation |= kf__op_is_elementwise(n->op) && n->input_count <= 2 &&
+                              (!strcmp(n->op->name, "gelu") || !strcmp(n->op->name, "relu") ||
+                               !strcmp(n->op->name, "silu") || !strcmp(n->op->name, "swiglu") ||
+                               !strcmp(n->op->name, "gelu_erf"));
+            }
+        }
+        if (attention) {
+            block++, kind = "attention";
+        } else if (activation) {
+            block += !strcmp(kind, "attention") ? 0u : 1u;
+            kind = "FFN";
+        } else {
+            kind = parts == 1 ? "forward" : q + 1 == parts ? "head" : "other";
+        }
+    }
+    if (block && (!strcmp(kind, "attention") || !strcmp(kind, "FFN"))) {
+        put(t, "block %u %s", block, kind);
+    } else {
+        put(t, "%s", kind);
+    }
+}
+
+/* Lists, for a training graph (one with autodiff's nodes), every forward value a backward
+ * dispatch loads or recomputes, by part of the forward, and how the plan keeps it: in the buffer
+ * the forward writes anyway, as a side output of the forward kernel that computes it, copied by a
+ * save dispatch (an input overwritten in place, save.c), or recomputed. */
+static void put_backward_reads(text *t, const kf_plan *p) {
+    const kf_graph *g = p->graph;
+    bool *bw = backward_nodes(g);
+    uint32_t *part_of = calloc(g->node_count ? g->node_count : 1, sizeof *part_of);
+    uint32_t *first_reader = calloc(g->node_count ? g->node_count : 1, sizeof *first_reader);
+    bool any_bw = false;
+    for (uint32_t d = 0; bw && d < p->dispatch_count; d++) {
+        any_bw |= dispatch_is_backward(p, bw, d);
+    }
+    if (!bw || !part_of || !first_reader || !any_bw || p->no_fuse) {
+        free(bw), free(part_of), free(first_reader);
+        return;
+    }
+    uint32_t parts = forward_parts(g, bw, part_of);
+    for (uint32_t id = g->node_count; id-- > 1;) {
+        const kf__node *n = &g->nodes[id];
+        for (uint32_t i = 0; n->kind == KF__NODE_OP && !bw[id] && i < n->input_count; i++) {
+            first_reader[n->inputs[i]] = id;
+        }
+    }
+    uint32_t saves = 0, first_save = 0;
+    for (uint32_t d = 0; d < p->dispatch_count; d++) {
+        first_save = !first_save && p->order[d] == UINT32_MAX ? d + 1 : first_save;
+        saves += p->order[d] == UINT32_MAX;
+    }
+    /* the values, and the totals */
+    uint32_t values = 0, kept = 0, sides = 0, copied = 0, recomputed = 0;
+    uint64_t bytes = 0;
+    bool *listed = calloc(g->node_count, sizeof *listed);
+    for (uint32_t id = 1; listed && id < g->node_count; id++) {
+        const kf__node *n = &g->nodes[id];
+        bool saved_input = n->kind == KF__NODE_INPUT && p->saved && p->saved[id];
+        if (bw[id] || (n->kind != KF__NODE_OP && !saved_input)) {
+            continue;
+        }
+        bool loaded = false, recomputes = false;
+        for (uint32_t d = 0; d < p->dispatch_count; d++) {
+            if (dispatch_is_backward(p, bw, d) && dispatch_reads(p, d, id)) {
+                recomputes |= p->groups[p->order[d]].recompute == id;
+                loaded |= p->groups[p->order[d]].recompute != id;
+            }
+        }
+        if (!loaded && !recomputes) {
+            continue;
+        }
+        listed[id] = true;
+        values++;
+        bytes += kf_shape_elements(&n->shape) * (n->dtype == KF_DTYPE_F16 ? 2u : 4u);
+        int32_t wg = n->kind == KF__NODE_OP ? p->group_of[kf__plan_buffer_node(p, id)] : -1;
+        if (saved_input) {
+            copied++;
+        } else if (recomputes && !loaded) {
+            recomputed++;
+        } else if (wg >= 0 && p->groups[wg].result != id && kf__group_writes(&p->groups[wg], id)) {
+            sides++;
+        } else {
+            kept++;
+        }
+    }
+    if (values == 0 && saves == 0) {
+        free(listed), free(bw), free(part_of), free(first_reader);
+        return; /* backward operators alone (a graph of embedding_grad): nothing of a forward */
+    }
+    put(t, "\nbackward reads from forward: %u value%s, ", values, values == 1 ? "" : "s");
+    put_bytes(t, bytes);
+    put(t,
+        "; %u kept where the forward writes them, %u side output%s of forward kernels, %u "
+        "recomputed, %u copied (%u save dispatch%s)\n",
+        kept, sides, sides == 1 ? "" : "s", recomputed, copied, saves, saves == 1 ? "" : "es");
+    for (uint32_t part = 0; listed && part < parts; part++) {
+        bool header = false;
+        for (uint32_t id = 1; id < g->node_count; id++) {
+            uint32_t reader = first_reader[id] ? first_reader[id] : id;
+            if (!listed[id] || part_of[reader] != part) {
+                continue;
+            }
+            if (!header) {
+                put(t, "  ");
+                put_part_name(t, g, bw, part_of, parts, part);
+                put(t, ":\n");
+                header = true;
+            }
+            const kf__node *n = &g->nodes[id];
+            put(t, "    ");
+            put_tensor(t, p, id);
+            put(t, " (");
+            put_bytes(t, kf_shape_elements(&n->shape) * (n->dtype == KF_DTYPE_F16 ? 2u : 4u));
+            put(t, "): ");
+            int32_t wg = n->kind == KF__NODE_OP ? p->group_of[kf__plan_buffer_node(p, id)] : -1;
+            bool loaded = false;
+            for (uint32_t d = 0; d < p->dispatch_count; d++) {
+                loaded |= dispatch_is_backward(p, bw, d) && dispatch_reads(p, d, id) &&
+                          p->groups[p->order[d]].recompute != id;
+            }
+            if (n->kind == KF__NODE_INPUT) {
+                put(t,
+                    "copied by save dispatch %u (it is overwritten in place); the copy is read "
+                    "by dispatch",
+                    first_save);
+            } else if (!loaded) {
+                put(t, "not written: recomputed by dispatch");
+            } else if (wg >= 0 && p->groups[wg].result != id &&
+                       kf__group_writes(&p->groups[wg], id)) {
+                put(t, "a side output of dispatch %u (", dispatch_number(p, (uint32_t)wg));
+                put_ops(t, p, &p->groups[wg]);
+                put(t, "), no dispatch of its own; read by dispatch");
+            } else if (wg >= 0) {
+                put(t, "kept: dispatch %u writes it, read by dispatch",
+                    dispatch_number(p, (uint32_t)wg));
+            } else {
+                put(t, "read by dispatch");
+            }
+            bool first = true;
+            for (uint32_t d = 0; d < p->dispatch_count; d++) {
+                if (dispatch_is_backward(p, bw, d) && dispatch_reads(p, d, id)) {
+                    put(t, "%s %u", first ? "" : ",", d + 1);
+                    first = false;
+                }
+            }
+            put(t, "\n");
+        }
+    }
+    free(listed);
+    free(bw);
+    free(part_of);
+    free(first_reader);
+}
+
 char *kf_plan_explain(const kf_plan *p, bool with_wgsl) {
     if (!p) {
         return NULL;
@@ -334,9 +569,13 @@ char *kf_plan_explain(const kf_plan *p, bool with_wgsl) {
         for (uint32_t s = 0; s < c->slot_count; s++) {
             bool written = false;
             for (uint32_t m = 0; m < grp->member_count; m++) {
-                written |= p->groups[grp->members[m]].result == c->slots[s];
+                written |= kf__group_writes(&p->groups[grp->members[m]], c->slots[s]);
             }
-            if (kf__group_writes(grp, c->slots[s]) || written) {
+            bool listed = false; /* a prologue's view binds what the root's input binds */
+            for (uint32_t e = 0; e < s; e++) {
+                listed |= c->slots[e] == c->slots[s];
+            }
+            if (kf__group_writes(grp, c->slots[s]) || written || listed) {
                 continue;
             }
             put(&t, "%s", any ? ", " : "");
@@ -360,6 +599,7 @@ char *kf_plan_explain(const kf_plan *p, bool with_wgsl) {
     if (p->dispatch_count == 0) {
         put(&t, "\nnothing to run: every output is an input\n");
     }
+    put_backward_reads(&t, p);
     if (t.failed) {
         free(t.buf);
         return NULL;

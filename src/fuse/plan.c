@@ -180,6 +180,10 @@ bool kf__group_writes(const kf__group *grp, uint32_t id) {
     return grp->result == id || ids_contain(grp->sides, grp->side_count, id);
 }
 
+bool kf__group_side_in_store(const kf__group *grp, uint32_t id) {
+    return (grp->root && id == grp->root) || ids_contain(grp->nodes, grp->node_count, id);
+}
+
 bool kf__group_add_side_input(kf_plan *p, kf__group *grp, uint32_t node) {
     if (ids_contain(grp->side_inputs, grp->side_input_count, node)) {
         return true;
@@ -234,8 +238,8 @@ static void group_each_read(const kf_plan *p, const kf__group *grp,
     }
     for (uint32_t s = 0; s < grp->side_count; s++) {
         const kf__node *n = &g->nodes[grp->sides[s]];
-        for (uint32_t i = 0;
-             !ids_contain(grp->nodes, grp->node_count, grp->sides[s]) && i < n->input_count; i++) {
+        for (uint32_t i = 0; !kf__group_side_in_store(grp, grp->sides[s]) && i < n->input_count;
+             i++) {
             if (!ids_contain(grp->side_inputs, grp->side_input_count, n->inputs[i])) {
                 visit(p, n->inputs[i], user);
             }

@@ -252,11 +252,7 @@ static void group_view_of(const kf_plan *p, const kf__group *grp, group_view *v)
         v->ops[v->op_count++] = grp->side_inputs[i];
     }
     for (uint32_t i = 0; i < grp->side_count; i++) {
-        bool in_tail = false;
-        for (uint32_t j = 0; j < grp->node_count; j++) {
-            in_tail |= grp->nodes[j] == grp->sides[i];
-        }
-        if (!in_tail) {
+        if (!kf__group_side_in_store(grp, grp->sides[i])) {
             v->ops[v->op_count++] = grp->sides[i];
         }
     }

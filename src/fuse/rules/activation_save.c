@@ -3,6 +3,8 @@
  * In a training graph the pre-activation P of `h = gelu(matmul(x, w) + b)` has two readers: the
  * forward gelu and the backward gelu_grad(P, dY). Read twice, P ends its group, so without this
  * rule the forward is two dispatches (`matmul |> add` writes P, `gelu` reads it and writes h).
+ * P may be the producer's own value too (`gelu(matmul(x, w))`, the GPT's FFN without a bias):
+ * the store phase then writes the value the root's kernel yields to it.
  * This plan-wide pass (after levels, before prologues and horizontal fusion) merges the
  * element-wise group that continues P (the gelu) into P's producer group, and then either
  *   - saves P: the group's store phase writes P as a second output beside its result
@@ -137,9 +139,8 @@ static void activation_pass(kf_plan *p) {
     }
     for (uint32_t gi = 0; gi < p->group_count && p->status == KF_OK; gi++) {
         kf__group *grp = &p->groups[gi];
-        if (grp->kind != KF__GROUP_PRODUCER || grp->node_count == 0 || grp->side_count ||
-            kf__group_has_prologue(grp)) {
-            continue; /* the pre-activation must be a tail node, the group not multi-output */
+        if (grp->kind != KF__GROUP_PRODUCER || grp->side_count || kf__group_has_prologue(grp)) {
+            continue; /* the group not multi-output */
         }
         const kf__node *root = &g->nodes[grp->root];
         kf_op_class cls = root->op->op_class;

@@ -19,7 +19,12 @@
  *     load of that read (the prologue's In), and the group's other reads become the kernel's
  *     own bindings, read at their broadcast index from the loaded element's index;
  *   - the kernel's bindings stay within the plan's budget (the root's inputs, each prologue's
- *     other reads, the epilogue's reads, out). */
+ *     other reads, the epilogue's reads, out).
+ * A group of views only (permute |> reshape: no arithmetic, so reading it in place twice redoes
+ * nothing) may have several readers, if every one is a matmul or row-reduction input that takes
+ * it: each reads the view in place, and nothing writes it. In a training graph that is the
+ * attention output, read by the output projection and by its weight's gradient (docs/training.md:
+ * the copy the views rule would make costs a dispatch and two tensors of traffic). */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -49,6 +54,75 @@ static uint32_t bindings_with_prologues(const kf_plan *p, const kf__group *grp) 
     return count;
 }
 
+/* The value `in` a prologue of group ei (whose result is a) loads in place of a: one of its reads
+ * of a's size; 0 when none is. */
+static uint32_t prologue_in(const kf_plan *p, uint32_t ei, uint32_t a) {
+    const kf__group *pro = &p->groups[ei];
+    for (uint32_t r = 0; r < pro->read_count; r++) {
+        const kf__node *rn = &p->graph->nodes[pro->reads[r]];
+        if (kf_shape_elements(&rn->shape) == kf_shape_elements(&p->graph->nodes[a].shape)) {
+            return pro->reads[r];
+        }
+    }
+    return 0;
+}
+
+/* A views-only group ei with several readers (its result a read by uses[a] root inputs of
+ * matmul or row-reduction groups): a prologue of every one of them, or of none. */
+static void shared_views(kf_plan *p, uint32_t ei, uint32_t a) {
+    const kf_graph *g = p->graph;
+    uint32_t in = prologue_in(p, ei, a), found = 0;
+    if (!in || !kf__group_is_views(p, &p->groups[ei])) {
+        return;
+    }
+    for (uint32_t gi = 0; gi < p->group_count; gi++) {
+        const kf__group *grp = &p->groups[gi];
+        const kf__node *root = grp->root ? &g->nodes[grp->root] : NULL;
+        for (uint32_t i = 0; root && i < root->input_count && i < KF_NODE_MAX_INPUTS; i++) {
+            if (root->inputs[i] != a) {
+                continue;
+            }
+            kf_op_class cls = root->op->op_class;
+            if (grp->kind != KF__GROUP_PRODUCER || grp->prologue[i] ||
+                (cls != KF_OP_CLASS_MATMUL && cls != KF_OP_CLASS_ROW_REDUCTION) ||
+                (root->op->index_inputs >> i & 1u)) {
+                return;
+            }
+            found++;
+        }
+    }
+    if (found != p->uses[a]) {
+        return; /* another reader (an element-wise tail) needs a in memory */
+    }
+    /* take them all, then undo all if a kernel's bindings exceed the budget */
+    bool fits = true;
+    for (uint32_t pass = 0; pass < 2; pass++) {
+        for (uint32_t gi = 0; gi < p->group_count; gi++) {
+            kf__group *grp = &p->groups[gi];
+            const kf__node *root = grp->root ? &g->nodes[grp->root] : NULL;
+            for (uint32_t i = 0; root && i < root->input_count && i < KF_NODE_MAX_INPUTS; i++) {
+                if (root->inputs[i] != a) {
+                    continue;
+                }
+                if (pass == 0) {
+                    grp->prologue[i] = ei + 1;
+                    grp->prologue_in[i] = in;
+                } else if (!fits) {
+                    grp->prologue[i] = 0;
+                    grp->prologue_in[i] = 0;
+                } else {
+                    grp->fuser = &kf__rule_prologue;
+                }
+            }
+            fits &= pass == 1 || !root || bindings_with_prologues(p, grp) <= p->max_storage_buffers;
+        }
+    }
+    if (!fits) {
+        return;
+    }
+    p->groups[ei].kind = KF__GROUP_DEAD; /* its nodes run in its readers' kernels now */
+}
+
 static void prologue_pass(kf_plan *p) {
     const kf_graph *g = p->graph;
     for (uint32_t gi = 0; gi < p->group_count; gi++) {
@@ -64,7 +138,7 @@ static void prologue_pass(kf_plan *p) {
         for (uint32_t i = 0; i < root->input_count && i < KF_NODE_MAX_INPUTS; i++) {
             uint32_t a = root->inputs[i];
             const kf__node *an = &g->nodes[a];
-            if (an->kind != KF__NODE_OP || p->group_of[a] < 0 || p->uses[a] != 1 ||
+            if (an->kind != KF__NODE_OP || p->group_of[a] < 0 || p->uses[a] == 0 ||
                 p->is_output[a] || (root->op->index_inputs >> i & 1u)) {
                 continue;
             }
@@ -73,13 +147,12 @@ static void prologue_pass(kf_plan *p) {
             if (pro->kind != KF__GROUP_ELEMENTWISE || pro->absorbed || pro->result != a) {
                 continue;
             }
-            uint32_t in = 0;
-            for (uint32_t r = 0; r < pro->read_count && !in; r++) {
-                const kf__node *rn = &g->nodes[pro->reads[r]];
-                if (kf_shape_elements(&rn->shape) == kf_shape_elements(&an->shape)) {
-                    in = pro->reads[r];
-                }
+            if (p->uses[a] > 1) {
+                shared_views(p, ei, a);
+                grp = &p->groups[gi];
+                continue;
             }
+            uint32_t in = prologue_in(p, ei, a);
             if (!in) {
                 continue;
             }

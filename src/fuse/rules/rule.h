@@ -82,6 +82,10 @@ bool kf__group_add_side(kf_plan *p, kf__group *grp, uint32_t side);
 bool kf__group_add_side_input(kf_plan *p, kf__group *grp, uint32_t node);
 /* Whether grp writes node id (its result or one of its sides). */
 bool kf__group_writes(const kf__group *grp, uint32_t id);
+/* Whether grp's store phase writes node id (a side): one of its element-wise nodes, or its root's
+ * own value as the tail receives it (a matmul's pre-activation, activation_save.c), rather than a
+ * value the root's kernel computes beside its own (kf__build_rooted). */
+bool kf__group_side_in_store(const kf__group *grp, uint32_t id);
 /* Whether group `gi`'s kernel reads, directly or through earlier groups, what group `from`
  * writes. */
 bool kf__group_depends_on(const kf_plan *p, uint32_t gi, uint32_t from);

@@ -1,0 +1,246 @@
+/* The transformer block's training plan (issue 14 item 6): what its backward reads from its
+ * forward, and how the plan keeps each value, per part (attention, FFN); explain's listing of it;
+ * and explain's reads lines (each tensor once, never the group's own output, i32 named i32). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fuse/plan_internal.h"
+#include "harness.h"
+
+/* One pre-norm layer of examples/chargpt/gpt.kf (bench/torch_gpt_step.py writes the same) at
+ * edge sizes: 2 sequences of 13 tokens (prime), width 24 in 2 heads of 12, an FFN of 40;
+ * loss = sum(h2 * r), so backward starts from dh2 = r. */
+static const char *block_text =
+    "x: f32[26, 24]\n"
+    "r: f32[26, 24]\n"
+    "wqkv: f32[24, 72]\n"
+    "wproj: f32[24, 24]\n"
+    "wup: f32[24, 40]\n"
+    "wdown: f32[40, 24]\n"
+    "qkv = rmsnorm(x) |> matmul(wqkv)\n"
+    "q = slice(qkv, axis=-1, start=0, length=24) |> reshape(shape=[2, 13, 2, 12]) |> "
+    "permute(axes=[0, 2, 1, 3])\n"
+    "k = slice(qkv, axis=-1, start=24, length=24) |> reshape(shape=[2, 13, 2, 12]) |> "
+    "permute(axes=[0, 2, 1, 3])\n"
+    "v = slice(qkv, axis=-1, start=48, length=24) |> reshape(shape=[2, 13, 2, 12]) |> "
+    "permute(axes=[0, 2, 1, 3])\n"
+    "a = attention(q, k, v, causal=true) |> permute(axes=[0, 2, 1, 3]) |> "
+    "reshape(shape=[26, 24])\n"
+    "h1 = matmul(a, wproj) |> add(x)\n"
+    "h2 = rmsnorm(h1) |> matmul(wup) |> gelu |> matmul(wdown) |> add(h1)\n"
+    "loss = mul(h2, r) |> sum |> sum\n"
+    "dx, dwqkv, dwproj, dwup, dwdown = grad(loss, x, wqkv, wproj, wup, wdown)\n"
+    "out h2, dx, dwqkv, dwproj, dwup, dwdown\n";
+
+static kf_graph *parse(const char *text) {
+    kf_graph *g = NULL;
+    kf_spec_error err;
+    if (kf_spec_parse(text, strlen(text), &g, &err) != KF_OK) {
+        kt_fail(__FILE__, __LINE__, "%u:%u: %s", err.line, err.column, err.message);
+        return NULL;
+    }
+    return g;
+}
+
+/* The first forward node running operator `name` (its id), 0 if none. */
+static uint32_t find_op(const kf_plan *p, const char *name) {
+    for (uint32_t id = 1; id < p->graph->node_count; id++) {
+        const kf__node *n = &p->graph->nodes[id];
+        if (n->kind == KF__NODE_OP && !strcmp(n->op->name, name)) {
+            return id;
+        }
+    }
+    return 0;
+}
+
+/* Every explain dispatch's reads line names each tensor once and never one the dispatch writes
+ * (its line's "-> ..." part). Returns false with the dispatch's text in *bad. */
+static bool reads_are_clean(const char *text, char *bad, size_t bad_size) {
+    for (const char *d = strstr(text, "\ndispatch "); d; d = strstr(d + 1, "\ndispatch ")) {
+        const char *end = strstr(d + 1, "\ndispatch ");
+        const char *reads = strstr(d, "  reads:  ");
+        if (!reads || (end && reads > end)) {
+            continue;
+        }
+        const char *line_end = strchr(reads, '\n');
+        char names[32][96];
+        uint32_t count = 0;
+        for (const char *s = reads + 10; s < line_end && count < 32;) {
+            const char *sp = strchr(s, ' ');
+            if (!sp || sp > line_end) {
+                break;
+            }
+            snprintf(names[count], sizeof names[count], "%.*s", (int)(sp - s), s);
+            count++;
+            const char *comma = strstr(sp, ", ");
+            s = comma && comma < line_end ? comma + 2 : line_end;
+        }
+        for (uint32_t i = 0; i < count; i++) {
+            bool twice = false;
+            for (uint32_t j = 0; j < i; j++) {
+                twice |= !strcmp(names[i], names[j]);
+            }
+            /* what the dispatch writes: after "-> " (and ", ") on its header lines */
+            char written[128];
+            snprintf(written, sizeof written, "-> %s ", names[i]);
+            const char *w = strstr(d, written);
+            char side[128];
+            snprintf(side, sizeof side, "], %s ", names[i]);
+            const char *s2 = strstr(d, side);
+            bool own = (w && w < reads) || (s2 && s2 < reads);
+            if (twice || own) {
+                snprintf(bad, bad_size, "%s %s in:%.*s", names[i],
+                         twice ? "listed twice" : "is its own output", (int)(line_end - d), d);
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+/* Compares every output of p with ref's (relative 1e-4 against 1% of the output's largest
+ * magnitude; p's outputs poisoned with NaN first). */
+static void same_outputs(const kf_graph *g, kf_plan *p, kf_plan *ref) {
+    for (uint32_t o = 0; o < kf_graph_output_count(g); o++) {
+        const char *name = NULL;
+        kf_shape s;
+        KT_CHECK_OK(kf_graph_output_info(g, o, &name, &s, NULL));
+        kf_tensor *want = NULL, *got = NULL;
+        KT_CHECK_OK(kf_tensor_create(&s, &want));
+        KT_CHECK_OK(kf_tensor_create(&s, &got));
+        uint64_t n = kf_tensor_size(got);
+        for (uint64_t e = 0; e < n; e++) {
+            got->data[e] = NAN;
+        }
+        KT_CHECK_OK(kf_plan_get_output(ref, name, want));
+        KT_CHECK_OK(kf_plan_get_output(p, name, got));
+        double big = 0;
+        for (uint64_t e = 0; e < n; e++) {
+            big = fmax(big, fabs((double)want->data[e]));
+        }
+        for (uint64_t e = 0; e < n; e++) {
+            double err = fabs((double)got->data[e] - want->data[e]) /
+                         fmax(fabs((double)want->data[e]), 0.01 * big);
+            KT_CHECK(err <= 1e-4, "%s[%llu] = %.9g, unfused %.9g", name, (unsigned long long)e,
+                     (double)got->data[e], (double)want->data[e]);
+        }
+        kf_tensor_destroy(want);
+        kf_tensor_destroy(got);
+    }
+}
+
+KT_TEST(fusion, gpt_block_backward_reads_are_kept_or_side_outputs_no_save_dispatch) {
+    KT_NEED_GPU(ctx);
+    kf_graph *g = parse(block_text);
+    kf_compile_options opts = {.no_prime = true},
+                       split = {.no_prime = true, .activations = KF_ACTIVATIONS_SPLIT},
+                       unfused = {.no_prime = true, .no_fuse = true};
+    kf_plan *p = NULL, *ps = NULL, *ref = NULL;
+    KT_CHECK_OK(kf_graph_compile(ctx, g, &opts, &p));
+    KT_CHECK_OK(kf_graph_compile(ctx, g, &split, &ps));
+    KT_CHECK_OK(kf_graph_compile(ctx, g, &unfused, &ref));
+    char *text = kf_plan_explain(p, false);
+    KT_CHECK(text, "explain");
+    /* No save dispatch: nothing the backward reads is overwritten or left unwritten. */
+    for (uint32_t d = 0; d < p->dispatch_count; d++) {
+        KT_CHECK(p->order[d] != UINT32_MAX, "dispatch %u is a save copy:\n%s", d + 1, text);
+    }
+    /* FFN: gelu's pre-activation (the up product itself, no bias) is a side output of the
+     * kernel `matmul |> gelu`: one dispatch writes both. */
+    uint32_t gelu = find_op(p, "gelu");
+    uint32_t pre = p->graph->nodes[gelu].inputs[0];
+    int32_t gg = p->group_of[gelu];
+    KT_CHECK(gg >= 0 && p->group_of[pre] == gg, "gelu and its pre-activation in one group:\n%s",
+             text);
+    const kf__group *up = &p->groups[gg];
+    KT_CHECK(up->root == pre && up->result == gelu && up->side_count == 1 && up->sides[0] == pre,
+             "matmul |> gelu writes gelu and, beside it, the product:\n%s", text);
+    /* Attention: its output is read in place (permute |> reshape in the loads) by the output
+     * projection and by that weight's gradient; no group writes the view. */
+    uint32_t att = find_op(p, "attention");
+    uint32_t readers = 0;
+    for (uint32_t gi = 0; gi < p->group_count; gi++) {
+        const kf__group *grp = &p->groups[gi];
+        if (grp->kind == KF__GROUP_DEAD || !grp->root) {
+            continue;
+        }
+        for (uint32_t i = 0; i < KF_NODE_MAX_INPUTS; i++) {
+            readers += grp->prologue[i] && grp->prologue_in[i] == att;
+        }
+    }
+    KT_CHECK(readers == 2, "the attention output is read in place by %u kernels, want 2:\n%s",
+             readers, text);
+    /* The count: split (before the side output) has gelu as a dispatch of its own. */
+    kf_plan_summary s, ss;
+    KT_CHECK_OK(kf_plan_summary_get(p, &s));
+    KT_CHECK_OK(kf_plan_summary_get(ps, &ss));
+    KT_CHECK(ss.dispatches == s.dispatches + 1, "%u dispatches, split %u", s.dispatches,
+             ss.dispatches);
+    /* Explain: the totals and, per part, each value and how it is kept. */
+    char line[256];
+    snprintf(line, sizeof line, "attention#%u f32[2x2x13x12] (2496 B): kept: dispatch ", att);
+    const char *want[] = {
+        /* the graph's inputs (x, the weights) are not listed: they are never overwritten */
+        "backward reads from forward: 11 values, 27.7 KiB; 10 kept where the forward writes "
+        "them, 1 side output of forward kernels, 0 recomputed, 0 copied (0 save dispatches)",
+        "  block 1 attention:\n    rmsnorm#",
+        line,
+        "  block 1 FFN:\n    add#",
+        "(4160 B): a side output of dispatch ",
+        "(matmul |> gelu), no dispatch of its own; read by dispatch",
+    };
+    for (uint32_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        KT_CHECK(strstr(text, want[i]), "explain lacks '%s':\n%s", want[i], text);
+    }
+    char bad[2048];
+    KT_CHECK(reads_are_clean(text, bad, sizeof bad), "%s", bad);
+    const char *listing = strstr(text, "backward reads from forward");
+    printf("    %s", listing ? listing : "");
+    kf_free(text);
+    /* The same numbers as the unfused plan, and every group (the side output on its own) proved
+     * against the CPU specs. */
+    const char *inputs[] = {"x", "r", "wqkv", "wproj", "wup", "wdown"};
+    for (uint32_t i = 0; i < 6; i++) {
+        kf_tensor *t = NULL;
+        KT_CHECK_OK(kf_plan_random_input(ref, inputs[i], kt_rand_u64(), &t));
+        KT_CHECK_OK(kf_plan_set_input(ref, inputs[i], t));
+        KT_CHECK_OK(kf_plan_set_input(p, inputs[i], t));
+        kf_tensor_destroy(t);
+    }
+    KT_CHECK_OK(kf_plan_run(ref));
+    KT_CHECK_OK(kf_plan_run(p));
+    same_outputs(g, p, ref);
+    kf_plan_report rep;
+    kf_status st = kf_plan_verify(p, kt_rand_u64(), &rep);
+    KT_CHECK(st == KF_OK, "verify: %s", kf_context_last_error(ctx));
+    kf_plan_destroy(p);
+    kf_plan_destroy(ps);
+    kf_plan_destroy(ref);
+    kf_graph_destroy(g);
+}
+
+/* Explain's reads lines: an i32 tensor is i32, and a view a prologue reads in place is listed
+ * once (its kernel binds it for the root's input and for the view's own loads). */
+KT_TEST(fusion, explain_names_i32_and_lists_each_read_once) {
+    KT_NEED_GPU(ctx);
+    kf_graph *g = parse("table: f32[11, 12]\n"
+                        "ids: i32[2, 3]\n"
+                        "w: f32[12, 5]\n"
+                        "e = embedding(table, ids) |> permute(axes=[1, 0, 2]) |> "
+                        "reshape(shape=[6, 12])\n"
+                        "y = matmul(e, w)\n"
+                        "out y\n");
+    kf_compile_options opts = {.no_prime = true};
+    kf_plan *p = NULL;
+    KT_CHECK_OK(kf_graph_compile(ctx, g, &opts, &p));
+    char *text = kf_plan_explain(p, false);
+    KT_CHECK(text && strstr(text, "ids i32[2x3]"), "explain names ids as i32:\n%s", text);
+    KT_CHECK(!strstr(text, "backward reads"), "no backward, no listing:\n%s", text);
+    KT_CHECK(strstr(text, "permute |> reshape |> matmul"), "the view is a prologue:\n%s", text);
+    char bad[2048];
+    KT_CHECK(reads_are_clean(text, bad, sizeof bad), "%s", bad);
+    kf_free(text);
+    kf_plan_destroy(p);
+    kf_graph_destroy(g);
+}
