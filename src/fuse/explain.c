@@ -478,7 +478,13 @@ static void put_backward_reads(text *t, const kf_plan *p) {
     for (uint32_t part = 0; listed && part < parts; part++) {
         bool header = false;
         for (uint32_t id = 1; id < g->node_count; id++) {
-            uint32_t reader = first_reader[id] ? first_reader[id] : id;
+            /* a value no forward node reads (attention's lse, written beside o for backward, a
+             * node made after the forward's) belongs with its latest input */
+            uint32_t reader = first_reader[id];
+            for (uint32_t i = 0; !first_reader[id] && i < g->nodes[id].input_count; i++) {
+                reader = g->nodes[id].inputs[i] > reader ? g->nodes[id].inputs[i] : reader;
+            }
+            reader = reader ? reader : id;
             if (!listed[id] || part_of[reader] != part) {
                 continue;
             }

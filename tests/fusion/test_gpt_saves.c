@@ -182,8 +182,8 @@ KT_TEST(fusion, gpt_block_backward_reads_are_kept_or_side_outputs_no_save_dispat
     snprintf(line, sizeof line, "attention#%u f32[2x2x13x12] (2496 B): kept: dispatch ", att);
     const char *want[] = {
         /* the graph's inputs (x, the weights) are not listed: they are never overwritten */
-        "backward reads from forward: 11 values, 27.7 KiB; 10 kept where the forward writes "
-        "them, 1 side output of forward kernels, 0 recomputed, 0 copied (0 save dispatches)",
+        "backward reads from forward: 12 values, 27.9 KiB; 10 kept where the forward writes "
+        "them, 2 side outputs of forward kernels, 0 recomputed, 0 copied (0 save dispatches)",
         "  block 1 attention:\n    rmsnorm#",
         line,
         "  block 1 FFN:\n    add#",
@@ -193,6 +193,11 @@ KT_TEST(fusion, gpt_block_backward_reads_are_kept_or_side_outputs_no_save_dispat
     for (uint32_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         KT_CHECK(strstr(text, want[i]), "explain lacks '%s':\n%s", want[i], text);
     }
+    /* attention's row statistics: a side output of the attention dispatch, listed with its part */
+    const char *lse = strstr(text, "    attention_lse#");
+    const char *ffn = strstr(text, "  block 1 FFN:");
+    KT_CHECK(lse && ffn && lse < ffn && strstr(lse, "a side output of dispatch"),
+             "lse with the attention part, as a side output:\n%s", text);
     char bad[2048];
     KT_CHECK(reads_are_clean(text, bad, sizeof bad), "%s", bad);
     const char *listing = strstr(text, "backward reads from forward");

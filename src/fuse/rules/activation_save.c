@@ -150,6 +150,10 @@ static void activation_pass(kf_plan *p) {
             pn->dtype != KF_DTYPE_F32 || p->uses[P] < 2) {
             continue;
         }
+        if (root->op->companion) {
+            continue; /* a side here would keep its companion (attention's lse) out of the kernel
+                       * (companion.c takes a group without sides), costing a second forward pass */
+        }
         int32_t ei = continuation(p, gi, P);
         if (ei < 0) {
             continue;
