@@ -3,8 +3,8 @@
  * In a training graph the pre-activation P of `h = gelu(matmul(x, w) + b)` has two readers: the
  * forward gelu and the backward gelu_grad(P, dY). Read twice, P ends its group, so without this
  * rule the forward is two dispatches (`matmul |> add` writes P, `gelu` reads it and writes h).
- * P may be the producer's own value too (`gelu(matmul(x, w))`, the GPT's FFN without a bias):
- * the store phase then writes the value the root's kernel yields to it.
+ * P may be a matmul's own value too (`gelu(matmul(x, w))`, the GPT's FFN without a bias): the
+ * store phase then writes the value the matmul's kernel yields to it.
  * This plan-wide pass (after levels, before prologues and horizontal fusion) merges the
  * element-wise group that continues P (the gelu) into P's producer group, and then either
  *   - saves P: the group's store phase writes P as a second output beside its result
@@ -149,6 +149,18 @@ static void activation_pass(kf_plan *p) {
         if ((cls != KF_OP_CLASS_MATMUL && cls != KF_OP_CLASS_ROW_REDUCTION) ||
             pn->dtype != KF_DTYPE_F32 || p->uses[P] < 2) {
             continue;
+        }
+        if (grp->node_count == 0 && cls != KF_OP_CLASS_MATMUL) {
+            continue; /* a row reduction's own value stays its own dispatch's: the rmsnorm-matmul
+                       * rule (rmsnorm_matmul.c) wants the norm alone */
+        }
+        if (grp->node_count == 0) {
+            const kf__node *a = &g->nodes[root->inputs[0]];
+            if (a->kind == KF__NODE_OP && a->op->op_class == KF_OP_CLASS_ROW_REDUCTION &&
+                p->uses[root->inputs[0]] == 1) {
+                continue; /* rmsnorm_matmul.c folds a norm read once into this matmul, which
+                           * must have no side then: that saves the norm's tensor, more */
+            }
         }
         if (root->op->companion) {
             continue; /* a side here would keep its companion (attention's lse) out of the kernel
