@@ -22,15 +22,16 @@ struct kf__matmul_tuning {
     char key[720]; /* the adapter: vendor|device|driver|backend */
     tune_entry entries[TUNE_MAX_ENTRIES];
     uint32_t count;
+    kf__mm_config forced; /* $KF_MM_CONFIG, parsed */
 };
 
 /* The configurations the tuner tries (each valid for kf__matmul_blocked). */
 static const kf__mm_config candidates[] = {
-    {128, 128, 8, 8, 8, 1},  {128, 128, 8, 8, 8, 2},  {128, 128, 16, 8, 8, 1},
-    {128, 128, 16, 8, 8, 2}, {128, 64, 16, 8, 4, 2},  {64, 128, 16, 4, 8, 2},
-    {128, 64, 8, 8, 8, 2},   {64, 128, 8, 8, 8, 2},   {64, 64, 16, 4, 4, 2},
-    {64, 64, 8, 8, 4, 2},    {32, 32, 16, 4, 4, 1},   {32, 32, 16, 4, 4, 2},
-    {64, 64, 16, 8, 8, 2},   {128, 256, 8, 8, 16, 1}, {256, 128, 8, 16, 8, 1},
+    {128, 128, 8, 8, 8, 1, 0, 0},  {128, 128, 8, 8, 8, 2, 0, 0},  {128, 128, 16, 8, 8, 1, 0, 0},
+    {128, 128, 16, 8, 8, 2, 0, 0}, {128, 64, 16, 8, 4, 2, 0, 0},  {64, 128, 16, 4, 8, 2, 0, 0},
+    {128, 64, 8, 8, 8, 2, 0, 0},   {64, 128, 8, 8, 8, 2, 0, 0},   {64, 64, 16, 4, 4, 2, 0, 0},
+    {64, 64, 8, 8, 4, 2, 0, 0},    {32, 32, 16, 4, 4, 1, 0, 0},   {32, 32, 16, 4, 4, 2, 0, 0},
+    {64, 64, 16, 8, 8, 2, 0, 0},   {128, 256, 8, 8, 16, 1, 0, 0}, {256, 128, 8, 16, 8, 1, 0, 0},
 };
 
 static void tuning_free(void *t) {
@@ -149,6 +150,12 @@ const kf__mm_config *kf__matmul_config_for(kf_context *ctx, uint32_t m, uint32_t
     struct kf__matmul_tuning *t = ctx ? tuning_of(ctx) : NULL;
     if (!t) {
         return NULL;
+    }
+    /* $KF_MM_CONFIG forces one tile for every product, for measuring variants side by side;
+     * one that does not parse is ignored. */
+    const char *env = getenv("KF_MM_CONFIG");
+    if (env && *env && kf__mm_config_parse(env, &t->forced)) {
+        return &t->forced;
     }
     uint32_t mn, kc;
     shape_class(m, k, n, &mn, &kc);

@@ -22,7 +22,7 @@ static kf_graph *parse_program(const char *text) {
 KT_TEST(ops, matmul_choice_is_shared_by_verify_and_plans) {
     KT_NEED_GPU(ctx);
     const uint32_t M = 96, K = 64, N = 80;
-    const kf__mm_config tile = {32, 32, 16, 4, 4, 1};
+    const kf__mm_config tile = {32, 32, 16, 4, 4, 1, 0, 0};
     KT_CHECK(memcmp(kf__mm_default_config(M, K, N), &tile, sizeof tile) != 0,
              "the test's tile is the built-in one: pick another");
     char dir[] = "/tmp/kfuse-choice-XXXXXX";

@@ -19,7 +19,7 @@ KT_TEST(ops, matmul_tune_caches_and_plans_use_it) {
 
     kf_matmul_tuning t;
     KT_CHECK_OK(kf_matmul_tune(fresh, 96, 80, 128, &t));
-    kf__mm_config chosen = {t.bm, t.bn, t.bk, t.tm, t.tn, t.stages};
+    kf__mm_config chosen = {t.bm, t.bn, t.bk, t.tm, t.tn, t.stages, 0, 0};
     KT_CHECK(kf__matmul_blocked_valid(&chosen), "chose an invalid tile %ux%ux%u/%ux%u", t.bm, t.bn,
              t.bk, t.tm, t.tn);
     KT_CHECK(t.candidates >= 5 && t.best_ms > 0.0 && t.default_ms >= t.best_ms,
