@@ -131,7 +131,7 @@ done
 section "matmul variants: bare product (median of 10, min), aligned"
 run 60 "$SWEEP" -c 128x128x8/8x8/2 -c 128x128x8/8x8/2/4/0 -c 128x128x8/8x8/2/8/0 \
     -c 128x128x8/8x8/2/16/0 -c 128x128x16/8x8/1 -c 128x128x16/8x8/1/8/0 -c 128x256x8/8x16/1 \
-    -c 128x128x8/8x16/2 $S4096 $S8192
+    -c 128x128x8/8x16/2 -c 128x256x16/8x8/1 -c 256x128x16/8x8/2 $S4096 $S8192
 section "matmul variants: bare product, ragged 4095x4093x4097 (edge path /E=1)"
 run 40 "$SWEEP" -c 128x128x16/8x8/1 -c 128x128x16/8x8/1/0/1 -c 128x128x8/8x8/2/0/1 \
     -c 128x128x16/8x8/2/0/1 -c 128x128x8/8x8/2/8/1 -c 128x128x16/8x8/1/8/1 \
@@ -166,6 +166,12 @@ section "PyTorch: chain_8 eager and torch.compile, median of 20"
 run 60 "$PYTHON" bench/torch_compare.py "$TMP/kd.jsonl" --filter '^chain_8$' --repeat 20 \
     --size "$SIZE" --json "$TMP/t2.jsonl"
 keep_json "$TMP/t2.jsonl" "torch-compile"
+
+section "anomaly again, at the end: robustness off, on"
+for chk in 0 1; do
+    KF_CHECKED=$chk kbench "anomaly-end-checked$chk" 25 --filter "^matmul_bias_gelu_f32_$M1\$" \
+        --repeat 20
+done
 
 section "done"
 [ -n "$SMI_PID" ] && kill "$SMI_PID" 2>/dev/null
