@@ -326,6 +326,8 @@ kf_kernel *kf__matmul_blocked_transposed(uint32_t m, uint32_t kdim, uint32_t n,
     const bool wide_a = !ta && kdim % LANES == 0, wide_b = !tb && n % LANES == 0;
     const bool ragged_m = m % bm != 0, ragged_n = n % bn != 0, ragged_k = kdim % bk != 0;
     kf_type v4 = kf_type_vec(KF_SCALAR_F32, LANES);
+    /* An aligned shape has no edge: its kernel is the same either way. */
+    const bool edge = cfg->edge != 0 && (ragged_m || ragged_n || ragged_k);
 
     char name[64];
     char raster[16] = "";
@@ -333,7 +335,7 @@ kf_kernel *kf__matmul_blocked_transposed(uint32_t m, uint32_t kdim, uint32_t n,
         snprintf(raster, sizeof raster, "_r%u", cfg->raster);
     }
     snprintf(name, sizeof name, "matmul_%ux%ux%u_%ux%u%s%s%s%s%s%s%s", bm, bn, bk, tm, tn,
-             stages == 2 ? "_db" : "", raster, cfg->edge ? "_e" : "", half ? "_f16" : "",
+             stages == 2 ? "_db" : "", raster, edge ? "_e" : "", half ? "_f16" : "",
              kf__mm_batch_count(batch) > 1 ? "_batched" : "", ta ? "_ta" : "", tb ? "_tb" : "");
     kf_scalar stored = half ? KF_SCALAR_F16 : KF_SCALAR_F32;
     kf_type elem = kf_type_scalar(stored), elem4 = kf_type_vec(stored, LANES);
@@ -396,7 +398,6 @@ kf_kernel *kf__matmul_blocked_transposed(uint32_t m, uint32_t kdim, uint32_t n,
     kf_val *a_row = st.a_row, *a_k = st.a_k, *b_k = st.b_k, *b_col = st.b_col;
     kf_var *next_a = st.next_a, *next_b = st.next_b;
     bool check_a = ragged_m || ragged_k, check_b = ragged_k || ragged_n;
-    const bool edge = cfg->edge != 0;
     edge_gen eg = {.a = a,
                    .b = b,
                    .off_a = off_a,

@@ -17,7 +17,8 @@ typedef struct kf__mm_config {
     uint32_t raster;
     /* 0: on ragged shapes every load is bounds-tested; 1: rows of a past M and columns of b past
      * N are clamped once (they feed only outputs that are never stored), the loads of every
-     * whole K step run unguarded, and only the last, partial K step tests k. */
+     * whole K step run unguarded, and only the last, partial K step tests k. Shapes that are
+     * whole tiles get the same kernel either way. */
     uint32_t edge;
 } kf__mm_config;
 
