@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Issue 15 items 3 and 4 on one GPU in one run (under 4 minutes), side by side with PyTorch:
 #   1. the f32 1024^3 anomaly (slower with Dawn's robustness off than on, in one run): the case
-#      alone with robustness off and on, alternated (off, on, on, off); the bare kernel of both
-#      settings timed one dispatch per submission and 20 back to back; which kernel each chose;
+#      alone with robustness off and on, alternated (off, on, on, off), and with the plan 20
+#      times back to back per timed submission (kfuse bench --batch 20; PyTorch the same); the
+#      bare kernel of both settings timed one dispatch per submission and 20 back to back;
+#      which kernel each chose;
 #      the tuning cache; the GPU's clocks sampled every 100 ms all along (the third file);
 #   2. the register-blocked f32 matmul's variants (src/ops/matmul_blocked.c: tile, raster
 #      order, the edge path for ragged shapes) side by side at 1024^3, 4096^3, 8192^3 and
@@ -119,6 +121,11 @@ for rep in 1 2; do
             --repeat 20
     done
 done
+section "anomaly: the case with the plan 20 times back to back per timed submission (--batch 20)"
+for chk in 0 1; do
+    KF_CHECKED=$chk kbench "anomaly-batch20-checked$chk" 25 --filter "^matmul_bias_gelu_f32_$M1\$" \
+        --repeat 20 --batch 20
+done
 section "anomaly: the bare 1024^3 kernel, one dispatch per submission (-b 1) and 20 back to back"
 for chk in 0 1; do
     for b in 1 20; do
@@ -162,6 +169,10 @@ grep -E '"tag": "(mm-default|rows)"' "$JSON" | sed -E 's/^\{"tag": "[a-z-]+", /{
 run 60 "$PYTHON" bench/torch_compare.py "$TMP/kd.jsonl" --no-compile --repeat 20 \
     --size "$SIZE" --json "$TMP/t1.jsonl"
 keep_json "$TMP/t1.jsonl" "torch-eager"
+section "PyTorch eager: the 1024^3 case with 20 calls back to back per timed run (--batch 20)"
+run 30 "$PYTHON" bench/torch_compare.py "$TMP/kd.jsonl" --filter "^matmul_bias_gelu_f32_$M1\$" \
+    --no-compile --repeat 20 --batch 20 --size "$SIZE" --json "$TMP/t3.jsonl"
+keep_json "$TMP/t3.jsonl" "torch-eager-batch20"
 section "PyTorch: chain_8 eager and torch.compile, median of 20"
 run 60 "$PYTHON" bench/torch_compare.py "$TMP/kd.jsonl" --filter '^chain_8$' --repeat 20 \
     --size "$SIZE" --json "$TMP/t2.jsonl"
