@@ -329,7 +329,7 @@ kf_kernel *kf__matmul_blocked_transposed(uint32_t m, uint32_t kdim, uint32_t n,
     /* An aligned shape has no edge: its kernel is the same either way. */
     const bool edge = cfg->edge != 0 && (ragged_m || ragged_n || ragged_k);
 
-    char name[64];
+    char name[128];
     char raster[16] = "";
     if (cfg->raster > 1) {
         snprintf(raster, sizeof raster, "_r%u", cfg->raster);
