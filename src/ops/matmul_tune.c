@@ -135,7 +135,7 @@ static struct kf__matmul_tuning *tuning_of(kf_context *ctx) {
         if (strcmp(line, t->key) != 0) {
             continue;
         }
-        tune_entry e;
+        tune_entry e = {0}; /* raster and edge: 0 (the file holds neither) */
         if (sscanf(tab + 1, "%u %u\t%u %u %u %u %u %u\t%lf", &e.class_mn, &e.class_k, &e.cfg.bm,
                    &e.cfg.bn, &e.cfg.bk, &e.cfg.tm, &e.cfg.tn, &e.cfg.stages, &e.ms) == 9 &&
             kf__matmul_blocked_valid(&e.cfg)) {
