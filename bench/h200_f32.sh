@@ -88,9 +88,15 @@ kbench() { # tag, cap, kfuse bench arguments...
 
 SMI_PID=
 if command -v nvidia-smi >/dev/null; then
-    nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,pstate,clocks_throttle_reasons.active,utilization.gpu \
-        --format=csv -lms 100 >"$CLOCKS" 2>&1 &
-    SMI_PID=$!
+    # The throttle reasons' field has had two names; without either, the clocks alone.
+    for reasons in clocks_event_reasons.active clocks_throttle_reasons.active ""; do
+        nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,pstate,utilization.gpu${reasons:+,$reasons} \
+            --format=csv -lms 100 >"$CLOCKS" 2>&1 &
+        SMI_PID=$!
+        sleep 1
+        kill -0 "$SMI_PID" 2>/dev/null && break
+        SMI_PID=
+    done
 fi
 
 section "setup"
