@@ -39,19 +39,18 @@ bool kf__matmul_blocked_valid(const kf__mm_config *c) {
 }
 
 const kf__mm_config *kf__mm_default_config(uint32_t m, uint32_t k, uint32_t n) {
-    /* Measured on an H200 (bench/results/h200-sweep-f32-*.txt): the double-buffered 128x128x8
-     * tile reaches 40 TFLOP/s at 4096^3 and 8192^3 (47 with KF_UNCHECKED); at 1024^3 it leaves
-     * multiprocessors idle, and 64x64x16 tiles of 8x8 do best there (27.6 TFLOP/s, 17 for
-     * 128x128). Where K or N is not a multiple of 4 the tiles load as scalars, and the
-     * single-buffered 128x128x16 tile does best (34.9 TFLOP/s at 4095x4093x4097 against 28.4
-     * for the aligned choice; bench/results/h200-sweep2-f32-checked.txt). */
-    static const kf__mm_config big = {128, 128, 8, 8, 8, 2, 0, 0};
-    static const kf__mm_config big_ragged = {128, 128, 16, 8, 8, 1, 0, 0};
-    static const kf__mm_config small = {64, 64, 16, 8, 8, 2, 0, 0};
-    if ((uint64_t)m * n >= 2048ull * 2048ull) {
-        return k % 4 || n % 4 ? &big_ragged : &big;
-    }
-    return &small;
+    /* Measured on an H200 with robustness off (bench/results/s5/h200_f32-explore.log, every tile
+     * side by side): the double-buffered 128x128x8 tile of 8x8 reaches 45.6 TFLOP/s at 4096^3 and
+     * 46.2 at 8192^3, 45.7 and 46.7 with tiles in groups of 4 tile rows; at 1024^3 it leaves
+     * multiprocessors idle, and 64x64x16 tiles of 8x8 do best there (30.2 TFLOP/s). On the
+     * ragged 4095x4093x4097 (scalar loads: K and N are not multiples of 4) that tile on the
+     * edge path runs at 41.8 TFLOP/s, the previous choice (128x128x16 single-buffered, every
+     * load tested) at 36.6.
+     * A shape of whole tiles has no edge: its kernel is the same with edge set or not. */
+    static const kf__mm_config big = {128, 128, 8, 8, 8, 2, 4, 1};
+    static const kf__mm_config small = {64, 64, 16, 8, 8, 2, 0, 1};
+    (void)k;
+    return (uint64_t)m * n >= 2048ull * 2048ull ? &big : &small;
 }
 
 bool kf__mm_config_parse(const char *text, kf__mm_config *out) {

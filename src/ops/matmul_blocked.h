@@ -28,8 +28,9 @@ bool kf__mm_config_parse(const char *text, kf__mm_config *out);
 /* The notation above for cfg (R and E only when set), into buf. */
 void kf__mm_config_str(const kf__mm_config *cfg, char *buf, size_t size);
 
-/* The configuration used when none is given: the double-buffered 128x128x8 tile of 8x8 for
- * large products, 64x64x16 of 8x8 below (enough workgroups to fill a large GPU). */
+/* The configuration used when none is given: the double-buffered 128x128x8 tile of 8x8 in
+ * groups of 4 tile rows for large products, 64x64x16 of 8x8 below (enough workgroups to fill a
+ * large GPU); both on the edge path where the shape is ragged. */
 const kf__mm_config *kf__mm_default_config(uint32_t m, uint32_t k, uint32_t n);
 
 /* The batch of a batched product: one product per element of the result's batch dims (at most 2
