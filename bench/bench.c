@@ -29,6 +29,8 @@ static const char *family_name(kf_bench_family f) {
         return "ffn_save";
     case KF_BENCH_TRAIN_STEP:
         return "train_step";
+    case KF_BENCH_RMSNORM_MATMUL:
+        return "rmsnorm_matmul";
     }
     return "?";
 }
@@ -93,6 +95,21 @@ static uint32_t make_cases(const bench_sizes *s, kf_bench_case *out) {
             }
         }
     }
+    /* rmsnorm into the matmul that reads it (src/fuse/rules/rmsnorm_matmul.c): a transformer's
+     * tokens x dim -> dim projection, and a narrow one, where the normed tensor's bytes weigh
+     * more against the product's arithmetic */
+    for (kf_dtype d = KF_DTYPE_F32; d <= KF_DTYPE_F16; d++) {
+        for (uint32_t i = 0; i < 2; i++) {
+            kf_bench_case *c = &out[n++];
+            *c = (kf_bench_case){.family = KF_BENCH_RMSNORM_MATMUL,
+                                 .dtype = d,
+                                 .m = s->reference_matmul,
+                                 .k = s->reference_matmul,
+                                 .n = i ? s->reference_matmul / 16 : s->reference_matmul};
+            snprintf(c->name, sizeof c->name, "rmsnorm_matmul_%s_%u%s", kf_dtype_str(d), c->m,
+                     i ? "_narrow" : "");
+        }
+    }
     const kf_bench_family rows[3] = {KF_BENCH_SOFTMAX, KF_BENCH_RMSNORM_WEIGHT,
                                      KF_BENCH_LAYERNORM_AFFINE};
     for (uint32_t i = 0; i < 3; i++) {
@@ -144,6 +161,7 @@ static const char *size_str(const kf_bench_case *c, char *buf, size_t size) {
         break;
     case KF_BENCH_MATMUL:
     case KF_BENCH_MATMUL_BIAS_GELU:
+    case KF_BENCH_RMSNORM_MATMUL:
         snprintf(buf, size, "%ux%ux%u", c->m, c->n, c->k);
         break;
     case KF_BENCH_SOFTMAX:
@@ -255,6 +273,7 @@ static void print_case_json(FILE *f, const kf_bench_case *c, const kf_bench_resu
         break;
     case KF_BENCH_MATMUL:
     case KF_BENCH_MATMUL_BIAS_GELU:
+    case KF_BENCH_RMSNORM_MATMUL:
         fprintf(f, ", \"m\": %u, \"n\": %u, \"k\": %u", c->m, c->n, c->k);
         break;
     case KF_BENCH_SOFTMAX:
@@ -386,7 +405,8 @@ static void run_case(kf_context *ctx, const kf_bench_case *c, const kf_adapter_i
 
 /* The reference a case's throughput is compared with. */
 static const reference *reference_for(const kf_bench_case *c, const reference *refs) {
-    if (c->family == KF_BENCH_MATMUL || c->family == KF_BENCH_MATMUL_BIAS_GELU) {
+    if (c->family == KF_BENCH_MATMUL || c->family == KF_BENCH_MATMUL_BIAS_GELU ||
+        c->family == KF_BENCH_RMSNORM_MATMUL) {
         return &refs[c->dtype == KF_DTYPE_F16 ? 2 : 1];
     }
     return &refs[0];

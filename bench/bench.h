@@ -58,8 +58,9 @@ typedef enum kf_bench_family {
     KF_BENCH_RMSNORM_WEIGHT,   /* y = rmsnorm(x) * w */
     KF_BENCH_LAYERNORM_AFFINE, /* y = layernorm(x) * w + b */
     KF_BENCH_FFN_SAVE,         /* the seeds' FFN activation save: gate, up, hidden, residual */
-    KF_BENCH_TRAIN_STEP        /* a training step (forward, backward, AdamW) of an MLP:
+    KF_BENCH_TRAIN_STEP,       /* a training step (forward, backward, AdamW) of an MLP:
                                   tokens x dim -> ffn_dim -> gelu -> cols classes */
+    KF_BENCH_RMSNORM_MATMUL    /* y = matmul(rmsnorm(x, g), w): a is x [m, k], b is w [k, n] */
 } kf_bench_family;
 
 typedef struct kf_bench_case {

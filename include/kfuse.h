@@ -192,6 +192,14 @@ typedef struct kf_context_desc {
      * installed in lib/kfuse/vkmask) for the context's instance, so Dawn offers f16 and the f16
      * tensor-core matmul. true (or $KF_NO_VKMASK=1) leaves the layer off (docs/runtime.md). */
     bool disable_vendor_mask;
+    /* Interprets every dispatch of a kernel built with kfuse's IR on the CPU (kf_kernel_interpret's
+     * checks, on the dispatch's own buffers, grid and constants) before the GPU runs it; also
+     * $KF_CHECK_BOUNDS=1, which the test runner sets. An out-of-bounds load or store fails
+     * kf_context_run / kf_context_time with KF_ERROR_INVALID_ARGUMENT naming the kernel, the
+     * binding, the index and the length, and nothing of that call runs. Slow (large dispatches
+     * are sampled): for tests and debugging. Raw WGSL (kf_pipeline_get) is not checked
+     * (docs/runtime.md, "The bounds check"). */
+    bool check_bounds;
     /* Optional: receives the message when kf_context_create fails (there is no context then). */
     char *error_out;
     size_t error_out_size;

@@ -1,4 +1,5 @@
 #include "harness.h"
+#include "runtime/runtime.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -130,6 +131,29 @@ static bool parse_seed(const char *s, uint64_t *out) {
     return true;
 }
 
+/* The bounds check of the shared context so far (zeros before it exists). */
+static kf__bounds_check_stats check_stats(void) {
+    const kf__bounds_check_stats *s = kf__context_bounds_check_stats(g_ctx);
+    kf__bounds_check_stats none = {0};
+    return s ? *s : none;
+}
+
+static void print_check_summary(const kf__bounds_check_stats *s) {
+    if (!getenv("KF_CHECK_BOUNDS") || !strcmp(getenv("KF_CHECK_BOUNDS"), "0")) {
+        printf("bounds check: off (KF_CHECK_BOUNDS=0)\n");
+        return;
+    }
+    printf("bounds check (shared context): %llu dispatches interpreted (%llu read back first, "
+           "%llu sampled), %llu of their %llu workgroups run, %llu repeats of a checked launch "
+           "skipped, %llu raw-WGSL dispatches unchecked, %llu accesses out of bounds where the "
+           "emitted guard clamps or skips them, %llu violations, %.1f s of CPU\n",
+           (unsigned long long)s->dispatches, (unsigned long long)s->data_dispatches,
+           (unsigned long long)s->sampled, (unsigned long long)s->workgroups_run,
+           (unsigned long long)s->workgroups, (unsigned long long)s->repeats,
+           (unsigned long long)s->unchecked, (unsigned long long)s->guards_fired,
+           (unsigned long long)s->violations, s->seconds);
+}
+
 int main(int argc, char **argv) {
     const char *suite = NULL;
     const char *filter = NULL;
@@ -174,6 +198,9 @@ int main(int argc, char **argv) {
     }
     printf("seed: %llu (rerun with --seed %llu)\n", (unsigned long long)g_seed,
            (unsigned long long)g_seed);
+    /* Every dispatch of an IR kernel, on every context the tests make, is interpreted first and
+     * any out-of-bounds access fails (docs/testing.md); KF_CHECK_BOUNDS=0 turns it off. */
+    setenv("KF_CHECK_BOUNDS", "1", 0);
     int passed = 0, failed = 0, in_suite = 0, cpu_candidates = 0;
     for (int c = 0; c < g_case_count; c++) {
         kt_case *tc = &g_cases[c];
@@ -190,16 +217,27 @@ int main(int argc, char **argv) {
         g_rng = g_seed ^ hash_name(tc->name);
         g_failures_in_case = 0;
         g_current = tc;
+        kf__bounds_check_stats before = check_stats();
         clock_t t0 = clock();
         tc->fn();
         double ms = 1000.0 * (double)(clock() - t0) / CLOCKS_PER_SEC;
         g_current = NULL;
+        kf__bounds_check_stats after = check_stats();
+        if (after.violations > before.violations) {
+            /* even where the test went on past the failed call */
+            kt_fail(__FILE__, __LINE__, "%llu out-of-bounds dispatch%s; the last: %s",
+                    (unsigned long long)(after.violations - before.violations),
+                    after.violations - before.violations == 1 ? "" : "es", after.last);
+        }
+        double check_ms = 1000.0 * (after.seconds - before.seconds);
         if (g_failures_in_case) {
             failed++;
-            printf("FAIL %s/%s (%.0f ms cpu)\n", tc->suite, tc->name, ms);
+            printf("FAIL %s/%s (%.0f ms cpu, %.0f ms cpu in the bounds check)\n", tc->suite,
+                   tc->name, ms, check_ms);
         } else {
             passed++;
-            printf("ok   %s/%s (%.0f ms cpu)\n", tc->suite, tc->name, ms);
+            printf("ok   %s/%s (%.0f ms cpu, %.0f ms cpu in the bounds check)\n", tc->suite,
+                   tc->name, ms, check_ms);
             if (g_probe_cpu && tc->need == KT_NEEDS_GPU) {
                 g_candidate[c] = true;
                 cpu_candidates++;
@@ -207,7 +245,9 @@ int main(int argc, char **argv) {
         }
         fflush(stdout);
     }
+    kf__bounds_check_stats checked = check_stats();
     kf_context_destroy(g_ctx);
+    print_check_summary(&checked);
     printf("%d passed, %d failed\n", passed, failed);
     if (g_probe_cpu) {
         printf("%d KT_TEST%s passed without the GPU context%s\n", cpu_candidates,

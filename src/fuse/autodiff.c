@@ -38,6 +38,7 @@ typedef struct grad_pass {
     uint32_t count; /* nodes before the pass: only they can need gradients */
     uint32_t *grad; /* node id -> its gradient's node id (0: none yet) */
     bool *needs;    /* node id -> some wrt node reaches it */
+    uint32_t node;  /* the node whose rule runs (rules get a copy of it) */
 } grad_pass;
 
 static kf_node node_of(uint32_t id) {
@@ -178,28 +179,32 @@ static kf_node norm_rule(grad_pass *s, const kf__node *n, uint32_t i, kf_node dy
     return call(s, grad_name, in, has_w ? 3u : 2u, &p);
 }
 
-/* attention: dq, dk and dv by attention_grad_q / _k / _v from one attention_grad_prep node (dy,
- * the rows' lse and dy . o packed; src/ops/attention.c says why), made for the first input asked
- * and found again for the others. */
+/* attention: dq, dk and dv by attention_grad_q / _k / _v from one g = [dy | lse | dy . o] (the
+ * packed statistics; src/ops/attention.c says why), made for the first input asked and found
+ * again for the others: attention_grad_pack(dy, o, lse) from the forward's own o and its row
+ * statistics attention_lse(q, k, v), which the planner makes a second output of the forward's
+ * kernel (src/fuse/rules/companion.c), so the backward does not run the forward again. */
 static kf_node attention_rule(grad_pass *s, const kf__node *n, uint32_t i, kf_node dy) {
     kf_node in[4] = {node_of(n->inputs[0]), node_of(n->inputs[1]), node_of(n->inputs[2]), dy};
-    kf_node prep = {0};
-    for (uint32_t id = s->count; id < s->g->node_count && !prep.id; id++) {
+    kf_node o = node_of(s->node);
+    const kf_op_params params = n->params;
+    kf_node pack = {0};
+    for (uint32_t id = s->count; id < s->g->node_count && !pack.id; id++) {
         const kf__node *m = &s->g->nodes[id];
-        bool same = m->kind == KF__NODE_OP && !strcmp(m->op->name, "attention_grad_prep") &&
-                    m->input_count == 4;
-        for (uint32_t j = 0; same && j < 4; j++) {
-            same = m->inputs[j] == in[j].id;
-        }
-        prep.id = same ? id : 0;
+        bool same = m->kind == KF__NODE_OP && !strcmp(m->op->name, "attention_grad_pack") &&
+                    m->input_count == 3 && m->inputs[0] == dy.id && m->inputs[1] == o.id;
+        pack.id = same ? id : 0;
     }
-    if (!prep.id) {
-        prep = call(s, "attention_grad_prep", in, 4, &n->params);
+    if (!pack.id) {
+        kf_node lse = call(s, "attention_lse", in, 3, &params);
+        kf_node pin[3] = {dy, o, lse};
+        kf_op_params none = {0};
+        pack = call(s, "attention_grad_pack", pin, 3, &none);
     }
     static const char *const names[3] = {"attention_grad_q", "attention_grad_k",
                                          "attention_grad_v"};
-    in[3] = prep;
-    return call(s, names[i], in, 4, &n->params);
+    in[3] = pack;
+    return call(s, names[i], in, 4, &params);
 }
 
 /* Views: reshape's gradient is dy reshaped back, permute's dy permuted by the inverse axes,
@@ -357,6 +362,7 @@ kf_status kf_graph_grad(kf_graph *g, kf_node loss, const kf_node *wrt, uint32_t 
             continue;
         }
         kf__node n = g->nodes[id]; /* a copy: recording nodes may move the array */
+        s.node = id;
         kf_node dy = node_of(s.grad[id]);
         for (uint32_t i = 0; i < n.input_count && g->status == KF_OK; i++) {
             uint32_t in = n.inputs[i];

@@ -99,6 +99,10 @@ static void put_ops(text *t, const kf_plan *p, const kf__group *grp) {
             first = false;
         }
     }
+    if (grp->row_norm) { /* folded into the root's loads: "rmsnorm |> matmul" */
+        put(t, "%s%s", first ? "" : ", ", g->nodes[grp->row_norm].op->name);
+        first = false;
+    }
     if (!first) {
         put(t, " |> ");
         first = true;

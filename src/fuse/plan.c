@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "fuse/rules/rule.h"
+#include "ir/ir_internal.h"
 #include "ir/mutate.h"
 #include "runtime/runtime.h"
 #include "core/half.h"
@@ -781,6 +782,8 @@ kf_status kf__plan_make_dispatches(kf_plan *p) {
                                pipes + first);
     for (uint32_t i = first; i < p->dispatch_count; i++) {
         p->dispatches[i].pipeline = pipes[i];
+        /* emitted for its declared lengths and grid (compile_group) */
+        kf__pipeline_attach_kernel(pipes[i], p->groups[p->order[i]].compiled->kernel, NULL, NULL);
     }
     free(descs);
     free(kinds);

@@ -76,6 +76,10 @@ typedef struct kf__group {
      * its nodes and reads), and the node the load reads instead (the prologue's In). */
     uint32_t prologue[KF_NODE_MAX_INPUTS];
     uint32_t prologue_in[KF_NODE_MAX_INPUTS];
+    /* rmsnorm into matmul (src/fuse/rules/rmsnorm_matmul.c): the rmsnorm node the root reads as
+     * its a, computed by the root's kernel from the norm's x (0: none). Its group is DEAD; the
+     * norm's x and weight are in `reads`, the kernel binds x where the root's a would be. */
+    uint32_t row_norm;
     uint32_t *members; /* horizontal groups: the groups they run */
     uint32_t member_count;
     uint32_t member_capacity;

@@ -235,6 +235,10 @@ static void group_view_of(const kf_plan *p, const kf__group *grp, group_view *v)
             }
         }
     }
+    /* An rmsnorm the root's kernel folds into its loads (src/fuse/rules/rmsnorm_matmul.c). */
+    if (grp->row_norm) {
+        v->ops[v->op_count++] = grp->row_norm;
+    }
     if (grp->root) {
         v->ops[v->op_count++] = grp->root;
     }

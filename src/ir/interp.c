@@ -12,6 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* kf__is_float, inlined: the interpreter asks it for every arithmetic operation */
+static inline bool is_float(kf_scalar s) {
+    return s == KF_SCALAR_F32 || s == KF_SCALAR_F16;
+}
+
 #define KF__LOOP_LIMIT (1u << 22) /* iterations of one loop before it is called runaway */
 
 enum { LANE_RUN = 0, LANE_BROKE, LANE_CONTINUED };
@@ -40,6 +45,26 @@ typedef struct interp {
     uint32_t *override_bits;
     uint8_t *state;
     kf_status st;
+    /* a dispatch's bounds check (kf__checker): constants exactly as the pipeline's (no
+     * kf_elements derived from "in"), and the work done counted */
+    bool faithful;
+    uint64_t work;   /* statements run x invocations running them */
+    uint32_t *words; /* per node: kf__type_words of its type (NULL: the folder's) */
+    /* The proof behind the WGSL a checked dispatch runs (kf__checker): an access it left
+     * guarded does on the CPU what the emitted guard does on the GPU when out of bounds (a load
+     * reads the last element, a store is skipped), counted in guards_fired; an out-of-bounds
+     * access anywhere else is an error. NULL: every access must be in bounds. */
+    const uint8_t *node_verdict, *stmt_verdict;
+    uint64_t guards_fired;
+    /* Addresses only (a checked kernel whose addresses do not depend on data): the nodes an
+     * index, lane or condition depends on; every other pure value, and every subgroup-matrix
+     * product, is left uncomputed (its storage holds garbage, which nothing reads). The
+     * accesses themselves all run, each at its let. NULL: everything is computed. */
+    const uint8_t *address_nodes;
+    uint64_t address_hash; /* of every access's memory and index, in order */
+    /* Active masks, a stack (blocks, branches and loops nest): lanes bytes each. */
+    uint8_t *masks;
+    size_t mask_top, mask_cap;
 } interp;
 
 static float fw(uint32_t w) {
@@ -63,8 +88,26 @@ static uint32_t wfloat(kf_scalar s, float f) {
     return wf32(s == KF_SCALAR_F16 ? r16(f) : f);
 }
 
-static uint32_t *V(interp *ip, uint32_t node, uint32_t lane) {
-    return ip->vals + ip->slot[node] + (size_t)lane * kf__type_words(ip->w->nodes[node].type);
+static inline __attribute__((always_inline)) uint32_t *V(interp *ip, uint32_t node, uint32_t lane) {
+    uint32_t words = ip->words ? ip->words[node] : kf__type_words(ip->w->nodes[node].type);
+    return ip->vals + ip->slot[node] + (size_t)lane * words;
+}
+
+/* A mask of ip->lanes bytes on the mask stack, NULL when it is full; released (with every mask
+ * pushed after it) by mask_pop. */
+static uint8_t *mask_push(interp *ip) {
+    if (ip->mask_top + ip->lanes > ip->mask_cap) {
+        return NULL;
+    }
+    uint8_t *m = ip->masks + ip->mask_top;
+    ip->mask_top += ip->lanes;
+    return m;
+}
+
+static void mask_pop(interp *ip, uint8_t *m) {
+    if (m) {
+        ip->mask_top = (size_t)(m - ip->masks);
+    }
 }
 
 static bool fail(interp *ip, kf_status st, const char *fmt, ...)
@@ -93,7 +136,7 @@ static uint32_t shr_i32(uint32_t a, uint32_t n) {
 }
 
 static uint32_t bin1(kf_scalar s, kf_op op, uint32_t a, uint32_t b) {
-    if (kf__is_float(s)) {
+    if (is_float(s)) {
         float x = fw(a), y = fw(b);
         switch (op) {
         case KF_OP_ADD:
@@ -217,7 +260,7 @@ static uint32_t bin1(kf_scalar s, kf_op op, uint32_t a, uint32_t b) {
 static uint32_t un1(kf_scalar s, kf_op op, uint32_t a) {
     switch (op) {
     case KF_OP_NEG:
-        return kf__is_float(s) ? wf32(-fw(a)) : 0u - a;
+        return is_float(s) ? wf32(-fw(a)) : 0u - a;
     case KF_OP_NOT:
         return !a;
     case KF_OP_BIT_NOT:
@@ -228,7 +271,7 @@ static uint32_t un1(kf_scalar s, kf_op op, uint32_t a) {
 }
 
 static bool lt_s(kf_scalar s, uint32_t a, uint32_t b) {
-    if (kf__is_float(s)) {
+    if (is_float(s)) {
         return fw(a) < fw(b);
     }
     return s == KF_SCALAR_I32 ? (int32_t)a < (int32_t)b : a < b;
@@ -243,7 +286,7 @@ static uint32_t max1(kf_scalar s, uint32_t a, uint32_t b) {
 }
 
 static uint32_t call1(kf_scalar s, kf_fn fn, const uint32_t *a) {
-    if (kf__is_float(s)) {
+    if (is_float(s)) {
         float x = fw(a[0]);
         float y = fw(a[1]);
         switch (fn) {
@@ -313,7 +356,7 @@ static uint32_t convert1(kf_scalar to, kf_scalar from, uint32_t a) {
     case KF_SCALAR_F16:
         return wfloat(to, f);
     case KF_SCALAR_I32:
-        if (!kf__is_float(from)) {
+        if (!is_float(from)) {
             return from == KF_SCALAR_BOOL ? (a ? 1u : 0u) : a; /* u32 -> i32 keeps the bits */
         }
         /* WGSL clamps to the i32 values an f32 can hold, [-2^31, 2^31 - 128], then truncates
@@ -326,7 +369,7 @@ static uint32_t convert1(kf_scalar to, kf_scalar from, uint32_t a) {
         }
         return f < -2147483648.0f ? 0x80000000u : (uint32_t)(int32_t)truncf(f);
     case KF_SCALAR_U32:
-        if (!kf__is_float(from)) {
+        if (!is_float(from)) {
             return from == KF_SCALAR_BOOL ? (a ? 1u : 0u) : a;
         }
         if (f != f) {
@@ -337,7 +380,7 @@ static uint32_t convert1(kf_scalar to, kf_scalar from, uint32_t a) {
         }
         return f < 0.0f ? 0u : (uint32_t)truncf(f);
     case KF_SCALAR_BOOL:
-        return kf__is_float(from) ? f != 0.0f : a != 0;
+        return is_float(from) ? f != 0.0f : a != 0;
     default:
         return 0;
     }
@@ -444,6 +487,27 @@ static void write_elem(uint8_t *p, kf_type t, const uint32_t *in) {
     }
 }
 
+/* Folds an access (memory `ref`, storage or workgroup, and index i) into the run's hash. */
+static void note(interp *ip, uint32_t ref, bool shared, int64_t i) {
+    uint64_t v = (uint64_t)i * 0x9e3779b97f4a7c15ull + ref * 2u + shared;
+    ip->address_hash = (ip->address_hash ^ v) * 1099511628211ull;
+}
+
+/* Is the access at `at` (a node or statement of `verdicts`) one the emitter guards? Then its
+ * being out of bounds is what the guard is for: counted, not an error. */
+static bool guarded(interp *ip, const uint8_t *verdicts, uint32_t at) {
+    if (verdicts && verdicts[at] == KF__ACCESS_GUARDED) {
+        ip->guards_fired++;
+        return true;
+    }
+    return false;
+}
+
+/* What a failing access means on the GPU, when the check knows the proof. */
+static const char *unguarded(const interp *ip) {
+    return ip->node_verdict ? "; the proof found it in bounds, so the GPU runs it unguarded" : "";
+}
+
 static bool do_load(interp *ip, uint32_t id, uint32_t lane) {
     const kf__ir_node *n = &ip->w->nodes[id];
     const kf__binding *b = &ip->w->bindings[n->ref];
@@ -464,21 +528,31 @@ static bool do_load(interp *ip, uint32_t id, uint32_t lane) {
         }
         int64_t i;
         index_of(ip, n->args[0], lane, &i);
+        note(ip, n->ref, false, i);
+        if ((i < 0 || i >= (int64_t)b->type.count) && b->type.count &&
+            guarded(ip, ip->node_verdict, id)) {
+            i = (int64_t)b->type.count - 1;
+        }
         if (i < 0 || i >= (int64_t)b->type.count) {
             return fail(ip, KF_ERROR_INVALID_ARGUMENT,
-                        "load from uniform '%s' at index %lld is out of bounds (%s)", buf->name,
-                        (long long)i, kf_type_str(b->type, ts, sizeof ts));
+                        "load from uniform '%s' at index %lld is out of bounds (%s)%s", buf->name,
+                        (long long)i, kf_type_str(b->type, ts, sizeof ts), unguarded(ip));
         }
         read_elem(buf->data + (size_t)i * kf__type_stride(b->type), kf__type_elem(b->type), out);
         return true;
     }
     int64_t i;
     index_of(ip, n->args[0], lane, &i);
+    note(ip, n->ref, false, i);
+    if ((i < 0 || (uint64_t)i >= buf->length) && buf->length && guarded(ip, ip->node_verdict, id)) {
+        i = (int64_t)buf->length - 1;
+    }
     if (i < 0 || (uint64_t)i >= buf->length) {
         return fail(ip, KF_ERROR_INVALID_ARGUMENT,
-                    "load from '%s' at index %lld is out of bounds (it holds %llu elements of %s)",
+                    "load from '%s' at index %lld is out of bounds (it holds %llu elements of "
+                    "%s)%s",
                     buf->name, (long long)i, (unsigned long long)buf->length,
-                    kf_type_str(b->type, ts, sizeof ts));
+                    kf_type_str(b->type, ts, sizeof ts), unguarded(ip));
     }
     read_elem(buf->data + (size_t)i * buf->stride, b->type, out);
     return true;
@@ -539,6 +613,10 @@ static bool do_subgroup(interp *ip, uint32_t id, const uint8_t *m) {
 static bool compute(interp *ip, uint32_t id, const uint8_t *m) {
     const kf_kernel *w = ip->w;
     const kf__ir_node *n = &w->nodes[id];
+    if (ip->address_nodes && !ip->address_nodes[id] && n->kind != KF__NODE_LOAD &&
+        n->kind != KF__NODE_SHARED_LOAD && n->kind != KF__NODE_SUBGROUP) {
+        return true; /* no address depends on it, and a load in it ran at the load's let */
+    }
     for (uint32_t i = 0; i < n->nargs; i++) {
         if (!eval(ip, n->args[i], m)) {
             return false;
@@ -682,11 +760,16 @@ static bool compute(interp *ip, uint32_t id, const uint8_t *m) {
         FOR_LANES(ip, m, l) {
             int64_t i;
             index_of(ip, n->args[0], l, &i);
+            note(ip, n->ref, true, i);
+            if ((i < 0 || i >= (int64_t)sh->count) && sh->count &&
+                guarded(ip, ip->node_verdict, id)) {
+                i = (int64_t)sh->count - 1;
+            }
             if (i < 0 || i >= (int64_t)sh->count) {
                 return fail(ip, KF_ERROR_INVALID_ARGUMENT,
                             "load from workgroup array '%s' at index %lld is out of bounds (%u "
-                            "elements)",
-                            kf__str(w, sh->name), (long long)i, (unsigned)sh->count);
+                            "elements)%s",
+                            kf__str(w, sh->name), (long long)i, (unsigned)sh->count, unguarded(ip));
             }
             memcpy(V(ip, id, l), ip->shared + ip->shared_slot[n->ref] + (size_t)i * ew,
                    ew * sizeof(uint32_t));
@@ -732,39 +815,52 @@ static bool store(interp *ip, const kf__stmt *s, const uint8_t *m) {
         return false;
     }
     char ts[48];
+    uint32_t sid = (uint32_t)(s - w->stmts);
     FOR_LANES(ip, m, l) {
         int64_t i;
         index_of(ip, s->a, l, &i);
+        note(ip, s->ref, s->kind == KF__STMT_SHARED_STORE, i);
         const uint32_t *v = V(ip, s->b, l);
         if (s->kind == KF__STMT_STORE) {
             const kf__binding *b = &w->bindings[s->ref];
             ibuf *buf = &ip->bufs[s->ref];
             if (i < 0 || (uint64_t)i >= buf->length) {
+                if (guarded(ip, ip->stmt_verdict, sid)) {
+                    continue;
+                }
                 return fail(ip, KF_ERROR_INVALID_ARGUMENT,
                             "store to '%s' at index %lld is out of bounds (it holds %llu elements "
-                            "of %s)",
+                            "of %s)%s",
                             buf->name, (long long)i, (unsigned long long)buf->length,
-                            kf_type_str(b->type, ts, sizeof ts));
+                            kf_type_str(b->type, ts, sizeof ts), unguarded(ip));
             }
             write_elem(buf->data + (size_t)i * buf->stride, b->type, v);
         } else {
             const kf__shared *sh = &w->shareds[s->ref];
             uint32_t ew = kf__type_words(sh->elem);
+            int64_t lane = 0;
+            if (s->c) {
+                index_of(ip, s->c, l, &lane);
+            }
+            bool out = i < 0 || i >= (int64_t)sh->count ||
+                       (s->c && (lane < 0 || lane >= (int64_t)sh->elem.lanes));
+            if (out && guarded(ip, ip->stmt_verdict, sid)) {
+                continue;
+            }
             if (i < 0 || i >= (int64_t)sh->count) {
                 return fail(ip, KF_ERROR_INVALID_ARGUMENT,
                             "store to workgroup array '%s' at index %lld is out of bounds (%u "
-                            "elements)",
-                            kf__str(w, sh->name), (long long)i, (unsigned)sh->count);
+                            "elements)%s",
+                            kf__str(w, sh->name), (long long)i, (unsigned)sh->count, unguarded(ip));
             }
             uint32_t *dst = ip->shared + ip->shared_slot[s->ref] + (size_t)i * ew;
             if (s->c) { /* one lane of a vector element */
-                int64_t lane;
-                index_of(ip, s->c, l, &lane);
                 if (lane < 0 || lane >= (int64_t)sh->elem.lanes) {
                     return fail(ip, KF_ERROR_INVALID_ARGUMENT,
                                 "store to lane %lld of workgroup array '%s' (its elements have %u "
-                                "lanes)",
-                                (long long)lane, kf__str(w, sh->name), (unsigned)sh->elem.lanes);
+                                "lanes)%s",
+                                (long long)lane, kf__str(w, sh->name), (unsigned)sh->elem.lanes,
+                                unguarded(ip));
                 }
                 uint32_t lw = ew / sh->elem.lanes;
                 memcpy(dst + (size_t)lane * lw, v, lw * sizeof(uint32_t));
@@ -799,7 +895,7 @@ static void settle_loop(interp *ip, uint8_t *loop_mask) {
 
 static bool exec_loop(interp *ip, const kf__stmt *s, const uint8_t *m) {
     const kf_kernel *w = ip->w;
-    uint8_t *lm = malloc(ip->lanes);
+    uint8_t *lm = mask_push(ip);
     if (!lm) {
         return fail(ip, KF_ERROR_OUT_OF_MEMORY, "out of memory");
     }
@@ -841,7 +937,7 @@ static bool exec_loop(interp *ip, const kf__stmt *s, const uint8_t *m) {
             }
         }
     }
-    free(lm);
+    mask_pop(ip, lm);
     return ok;
 }
 
@@ -911,17 +1007,26 @@ static bool sgmat_access(interp *ip, const kf__stmt *s, const uint8_t *m) {
             continue;
         }
         uint64_t offset = V(ip, s->a, g * ip->sg)[0], stride = V(ip, s->b, g * ip->sg)[0];
+        note(ip, s->d, !storage, (int64_t)offset);
+        note(ip, s->d, !storage, (int64_t)stride);
         uint32_t *mat = sgmat_at(ip, s->ref, g);
+        bool col = s->flags & KF__SGMAT_COL_MAJOR;
+        uint64_t span = (uint64_t)((col ? v->cols : v->rows) - 1) * stride +
+                        (col ? v->rows : v->cols); /* elements from the offset to the last */
+        if (offset + span > length && guarded(ip, ip->stmt_verdict, (uint32_t)(s - w->stmts))) {
+            continue; /* the emitted guard skips the whole move */
+        }
         for (uint32_t r = 0; ok && r < v->rows; r++) {
             for (uint32_t c = 0; c < v->cols; c++) {
                 uint64_t i =
                     offset + (s->flags & KF__SGMAT_COL_MAJOR ? c * stride + r : r * stride + c);
                 if (i >= length) {
-                    ok = fail(ip, KF_ERROR_INVALID_ARGUMENT,
-                              "%s of '%s': element (%u, %u) at index %llu of '%s' is out of "
-                              "bounds (it holds %llu elements)",
-                              what, kf__str(w, v->name), (unsigned)r, (unsigned)c,
-                              (unsigned long long)i, mem, (unsigned long long)length);
+                    ok =
+                        fail(ip, KF_ERROR_INVALID_ARGUMENT,
+                             "%s of '%s': element (%u, %u) at index %llu of '%s' is out of "
+                             "bounds (it holds %llu elements)%s",
+                             what, kf__str(w, v->name), (unsigned)r, (unsigned)c,
+                             (unsigned long long)i, mem, (unsigned long long)length, unguarded(ip));
                     break;
                 }
                 uint32_t *e = mat + r * v->cols + c;
@@ -956,6 +1061,10 @@ static bool sgmat_mma(interp *ip, const kf__stmt *s, const uint8_t *m) {
         return fail(ip, KF_ERROR_OUT_OF_MEMORY, "out of memory");
     }
     bool ok = sgmat_groups(ip, m, "subgroupMatrixMultiplyAccumulate", NULL, 0, run);
+    if (ip->address_nodes) {
+        free(run);
+        return ok; /* its values are no address's */
+    }
     const kf__var *a = &w->vars[s->ref], *l = &w->vars[s->d];
     kf_scalar as = a->type.scalar, ls = l->type.scalar;
     for (uint32_t g = 0; ok && g * ip->sg < ip->lanes; g++) {
@@ -967,11 +1076,11 @@ static bool sgmat_mma(interp *ip, const kf__stmt *s, const uint8_t *m) {
         for (uint32_t r = 0; r < a->rows; r++) {
             for (uint32_t c = 0; c < a->cols; c++) {
                 uint32_t *e = acc + r * a->cols + c;
-                if (kf__is_float(as)) {
+                if (is_float(as)) {
                     double sum = fw(*e);
                     for (uint32_t q = 0; q < l->cols; q++) {
                         uint32_t x = lm[r * l->cols + q], y = rm[q * a->cols + c];
-                        sum += kf__is_float(ls)      ? (double)fw(x) * fw(y)
+                        sum += is_float(ls)          ? (double)fw(x) * fw(y)
                                : ls == KF_SCALAR_I32 ? (double)(int32_t)x * (int32_t)y
                                                      : (double)x * y;
                     }
@@ -980,8 +1089,8 @@ static bool sgmat_mma(interp *ip, const kf__stmt *s, const uint8_t *m) {
                     uint32_t sum = *e;
                     for (uint32_t q = 0; q < l->cols; q++) {
                         uint32_t x = lm[r * l->cols + q], y = rm[q * a->cols + c];
-                        sum += kf__is_float(ls) ? convert1(as, KF_SCALAR_F32, wf32(fw(x) * fw(y)))
-                                                : x * y;
+                        sum +=
+                            is_float(ls) ? convert1(as, KF_SCALAR_F32, wf32(fw(x) * fw(y))) : x * y;
                     }
                     *e = sum;
                 }
@@ -1043,7 +1152,7 @@ static bool exec_stmt(interp *ip, uint32_t sid, const uint8_t *m) {
         if (!eval(ip, s->a, m)) {
             return false;
         }
-        uint8_t *branch = malloc(ip->lanes);
+        uint8_t *branch = mask_push(ip);
         if (!branch) {
             return fail(ip, KF_ERROR_OUT_OF_MEMORY, "out of memory");
         }
@@ -1057,7 +1166,7 @@ static bool exec_stmt(interp *ip, uint32_t sid, const uint8_t *m) {
             }
             ok = exec_block(ip, s->else_body, branch);
         }
-        free(branch);
+        mask_pop(ip, branch);
         return ok;
     }
     case KF__STMT_FOR:
@@ -1095,23 +1204,24 @@ static bool exec_stmt(interp *ip, uint32_t sid, const uint8_t *m) {
 }
 
 static bool exec_block(interp *ip, uint32_t block, const uint8_t *mask) {
-    uint8_t *eff = malloc(ip->lanes);
+    uint8_t *eff = mask_push(ip);
     if (!eff) {
         return fail(ip, KF_ERROR_OUT_OF_MEMORY, "out of memory");
     }
     bool ok = true;
     for (uint32_t s = ip->w->blocks[block].first; s && ok; s = ip->w->stmts[s].next) {
-        bool any = false;
+        uint32_t active = 0;
         for (uint32_t l = 0; l < ip->lanes; l++) {
             eff[l] = mask[l] && ip->state[l] == LANE_RUN;
-            any = any || eff[l];
+            active += eff[l];
         }
-        if (!any) {
+        if (!active) {
             break;
         }
+        ip->work += active;
         ok = exec_stmt(ip, s, eff);
     }
-    free(eff);
+    mask_pop(ip, eff);
     return ok;
 }
 
@@ -1219,7 +1329,7 @@ static kf_status setup(interp *ip, const kf_interp_desc *desc) {
         elements = ip->bufs[in].length;
     }
     uint32_t eo = kf__override_find(w, "kf_elements");
-    if (eo && !set[eo]) {
+    if (eo && !set[eo] && !ip->faithful) {
         if (elements > UINT32_MAX) {
             free(set);
             return kf__run_fail(k, KF_ERROR_LIMIT,
@@ -1276,10 +1386,27 @@ static kf_status setup(interp *ip, const kf_interp_desc *desc) {
     if (!ip->slot || !ip->var_slot || !ip->shared_slot || !ip->state) {
         return KF_ERROR_OUT_OF_MEMORY;
     }
+    ip->words = calloc(w->node_count, sizeof *ip->words);
+    uint32_t depth = 0;
+    for (uint32_t b = 1; b < w->block_count; b++) {
+        uint32_t d = 0;
+        for (uint32_t up = b; w->blocks[up].parent && d < w->block_count;
+             up = w->blocks[up].parent) {
+            d++;
+        }
+        depth = d > depth ? d : depth;
+    }
+    /* a block's mask and a branch's or loop's, per level of nesting */
+    ip->mask_cap = ((size_t)depth + 2) * 3 * ip->lanes;
+    ip->masks = malloc(ip->mask_cap);
+    if (!ip->words || !ip->masks) {
+        return KF_ERROR_OUT_OF_MEMORY;
+    }
     size_t total = 0;
     for (uint32_t i = 1; i < w->node_count; i++) {
         ip->slot[i] = total;
-        total += (size_t)kf__type_words(w->nodes[i].type) * ip->lanes;
+        ip->words[i] = kf__type_words(w->nodes[i].type);
+        total += (size_t)ip->words[i] * ip->lanes;
     }
     ip->vals = calloc(total ? total : 1, sizeof *ip->vals);
     total = 0;
@@ -1303,6 +1430,32 @@ static kf_status setup(interp *ip, const kf_interp_desc *desc) {
         return KF_ERROR_OUT_OF_MEMORY;
     }
     return KF_OK;
+}
+
+/* Runs workgroup (x, y, z) with every invocation active. */
+static void run_workgroup(interp *ip, const uint8_t *all, uint32_t x, uint32_t y, uint32_t z) {
+    ip->wid[0] = x;
+    ip->wid[1] = y;
+    ip->wid[2] = z;
+    memset(ip->state, LANE_RUN, ip->lanes);
+    memset(ip->shared, 0, ip->shared_words * sizeof *ip->shared);
+    ip->mask_top = 0;
+    exec_block(ip, 1, all);
+}
+
+/* Frees what setup allocated (not the prepared kernel). */
+static void interp_free(interp *ip) {
+    free(ip->bufs);
+    free(ip->override_bits);
+    free(ip->slot);
+    free(ip->vals);
+    free(ip->var_slot);
+    free(ip->vars);
+    free(ip->shared_slot);
+    free(ip->shared);
+    free(ip->state);
+    free(ip->words);
+    free(ip->masks);
 }
 
 kf_status kf_kernel_interpret(kf_kernel *k, const kf_interp_desc *desc) {
@@ -1344,28 +1497,345 @@ kf_status kf_kernel_interpret(kf_kernel *k, const kf_interp_desc *desc) {
         for (uint32_t z = 0; z < ip.nwg[2] && ip.st == KF_OK; z++) {
             for (uint32_t y = 0; y < ip.nwg[1] && ip.st == KF_OK; y++) {
                 for (uint32_t x = 0; x < ip.nwg[0] && ip.st == KF_OK; x++) {
-                    ip.wid[0] = x;
-                    ip.wid[1] = y;
-                    ip.wid[2] = z;
-                    memset(ip.state, LANE_RUN, ip.lanes);
-                    memset(ip.shared, 0, ip.shared_words * sizeof *ip.shared);
-                    exec_block(&ip, 1, all);
+                    run_workgroup(&ip, all, x, y, z);
                 }
             }
         }
         st = ip.st;
     }
     free(all);
-    free(ip.bufs);
-    free(ip.override_bits);
-    free(ip.slot);
-    free(ip.vals);
-    free(ip.var_slot);
-    free(ip.vars);
-    free(ip.shared_slot);
-    free(ip.shared);
-    free(ip.state);
+    interp_free(&ip);
     kf_kernel_destroy(w);
+    return st;
+}
+
+/* ======================================================================================== */
+/* the bounds check of a dispatch (KF_CHECK_BOUNDS)                                         */
+/* ======================================================================================== */
+
+struct kf__checker {
+    kf_kernel *user;        /* a copy of the dispatched kernel: its name, lengths and messages */
+    kf_kernel *prepared;    /* its runnable form, made once */
+    kf__bounds *proof;      /* what the emitter proved of it (which accesses the GPU guards) */
+    uint8_t *address_nodes; /* per node: an address depends on it (NULL when needs_data) */
+    bool compute_all;       /* kf__checker_compute_all: address_nodes unused */
+    bool needs_data;        /* an index, subgroup lane or condition depends on a storage load */
+    uint64_t *seen;         /* launches already checked, by signature (data-independent kernels) */
+    uint32_t seen_count, seen_cap;
+};
+
+typedef struct slicer {
+    const kf_kernel *w;
+    uint8_t *node, *var, *shared;
+    uint32_t *stack;
+    uint32_t depth;
+    bool data;
+} slicer;
+
+static void slice_mark(slicer *sl, uint32_t n) {
+    if (n && !sl->node[n]) {
+        sl->node[n] = 1;
+        sl->stack[sl->depth++] = n;
+    }
+}
+
+/* The value of variable v (or the contents of workgroup array a) feeds an address: so does
+ * everything assigned to (stored into) it. */
+static void slice_writers(slicer *sl, uint32_t v, uint32_t a) {
+    const kf_kernel *w = sl->w;
+    for (uint32_t i = 1; i < w->stmt_count; i++) {
+        const kf__stmt *s = &w->stmts[i];
+        if (v && (s->kind == KF__STMT_ASSIGN || s->kind == KF__STMT_VAR) && s->ref == v) {
+            slice_mark(sl, s->a);
+        } else if (a && s->kind == KF__STMT_SHARED_STORE && s->ref == a) {
+            slice_mark(sl, s->b);
+        } else if (a && s->kind == KF__STMT_SGMAT_STORE && !(s->flags & KF__SGMAT_STORAGE) &&
+                   s->d == a) {
+            sl->data = true; /* a subgroup matrix's values (from loads) reach the array */
+        }
+    }
+}
+
+/* Does any index, subgroup lane or branch condition of prepared kernel w depend on a value
+ * loaded from storage (through arithmetic, variables and workgroup arrays)? If not, the
+ * addresses a launch touches are set by its grid, constants, uniforms and buffer sizes alone,
+ * so the check may run on zeros, compute only what addresses depend on (*address_nodes, per
+ * node), and skip a repeat of a checked launch. True (conservatively) when out of memory. */
+static bool addresses_need_data(const kf_kernel *w, uint8_t **address_nodes) {
+    *address_nodes = NULL;
+    slicer sl = {w,
+                 calloc(w->node_count + 1, 1),
+                 calloc(w->var_count + 1, 1),
+                 calloc(w->shared_count + 1, 1),
+                 calloc(w->node_count + 1, sizeof(uint32_t)),
+                 0,
+                 false};
+    if (!sl.node || !sl.var || !sl.shared || !sl.stack) {
+        sl.data = true;
+        goto done;
+    }
+    for (uint32_t i = 1; i < w->node_count; i++) {
+        const kf__ir_node *n = &w->nodes[i];
+        if ((n->kind == KF__NODE_LOAD || n->kind == KF__NODE_SHARED_LOAD) && n->nargs) {
+            slice_mark(&sl, n->args[0]);
+        } else if (n->kind == KF__NODE_SUBGROUP && n->nargs > 1) {
+            slice_mark(&sl, n->args[1]);
+        }
+    }
+    for (uint32_t i = 1; i < w->stmt_count; i++) {
+        const kf__stmt *s = &w->stmts[i];
+        switch ((kf__stmt_kind)s->kind) {
+        case KF__STMT_STORE:
+        case KF__STMT_SHARED_STORE:
+        case KF__STMT_FOR:
+        case KF__STMT_SGMAT_LOAD:
+        case KF__STMT_SGMAT_STORE:
+            slice_mark(&sl, s->a);
+            slice_mark(&sl, s->c);
+            if (s->kind != KF__STMT_STORE && s->kind != KF__STMT_SHARED_STORE) {
+                slice_mark(&sl, s->b);
+            }
+            break;
+        case KF__STMT_IF:
+        case KF__STMT_BREAK_UNLESS:
+            slice_mark(&sl, s->a);
+            break;
+        default:
+            break;
+        }
+    }
+    while (sl.depth && !sl.data) {
+        const kf__ir_node *n = &w->nodes[sl.stack[--sl.depth]];
+        for (uint32_t i = 0; i < n->nargs; i++) {
+            slice_mark(&sl, n->args[i]);
+        }
+        if (n->kind == KF__NODE_LOAD && w->bindings[n->ref].kind != KF_BINDING_UNIFORM) {
+            sl.data = true;
+        } else if (n->kind == KF__NODE_READ && !sl.var[n->ref]) {
+            sl.var[n->ref] = 1;
+            slice_writers(&sl, n->ref, 0);
+        } else if (n->kind == KF__NODE_SHARED_LOAD && !sl.shared[n->ref]) {
+            sl.shared[n->ref] = 1;
+            slice_writers(&sl, 0, n->ref);
+        }
+    }
+done:
+    if (!sl.data) {
+        *address_nodes = sl.node;
+        sl.node = NULL;
+    }
+    free(sl.node);
+    free(sl.var);
+    free(sl.shared);
+    free(sl.stack);
+    return sl.data;
+}
+
+kf__checker *kf__checker_new(const kf_kernel *k, const uint64_t *lengths, const uint32_t grid[3]) {
+    if (!k || k->status != KF_OK) {
+        return NULL;
+    }
+    kf__checker *c = calloc(1, sizeof *c);
+    if (!c) {
+        return NULL;
+    }
+    c->user = kf_kernel_clone(k);
+    c->prepared = c->user ? kf__kernel_proved(c->user, lengths, grid, &c->proof) : NULL;
+    if (!c->prepared || c->prepared->status != KF_OK) {
+        kf__checker_free(c);
+        return NULL;
+    }
+    c->needs_data = addresses_need_data(c->prepared, &c->address_nodes);
+    return c;
+}
+
+void kf__checker_free(kf__checker *c) {
+    if (c) {
+        kf_kernel_destroy(c->prepared);
+        kf__bounds_free(c->proof);
+        free(c->address_nodes);
+        kf_kernel_destroy(c->user);
+        free(c->seen);
+        free(c);
+    }
+}
+
+void kf__checker_compute_all(kf__checker *c, bool all) {
+    c->compute_all = all;
+    c->seen_count = 0;
+}
+
+bool kf__checker_needs_data(const kf__checker *c) {
+    return c->needs_data;
+}
+
+const char *kf__checker_kernel_name(const kf__checker *c) {
+    return kf_kernel_name(c->user);
+}
+
+const char *kf__checker_message(const kf__checker *c) {
+    /* the interpreter's message without its "kernel 'name': kf_kernel_interpret: " (the check
+     * names the kernel itself) */
+    const char *m = c->user->run_error;
+    char head[KF__KERNEL_ERROR_SIZE];
+    snprintf(head, sizeof head, "kernel '%s': ", c->user->name ? c->user->name : "kernel");
+    if (!strncmp(m, head, strlen(head))) {
+        m += strlen(head);
+    }
+    const char *prefix = "kf_kernel_interpret: ";
+    return strncmp(m, prefix, strlen(prefix)) ? m : m + strlen(prefix);
+}
+
+static uint64_t mix(uint64_t h, const void *p, size_t n) {
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++) {
+        h = (h ^ b[i]) * 1099511628211ull;
+    }
+    return h;
+}
+
+/* What decides a data-independent launch's addresses: grid, subgroup size, constants, buffer
+ * sizes and uniform contents. */
+static uint64_t launch_signature(const kf_kernel *w, const kf_interp_desc *d) {
+    uint64_t h = mix(1469598103934665603ull, d->groups, sizeof d->groups);
+    h = mix(h, &d->subgroup_size, sizeof d->subgroup_size);
+    for (uint32_t i = 0; i < d->constant_count; i++) {
+        const char *nm = d->constants[i].name ? d->constants[i].name : "";
+        h = mix(h, nm, strlen(nm) + 1);
+        h = mix(h, &d->constants[i].value, sizeof d->constants[i].value);
+    }
+    for (uint32_t i = 0; i < d->buffer_count; i++) {
+        h = mix(h, &d->buffers[i].size, sizeof d->buffers[i].size);
+        if (i + 1 < w->binding_count && w->bindings[i + 1].kind == KF_BINDING_UNIFORM &&
+            d->buffers[i].data) {
+            h = mix(h, d->buffers[i].data, (size_t)d->buffers[i].size);
+        }
+    }
+    return h;
+}
+
+static uint64_t gcd64(uint64_t a, uint64_t b) {
+    while (b) {
+        uint64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* Workgroup `linear` (x fastest) of grid g. */
+static void unlinear(const uint32_t g[3], uint64_t linear, uint32_t out[3]) {
+    out[0] = (uint32_t)(linear % g[0]);
+    out[1] = (uint32_t)(linear / g[0] % g[1]);
+    out[2] = (uint32_t)(linear / ((uint64_t)g[0] * g[1]));
+}
+
+kf_status kf__checker_run(kf__checker *c, const kf_interp_desc *desc, uint64_t budget,
+                          kf__check_result *res) {
+    memset(res, 0, sizeof *res);
+    kf_kernel *k = c->user;
+    k->run_error[0] = '\0';
+    uint64_t sig = c->needs_data ? 0 : launch_signature(c->prepared, desc);
+    for (uint32_t i = 0; i < c->seen_count; i++) {
+        if (c->seen[i] == sig) {
+            res->repeat = true;
+            return KF_OK;
+        }
+    }
+    interp ip;
+    memset(&ip, 0, sizeof ip);
+    ip.w = c->prepared;
+    ip.user = k;
+    ip.faithful = true;
+    ip.node_verdict = c->proof->node_verdict;
+    ip.stmt_verdict = c->proof->stmt_verdict;
+    ip.address_nodes = c->compute_all ? NULL : c->address_nodes;
+    kf_status st = setup(&ip, desc);
+    uint8_t *all = st == KF_OK ? malloc(ip.lanes) : NULL;
+    if (st == KF_OK && !all) {
+        st = KF_ERROR_OUT_OF_MEMORY;
+    }
+    if (st == KF_OK) {
+        memset(all, 1, ip.lanes);
+        const uint32_t *g = ip.nwg;
+        uint64_t total = (uint64_t)g[0] * g[1] * g[2];
+        res->workgroups = total;
+        /* The first and the last workgroup always; then, while the budget of work lasts, the
+         * other workgroups at the grid's edges (each dimension's first and last, every
+         * combination) and the last but one in linear order, where ragged tiles and a folded
+         * grid's spare workgroups are; then all the others, spread over the grid by a stride
+         * coprime with its size. */
+        uint64_t edge[11];
+        uint32_t ne = 0;
+        edge[ne++] = 0;
+        edge[ne++] = total - 1;
+        for (uint32_t corner = 1; corner < 8; corner++) {
+            uint32_t at[3];
+            for (int d = 0; d < 3; d++) {
+                at[d] = corner >> d & 1u ? g[d] - 1 : 0;
+            }
+            edge[ne++] = at[0] + (uint64_t)g[0] * (at[1] + (uint64_t)g[1] * at[2]);
+        }
+        edge[ne++] = total > 1 ? total - 2 : 0;
+        uint32_t first_edges = 0;
+        for (uint32_t i = 0; i < ne; i++) {
+            bool dup = false;
+            for (uint32_t j = 0; j < first_edges; j++) {
+                dup = dup || edge[j] == edge[i];
+            }
+            if (!dup) {
+                edge[first_edges++] = edge[i];
+            }
+        }
+        for (uint32_t i = 0;
+             i < first_edges && ip.st == KF_OK && (i < 2 || !budget || ip.work < budget); i++) {
+            uint32_t at[3];
+            unlinear(g, edge[i], at);
+            run_workgroup(&ip, all, at[0], at[1], at[2]);
+            res->checked++;
+        }
+        uint64_t stride = total > 2 ? (uint64_t)((double)total * 0.6180339887) | 1u : 1u;
+        while (gcd64(stride, total) != 1) {
+            stride++;
+        }
+        uint64_t linear = 0;
+        for (uint64_t j = 0; j < total && ip.st == KF_OK && (!budget || ip.work < budget); j++) {
+            bool dup = false;
+            for (uint32_t e = 0; e < first_edges; e++) {
+                dup = dup || edge[e] == linear;
+            }
+            if (!dup) {
+                uint32_t at[3];
+                unlinear(g, linear, at);
+                run_workgroup(&ip, all, at[0], at[1], at[2]);
+                res->checked++;
+            }
+            linear = (linear + stride) % total;
+        }
+        st = ip.st;
+    }
+    res->work = ip.work;
+    res->guards_fired = ip.guards_fired;
+    res->address_hash = ip.address_hash;
+    free(all);
+    interp_free(&ip);
+    if (st == KF_ERROR_OUT_OF_MEMORY && !k->run_error[0]) {
+        kf__run_fail(k, st, "out of memory");
+    }
+    /* a repeat would check the same accesses again (the same sample, too) */
+    if (st == KF_OK && !c->needs_data) {
+        if (c->seen_count == c->seen_cap) {
+            uint32_t cap = c->seen_cap ? 2 * c->seen_cap : 8;
+            uint64_t *grown = realloc(c->seen, cap * sizeof *grown);
+            if (grown) {
+                c->seen = grown;
+                c->seen_cap = cap;
+            }
+        }
+        if (c->seen_count < c->seen_cap) {
+            c->seen[c->seen_count++] = sig;
+        }
+    }
     return st;
 }
 

@@ -94,6 +94,47 @@ kf__folder *kf__folder_new(const kf_kernel *w);
 bool kf__folder_eval(kf__folder *f, uint32_t id, uint32_t *out);
 void kf__folder_free(kf__folder *f);
 
+/* ---- interp.c: the bounds check of a dispatch (KF_CHECK_BOUNDS, docs/runtime.md) ---- */
+typedef struct kf__checker kf__checker;
+typedef struct kf__check_result {
+    uint64_t workgroups;   /* of the dispatch */
+    uint64_t checked;      /* of them, run through the interpreter */
+    uint64_t work;         /* statements run x invocations running them */
+    uint64_t guards_fired; /* out-of-bounds accesses the emitted guards clamp or skip */
+    uint64_t address_hash; /* of every access's memory and index, in order */
+    bool repeat;           /* a data-independent launch checked before: not run again */
+} kf__check_result;
+/* A checker for the dispatches of kernel k (copied: k may die first) whose WGSL was emitted for
+ * these lengths and grid (as kf__kernel_wgsl_for takes them), so it knows which accesses the
+ * GPU guards; NULL when k has an error or memory runs out. */
+kf__checker *kf__checker_new(const kf_kernel *k, const uint64_t *lengths, const uint32_t grid[3]);
+void kf__checker_free(kf__checker *c);
+/* Does any index, subgroup lane or condition depend on data loaded from storage? If not, the
+ * check may run on buffers of zeros (only sizes and uniforms matter). */
+bool kf__checker_needs_data(const kf__checker *c);
+/* For tests: compute every value (true) or only what addresses depend on (false, the default
+ * for a kernel whose addresses do not depend on data); forgets the launches already checked. */
+void kf__checker_compute_all(kf__checker *c, bool all);
+const char *kf__checker_kernel_name(const kf__checker *c);
+/* What the last failed kf__checker_run found ("store to 'out' at index 96 is out of bounds (it
+ * holds 96 elements of f32) (workgroup 1,0,0)"). */
+const char *kf__checker_message(const kf__checker *c);
+/* Interprets one dispatch (desc->groups as the GPU runs it, the pipeline's constants exactly:
+ * an override with none takes its default) on host copies of its buffers, failing on any
+ * out-of-bounds access. Runs the grid's first and last workgroups, then its other edge ones,
+ * then the others spread over the grid, until `budget` work (0: no limit) is spent; res says
+ * how many ran. */
+kf_status kf__checker_run(kf__checker *c, const kf_interp_desc *desc, uint64_t budget,
+                          kf__check_result *res);
+
+/* ---- check.c: the pipelines of IR kernels get the bounds check ---- */
+/* Pipeline p runs the WGSL of kernel k emitted for `lengths` and `grid` (as kf__kernel_wgsl_for
+ * takes them): when p's context checks bounds, its dispatches are interpreted first (a copy of k
+ * is kept). A no-op otherwise, when p already has a check, or when the context has a kernel
+ * transform (mutation testing: its pipelines run mutants). */
+void kf__pipeline_attach_kernel(kf_pipeline *p, const kf_kernel *k, const uint64_t *lengths,
+                                const uint32_t grid[3]);
+
 /* ---- erf.c: the one erf approximation, as the WGSL helper computes it ---- */
 float kf__erf_f32(float x);
 
@@ -117,6 +158,11 @@ void kf__bounds_free(kf__bounds *b);
  * declared ones) and grid (NULL: the recorded one), cached on k by what it was proved for.
  * Sets k's error and returns NULL on failure. The result is owned by k. */
 const char *kf__kernel_wgsl_for(kf_kernel *k, const uint64_t *lengths, const uint32_t grid[3]);
+/* k's prepared form and its proof, exactly as kf__kernel_wgsl_for(k, lengths, grid) emits it
+ * (the bounds check runs it, so it knows which accesses the GPU guards); NULL (and *proof NULL)
+ * on failure. The caller frees both. */
+kf_kernel *kf__kernel_proved(kf_kernel *k, const uint64_t *lengths, const uint32_t grid[3],
+                             kf__bounds **proof);
 /* The length declared for binding `index` (binding order) with kf_kernel_set_binding_length;
  * 0: none. */
 uint64_t kf__kernel_binding_length(const kf_kernel *k, uint32_t index);

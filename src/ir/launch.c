@@ -2,6 +2,7 @@
  * compile (cached by the context), work out the grid and constants, dispatch. */
 #include "ir/ir_internal.h"
 #include "ir/mutate.h"
+#include "runtime/runtime.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -177,10 +178,8 @@ kf_status kf_kernel_dispatch(kf_context *ctx, kf_kernel *k, const kf_kernel_laun
         strcpy(mutant_wgsl, mutant_text);
     }
     bool mutant_failed = mutant && !mutant_wgsl;
+    bool mutated = mutant != NULL;
     kf_kernel_destroy(mutant);
-    if (lens != lens_small) {
-        free(lens);
-    }
     pd.wgsl = mutant_wgsl ? mutant_wgsl : wgsl;
     pd.entry_point = "main";
     pd.constants = constants;
@@ -189,6 +188,13 @@ kf_status kf_kernel_dispatch(kf_context *ctx, kf_kernel *k, const kf_kernel_laun
     pd.binding_count = nb;
     kf_pipeline *pipe = NULL;
     kf_status st = mutant_failed ? KF_ERROR_INTERNAL : kf_pipeline_get(ctx, &pd, &pipe);
+    if (st == KF_OK && !mutated) {
+        /* a mutant is run unchecked (src/ir/mutate.h) */
+        kf__pipeline_attach_kernel(pipe, k, lens, groups);
+    }
+    if (lens != lens_small) {
+        free(lens);
+    }
     kf_free(mutant_wgsl);
     if (kp != kinds) {
         free(kp);

@@ -115,6 +115,25 @@ const char *kf__kernel_wgsl_for(kf_kernel *k, const uint64_t *lengths, const uin
     return k->wgsl;
 }
 
+kf_kernel *kf__kernel_proved(kf_kernel *k, const uint64_t *lengths, const uint32_t grid[3],
+                             kf__bounds **proof) {
+    *proof = NULL;
+    if (!k || k->status != KF_OK) {
+        return NULL;
+    }
+    bool zero = !grid || (!grid[0] && !grid[1] && !grid[2]);
+    uint32_t n = 0;
+    uint64_t *len = lengths_for(k, lengths, &n);
+    kf_kernel *w = len ? prepared(k) : NULL;
+    *proof = w ? prove(w, len, zero ? NULL : grid, false) : NULL;
+    free(len);
+    if (!*proof) {
+        kf_kernel_destroy(w);
+        return NULL;
+    }
+    return w;
+}
+
 char *kf_kernel_emit_wgsl(kf_kernel *k) {
     const char *text = kf__kernel_wgsl_for(k, NULL, NULL);
     if (!text) {

@@ -2,7 +2,9 @@
  * T x T scores, and its backward from row statistics.
  *
  *   attention(q, k, v)                -> o   [..., T, D]
- *   attention_grad_prep(q, k, v, dy)  -> g   [..., T, D + 2] = [dy | lse | delta]
+ *   attention_lse(q, k, v)            -> lse [..., T, 1]
+ *   attention_grad_pack(dy, o, lse)   -> g   [..., T, D + 2] = [dy | lse | delta]
+ *   attention_grad_prep(q, k, v, dy)  -> g   (the same g, lse from a pass of its own)
  *   attention_grad_q(q, k, v, g)      -> dq  (likewise _k -> dk, _v -> dv)
  *
  * q, k and v have one shape [..., T, D] (rank 2 to 4; the leading dims are batch and heads),
@@ -17,13 +19,16 @@
  * only as shifts and normalises P itself, so the statistics' rounding in g (f16) cancels from it;
  * dk and dv use them as given (f16: lse to 2^-11 of |lse|, a relative error of P of that size).
  *
- * Why the statistics come from attention_grad_prep and not from the forward kernel: the planner
- * runs one kernel per group with one output, so a forward that also wrote lse would need a
- * multi-output group (not there yet), and an operator has at most 4 inputs, so the gradient
- * kernels, which need q, k, v, dy, lse and delta, take dy, lse and delta packed in one tensor g.
- * attention_grad_prep recomputes the forward (o and lse, one pass over the keys like the forward
- * kernel, so its cost is the forward's) and writes g with delta = dy . o. When multi-output
- * groups land, the forward can yield lse beside o and prep becomes a row kernel.
+ * Where the statistics come from: an operator has at most 4 inputs, so the gradient kernels,
+ * which need q, k, v, dy, lse and delta, take dy, lse and delta packed in one tensor g. In a
+ * training graph autodiff emits attention_lse(q, k, v) (the forward's row statistics, which the
+ * planner makes a second output of the forward's kernel: src/fuse/rules/companion.c) and
+ * attention_grad_pack(dy, o, lse), a row kernel writing g with delta = dy . o.
+ * attention_grad_prep(q, k, v, dy) writes the same g by a pass over the keys of its own (the
+ * forward's cost): what autodiff emitted before multi-output groups, kept for graphs naming it.
+ *
+ * The forward's other kernels: attention_sgmat.c (f16 on subgroup matrices) and
+ * attention_tiled.c (register tiles, from T 128), chosen by attention_choose.
  *
  * The kernel (one generator, five roles): a workgroup of 16 x 16 invocations owns 16 rows (queries
  * for o, prep and dq; keys for dk and dv) of one (batch, head), 16 invocations per row. It walks
@@ -39,6 +44,8 @@
  * workgroup, so the barriers stay in uniform control flow. Rows past T are computed as row T - 1
  * and not yielded. Accumulation is in f32 for f16 tensors too.
  */
+#include "ops/attention.h"
+#include "ops/attention_sgmat.h"
 #include "ops/ops_internal.h"
 #include "ops/rowwise.h"
 
@@ -55,7 +62,7 @@
 
 typedef enum attn_role { ROLE_OUT = 0, ROLE_PREP, ROLE_DQ, ROLE_DK, ROLE_DV } attn_role;
 
-static const kf__param attn_params[] = {
+const kf__param kf__attn_params[KF__ATTN_PARAM_COUNT] = {
     {.name = "causal",
      .about = "query i attends to keys 0..i only",
      KF__BOOL,
@@ -72,16 +79,15 @@ static const kf__param attn_params[] = {
 static const kf__input attn_inputs[] = {{.name = "q"}, {.name = "k"}, {.name = "v"}};
 static const kf__input prep_inputs[] = {
     {.name = "q"}, {.name = "k"}, {.name = "v"}, {.name = "dy"}};
-static const kf__input grad_inputs[] = {{.name = "q"}, {.name = "k"}, {.name = "v"}, {.name = "g"}};
 
 static bool attn_causal(const kf_op_params *p) {
     kf_op_params none = {0};
-    return kf__param_value(p ? p : &none, &attn_params[0]) != 0;
+    return kf__param_value(p ? p : &none, &kf__attn_params[0]) != 0;
 }
 
 static double attn_scale(const kf_op_params *p, uint32_t d) {
     kf_op_params none = {0};
-    double s = kf__param_value(p ? p : &none, &attn_params[1]);
+    double s = kf__param_value(p ? p : &none, &kf__attn_params[1]);
     return s != 0 ? s : 1.0 / sqrt((double)d);
 }
 
@@ -140,6 +146,48 @@ static kf_status attention_shape(const kf_shape *in, const kf_op_params *p, kf_s
     return st;
 }
 
+/* lse's shape for q's: [..., T, 1]. */
+static kf_shape lse_shape_of(const kf_shape *q) {
+    kf_shape s = *q;
+    s.dims[s.rank - 1] = 1;
+    return s;
+}
+
+static kf_status lse_shape(const kf_shape *in, const kf_op_params *p, kf_shape *out, char *msg,
+                           size_t msg_size) {
+    (void)p;
+    kf_status st = qkv_check("attention_lse", in, msg, msg_size);
+    if (st == KF_OK) {
+        *out = lse_shape_of(&in[0]);
+    }
+    return st;
+}
+
+/* attention_grad_pack(dy, o, lse): dy and o of one shape [..., T, D], lse [..., T, 1]. */
+static kf_status pack_shape(const kf_shape *in, const kf_op_params *p, kf_shape *out, char *msg,
+                            size_t msg_size) {
+    (void)p;
+    char a[64], b[64], c[64], e[64];
+    const kf_shape *dy = &in[0];
+    if (!kf__shape_valid(dy) || dy->rank < 2 || dy->dims[dy->rank - 1] > ATTN_MAX_D) {
+        return kf__shape_error(msg, msg_size,
+                               "attention_grad_pack: dy must be [..., T, D] (rank 2 to 4, D <= "
+                               "%u), got %s",
+                               ATTN_MAX_D, kf_shape_str(dy, a, sizeof a));
+    }
+    kf_shape want = lse_shape_of(dy);
+    if (!kf_shape_eq(dy, &in[1]) || !kf_shape_eq(&want, &in[2])) {
+        return kf__shape_error(msg, msg_size,
+                               "attention_grad_pack: o must be dy's shape and lse %s: dy %s, o %s, "
+                               "lse %s",
+                               kf_shape_str(&want, a, sizeof a), kf_shape_str(dy, b, sizeof b),
+                               kf_shape_str(&in[1], c, sizeof c),
+                               kf_shape_str(&in[2], e, sizeof e));
+    }
+    *out = packed_shape(dy);
+    return KF_OK;
+}
+
 static kf_status prep_shape(const kf_shape *in, const kf_op_params *p, kf_shape *out, char *msg,
                             size_t msg_size) {
     (void)p;
@@ -152,22 +200,6 @@ static kf_status prep_shape(const kf_shape *in, const kf_op_params *p, kf_shape 
     }
     if (st == KF_OK) {
         *out = packed_shape(&in[0]);
-    }
-    return st;
-}
-
-static kf_status grad_shape(const char *name, uint32_t which, const kf_shape *in, kf_shape *out,
-                            char *msg, size_t msg_size) {
-    char a[64], b[64];
-    kf_status st = qkv_check(name, in, msg, msg_size);
-    kf_shape want = st == KF_OK ? packed_shape(&in[0]) : in[0];
-    if (st == KF_OK && !kf_shape_eq(&in[3], &want)) {
-        return kf__shape_error(msg, msg_size,
-                               "%s: g must be %s (attention_grad_prep's output), got %s", name,
-                               kf_shape_str(&want, a, sizeof a), kf_shape_str(&in[3], b, sizeof b));
-    }
-    if (st == KF_OK) {
-        *out = in[which];
     }
     return st;
 }
@@ -235,117 +267,6 @@ static kf_status attention_spec_forward(const kf_tensor *const *in, const kf_op_
     return KF_OK;
 }
 
-/* One head's backward: do_i at dout + i * dout_stride; lse_i and delta_i at stats + i *
- * dout_stride (+ 1), or recomputed from q, k, v and do when stats is NULL; into the float64
- * accumulators dq, dk, dv (those not NULL), which the caller zeroes. */
-typedef struct spec_grad {
-    const float *q, *k, *v;
-    const float *dout; /* do rows, `dout_stride` apart */
-    uint32_t dout_stride;
-    const float *stats;
-    double *dq, *dk, *dv;
-} spec_grad;
-
-static void spec_head_backward(const spec_grad *s, attn_dims a, double scale, bool causal,
-                               double *p, double *dp) {
-    for (uint32_t i = 0; i < a.t; i++) {
-        uint32_t last = last_key(i, a.t, causal);
-        const float *dout = s->dout + (uint64_t)i * s->dout_stride;
-        if (s->stats) {
-            /* P from the given lse, exp(s - lse), not normalised again; delta as given */
-            double lse = s->stats[(uint64_t)i * s->dout_stride];
-            for (uint32_t j = 0; j < a.t; j++) {
-                double sc = 0;
-                for (uint32_t d = 0; j <= last && d < a.d; d++) {
-                    sc += (double)s->q[(uint64_t)i * a.d + d] * s->k[(uint64_t)j * a.d + d];
-                }
-                p[j] = j <= last ? exp(sc * scale - lse) : 0.0;
-            }
-        } else {
-            spec_row(s->q, s->k, a, scale, causal, i, p);
-        }
-        double delta = 0;
-        for (uint32_t j = 0; j <= last; j++) {
-            dp[j] = 0;
-            for (uint32_t d = 0; d < a.d; d++) {
-                dp[j] += (double)dout[d] * s->v[(uint64_t)j * a.d + d];
-            }
-            delta += p[j] * dp[j];
-        }
-        if (s->stats) {
-            delta = s->stats[(uint64_t)i * s->dout_stride + 1];
-        }
-        for (uint32_t j = 0; j <= last; j++) {
-            double ds = p[j] * (dp[j] - delta);
-            for (uint32_t d = 0; d < a.d; d++) {
-                if (s->dq) {
-                    s->dq[(uint64_t)i * a.d + d] += scale * ds * s->k[(uint64_t)j * a.d + d];
-                }
-                if (s->dk) {
-                    s->dk[(uint64_t)j * a.d + d] += scale * ds * s->q[(uint64_t)i * a.d + d];
-                }
-                if (s->dv) {
-                    s->dv[(uint64_t)j * a.d + d] += p[j] * dout[d];
-                }
-            }
-        }
-    }
-}
-
-/* Runs spec_head_backward over every head into grads[0..3) (NULL entries skipped); g: the
- * packed tensor (NULL: dy and recomputed statistics). */
-static kf_status spec_backward_all(const kf_tensor *const *in, const kf_tensor *dy,
-                                   const kf_tensor *g, bool own_stats, const kf_op_params *p,
-                                   kf_tensor *const *grads) {
-    attn_dims a = dims_of(&in[0]->shape);
-    uint64_t head_elems = (uint64_t)a.t * a.d;
-    double *acc[3] = {0};
-    double *prob = malloc(a.t * sizeof *prob), *dp = malloc(a.t * sizeof *dp);
-    kf_status st = prob && dp ? KF_OK : KF_ERROR_OUT_OF_MEMORY;
-    for (int w = 0; w < 3 && st == KF_OK; w++) {
-        if (grads[w]) {
-            acc[w] = malloc(head_elems * sizeof *acc[w]);
-            st = acc[w] ? KF_OK : KF_ERROR_OUT_OF_MEMORY;
-        }
-    }
-    double scale = attn_scale(p, a.d);
-    for (uint32_t h = 0; h < a.bh && st == KF_OK; h++) {
-        uint64_t head = (uint64_t)h * head_elems;
-        for (int w = 0; w < 3; w++) {
-            if (acc[w]) {
-                memset(acc[w], 0, head_elems * sizeof *acc[w]);
-            }
-        }
-        spec_grad s = {.q = in[0]->data + head,
-                       .k = in[1]->data + head,
-                       .v = in[2]->data + head,
-                       .dq = acc[0],
-                       .dk = acc[1],
-                       .dv = acc[2]};
-        if (g) {
-            uint64_t ghead = (uint64_t)h * a.t * (a.d + 2);
-            s.dout = g->data + ghead;
-            s.dout_stride = a.d + 2;
-            s.stats = own_stats ? NULL : g->data + ghead + a.d;
-        } else {
-            s.dout = dy->data + head;
-            s.dout_stride = a.d;
-        }
-        spec_head_backward(&s, a, scale, attn_causal(p), prob, dp);
-        for (int w = 0; w < 3; w++) {
-            for (uint64_t e = 0; acc[w] && e < head_elems; e++) {
-                grads[w]->data[head + e] = (float)acc[w][e];
-            }
-        }
-    }
-    for (int w = 0; w < 3; w++) {
-        free(acc[w]);
-    }
-    free(prob);
-    free(dp);
-    return st;
-}
-
 static kf_status attention_spec_backward(const kf_tensor *const *in, const kf_tensor *out,
                                          const kf_tensor *grad_out, const kf_op_params *p,
                                          kf_tensor *const *grad_in) {
@@ -354,7 +275,49 @@ static kf_status attention_spec_backward(const kf_tensor *const *in, const kf_te
     if (st != KF_OK || !grad_in) {
         return st != KF_OK ? st : KF_ERROR_INVALID_ARGUMENT;
     }
-    return spec_backward_all(in, grad_out, NULL, false, p, grad_in);
+    return kf__attn_spec_backward(in, grad_out, NULL, false, p, grad_in);
+}
+
+static kf_status lse_spec(const kf_tensor *const *in, const kf_op_params *p, kf_tensor *out) {
+    kf_status st = kf__spec_check_out(&kf__op_attention_lse, in, p, out);
+    if (st != KF_OK) {
+        return st;
+    }
+    attn_dims a = dims_of(&in[0]->shape);
+    double *prob = malloc(a.t * sizeof *prob);
+    if (!prob) {
+        return KF_ERROR_OUT_OF_MEMORY;
+    }
+    for (uint32_t h = 0; h < a.bh; h++) {
+        uint64_t head = (uint64_t)h * a.t * a.d;
+        for (uint32_t i = 0; i < a.t; i++) {
+            out->data[(uint64_t)h * a.t + i] =
+                (float)spec_row(in[0]->data + head, in[1]->data + head, a, attn_scale(p, a.d),
+                                attn_causal(p), i, prob);
+        }
+    }
+    free(prob);
+    return KF_OK;
+}
+
+static kf_status pack_spec(const kf_tensor *const *in, const kf_op_params *p, kf_tensor *out) {
+    kf_status st = kf__spec_check_out(&kf__op_attention_grad_pack, in, p, out);
+    if (st != KF_OK) {
+        return st;
+    }
+    attn_dims a = dims_of(&in[0]->shape);
+    for (uint64_t r = 0; r < (uint64_t)a.bh * a.t; r++) {
+        const float *dy = in[0]->data + r * a.d, *o = in[1]->data + r * a.d;
+        float *row = out->data + r * (a.d + 2);
+        double delta = 0;
+        for (uint32_t d = 0; d < a.d; d++) {
+            delta += (double)dy[d] * o[d];
+            row[d] = dy[d];
+        }
+        row[a.d] = in[2]->data[r];
+        row[a.d + 1] = (float)delta;
+    }
+    return KF_OK;
 }
 
 static kf_status prep_spec(const kf_tensor *const *in, const kf_op_params *p, kf_tensor *out) {
@@ -392,24 +355,6 @@ static kf_status prep_spec(const kf_tensor *const *in, const kf_op_params *p, kf
     return KF_OK;
 }
 
-/* dq (WHICH 0) normalises P itself and sums its own delta (attn_kernel says why): its spec is the
- * exact gradient from g's dy alone; dk and dv use g's lse and delta as given. */
-#define GRAD_SPEC(NAME, WHICH)                                                                     \
-    static kf_status NAME##_spec(const kf_tensor *const *in, const kf_op_params *p,                \
-                                 kf_tensor *out) {                                                 \
-        kf_status st = kf__spec_check_out(&kf__op_##NAME, in, p, out);                             \
-        if (st != KF_OK) {                                                                         \
-            return st;                                                                             \
-        }                                                                                          \
-        kf_tensor *grads[3] = {0};                                                                 \
-        grads[WHICH] = out;                                                                        \
-        return spec_backward_all(in, NULL, in[3], WHICH == 0, p, grads);                           \
-    }
-
-GRAD_SPEC(attention_grad_q, 0)
-GRAD_SPEC(attention_grad_k, 1)
-GRAD_SPEC(attention_grad_v, 2)
-
 /* ---------------------------------------------------------------------------------------- */
 /* The kernel                                                                               */
 /* ---------------------------------------------------------------------------------------- */
@@ -440,8 +385,13 @@ static const char *role_name(attn_role role) {
     return names[role];
 }
 
+/* What the forward (ROLE_OUT) writes of the row statistics: nothing, lse beside o (a binding
+ * "lse" after the inputs, read_write: attention's kernel_with_companion), or lse alone as its
+ * output (attention_lse's kernel: no P V). */
+typedef enum attn_lse { LSE_NONE = 0, LSE_SIDE, LSE_ONLY } attn_lse;
+
 static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_params *p,
-                              kf_dtype dtype) {
+                              kf_dtype dtype, attn_lse lse_mode) {
     const attn_dims a = dims_of(&in[0]);
     const uint32_t t = a.t, d = a.d, bc = col_tile(d), split = LANES / bc;
     const uint32_t per = (d + split - 1) / split; /* dot-product terms per invocation */
@@ -454,7 +404,9 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
     const bool needs_dp = role == ROLE_DQ || role == ROLE_DK;
     const bool online = role == ROLE_OUT || role == ROLE_PREP;
 
-    kf_kernel_desc desc = {.name = role_name(role),
+    kf_kernel_desc desc = {.name = lse_mode == LSE_ONLY   ? "attention_lse"
+                                   : lse_mode == LSE_SIDE ? "attention_with_lse"
+                                                          : role_name(role),
                            .workgroup_size = {LANES, ROWS, 1},
                            .input = kf_type_scalar(KF_SCALAR_VOID),
                            .output = kf__dtype_type(dtype)};
@@ -467,7 +419,10 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
     kf_binding bq = kf__bind(k, "q", dtype, KF_ACCESS_READ);
     kf_binding bk = kf__bind(k, "k", dtype, KF_ACCESS_READ);
     kf_binding bv = kf__bind(k, "v", dtype, KF_ACCESS_READ);
-    kf_binding b4 = {0};
+    kf_binding b4 = {0}, blse = {0};
+    if (lse_mode == LSE_SIDE) {
+        blse = kf__bind(k, "lse", dtype, KF_ACCESS_READ_WRITE);
+    }
     if (role == ROLE_PREP) {
         b4 = kf__bind(k, "dy", dtype, KF_ACCESS_READ);
     } else if (role != ROLE_OUT) {
@@ -699,7 +654,7 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
             kf_assign(k, psum_run, kf_add(k, kf_read(k, psum_run), only));
             kf_assign(k, delta_run, kf_add(k, kf_read(k, delta_run), psum));
         }
-        for (uint32_t c = 0; c < ncols; c++) {
+        for (uint32_t c = 0; c < (lse_mode == LSE_ONLY ? 0 : ncols); c++) {
             uint32_t colc = c * LANES;
             kf_val col = kf_call2(k, KF_FN_MIN, kf_add(k, lx, kf__u32(k, colc)), kf__u32(k, d - 1));
             kf_val sum = kf_lit_f32(k, 0), sum_pk = kf_lit_f32(k, 0);
@@ -723,7 +678,7 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
     kf_end(k);
 
     /* the results: row `row` of the output, D columns (prep: D + 2) */
-    uint32_t out_cols = role == ROLE_PREP ? d + 2 : d;
+    uint32_t out_cols = role == ROLE_PREP ? d + 2 : lse_mode == LSE_ONLY ? 1 : d;
     kf_val out_row = kf_mul(k, kf_add(k, head_row0, row), kf__u32(k, out_cols));
     kf_val inv_l = {0, 0};
     if (online) {
@@ -781,7 +736,17 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
         delta = kf_let(k, "delta", sum);
     }
     kf_if(k, valid);
-    for (uint32_t c = 0; c < ncols; c++) {
+    if (lse_mode != LSE_NONE) {
+        kf_if(k, kf_binary(k, KF_OP_EQ, lx, kf__u32(k, 0)));
+        kf_val lse = kf_add(k, kf_read(k, m_run), kf_call1(k, KF_FN_LOG, kf_read(k, l_run)));
+        if (lse_mode == LSE_SIDE) {
+            kf__store_f32(k, blse, kf_add(k, head_row0, row), lse, dtype);
+        } else {
+            kf__yield_f32(k, lse, out_row, dtype);
+        }
+        kf_end(k);
+    }
+    for (uint32_t c = 0; c < (lse_mode == LSE_ONLY ? 0 : ncols); c++) {
         if (inside[c].id) {
             kf_if(k, inside[c]);
         }
@@ -802,10 +767,119 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
 }
 
 static kf_kernel *attention_kernel(const kf_shape *in, const kf_op_params *p, kf_dtype dtype) {
-    return attn_kernel(ROLE_OUT, in, p, dtype);
+    return attn_kernel(ROLE_OUT, in, p, dtype, LSE_NONE);
 }
+/* The forward's description for the other kernels (attention_sgmat.h). */
+static kf__attn_desc attn_desc_of(const kf_shape *in, const kf_op_params *p, bool with_lse) {
+    attn_dims a = dims_of(&in[0]);
+    kf__attn_desc ad = {.bh = a.bh,
+                        .t = a.t,
+                        .d = a.d,
+                        .causal = attn_causal(p),
+                        .scale = (float)attn_scale(p, a.d),
+                        .with_lse = with_lse};
+    return ad;
+}
+
+/* Whether $KF_ATTN_LANES asks for this file's 16-lanes-a-row kernel in place of the register-tiled
+ * one (for measuring the two on one device). */
+static bool lanes_forced(void) {
+    const char *e = getenv("KF_ATTN_LANES");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+/* The forward's kernel, with lse beside o or not: f16 on a device with subgroup matrices, the
+ * subgroup-matrix kernel; else the register-tiled one (attention_tiled.c) from T 128. */
+static kf_kernel *forward_choose(kf_context *ctx, const kf_shape *in, const kf_op_params *p,
+                                 kf_dtype dtype, bool with_lse) {
+    kf__attn_desc ad = attn_desc_of(in, p, with_lse);
+    kf_kernel *k = dtype == KF_DTYPE_F16 ? kf__attention_sgmat_for(ctx, &ad) : NULL;
+    /* the tiled kernel from 128 rows: below, the 16-lanes kernel is as fast and its pipeline
+     * compiles several times faster on lavapipe (2.5 s against 9 at D 128, 22 at D 16), which
+     * the verification tables' small shapes would pay in every CI run */
+    if (!k && !lanes_forced() && ad.t >= 128) {
+        k = kf__attention_tiled(&ad, dtype);
+    }
+    return k ? k : attn_kernel(ROLE_OUT, in, p, dtype, with_lse ? LSE_SIDE : LSE_NONE);
+}
+
+static kf_kernel *attention_choose(kf_context *ctx, const kf_shape *in, const kf_op_params *p,
+                                   kf_dtype dtype) {
+    return forward_choose(ctx, in, p, dtype, false);
+}
+
+/* attention's kernel with lse beside o (kernel_with_companion), chosen as attention_choose
+ * chooses. */
+static kf_kernel *attention_with_lse(kf_context *ctx, const kf_shape *in, const kf_op_params *p,
+                                     kf_dtype dtype) {
+    return forward_choose(ctx, in, p, dtype, true);
+}
+
+static kf_kernel *lse_kernel(const kf_shape *in, const kf_op_params *p, kf_dtype dtype) {
+    return attn_kernel(ROLE_OUT, in, p, dtype, LSE_ONLY);
+}
+
+/* g = [dy | lse | dy . o], a row per 32 invocations: each copies dy's columns lx, lx + 32, ...
+ * and sums its part of dy . o; the row's first sums the 32 parts (in a fixed order). */
+#define PACK_ROWS 8u
+#define PACK_LANES 32u
+static kf_kernel *pack_kernel(const kf_shape *in, const kf_op_params *p, kf_dtype dtype) {
+    (void)p;
+    attn_dims a = dims_of(&in[0]);
+    const uint32_t d = a.d, rows = a.bh * a.t;
+    kf_kernel_desc desc = {.name = "attention_grad_pack",
+                           .workgroup_size = {PACK_LANES, PACK_ROWS, 1},
+                           .output = kf__dtype_type(dtype)};
+    kf_kernel *k = kf_kernel_create(&desc);
+    if (!k) {
+        return NULL;
+    }
+    uint32_t groups[3];
+    kf__grid_1d((uint64_t)(rows + PACK_ROWS - 1) / PACK_ROWS, 1, groups);
+    kf_kernel_set_grid(k, groups);
+    kf_binding bdy = kf__bind(k, "dy", dtype, KF_ACCESS_READ);
+    kf_binding bo = kf__bind(k, "o", dtype, KF_ACCESS_READ);
+    kf_binding blse = kf__bind(k, "lse", dtype, KF_ACCESS_READ);
+    kf_shared parts =
+        kf_kernel_workgroup(k, "parts", kf_type_scalar(KF_SCALAR_F32), PACK_ROWS * PACK_LANES);
+    kf_val local = kf_builtin_get(k, KF_BUILTIN_LOCAL_ID);
+    kf_val lx = kf_let(k, "lx", kf_extract(k, local, 0));
+    kf_val ly = kf_let(k, "ly", kf_extract(k, local, 1));
+    kf_val row =
+        kf_let(k, "row", kf_add(k, kf_mul(k, kf_workgroup_linear(k), kf__u32(k, PACK_ROWS)), ly));
+    kf_val valid = kf_let(k, "valid", kf_binary(k, KF_OP_LT, row, kf__u32(k, rows)));
+    kf_val rowc = kf_let(k, "rowc", kf_call2(k, KF_FN_MIN, row, kf__u32(k, rows - 1)));
+    kf_val out_row = kf_let(k, "out_row", kf_mul(k, row, kf__u32(k, d + 2)));
+    kf_var part = kf_declare(k, "part", kf_type_scalar(KF_SCALAR_F32), kf_lit_f32(k, 0));
+    kf_val c = kf_for(k, "c", lx, kf__u32(k, d), kf__u32(k, PACK_LANES));
+    {
+        kf_val at = kf_add(k, kf_mul(k, rowc, kf__u32(k, d)), c);
+        kf_val dyv = kf_let(k, "dyv", kf__load_f32(k, bdy, at, dtype));
+        kf_assign(k, part,
+                  kf_call3(k, KF_FN_FMA, dyv, kf__load_f32(k, bo, at, dtype), kf_read(k, part)));
+        kf_if(k, valid);
+        kf__yield_f32(k, dyv, kf_add(k, out_row, c), dtype);
+        kf_end(k);
+    }
+    kf_end(k);
+    kf_shared_store(k, parts, kf_add(k, kf_mul(k, ly, kf__u32(k, PACK_LANES)), lx),
+                    kf_read(k, part));
+    kf_barrier(k);
+    kf_if(k, kf_binary(k, KF_OP_AND, valid, kf_binary(k, KF_OP_EQ, lx, kf__u32(k, 0))));
+    kf_val first = kf_let(k, "first", kf_mul(k, ly, kf__u32(k, PACK_LANES)));
+    kf_val sum = kf_lit_f32(k, 0);
+    for (uint32_t i = 0; i < PACK_LANES; i++) {
+        sum = kf_add(k, sum, kf_shared_load(k, parts, i ? kf_add(k, first, kf__u32(k, i)) : first));
+    }
+    kf_val delta = kf_let(k, "delta", sum);
+    kf__yield_f32(k, kf__load_f32(k, blse, rowc, dtype), kf_add(k, out_row, kf__u32(k, d)), dtype);
+    kf__yield_f32(k, delta, kf_add(k, out_row, kf__u32(k, d + 1)), dtype);
+    kf_end(k);
+    return k;
+}
+
 static kf_kernel *prep_kernel(const kf_shape *in, const kf_op_params *p, kf_dtype dtype) {
-    return attn_kernel(ROLE_PREP, in, p, dtype);
+    return attn_kernel(ROLE_PREP, in, p, dtype, LSE_NONE);
 }
 
 static void attn_grid(const kf_shape *in, const kf_op_params *p, int32_t which,
@@ -816,20 +890,6 @@ static void attn_grid(const kf_shape *in, const kf_op_params *p, int32_t which,
     groups[1] = 1;
     groups[2] = 1;
 }
-
-#define GRAD_GLUE(NAME, WHICH, ROLE)                                                               \
-    static kf_status NAME##_shape(const kf_shape *in, const kf_op_params *p, kf_shape *out,        \
-                                  char *msg, size_t msg_size) {                                    \
-        (void)p;                                                                                   \
-        return grad_shape(#NAME, WHICH, in, out, msg, msg_size);                                   \
-    }                                                                                              \
-    static kf_kernel *NAME##_kernel(const kf_shape *in, const kf_op_params *p, kf_dtype dtype) {   \
-        return attn_kernel(ROLE, in, p, dtype);                                                    \
-    }
-
-GRAD_GLUE(attention_grad_q, 0, ROLE_DQ)
-GRAD_GLUE(attention_grad_k, 1, ROLE_DK)
-GRAD_GLUE(attention_grad_v, 2, ROLE_DV)
 
 /* ---------------------------------------------------------------------------------------- */
 /* Verification tables and operator records                                                 */
@@ -853,10 +913,10 @@ static const kf_op_case attn_cases[] = {
     {.shapes = {QKV(1, 1, 37, 128)}, .note = "D 128"},
     {.shapes = {QKV(1, 1, 23, 97)}, .params = {.alpha = 0.3f}, .note = "D 97, scale 0.3"},
     {.shapes = {SHAPE3(3, 19, 7), SHAPE3(3, 19, 7), SHAPE3(3, 19, 7)}, .note = "rank 3, D 7"},
+    {.shapes = {QKV(1, 2, 150, 40)}, .note = "T 150, D 40: the register-tiled kernel"},
     {.shapes = {QKV(32, 16, 64, 128)}, .note = "large: 2^22 elements"},
 };
 
-#define PACK(B, H, T, D) QKV(B, H, T, D), SHAPE4(B, H, T, D + 2)
 #define PREP(B, H, T, D) QKV(B, H, T, D), SHAPE4(B, H, T, D)
 static const kf_op_case prep_cases[] = {
     {.shapes = {PREP(1, 1, 1, 8)}, .note = "T 1"},
@@ -866,17 +926,6 @@ static const kf_op_case prep_cases[] = {
     {.shapes = {PREP(1, 1, 37, 128)}, .note = "D 128"},
     {.shapes = {PREP(1, 1, 23, 97)}, .params = {.alpha = 0.3f}, .note = "D 97, scale 0.3"},
     {.shapes = {PREP(32, 16, 64, 128)}, .note = "large: 2^22 elements"},
-};
-static const kf_op_case grad_cases[] = {
-    {.shapes = {PACK(1, 1, 1, 8)}, .note = "T 1"},
-    {.shapes = {PACK(1, 2, 7, 8)}, .note = "T 7"},
-    {.shapes = {PACK(1, 2, 7, 8)}, .params = NONCAUSAL, .note = "T 7, not causal"},
-    {.shapes = {PACK(2, 1, 64, 64)}, .note = "T 64, D 64"},
-    {.shapes = {PACK(1, 2, 100, 8)}, .note = "T 100, D 8"},
-    {.shapes = {PACK(1, 1, 100, 64)}, .params = NONCAUSAL, .note = "T 100, D 64, not causal"},
-    {.shapes = {PACK(1, 1, 37, 128)}, .note = "D 128"},
-    {.shapes = {PACK(1, 1, 23, 97)}, .params = {.alpha = 0.3f}, .note = "D 97, scale 0.3"},
-    {.shapes = {PACK(32, 16, 64, 128)}, .note = "large: 2^22 elements"},
 };
 
 #define CASES(table) .cases = table, .case_count = sizeof table / sizeof table[0]
@@ -894,11 +943,14 @@ const kf_operator kf__op_attention = {
     .op_class = KF_OP_CLASS_ROW_REDUCTION,
     .arity = 3,
     KF__INPUTS(attn_inputs),
-    KF__PARAMS(attn_params),
+    KF__PARAMS(kf__attn_params),
     .shape = attention_shape,
     .spec_forward = attention_spec_forward,
     .spec_backward = attention_spec_backward,
     .kernel_forward = attention_kernel,
+    .kernel_choose = attention_choose,
+    .companion = &kf__op_attention_lse,
+    .kernel_with_companion = attention_with_lse,
     .tolerance_f32 = 2e-4,
     .tolerance_f16 = 2e-3,
     .input_lo = -1.0f,
@@ -907,13 +959,39 @@ const kf_operator kf__op_attention = {
     CASES(attn_cases),
 };
 
+/* T 1, a ragged tile, whole tiles, a ragged last tile past several; D 8, 128 and 97; causal and
+ * not; a given scale; rank 3; 2^22 input elements. */
+static const kf_op_case lse_cases[] = {
+    {.shapes = {QKV(1, 1, 1, 8)}, .note = "T 1"},
+    {.shapes = {QKV(1, 2, 7, 8)}, .params = NONCAUSAL, .note = "T 7, not causal"},
+    {.shapes = {QKV(2, 1, 64, 64)}, .note = "T 64, D 64"},
+    {.shapes = {QKV(1, 2, 100, 8)}, .note = "T 100, D 8"},
+    {.shapes = {QKV(1, 1, 37, 128)}, .note = "D 128"},
+    {.shapes = {QKV(1, 1, 23, 97)}, .params = {.alpha = 0.3f}, .note = "D 97, scale 0.3"},
+    {.shapes = {SHAPE3(3, 19, 7), SHAPE3(3, 19, 7), SHAPE3(3, 19, 7)}, .note = "rank 3, D 7"},
+    {.shapes = {QKV(32, 16, 64, 128)}, .note = "large: 2^22 elements"},
+};
+
+#define PACKIN(B, H, T, D) SHAPE4(B, H, T, D), SHAPE4(B, H, T, D), SHAPE4(B, H, T, 1)
+/* one row; D below, at and above the 32 lanes (8, 64, 97: ragged, 128); 7 heads of 100 rows
+ * (8-row workgroups, a ragged last one); rank 3; 2^22 elements */
+static const kf_op_case pack_cases[] = {
+    {.shapes = {PACKIN(1, 1, 1, 8)}, .note = "one row"},
+    {.shapes = {PACKIN(1, 7, 100, 8)}, .note = "700 rows, D 8"},
+    {.shapes = {PACKIN(2, 1, 64, 64)}, .note = "D 64"},
+    {.shapes = {PACKIN(1, 1, 23, 97)}, .note = "D 97"},
+    {.shapes = {PACKIN(1, 1, 37, 128)}, .note = "D 128"},
+    {.shapes = {SHAPE3(3, 19, 7), SHAPE3(3, 19, 7), SHAPE3(3, 19, 1)}, .note = "rank 3, D 7"},
+    {.shapes = {PACKIN(32, 16, 64, 128)}, .note = "large: 2^22 elements"},
+};
+
 const kf_operator kf__op_attention_grad_prep = {
     .name = "attention_grad_prep",
     .about = "attention's backward statistics: [dy | lse | dy . o] over [..., T, D + 2]",
     .op_class = KF_OP_CLASS_ROW_REDUCTION,
     .arity = 4,
     KF__INPUTS(prep_inputs),
-    KF__PARAMS(attn_params),
+    KF__PARAMS(kf__attn_params),
     .shape = prep_shape,
     .spec_forward = prep_spec,
     .kernel_forward = prep_kernel,
@@ -925,25 +1003,86 @@ const kf_operator kf__op_attention_grad_prep = {
     CASES(prep_cases),
 };
 
-#define GRAD_OP(NAME, ABOUT)                                                                       \
-    const kf_operator kf__op_##NAME = {                                                            \
-        .name = #NAME,                                                                             \
-        .about = ABOUT,                                                                            \
-        .op_class = KF_OP_CLASS_ROW_REDUCTION,                                                     \
-        .arity = 4,                                                                                \
-        KF__INPUTS(grad_inputs),                                                                   \
-        KF__PARAMS(attn_params),                                                                   \
-        .shape = NAME##_shape,                                                                     \
-        .spec_forward = NAME##_spec,                                                               \
-        .kernel_forward = NAME##_kernel,                                                           \
-        .tolerance_f32 = 5e-4,                                                                     \
-        .tolerance_f16 = 2e-3,                                                                     \
-        .input_lo = -1.0f,                                                                         \
-        .input_hi = 1.0f,                                                                          \
-        .grid = attn_grid,                                                                         \
-        CASES(grad_cases),                                                                         \
-    }
+static const kf__input pack_inputs[] = {{.name = "dy"}, {.name = "o"}, {.name = "lse"}};
 
-GRAD_OP(attention_grad_q, "attention's gradient for q from attention_grad_prep's g");
-GRAD_OP(attention_grad_k, "attention's gradient for k from attention_grad_prep's g");
-GRAD_OP(attention_grad_v, "attention's gradient for v from attention_grad_prep's g");
+static void pack_grid(const kf_shape *in, const kf_op_params *p, int32_t which,
+                      uint32_t groups[3]) {
+    (void)p, (void)which;
+    attn_dims a = dims_of(&in[0]);
+    kf__grid_1d(((uint64_t)a.bh * a.t + PACK_ROWS - 1) / PACK_ROWS, 1, groups);
+}
+
+/* The forward's row statistics on their own: a forward pass without P V (the planner makes it a
+ * second output of attention's kernel where the graph has both: src/fuse/rules/companion.c).
+ * Tolerances as attention's. */
+const kf_operator kf__op_attention_lse = {
+    .name = "attention_lse",
+    .about = "attention's row statistics lse_i = log sum_j exp(s_ij) over [..., T, 1]",
+    .op_class = KF_OP_CLASS_ROW_REDUCTION,
+    .arity = 3,
+    KF__INPUTS(attn_inputs),
+    KF__PARAMS(kf__attn_params),
+    .shape = lse_shape,
+    .spec_forward = lse_spec,
+    .kernel_forward = lse_kernel,
+    .tolerance_f32 = 2e-4,
+    .tolerance_f16 = 2e-3,
+    .input_lo = -1.0f,
+    .input_hi = 1.0f,
+    .grid = attn_grid,
+    CASES(lse_cases),
+};
+
+/* g from the forward's o and lse: what autodiff feeds attention_grad_q / _k / _v (the same g as
+ * attention_grad_prep's, without its forward pass). delta is an f32 sum of D products: 2e-4
+ * (f32) as the other row reductions. */
+const kf_operator kf__op_attention_grad_pack = {
+    .name = "attention_grad_pack",
+    .about = "attention's backward statistics from the forward's: [dy | lse | dy . o]",
+    .op_class = KF_OP_CLASS_ROW_REDUCTION,
+    .arity = 3,
+    KF__INPUTS(pack_inputs),
+    .shape = pack_shape,
+    .spec_forward = pack_spec,
+    .kernel_forward = pack_kernel,
+    .tolerance_f32 = 2e-4,
+    .tolerance_f16 = 2e-3,
+    .input_lo = -1.0f,
+    .input_hi = 1.0f,
+    .grid = pack_grid,
+    CASES(pack_cases),
+};
+
+/* ---------------------------------------------------------------------------------------- */
+/* Shared with attention_grad.c (attention.h)                                               */
+/* ---------------------------------------------------------------------------------------- */
+
+bool kf__attn_causal(const kf_op_params *p) {
+    return attn_causal(p);
+}
+
+double kf__attn_scale(const kf_op_params *p, uint32_t d) {
+    return attn_scale(p, d);
+}
+
+kf__attn_dims kf__attn_dims_of(const kf_shape *q) {
+    attn_dims a = dims_of(q);
+    return (kf__attn_dims){a.bh, a.t, a.d};
+}
+
+kf_status kf__attn_qkv_check(const char *name, const kf_shape *in, char *msg, size_t msg_size) {
+    return qkv_check(name, in, msg, msg_size);
+}
+
+kf_shape kf__attn_packed_shape(const kf_shape *q) {
+    return packed_shape(q);
+}
+
+double kf__attn_spec_row(const float *q, const float *k, kf__attn_dims a, double scale, bool causal,
+                         uint32_t i, double *p) {
+    return spec_row(q, k, (attn_dims){a.bh, a.t, a.d}, scale, causal, i, p);
+}
+
+void kf__attn_grid(const kf_shape *in, const kf_op_params *p, int32_t which, uint32_t groups[3]) {
+    attn_grid(in, p, which, groups);
+}

@@ -15,9 +15,11 @@
  * the products autodiff builds for a training step's backward too) and plain f16, the
  * register-blocked kernel of matmul_blocked.c (each invocation an 8x8 or 4x4 block). Both hand
  * each element to kf_kernel_yield, their store phase, so a bias, an activation or a residual add
- * fuses into the store.
+ * fuses into the store. On a device with subgroup matrices, f16 products of 64x64 outputs and up
+ * (any transposes) run on matmul_sgmat.c's tensor-core kernel instead (mm_kernel_choose).
  */
 #include "ops/matmul_blocked.h"
+#include "ops/matmul_rownorm.h"
 #include "ops/matmul_sgmat.h"
 #include "ops/ops_internal.h"
 
@@ -289,6 +291,10 @@ typedef struct mm_sink {
     /* valid: also the column sums of the right factor (read plain, every row of it walked by
      * the one result of the dispatch) stored here: a bias gradient riding on db */
     kf_binding column_sums;
+    /* set: rmsnorm folded into the left factor's rows (ops/matmul_rownorm.h), the right factor's
+     * rows scaled by `gain` (when valid) as they are loaded */
+    const kf__mm_rownorm *rownorm;
+    kf_binding gain;
 } mm_sink;
 
 /* The products one tiled dispatch computes: `grid`'s, side by side in the grid, and for each
@@ -364,6 +370,11 @@ static void emit_tiled(kf_kernel *k, const mm_operand *left, const mm_operand *r
     }
 
     kf_var acc = kf_declare(k, "acc", f32, kf_lit_f32(k, 0));
+    /* rmsnorm folded in: the row's sum of squares, from the left tiles this invocation reads */
+    kf_var squares = {0};
+    if (sink->rownorm) {
+        squares = kf_declare(k, "squares", f32, kf_lit_f32(k, 0));
+    }
     kf_val r = {0};
     if (summed > 1) {
         r = kf_for(k, "summed", kf__u32(k, 0), kf__u32(k, summed), kf__u32(k, 1));
@@ -380,17 +391,32 @@ static void emit_tiled(kf_kernel *k, const mm_operand *left, const mm_operand *r
     kf_val lv = load_factor(k, left, off_l, row, kf_add(k, t, lx), dtype, "lv");
     kf_shared_store(k, tile_l, slot, lv);
     kf_val rv = load_factor(k, right, off_r, kf_add(k, t, ly), col, dtype, "rv");
+    if (sink->gain.id) {
+        /* the gain on the K axis (rows past K are zero already; their index is clamped) */
+        kf_val at = kf_call2(k, KF_FN_MIN, kf_add(k, t, ly), kf__u32(k, kk - 1u));
+        rv = kf_mul(k, rv, kf__load_f32(k, sink->gain, at, dtype));
+    }
     kf_shared_store(k, tile_r, slot, rv);
     kf_barrier(k);
     /* Blocked summation: each tile's 16 products are summed on their own and then added to the
      * total, so rounding grows with 16 + K / 16 additions rather than K. */
     kf_var part = kf_declare(k, "part", f32, kf_lit_f32(k, 0));
+    kf_var square_part = {0};
+    if (sink->rownorm) {
+        square_part = kf_declare(k, "square_part", f32, kf_lit_f32(k, 0));
+    }
     kf_val q = kf_for(k, "q", kf__u32(k, 0), kf__u32(k, TILE), kf__u32(k, 1));
     kf_val a = kf_shared_load(k, tile_l, kf_add(k, kf_mul(k, ly, kf__u32(k, TILE)), q));
     kf_val b = kf_shared_load(k, tile_r, kf_add(k, kf_mul(k, q, kf__u32(k, TILE)), lx));
     kf_assign(k, part, kf_call3(k, KF_FN_FMA, a, b, kf_read(k, part)));
+    if (sink->rownorm) {
+        kf_assign(k, square_part, kf_call3(k, KF_FN_FMA, a, a, kf_read(k, square_part)));
+    }
     kf_end(k);
     kf_assign(k, acc, kf_add(k, kf_read(k, acc), kf_read(k, part)));
+    if (sink->rownorm) {
+        kf_assign(k, squares, kf_add(k, kf_read(k, squares), kf_read(k, square_part)));
+    }
     if (sink->column_sums.id) {
         kf_if(k, summing);
         kf_var column_part = kf_declare(k, "column_part", f32, kf_lit_f32(k, 0));
@@ -417,6 +443,12 @@ static void emit_tiled(kf_kernel *k, const mm_operand *left, const mm_operand *r
                               kf_binary(k, KF_OP_LT, col, kf__u32(k, n)));
     kf_if(k, inside);
     kf_val result = kf_read(k, acc);
+    if (sink->rownorm) {
+        kf_val mean = kf_mul(k, kf_read(k, squares), kf_lit_f32(k, 1.0f / (float)kk));
+        kf_val rstd =
+            kf_call1(k, KF_FN_INVERSE_SQRT, kf_add(k, mean, kf_lit_f32(k, sink->rownorm->eps)));
+        result = kf_mul(k, result, rstd);
+    }
     kf_val off_s = g.id ? kf__mm_batch_offset(k, walk->grid, g, sink->step) : (kf_val){0};
     if (sink->yield) {
         kf_val index = kf_add(k, kf_mul(k, row, kf__u32(k, n)), col);
@@ -484,9 +516,8 @@ static kf_kernel *mm_kernel_forward(const kf_shape *in, const kf_op_params *p, k
  * b is one matrix shared by every product (and a not transposed) is one [B*M, K] x [K, N]
  * product (mm_dims_of folds it). Products of 64x64 outputs and up: f32 (any transposes) on
  * the tile kf_matmul_tune measured for their shape class on this adapter, when it did (same
- * bindings, same store phase); plain f16 on subgroup matrices (tensor cores) where the device has
- * them
- * ($KF_NO_SGMAT=1: never). Everything else, and any of those that cannot be built:
+ * bindings, same store phase); f16 (any transposes) on subgroup matrices (tensor cores) where the
+ * device has them ($KF_NO_SGMAT=1: never). Everything else, and any of those that cannot be built:
  * mm_kernel_forward. */
 static kf_kernel *mm_kernel_choose(kf_context *ctx, const kf_shape *in, const kf_op_params *p,
                                    kf_dtype dtype) {
@@ -498,14 +529,65 @@ static kf_kernel *mm_kernel_choose(kf_context *ctx, const kf_shape *in, const kf
             const kf__mm_config *tuned = kf__matmul_config_for(ctx, d.m, d.k, d.n);
             k = tuned ? kf__matmul_blocked_transposed(d.m, d.k, d.n, tuned, dtype, &d.batch, ta, tb)
                       : NULL;
-        } else if (dtype == KF_DTYPE_F16 && !ta && !tb) {
-            k = kf__matmul_sgmat_batched_for(ctx, d.m, d.k, d.n, &d.batch);
+        } else if (dtype == KF_DTYPE_F16) {
+            /* any transposes: the backward's x^T dy and dy w^T run on tensor cores too */
+            k = kf__matmul_sgmat_transposed_for(ctx, d.m, d.k, d.n, &d.batch, ta, tb);
         }
         if (k) {
             return k;
         }
     }
     return mm_kernel_forward(in, p, dtype);
+}
+
+/* rmsnorm folded into the product (ops/matmul_rownorm.h): the same kernel choice as
+ * mm_kernel_choose, less the subgroup-matrix kernel, which has no such variant. */
+bool kf__matmul_rownorm_fits(kf_context *ctx, const kf_shape *in, const kf_op_params *p,
+                             kf_dtype dtype) {
+    mm_dims d;
+    if ((dtype != KF_DTYPE_F32 && dtype != KF_DTYPE_F16) || (p && p->transpose_a) ||
+        mm_dims_of(in, p, true, &d, NULL, 0) != KF_OK || kf__mm_batch_count(&d.batch) > 1) {
+        return false;
+    }
+    uint32_t sg = 0;
+    /* f16 products of any transposes run on the tensor cores where the device has them */
+    bool sgmat = dtype == KF_DTYPE_F16 && (uint64_t)d.m * d.n >= 64u * 64u && ctx &&
+                 kf__sgmat_usable(ctx, &sg);
+    return !sgmat;
+}
+
+kf_kernel *kf__matmul_rownorm_kernel(kf_context *ctx, const kf_shape *in, const kf_op_params *p,
+                                     kf_dtype dtype, const kf__mm_rownorm *rn) {
+    mm_dims d;
+    if (!rn || !kf__matmul_rownorm_fits(ctx, in, p, dtype) ||
+        mm_dims_of(in, p, true, &d, NULL, 0) != KF_OK) {
+        return NULL;
+    }
+    bool tb = p && p->transpose_b;
+    if ((dtype == KF_DTYPE_F32 || !tb) && (uint64_t)d.m * d.n >= BLOCKED_MIN_ELEMENTS) {
+        const kf__mm_config *tuned =
+            ctx && dtype == KF_DTYPE_F32 ? kf__matmul_config_for(ctx, d.m, d.k, d.n) : NULL;
+        kf_kernel *fast = kf__matmul_blocked_rownorm(d.m, d.k, d.n, tuned, dtype, tb, rn);
+        fast = fast ? fast : kf__matmul_blocked_rownorm(d.m, d.k, d.n, NULL, dtype, tb, rn);
+        if (fast) {
+            return fast;
+        }
+    }
+    kf_kernel *k = mm_kernel_new("rmsnorm_matmul", dtype, true);
+    if (!k) {
+        return NULL;
+    }
+    uint32_t groups[3];
+    mm_tile_grid(d.m, d.n, 1, groups);
+    kf_kernel_set_grid(k, groups);
+    mm_operand a = {kf__bind(k, "a", dtype, KF_ACCESS_READ), false, d.m, d.k, {0, 0}, {0, 0}};
+    mm_operand b = {kf__bind(k, "b", dtype, KF_ACCESS_READ), tb, d.k, d.n, {0, 0}, {0, 0}};
+    mm_sink sink = {.yield = true, .rownorm = rn};
+    if (rn->has_gain) {
+        sink.gain = kf__bind(k, "gain", dtype, KF_ACCESS_READ);
+    }
+    emit_tiled(k, &a, &b, &sink, dtype, NULL);
+    return k;
 }
 
 /* The walk of input x's gradient: one result per product of x's own batch (the grid: the

@@ -297,9 +297,35 @@ kf_kernel *kf__matmul_blocked_batched(uint32_t m, uint32_t kdim, uint32_t n,
     return kf__matmul_blocked_transposed(m, kdim, n, cfg, dtype, batch, false, false);
 }
 
+/* b's row r (a vec4 of it, fetched into `into`) times gain[r]: the rmsnorm's gain on the logical
+ * K axis, whatever b's layout. Rows past K are zero already; their gain index is clamped. */
+static void scale_by_gain(kf_kernel *k, kf_binding gain, kf_val r, uint32_t kdim, kf_var into,
+                          bool half) {
+    kf_val at = kf_call2(k, KF_FN_MIN, r, u32(k, kdim - 1u));
+    kf_val g = widen(k, kf_load(k, gain, at), half);
+    kf_assign(k, into,
+              kf_mul(k, kf_read(k, into), kf_splat(k, kf_type_vec(KF_SCALAR_F32, LANES), g)));
+}
+
+static kf_kernel *blocked_kernel(uint32_t m, uint32_t kdim, uint32_t n, const kf__mm_config *cfg,
+                                 kf_dtype dtype, const kf__mm_batch *batch, bool ta, bool tb,
+                                 const kf__mm_rownorm *rn);
+
 kf_kernel *kf__matmul_blocked_transposed(uint32_t m, uint32_t kdim, uint32_t n,
                                          const kf__mm_config *cfg, kf_dtype dtype,
                                          const kf__mm_batch *batch, bool ta, bool tb) {
+    return blocked_kernel(m, kdim, n, cfg, dtype, batch, ta, tb, NULL);
+}
+
+kf_kernel *kf__matmul_blocked_rownorm(uint32_t m, uint32_t kdim, uint32_t n,
+                                      const kf__mm_config *cfg, kf_dtype dtype, bool tb,
+                                      const kf__mm_rownorm *rn) {
+    return rn ? blocked_kernel(m, kdim, n, cfg, dtype, NULL, false, tb, rn) : NULL;
+}
+
+static kf_kernel *blocked_kernel(uint32_t m, uint32_t kdim, uint32_t n, const kf__mm_config *cfg,
+                                 kf_dtype dtype, const kf__mm_batch *batch, bool ta, bool tb,
+                                 const kf__mm_rownorm *rn) {
     if (dtype != KF_DTYPE_F32 && dtype != KF_DTYPE_F16) {
         return NULL;
     }
@@ -325,16 +351,17 @@ kf_kernel *kf__matmul_blocked_transposed(uint32_t m, uint32_t kdim, uint32_t n,
     const bool wide_a = !ta && kdim % LANES == 0, wide_b = !tb && n % LANES == 0;
     const bool ragged_m = m % bm != 0, ragged_n = n % bn != 0, ragged_k = kdim % bk != 0;
     kf_type v4 = kf_type_vec(KF_SCALAR_F32, LANES);
-    /* An aligned shape has no edge: its kernel is the same either way. */
-    const bool edge = cfg->edge != 0 && (ragged_m || ragged_n || ragged_k);
+    /* An aligned shape has no edge: its kernel is the same either way. The edge path does not
+     * scale b's rows by an rmsnorm's gain: those kernels keep the tested loads. */
+    const bool edge = cfg->edge != 0 && !rn && (ragged_m || ragged_n || ragged_k);
 
     char name[128];
     char raster[16] = "";
     if (cfg->raster > 1) {
         snprintf(raster, sizeof raster, "_r%u", cfg->raster);
     }
-    snprintf(name, sizeof name, "matmul_%ux%ux%u_%ux%u%s%s%s%s%s%s%s", bm, bn, bk, tm, tn,
-             stages == 2 ? "_db" : "", raster, edge ? "_e" : "", half ? "_f16" : "",
+    snprintf(name, sizeof name, "%smatmul_%ux%ux%u_%ux%u%s%s%s%s%s%s%s", rn ? "rmsnorm_" : "", bm,
+             bn, bk, tm, tn, stages == 2 ? "_db" : "", raster, edge ? "_e" : "", half ? "_f16" : "",
              kf__mm_batch_count(batch) > 1 ? "_batched" : "", ta ? "_ta" : "", tb ? "_tb" : "");
     kf_scalar stored = half ? KF_SCALAR_F16 : KF_SCALAR_F32;
     kf_type elem = kf_type_scalar(stored), elem4 = kf_type_vec(stored, LANES);
@@ -345,6 +372,8 @@ kf_kernel *kf__matmul_blocked_transposed(uint32_t m, uint32_t kdim, uint32_t n,
     }
     kf_binding a = kf_kernel_storage(k, "a", wide_a ? elem4 : elem, KF_ACCESS_READ);
     kf_binding b = kf_kernel_storage(k, "b", wide_b ? elem4 : elem, KF_ACCESS_READ);
+    kf_binding gain =
+        rn && rn->has_gain ? kf_kernel_storage(k, "gain", elem, KF_ACCESS_READ) : (kf_binding){0};
     /* Both tiles k-major, as vec4s along m (a) and n (b). */
     kf_shared tile_a = kf_kernel_workgroup(k, "tile_a", v4, stages * stage_a);
     kf_shared tile_b = kf_kernel_workgroup(k, "tile_b", v4, stages * stage_b);
@@ -449,6 +478,9 @@ kf_kernel *kf__matmul_blocked_transposed(uint32_t m, uint32_t kdim, uint32_t n,
                 kf__mm_load4(k, b, off_b, wide_b, check_b, r_, c_, kdim, n, next_b[v], stored,     \
                              true);                                                                \
             }                                                                                      \
+            if (gain.id) {                                                                         \
+                scale_by_gain(k, gain, r_, kdim, next_b[v], half);                                 \
+            }                                                                                      \
         }                                                                                          \
     } while (0)
     /* Registers -> workgroup memory at the stage whose offsets (in vec4s) are oa, ob: a's vec4
@@ -480,6 +512,12 @@ kf_kernel *kf__matmul_blocked_transposed(uint32_t m, uint32_t kdim, uint32_t n,
         for (uint32_t j = 0; j < tn / LANES; j++) {
             acc[i][j] = kf_declare(k, "acc", v4, (kf_val){0});
         }
+    }
+    /* rmsnorm folded in: each invocation's rows' sums of squares, from the a tile it reads, as
+     * vec4s of 4 rows (tm / 4 more vector FMAs per k beside the product's tm * tn / 4) */
+    kf_var squares[MAX_T / LANES];
+    for (uint32_t g = 0; rn && g < tm / LANES; g++) {
+        squares[g] = kf_declare(k, "squares", v4, kf_splat(k, v4, kf_lit_f32(k, 0.0f)));
     }
     if (edge) {
         edge_fetch(k, &eg, u32(k, 0), kdim < bk);
@@ -530,6 +568,10 @@ kf_kernel *kf__matmul_blocked_transposed(uint32_t m, uint32_t kdim, uint32_t n,
                 kf_val at = kf_add(k, kf_add(k, ob, tx), u32(k, kk * row_b + h * wx));
                 bv[h] = kf_shared_load(k, tile_b, at);
             }
+            for (uint32_t g = 0; rn && g < tm / LANES; g++) {
+                kf_assign(k, squares[g],
+                          kf_call3(k, KF_FN_FMA, av[g], av[g], kf_read(k, squares[g])));
+            }
             for (uint32_t i = 0; i < tm; i++) {
                 kf_val splat = kf_splat(k, v4, kf_extract(k, av[i / LANES], i % LANES));
                 for (uint32_t h = 0; h < tn / LANES; h++) {
@@ -557,8 +599,18 @@ kf_kernel *kf__matmul_blocked_transposed(uint32_t m, uint32_t kdim, uint32_t n,
         if (ragged_m) {
             kf_if(k, kf_binary(k, KF_OP_LT, row, u32(k, m)));
         }
+        kf_val r = {0};
+        if (rn) {
+            kf_val sum = kf_extract(k, kf_read(k, squares[i / LANES]), i % LANES);
+            kf_val mean = kf_mul(k, sum, kf_lit_f32(k, 1.0f / (float)kdim));
+            r = kf_let(k, "r",
+                       kf_call1(k, KF_FN_INVERSE_SQRT, kf_add(k, mean, kf_lit_f32(k, rn->eps))));
+        }
         for (uint32_t h = 0; h < tn / LANES; h++) {
             kf_val sums = kf_read(k, acc[i][h]);
+            if (r.id) {
+                sums = kf_mul(k, sums, kf_splat(k, v4, r));
+            }
             for (uint32_t l = 0; l < LANES; l++) {
                 kf_val col = kf_add(
                     k, col0, kf_add(k, kf_mul(k, tx, u32(k, LANES)), u32(k, h * LANES * wx + l)));

@@ -3,6 +3,7 @@
 #define KF_OPS_MATMUL_BLOCKED_H
 
 #include "kfuse.h"
+#include "ops/matmul_rownorm.h"
 
 /* A tile configuration: the workgroup computes bm x bn of c walking K bk at a time, each
  * invocation tm x tn (workgroup size (bn/tn, bm/tm)). tm, tn are 4, 8 or 16 (tm * tn <= 128);
@@ -68,6 +69,10 @@ kf_kernel *kf__matmul_blocked_batched(uint32_t m, uint32_t k, uint32_t n, const 
 kf_kernel *kf__matmul_blocked_transposed(uint32_t m, uint32_t k, uint32_t n,
                                          const kf__mm_config *cfg, kf_dtype dtype,
                                          const kf__mm_batch *batch, bool ta, bool tb);
+/* The same with rmsnorm folded into a's rows (ops/matmul_rownorm.h; a not transposed, no
+ * batch): bindings a, b, [gain], then the store phase, each result scaled by its row's r. */
+kf_kernel *kf__matmul_blocked_rownorm(uint32_t m, uint32_t k, uint32_t n, const kf__mm_config *cfg,
+                                      kf_dtype dtype, bool tb, const kf__mm_rownorm *rn);
 /* How a workgroup stages its two tiles: invocation `local` of `threads` loads vec4 v of a's
  * bm x bk tile from row a_row[v], columns a_k[v]..+3 (along k), and vec4 v of b's bk x bn tile
  * from row b_k[v], columns b_col[v]..+3 (along n), into the registers next_a[v], next_b[v] (of

@@ -1,14 +1,24 @@
-/* A matmul on subgroup matrices (tensor cores): c[M,N] = a[M,K] * b[K,N], row-major, f16 storage,
- * f32 accumulation.
+/* A matmul on subgroup matrices (tensor cores): c[M,N] = op(a)[M,K] * op(b)[K,N], f16 storage,
+ * f32 accumulation; op(x) = x^T where the product says so (a stored [K, M], b stored [N, K]).
  *
- * Each workgroup computes a bm x bn tile of c. The K axis is walked bk at a time: every
- * invocation fetches vec4s of a's and b's tiles from global memory into registers (zero outside
- * the matrices, so any M, N, K works), then stores them as f16 into two row-major tiles in
- * workgroup memory, a's rows padded by 8 halves, b's too, so the rows of a 16x16 matrix fall in
- * different banks. The next tiles are fetched while the current ones are multiplied, and with
- * two stages the tiles are double-buffered (one barrier per step). Each subgroup owns a block of
- * tm x tn result matrices (16x16, f32) and, per 16-deep slice of the tile, loads tm left and tn
- * right matrices from workgroup memory and runs tm * tn multiply-accumulates.
+ * Each workgroup computes a bm x bn tile of c. The K axis is walked bk at a time through two
+ * tiles in workgroup memory, each kept in its operand's stored orientation (a^T's tile is bk x bm),
+ * rows padded by 8 halves so the rows of a 16x16 matrix fall in different banks; the multiply
+ * loads a transposed operand's matrices column-major. How the tiles are filled (the
+ * configuration's `staging`): 0, every invocation fetches vec4s of the tiles from global memory
+ * into registers (zero outside the matrices, so any M, N, K works), then stores their halves one
+ * at a time in lane order; 1, the same with the rows each subgroup covers and the order of each
+ * invocation's four stores chosen (by a model of 32 four-byte banks) so that a subgroup's 2-byte
+ * stores fall in distinct banks: WGSL cannot store vectors into the array<f16> that
+ * subgroupMatrixLoad reads, so the count of stores stays and only their conflicts go; 2, each
+ * subgroup copies whole 16x16 blocks with subgroupMatrixLoad from storage and subgroupMatrixStore
+ * into the tile (the driver's wide stores), where the shape is a multiple of the tile (else 1);
+ * 3, as 0 (the halves in lane order, which a compiler can merge into one 8-byte store) with the
+ * rows each subgroup covers chosen by the bank model for such 8-byte stores.
+ * The next tiles are fetched while the current ones are multiplied, and with two stages the
+ * tiles are double-buffered (one barrier per step). Each subgroup owns a block of tm x tn result
+ * matrices (16x16, f32) and, per 16-deep slice of the tile, loads tm left and tn right matrices
+ * from workgroup memory and runs tm * tn multiply-accumulates.
  *
  * The store phase: subgroup matrices cannot be read element by element, so each subgroup stores
  * its results, a row of tn matrices at a time (or one, where workgroup memory is short), into
@@ -29,32 +39,46 @@
 #define MAT 16u          /* the subgroup matrices are 16x16 (left 16x16, right 16x16: K = 16) */
 #define PAD 8u           /* halves of padding after each tile row */
 #define WG_MEMORY 49152u /* workgroup memory every device with subgroup matrices offers */
+#define MAX_LOADS KF__MM_MAX_LOADS
+#define MAX_BLOCKS 16u /* 16x16 blocks of one tile a subgroup copies per step (staging 2) */
+#define BANKS 32u      /* the bank model of staging 1: 32 banks of 4 bytes, 32 lanes a wave */
 
 static uint32_t threads_of(const kf__sgmat_config *c, uint32_t sg) {
     return c->wm * c->wn * sg;
 }
 
-/* Result matrices per round of the store phase: a row of tn, or one if workgroup memory is
- * short; 0 when even one does not fit. staged_a, staged_b: which tiles workgroup memory holds,
- * in `stages` copies. */
-static uint32_t store_cols(const kf__sgmat_config *c, uint32_t stages, bool staged_a,
-                           bool staged_b) {
-    uint32_t tiles =
-        stages *
-        ((staged_a ? c->bm * (c->bk + PAD) : 0u) + (staged_b ? c->bk * (c->bn + PAD) : 0u)) * 2u;
-    uint32_t tn = c->bn / c->wn / MAT;
-    uint32_t per_round = c->wm * c->wn * MAT * MAT * 4u; /* bytes of one matrix per subgroup */
-    if (tiles + per_round * tn <= WG_MEMORY) {
-        return tn;
-    }
-    return tiles + per_round <= WG_MEMORY ? 1u : 0u;
+/* Halves of one stage of a's tile and of b's, in their stored orientation. */
+static uint32_t tile_halves_a(const kf__sgmat_config *c, bool ta) {
+    return ta ? c->bk * (c->bm + PAD) : c->bm * (c->bk + PAD);
+}
+static uint32_t tile_halves_b(const kf__sgmat_config *c, bool tb) {
+    return tb ? c->bn * (c->bk + PAD) : c->bk * (c->bn + PAD);
 }
 
-/* The stages a kernel staging these tiles uses: the configuration's, or one where a
- * configuration meant for direct operands stages both (a ragged shape) and two do not fit. */
-static uint32_t stages_for(const kf__sgmat_config *c, bool staged_a, bool staged_b) {
+/* Result matrices per round of the store phase (each subgroup's scratch holds that many of a
+ * row of its tn): the configuration's `scratch`, or where it is 0 the most that fit, a divisor of
+ * tn; 0 when the configuration's, or even one, does not fit. tiles: halves of workgroup memory
+ * the tiles take. */
+static uint32_t store_cols(const kf__sgmat_config *c, uint32_t tiles) {
+    uint32_t tn = c->bn / c->wn / MAT;
+    uint32_t per_matrix = c->wm * c->wn * MAT * MAT * 4u; /* bytes of one matrix per subgroup */
+    for (uint32_t cols = c->scratch ? c->scratch : tn; cols >= 1; cols--) {
+        if (tn % cols == 0 && tiles * 2u + per_matrix * cols <= WG_MEMORY) {
+            return cols;
+        }
+        if (c->scratch) {
+            break;
+        }
+    }
+    return 0;
+}
+
+/* The stages a kernel staging these tiles (halves per stage) uses: the configuration's, or one
+ * where two do not fit (a configuration meant for direct operands staging both on a ragged
+ * shape, or a transposed operand's tile taking more room). */
+static uint32_t stages_for(const kf__sgmat_config *c, uint32_t per_stage) {
     uint32_t stages = c->stages ? c->stages : 1;
-    if (c->direct && stages == 2 && !store_cols(c, 2, staged_a, staged_b)) {
+    if (stages == 2 && !store_cols(c, 2 * per_stage)) {
         stages = 1;
     }
     return stages;
@@ -64,8 +88,11 @@ bool kf__sgmat_config_valid(const kf__sgmat_config *c, uint32_t sg) {
     if (!c || !sg || (sg & (sg - 1)) || sg > 128) {
         return false;
     }
-    if (!c->bm || !c->bn || !c->bk || !c->wm || !c->wn || c->stages > 2) {
+    if (!c->bm || !c->bn || !c->bk || !c->wm || !c->wn || c->stages > 2 || c->staging > 3) {
         return false;
+    }
+    if (c->scratch && (c->scratch > c->bn / c->wn / MAT || (c->bn / c->wn / MAT) % c->scratch)) {
+        return false; /* the store rounds split a subgroup's row of result matrices evenly */
     }
     if (c->bm % (MAT * c->wm) || c->bn % (MAT * c->wn) || c->bk % MAT) {
         return false;
@@ -79,24 +106,36 @@ bool kf__sgmat_config_valid(const kf__sgmat_config *c, uint32_t sg) {
     }
     uint32_t loads_a = c->bm * c->bk, loads_b = c->bk * c->bn;
     if (loads_a % (LANES * threads) || loads_b % (LANES * threads) ||
-        loads_a / (LANES * threads) > KF__MM_MAX_LOADS ||
-        loads_b / (LANES * threads) > KF__MM_MAX_LOADS) {
+        loads_a / (LANES * threads) > MAX_LOADS || loads_b / (LANES * threads) > MAX_LOADS) {
         return false; /* whole vec4s per invocation, at most 16 of each tile */
     }
-    return c->direct <= 3 && store_cols(c, stages_for(c, true, true), true, true) > 0;
+    if (c->direct > 3 || c->probe > 3 || (c->probe && c->direct)) {
+        return false;
+    }
+    /* Two stages that do not fit are refused here; a kernel falls back to one only where the
+     * configuration stages less than both tiles on an aligned shape. */
+    uint32_t per_stage = tile_halves_a(c, false) + tile_halves_b(c, false);
+    uint32_t stages = c->stages ? c->stages : 1;
+    if (stages == 2 && !c->direct && !store_cols(c, 2 * per_stage)) {
+        return false;
+    }
+    return store_cols(c, stages_for(c, per_stage) * per_stage) > 0;
 }
 
 const kf__sgmat_config *kf__sgmat_default_config(uint32_t m, uint32_t k, uint32_t n, bool checked) {
-    /* Measured on an H200 (bench/results/h200-sgmat-*.txt). Robustness off: 128x256 tiles of
-     * 2x4 subgroups (64x64 each, 16 result matrices) single-buffered reach 221 TFLOP/s at 4096^3
-     * and 231 at 8192^3, against 185 for 128x128 double-buffered (64x32 each); two stages of
-     * 128x256x32 tiles do not fit in 48 KiB beside the scratch. Robustness on, Tint wraps every
-     * subgroup-matrix load in a bounds test, and fewer matrices per subgroup do better: 128x128
-     * double-buffered 73 TFLOP/s, 128x256 53. Below 2048x2048 outputs, 64x64 tiles keep every
-     * multiprocessor busy. */
-    static const kf__sgmat_config big = {128, 256, 32, 2, 4, 1, 8, 0};
-    static const kf__sgmat_config big_checked = {128, 128, 32, 2, 4, 2, 8, 0};
-    static const kf__sgmat_config small = {64, 64, 32, 2, 2, 2, 0, 0};
+    /* Measured on an H200 (bench/results/h200-sgmat-*.txt, h200-s5-sgmm-sweep.txt). Robustness
+     * off: 128x256 tiles of 2x4 subgroups (64x64 each, 16 result matrices) single-buffered, two
+     * result matrices per store round (8 rounds, the most that fit beside the tiles), reach 224
+     * TFLOP/s at 4096^3 and 234 at 8192^3 (one a round: 220, 228); 128x128 double-buffered
+     * (64x32 each) 180; two stages of 128x256x32 tiles do not fit in 48 KiB beside the scratch.
+     * Staging 1 (bank-conflict-free stores) measured 176 / 178 and staging 2 (blocks copied by
+     * subgroup matrices) 154 / 160, so the tiles keep their halves in lane order. Robustness on,
+     * Tint wraps every subgroup-matrix load in a bounds test, and fewer matrices per subgroup do
+     * better: 128x128 double-buffered 73 TFLOP/s, 128x256 53. Below 2048x2048 outputs, 64x64
+     * tiles keep every multiprocessor busy (1024^3: 80 TFLOP/s, against 49 for 128x128). */
+    static const kf__sgmat_config big = {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, 0};
+    static const kf__sgmat_config big_checked = {128, 128, 32, 2, 4, 2, 8, 0, 0, 0, 0};
+    static const kf__sgmat_config small = {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0};
     (void)k;
     if ((uint64_t)m * n < 2048ull * 2048ull) {
         return &small;
@@ -143,14 +182,243 @@ static void fetch4(kf_kernel *k, kf_binding b, kf_val offset, bool wide, bool ch
     kf_end(k);
 }
 
+/* ---- staging 1: which rows each invocation fetches, and in which order it stores ---- */
+
+/* An assignment of vec4s to invocations: vec4 `flat` of the tile is row perm(flat / per_row),
+ * columns 4 * (flat % per_row)..+3, where perm permutes the three low bits of the row (bit i
+ * goes to bit perm[i]); invocations whose `swap` bit is set store their halves 2, 3 first and
+ * then 0, 1 (the other word of the vec4 first). swap_bit < 0: none; swap_on_row: a bit of the
+ * row, else of the vec4's column. */
+typedef struct spread {
+    uint8_t perm[3];
+    int swap_bit;
+    bool swap_on_row;
+} spread;
+
+static uint32_t spread_row(const spread *sp, uint32_t q) {
+    uint32_t h = q & 7u, low = 0;
+    for (uint32_t i = 0; i < 3; i++) {
+        low |= ((h >> i) & 1u) << sp->perm[i];
+    }
+    return (q & ~7u) | low;
+}
+
+static bool spread_swaps(const spread *sp, uint32_t row, uint32_t j) {
+    return sp->swap_bit >= 0 && (((sp->swap_on_row ? row : j) >> sp->swap_bit) & 1u);
+}
+
+/* Wavefronts the stores of one stage take in the bank model: per store instruction of 32
+ * consecutive invocations, the most distinct 4-byte words any bank is asked for. wide: each
+ * invocation's four halves as one 8-byte store (what a compiler can merge in-order halves at
+ * aligned addresses into), else four 2-byte stores. */
+static uint32_t spread_cost(const spread *sp, uint32_t threads, uint32_t loads, uint32_t tcols,
+                            uint32_t ld, bool wide) {
+    const uint32_t per_row = tcols / LANES;
+    uint32_t total = 0;
+    for (uint32_t v = 0; v < loads; v++) {
+        for (uint32_t t0 = 0; t0 < threads; t0 += BANKS) {
+            for (uint32_t l = 0; l < (wide ? 1u : LANES); l++) {
+                uint32_t words[BANKS][2 * BANKS], count[BANKS] = {0}, worst = 0;
+                for (uint32_t t = t0; t < t0 + BANKS && t < threads; t++) {
+                    uint32_t flat = t + v * threads, j = flat % per_row;
+                    uint32_t row = spread_row(sp, flat / per_row);
+                    uint32_t half = row * ld + j * LANES + (spread_swaps(sp, row, j) ? l ^ 2u : l);
+                    for (uint32_t w = 0; w < (wide ? 2u : 1u); w++) {
+                        uint32_t word = half / 2u + w, bank = word % BANKS, seen = 0;
+                        while (seen < count[bank] && words[bank][seen] != word) {
+                            seen++;
+                        }
+                        if (seen == count[bank]) {
+                            words[bank][count[bank]++] = word;
+                            worst = count[bank] > worst ? count[bank] : worst;
+                        }
+                    }
+                }
+                total += worst;
+            }
+        }
+    }
+    return total;
+}
+
+/* The assignment with the fewest wavefronts (the identity, in lane order, where none beats it);
+ * wide: for 8-byte stores, rows only (in-order halves). */
+static spread spread_choose(uint32_t threads, uint32_t loads, uint32_t tcols, uint32_t ld,
+                            bool wide) {
+    static const uint8_t perms[6][3] = {{0, 1, 2}, {0, 2, 1}, {1, 0, 2},
+                                        {1, 2, 0}, {2, 0, 1}, {2, 1, 0}};
+    const uint32_t per_row = tcols / LANES;
+    spread best = {{0, 1, 2}, -1, false};
+    uint32_t best_cost = spread_cost(&best, threads, loads, tcols, ld, wide);
+    for (uint32_t p = 0; p < 6; p++) {
+        for (int s = -1; s < (wide ? 0 : 8); s++) {
+            spread sp = {{perms[p][0], perms[p][1], perms[p][2]}, s < 3 ? s : s - 3, s < 3};
+            if (sp.swap_bit >= 0 && !sp.swap_on_row && (1u << sp.swap_bit) >= per_row) {
+                continue; /* no such column bit */
+            }
+            uint32_t cost = spread_cost(&sp, threads, loads, tcols, ld, wide);
+            if (cost < best_cost) {
+                best = sp, best_cost = cost;
+            }
+        }
+    }
+    return best;
+}
+
+/* ---- the operands ---- */
+
+/* One operand as the kernel reads it: the matrix as stored (rows x cols), its tile in workgroup
+ * memory in the same orientation (trows x tcols, ld halves a row), and how the tile is filled. */
+typedef struct operand {
+    kf_binding bind;
+    kf_val offset; /* of this product in a batch; the invalid handle: 0 */
+    uint32_t rows, cols;
+    uint32_t trows, tcols, ld, stage; /* stage: halves per stage */
+    bool k_on_rows;                   /* the tile's rows walk K (else its columns do) */
+    bool wide, checked, direct;
+    uint32_t staging; /* 0, 1 or 2, as the configuration's (2 only where it applies) */
+    uint32_t loads;   /* vec4s per invocation (staging 0 and 1) */
+    uint32_t blocks;  /* 16x16 blocks per subgroup (staging 2) */
+    spread sp;
+    kf_val row[MAX_LOADS], col[MAX_LOADS], swap[MAX_LOADS], shift[MAX_LOADS];
+    kf_var next[MAX_LOADS];
+    kf_val block_tile[MAX_BLOCKS], block_at[MAX_BLOCKS];
+    kf_sgmat block[MAX_BLOCKS];
+    kf_shared tile;
+} operand;
+
+/* Where each invocation's vec4s (or each subgroup's blocks) of the tile come from. outer0: the
+ * first row (a) or column (b) of c the tile serves. */
+static void operand_init(kf_kernel *k, operand *o, const char *name, kf_val local, kf_val sgi,
+                         uint32_t threads, uint32_t subgroups, kf_val outer0) {
+    char nm[24];
+    kf_type h4 = kf_type_vec(KF_SCALAR_F16, LANES);
+    if (o->staging == 2) {
+        const uint32_t per_row = o->tcols / MAT;
+        for (uint32_t i = 0; i < o->blocks; i++) {
+            kf_val g = kf_add(k, sgi, u32(k, i * subgroups));
+            kf_val br = kf_mul(k, kf_div(k, g, u32(k, per_row)), u32(k, MAT));
+            kf_val bc = kf_mul(k, kf_binary(k, KF_OP_MOD, g, u32(k, per_row)), u32(k, MAT));
+            snprintf(nm, sizeof nm, "%s_block", name);
+            o->block_tile[i] = kf_let(k, nm, kf_add(k, kf_mul(k, br, u32(k, o->ld)), bc));
+            /* in storage, less the K offset of the step */
+            kf_val at = o->k_on_rows
+                            ? kf_add(k, kf_mul(k, br, u32(k, o->cols)), kf_add(k, outer0, bc))
+                            : kf_add(k, kf_mul(k, kf_add(k, outer0, br), u32(k, o->cols)), bc);
+            snprintf(nm, sizeof nm, "%s_from", name);
+            o->block_at[i] = kf_let(k, nm, o->offset.id ? kf_add(k, o->offset, at) : at);
+            snprintf(nm, sizeof nm, "%s_next", name);
+            o->block[i] = kf_sgmat_declare(k, nm, KF_SGMAT_LEFT, KF_SCALAR_F16, MAT, MAT);
+        }
+        return;
+    }
+    const uint32_t per_row = o->tcols / LANES;
+    const bool permuted = o->sp.perm[0] != 0 || o->sp.perm[1] != 1 || o->sp.perm[2] != 2;
+    for (uint32_t v = 0; v < o->loads; v++) {
+        kf_val flat = kf_add(k, local, u32(k, v * threads));
+        kf_val q = kf_div(k, flat, u32(k, per_row));
+        if (permuted) {
+            q = kf_let(k, "q", q);
+            kf_val low = {0};
+            for (uint32_t i = 0; i < 3; i++) {
+                kf_val bit =
+                    kf_binary(k, KF_OP_BIT_AND, kf_binary(k, KF_OP_SHR, q, u32(k, i)), u32(k, 1));
+                kf_val moved =
+                    o->sp.perm[i] ? kf_binary(k, KF_OP_SHL, bit, u32(k, o->sp.perm[i])) : bit;
+                low = low.id ? kf_binary(k, KF_OP_BIT_OR, low, moved) : moved;
+            }
+            q = kf_binary(k, KF_OP_BIT_OR, kf_binary(k, KF_OP_BIT_AND, q, u32(k, ~7u)), low);
+        }
+        snprintf(nm, sizeof nm, "%s_r", name);
+        o->row[v] = kf_let(k, nm, q);
+        kf_val j = kf_binary(k, KF_OP_MOD, flat, u32(k, per_row));
+        snprintf(nm, sizeof nm, "%s_c", name);
+        o->col[v] = kf_let(k, nm, kf_mul(k, j, u32(k, LANES)));
+        o->swap[v] = (kf_val){0};
+        if (o->sp.swap_bit >= 0) {
+            kf_val of = o->sp.swap_on_row ? o->row[v] : j;
+            kf_val bit =
+                kf_binary(k, KF_OP_BIT_AND,
+                          kf_binary(k, KF_OP_SHR, of, u32(k, (uint32_t)o->sp.swap_bit)), u32(k, 1));
+            snprintf(nm, sizeof nm, "%s_swap", name);
+            o->swap[v] = kf_let(k, nm, kf_binary(k, KF_OP_NE, bit, u32(k, 0)));
+            snprintf(nm, sizeof nm, "%s_shift", name);
+            o->shift[v] = kf_let(k, nm, kf_select(k, u32(k, 0), u32(k, 2), o->swap[v]));
+        }
+    }
+    for (uint32_t v = 0; v < o->loads; v++) {
+        snprintf(nm, sizeof nm, "next_%s", name);
+        o->next[v] = kf_declare(k, nm, h4, (kf_val){0});
+    }
+}
+
+/* Fetches the operand's part of the tile at step k0 into registers (or subgroup matrices).
+ * interior: the tile lies inside the matrix (uniform over the workgroup). */
+static void operand_fetch(kf_kernel *k, const operand *o, kf_val k0, kf_val outer0,
+                          kf_val interior) {
+    if (o->staging == 2) {
+        for (uint32_t i = 0; i < o->blocks; i++) {
+            kf_val step = o->k_on_rows ? kf_mul(k, k0, u32(k, o->cols)) : k0;
+            kf_sgmat_load_storage(k, o->block[i], o->bind, kf_add(k, o->block_at[i], step), false,
+                                  u32(k, o->cols));
+        }
+        return;
+    }
+    for (uint32_t v = 0; v < o->loads; v++) {
+        kf_val r = kf_add(k, o->k_on_rows ? k0 : outer0, o->row[v]);
+        kf_val c = kf_add(k, o->k_on_rows ? outer0 : k0, o->col[v]);
+        fetch4(k, o->bind, o->offset, o->wide, o->checked, interior, r, c, o->rows, o->cols,
+               o->next[v]);
+    }
+}
+
+/* Registers -> the tile of the stage starting at half `at0`. */
+static void operand_store(kf_kernel *k, const operand *o, kf_val at0) {
+    if (o->staging == 2) {
+        for (uint32_t i = 0; i < o->blocks; i++) {
+            kf_sgmat_store(k, o->tile, kf_add(k, at0, o->block_tile[i]), o->block[i], false,
+                           u32(k, o->ld));
+        }
+        return;
+    }
+    for (uint32_t v = 0; v < o->loads; v++) {
+        kf_val got = kf_read(k, o->next[v]);
+        kf_val at = kf_add(k, at0, kf_add(k, kf_mul(k, o->row[v], u32(k, o->ld)), o->col[v]));
+        if (!o->swap[v].id) {
+            for (uint32_t l = 0; l < LANES; l++) {
+                kf_shared_store(k, o->tile, l ? kf_add(k, at, u32(k, l)) : at,
+                                kf_extract(k, got, l));
+            }
+            continue;
+        }
+        /* halves 0, 1 at +shift, 2, 3 at +2-shift: the swapped invocations store the other
+         * word of the vec4 first */
+        kf_val s = o->swap[v];
+        kf_val lo = kf_add(k, at, o->shift[v]);
+        kf_val hi = kf_sub(k, kf_add(k, at, u32(k, 2)), o->shift[v]);
+        for (uint32_t l = 0; l < LANES; l++) {
+            kf_val base = l < 2 ? lo : hi;
+            kf_val mine = kf_extract(k, got, l), other = kf_extract(k, got, l ^ 2u);
+            kf_shared_store(k, o->tile, l & 1u ? kf_add(k, base, u32(k, 1)) : base,
+                            kf_select(k, mine, other, s));
+        }
+    }
+}
+
 kf_kernel *kf__matmul_sgmat(uint32_t m, uint32_t kdim, uint32_t n, const kf__sgmat_config *cfg,
                             uint32_t sg) {
-    return kf__matmul_sgmat_batched(m, kdim, n, cfg, sg, NULL);
+    return kf__matmul_sgmat_transposed(m, kdim, n, cfg, sg, NULL, false, false);
 }
 
 kf_kernel *kf__matmul_sgmat_batched(uint32_t m, uint32_t kdim, uint32_t n,
                                     const kf__sgmat_config *cfg, uint32_t sg,
                                     const kf__mm_batch *batch) {
+    return kf__matmul_sgmat_transposed(m, kdim, n, cfg, sg, batch, false, false);
+}
+
+kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t kdim, uint32_t n,
+                                       const kf__sgmat_config *cfg, uint32_t sg,
+                                       const kf__mm_batch *batch, bool ta, bool tb) {
     const uint32_t count = kf__mm_batch_count(batch);
     if (!cfg) {
         cfg = kf__sgmat_default_config(m, kdim, n, false);
@@ -159,42 +427,81 @@ kf_kernel *kf__matmul_sgmat_batched(uint32_t m, uint32_t kdim, uint32_t n,
         return NULL;
     }
     const uint32_t bm = cfg->bm, bn = cfg->bn, bk = cfg->bk, wm = cfg->wm, wn = cfg->wn;
-    const uint32_t threads = threads_of(cfg, sg);
+    const uint32_t threads = threads_of(cfg, sg), subgroups = wm * wn;
     const uint32_t tm = bm / wm / MAT, tn = bn / wn / MAT; /* result matrices per subgroup */
-    const uint32_t lda = bk + PAD, ldb = bn + PAD;         /* tile row strides, in halves */
-    const uint32_t stage_a = bm * lda, stage_b = bk * ldb; /* halves per stage */
     const bool ragged_m = m % bm != 0, ragged_n = n % bn != 0, ragged_k = kdim % bk != 0;
     /* Operands read straight from their buffers (no tile): only where no tile crosses an edge. */
     const bool whole =
         !ragged_m && !ragged_n && !ragged_k && kdim % 8 == 0 && n % 8 == 0 && count <= 1;
-    const bool direct_a = whole && (cfg->direct & 1u), direct_b = whole && (cfg->direct & 2u);
-    const uint32_t loads_a = direct_a ? 0 : bm * bk / (LANES * threads);
-    const uint32_t loads_b = direct_b ? 0 : bk * bn / (LANES * threads);
-    const uint32_t stages = stages_for(cfg, !direct_a, !direct_b);
+    operand A = {.rows = ta ? kdim : m,
+                 .cols = ta ? m : kdim,
+                 .trows = ta ? bk : bm,
+                 .tcols = ta ? bm : bk,
+                 .k_on_rows = ta,
+                 .checked = ragged_m || ragged_k};
+    operand B = {.rows = tb ? n : kdim,
+                 .cols = tb ? kdim : n,
+                 .trows = tb ? bn : bk,
+                 .tcols = tb ? bk : bn,
+                 .k_on_rows = !tb,
+                 .checked = ragged_k || ragged_n};
+    A.direct = whole && !ta && (cfg->direct & 1u);
+    B.direct = whole && !tb && (cfg->direct & 2u);
+    operand *ops[2] = {&A, &B};
+    uint32_t per_stage = 0;
+    for (int i = 0; i < 2; i++) {
+        operand *o = ops[i];
+        o->ld = o->tcols + PAD;
+        o->stage = o->direct ? 0 : o->trows * o->ld;
+        per_stage += o->stage;
+        o->staging = cfg->staging;
+        uint32_t blocks = (o->trows / MAT) * (o->tcols / MAT);
+        if (o->staging == 2 && (ragged_m || ragged_n || ragged_k || o->cols % 8 != 0 ||
+                                blocks % subgroups || blocks / subgroups > MAX_BLOCKS)) {
+            o->staging = 1; /* blocks that cross an edge, or misaligned rows */
+        }
+        o->blocks = o->direct || o->staging != 2 ? 0 : blocks / subgroups;
+        o->loads = o->direct || o->staging == 2 ? 0 : o->trows * o->tcols / (LANES * threads);
+        o->wide = !o->direct && o->staging != 2 && o->cols % LANES == 0;
+        o->sp = (spread){{0, 1, 2}, -1, false};
+        if (o->staging == 1 || o->staging == 3) {
+            o->sp = spread_choose(threads, o->loads, o->tcols, o->ld, o->staging == 3);
+        }
+    }
+    const uint32_t stages = stages_for(cfg, per_stage);
+    const bool staged = !A.direct || !B.direct;
     /* the scratch's row length, in floats */
-    const uint32_t ecols = store_cols(cfg, stages, !direct_a, !direct_b) * MAT;
-    const bool wide_a = kdim % LANES == 0 && !direct_a, wide_b = n % LANES == 0 && !direct_b;
-    const bool staged = !direct_a || !direct_b;
+    const uint32_t cols_per_round = store_cols(cfg, stages * per_stage);
+    if (!cols_per_round) {
+        return NULL; /* a transposed operand's tile does not fit beside the scratch */
+    }
+    const uint32_t ecols = cols_per_round * MAT;
     const uint32_t tiles_m = (m + bm - 1) / bm, tiles_n = (n + bn - 1) / bn;
     kf_type h = kf_type_scalar(KF_SCALAR_F16), h4 = kf_type_vec(KF_SCALAR_F16, LANES);
 
-    char name[80];
-    snprintf(name, sizeof name, "matmul_sgmat_%ux%ux%u_%ux%u%s%s%s%s", bm, bn, bk, wm, wn,
-             stages == 2 && staged ? "_db" : "", direct_a ? "_direct_a" : "",
-             direct_b ? "_direct_b" : "", count > 1 ? "_batched" : "");
+    char name[160];
+    const char *staging_name[4] = {"", "_spread", "_sgcopy", "_rows"};
+    snprintf(name, sizeof name, "matmul_sgmat_%ux%ux%u_%ux%u%s%s%s%s%s%s%s%s", bm, bn, bk, wm, wn,
+             stages == 2 && staged ? "_db" : "", A.direct ? "_direct_a" : "",
+             B.direct ? "_direct_b" : "",
+             staging_name[A.staging > B.staging ? A.staging : B.staging], ta ? "_ta" : "",
+             tb ? "_tb" : "", count > 1 ? "_batched" : "",
+             cfg->probe == 1   ? "_probe_staged_once"
+             : cfg->probe == 2 ? "_probe_loaded_once"
+             : cfg->probe == 3 ? "_probe_mma_only"
+                               : "");
     kf_kernel_desc desc = {.name = name, .workgroup_size = {threads, 1, 1}, .output = h};
     kf_kernel *k = kf_kernel_create(&desc);
     if (!k) {
         return NULL;
     }
-    kf_binding a = kf_kernel_storage(k, "a", wide_a ? h4 : h, KF_ACCESS_READ);
-    kf_binding b = kf_kernel_storage(k, "b", wide_b ? h4 : h, KF_ACCESS_READ);
-    kf_shared tile_a = {0}, tile_b = {0};
-    if (!direct_a) {
-        tile_a = kf_kernel_workgroup(k, "tile_a", h, stages * stage_a);
+    A.bind = kf_kernel_storage(k, "a", A.wide ? h4 : h, KF_ACCESS_READ);
+    B.bind = kf_kernel_storage(k, "b", B.wide ? h4 : h, KF_ACCESS_READ);
+    if (!A.direct) {
+        A.tile = kf_kernel_workgroup(k, "tile_a", h, stages * A.stage);
     }
-    if (!direct_b) {
-        tile_b = kf_kernel_workgroup(k, "tile_b", h, stages * stage_b);
+    if (!B.direct) {
+        B.tile = kf_kernel_workgroup(k, "tile_b", h, stages * B.stage);
     }
     kf_shared scratch =
         kf_kernel_workgroup(k, "scratch", kf_type_scalar(KF_SCALAR_F32), wm * wn * MAT * ecols);
@@ -203,16 +510,16 @@ kf_kernel *kf__matmul_sgmat_batched(uint32_t m, uint32_t kdim, uint32_t n,
     kf_val sgi = kf_let(k, "sgi", kf_div(k, local, u32(k, sg)));
     kf_val lane = kf_let(k, "lane", kf_binary(k, KF_OP_MOD, local, u32(k, sg)));
     kf_val tile = kf_let(k, "tile", kf_workgroup_linear(k));
-    kf_val off_a = {0}, off_b = {0}, off_c = {0};
+    kf_val off_c = {0};
     if (count > 1) {
         /* this workgroup's product of the batch, and its tile of that product */
         kf_val which = kf_let(k, "product", kf_div(k, tile, u32(k, tiles_m * tiles_n)));
         tile = kf_let(k, "tile_of", kf_binary(k, KF_OP_MOD, tile, u32(k, tiles_m * tiles_n)));
-        off_a = kf__mm_batch_offset(k, batch, which, batch->a_step);
-        off_b = kf__mm_batch_offset(k, batch, which, batch->b_step);
+        A.offset = kf__mm_batch_offset(k, batch, which, batch->a_step);
+        B.offset = kf__mm_batch_offset(k, batch, which, batch->b_step);
         off_c = kf__mm_batch_offset(k, batch, which, batch->c_step);
-        off_a = off_a.id ? kf_let(k, "a_at", off_a) : off_a;
-        off_b = off_b.id ? kf_let(k, "b_at", off_b) : off_b;
+        A.offset = A.offset.id ? kf_let(k, "a_at", A.offset) : A.offset;
+        B.offset = B.offset.id ? kf_let(k, "b_at", B.offset) : B.offset;
         off_c = off_c.id ? kf_let(k, "c_at", off_c) : off_c;
     }
     kf_val tile_row, tile_col;
@@ -238,12 +545,12 @@ kf_kernel *kf__matmul_sgmat_batched(uint32_t m, uint32_t kdim, uint32_t n,
     kf_val sub_col =
         kf_let(k, "sub_col", kf_mul(k, kf_binary(k, KF_OP_MOD, sgi, u32(k, wn)), u32(k, bn / wn)));
 
-    /* Where each invocation's vec4s of the two tiles come from: a along k, b along n. */
-    kf__mm_staging st;
-    kf__mm_staging_init(k, local, threads, bk, bn, loads_a, loads_b, h4, &st);
-    kf_val *a_row = st.a_row, *a_k = st.a_k, *b_k = st.b_k, *b_col = st.b_col;
-    kf_var *next_a = st.next_a, *next_b = st.next_b;
-    const bool check_a = ragged_m || ragged_k, check_b = ragged_k || ragged_n;
+    if (!A.direct) {
+        operand_init(k, &A, "a", local, sgi, threads, subgroups, row0);
+    }
+    if (!B.direct) {
+        operand_init(k, &B, "b", local, sgi, threads, subgroups, col0);
+    }
     /* Whether this workgroup's row of tiles, and its column, lie inside m and n: only the
      * tiles at the edges (and the last step of K) need checked loads. */
     kf_val rows_inside =
@@ -254,42 +561,6 @@ kf_kernel *kf__matmul_sgmat_batched(uint32_t m, uint32_t kdim, uint32_t n,
         !ragged_n ? kf_lit_bool(k, true)
         : n < bn  ? kf_lit_bool(k, false)
                   : kf_let(k, "cols_inside", kf_binary(k, KF_OP_LE, col0, u32(k, n - bn)));
-#define FETCH(k0)                                                                                  \
-    do {                                                                                           \
-        kf_val k_inside = !ragged_k   ? kf_lit_bool(k, true)                                       \
-                          : kdim < bk ? kf_lit_bool(k, false)                                      \
-                                      : kf_binary(k, KF_OP_LE, (k0), u32(k, kdim - bk));           \
-        kf_val in_a = kf_binary(k, KF_OP_AND, rows_inside, k_inside);                              \
-        kf_val in_b = kf_binary(k, KF_OP_AND, k_inside, cols_inside);                              \
-        for (uint32_t v = 0; v < loads_a; v++) {                                                   \
-            fetch4(k, a, off_a, wide_a, check_a, in_a, kf_add(k, row0, a_row[v]),                  \
-                   kf_add(k, (k0), a_k[v]), m, kdim, next_a[v]);                                   \
-        }                                                                                          \
-        for (uint32_t v = 0; v < loads_b; v++) {                                                   \
-            fetch4(k, b, off_b, wide_b, check_b, in_b, kf_add(k, (k0), b_k[v]),                    \
-                   kf_add(k, col0, b_col[v]), kdim, n, next_b[v]);                                 \
-        }                                                                                          \
-    } while (0)
-    /* registers -> the tiles of the stage starting at halves oa, ob */
-#define STORE_TILES(oa, ob)                                                                        \
-    do {                                                                                           \
-        for (uint32_t v = 0; v < loads_a; v++) {                                                   \
-            kf_val got = kf_read(k, next_a[v]);                                                    \
-            kf_val at = kf_add(k, (oa), kf_add(k, kf_mul(k, a_row[v], u32(k, lda)), a_k[v]));      \
-            for (uint32_t l = 0; l < LANES; l++) {                                                 \
-                kf_shared_store(k, tile_a, l ? kf_add(k, at, u32(k, l)) : at,                      \
-                                kf_extract(k, got, l));                                            \
-            }                                                                                      \
-        }                                                                                          \
-        for (uint32_t v = 0; v < loads_b; v++) {                                                   \
-            kf_val got = kf_read(k, next_b[v]);                                                    \
-            kf_val at = kf_add(k, (ob), kf_add(k, kf_mul(k, b_k[v], u32(k, ldb)), b_col[v]));      \
-            for (uint32_t l = 0; l < LANES; l++) {                                                 \
-                kf_shared_store(k, tile_b, l ? kf_add(k, at, u32(k, l)) : at,                      \
-                                kf_extract(k, got, l));                                            \
-            }                                                                                      \
-        }                                                                                          \
-    } while (0)
 
     kf_sgmat acc[32];
     for (uint32_t i = 0; i < tm * tn; i++) {
@@ -302,10 +573,46 @@ kf_kernel *kf__matmul_sgmat_batched(uint32_t m, uint32_t kdim, uint32_t n,
     for (uint32_t j = 0; j < tn; j++) {
         right[j] = kf_sgmat_declare(k, "right", KF_SGMAT_RIGHT, KF_SCALAR_F16, MAT, MAT);
     }
+#define FETCH(k0)                                                                                  \
+    do {                                                                                           \
+        kf_val k_inside = !ragged_k   ? kf_lit_bool(k, true)                                       \
+                          : kdim < bk ? kf_lit_bool(k, false)                                      \
+                                      : kf_binary(k, KF_OP_LE, (k0), u32(k, kdim - bk));           \
+        if (!A.direct) {                                                                           \
+            operand_fetch(k, &A, (k0), row0, kf_binary(k, KF_OP_AND, rows_inside, k_inside));      \
+        }                                                                                          \
+        if (!B.direct) {                                                                           \
+            operand_fetch(k, &B, (k0), col0, kf_binary(k, KF_OP_AND, k_inside, cols_inside));      \
+        }                                                                                          \
+    } while (0)
+#define STORE_TILES(oa, ob)                                                                        \
+    do {                                                                                           \
+        if (!A.direct) {                                                                           \
+            operand_store(k, &A, (oa));                                                            \
+        }                                                                                          \
+        if (!B.direct) {                                                                           \
+            operand_store(k, &B, (ob));                                                            \
+        }                                                                                          \
+    } while (0)
+    /* probe (measuring only, wrong results): 1 stages the tiles once, before the loop; 2 loads
+     * the matrices once, before the loop (so the loop multiplies and stages only) */
+    const bool probe_stage = cfg->probe & 1u, probe_loads = cfg->probe & 2u;
     FETCH(u32(k, 0));
-    if (stages == 2 && staged) {
+    if ((stages == 2 && staged) || cfg->probe) {
         STORE_TILES(u32(k, 0), u32(k, 0));
         kf_barrier(k);
+    }
+    if (probe_loads) {
+        kf_val a0 = ta ? sub_row : kf_mul(k, sub_row, u32(k, A.ld));
+        kf_val b0 = tb ? kf_mul(k, sub_col, u32(k, B.ld)) : sub_col;
+        for (uint32_t j = 0; j < tn; j++) {
+            kf_sgmat_load(k, right[j], B.tile, kf_add(k, b0, u32(k, tb ? j * MAT * B.ld : j * MAT)),
+                          tb, u32(k, B.ld));
+        }
+        for (uint32_t i = 0; i < tm; i++) {
+            kf_sgmat_load(k, left[i], A.tile, kf_add(k, a0, u32(k, ta ? i * MAT : i * MAT * A.ld)),
+                          ta, u32(k, A.ld));
+        }
     }
     kf_val k0 = kf_for(k, "k0", u32(k, 0), u32(k, kdim), u32(k, bk));
     {
@@ -314,59 +621,68 @@ kf_kernel *kf__matmul_sgmat_batched(uint32_t m, uint32_t kdim, uint32_t n,
         kf_val oa = u32(k, 0), ob = u32(k, 0);
         if (stages == 2 && staged) {
             kf_val cur = kf_binary(k, KF_OP_BIT_AND, kf_div(k, k0, u32(k, bk)), u32(k, 1));
-            oa = kf_let(k, "oa", kf_mul(k, cur, u32(k, stage_a)));
-            ob = kf_let(k, "ob", kf_mul(k, cur, u32(k, stage_b)));
+            oa = kf_let(k, "oa", kf_mul(k, cur, u32(k, A.stage)));
+            ob = kf_let(k, "ob", kf_mul(k, cur, u32(k, B.stage)));
         } else if (staged) {
-            STORE_TILES(oa, ob);
+            if (!probe_stage) {
+                STORE_TILES(oa, ob);
+            }
             kf_barrier(k);
         }
         /* The next tiles travel while this one is multiplied. */
-        if (staged) {
+        if (staged && !probe_stage) {
             kf_if(k, more);
             FETCH(kf_add(k, k0, u32(k, bk)));
             kf_end(k);
         }
-        /* Where this subgroup's matrices start: in the tiles, or in a and b themselves. */
+        /* Where this subgroup's matrices start: in the tiles, or in a and b themselves. In a
+         * transposed operand's tile the matrices lie column-major. */
         kf_val a_base, b_base;
-        uint32_t a_stride = lda, b_stride = ldb;
-        if (direct_a) {
+        uint32_t a_stride = A.ld, b_stride = B.ld;
+        if (A.direct) {
             a_stride = kdim;
             a_base = kf_let(k, "a_base",
                             kf_add(k, kf_mul(k, kf_add(k, row0, sub_row), u32(k, kdim)), k0));
+        } else if (ta) {
+            a_base = kf_let(k, "a_base", kf_add(k, oa, sub_row));
         } else {
-            a_base = kf_let(k, "a_base", kf_add(k, oa, kf_mul(k, sub_row, u32(k, lda))));
+            a_base = kf_let(k, "a_base", kf_add(k, oa, kf_mul(k, sub_row, u32(k, A.ld))));
         }
-        if (direct_b) {
+        if (B.direct) {
             b_stride = n;
             b_base =
                 kf_let(k, "b_base", kf_add(k, kf_mul(k, k0, u32(k, n)), kf_add(k, col0, sub_col)));
+        } else if (tb) {
+            b_base = kf_let(k, "b_base", kf_add(k, ob, kf_mul(k, sub_col, u32(k, B.ld))));
         } else {
             b_base = kf_let(k, "b_base", kf_add(k, ob, sub_col));
         }
         for (uint32_t kk = 0; kk < bk; kk += MAT) {
-            for (uint32_t j = 0; j < tn; j++) {
-                kf_val at = kf_add(k, b_base, u32(k, kk * b_stride + j * MAT));
-                if (direct_b) {
-                    kf_sgmat_load_storage(k, right[j], b, at, false, u32(k, b_stride));
+            for (uint32_t j = 0; j < tn && !probe_loads; j++) {
+                uint32_t rel = tb ? j * MAT * b_stride + kk : kk * b_stride + j * MAT;
+                kf_val at = kf_add(k, b_base, u32(k, rel));
+                if (B.direct) {
+                    kf_sgmat_load_storage(k, right[j], B.bind, at, false, u32(k, b_stride));
                 } else {
-                    kf_sgmat_load(k, right[j], tile_b, at, false, u32(k, b_stride));
+                    kf_sgmat_load(k, right[j], B.tile, at, tb, u32(k, b_stride));
                 }
             }
             for (uint32_t i = 0; i < tm; i++) {
-                kf_val at = kf_add(k, a_base, u32(k, i * MAT * a_stride + kk));
-                if (direct_a) {
-                    kf_sgmat_load_storage(k, left[i], a, at, false, u32(k, a_stride));
-                } else {
-                    kf_sgmat_load(k, left[i], tile_a, at, false, u32(k, a_stride));
+                uint32_t rel = ta ? kk * a_stride + i * MAT : i * MAT * a_stride + kk;
+                kf_val at = kf_add(k, a_base, u32(k, rel));
+                if (A.direct) {
+                    kf_sgmat_load_storage(k, left[i], A.bind, at, false, u32(k, a_stride));
+                } else if (!probe_loads) {
+                    kf_sgmat_load(k, left[i], A.tile, at, ta, u32(k, a_stride));
                 }
                 for (uint32_t j = 0; j < tn; j++) {
                     kf_sgmat_mma(k, acc[i * tn + j], left[i], right[j]);
                 }
             }
         }
-        if (stages == 2 && staged) {
+        if (stages == 2 && staged && !probe_stage) {
             kf_if(k, more);
-            STORE_TILES(kf_sub(k, u32(k, stage_a), oa), kf_sub(k, u32(k, stage_b), ob));
+            STORE_TILES(kf_sub(k, u32(k, A.stage), oa), kf_sub(k, u32(k, B.stage), ob));
             kf_end(k);
         }
         if (staged) {
@@ -474,10 +790,11 @@ bool kf__sgmat_usable(kf_context *ctx, uint32_t *sg) {
 bool kf__sgmat_config_parse(const char *text, kf__sgmat_config *out) {
     kf__sgmat_config c = {0};
     char end = 0;
-    int got = text ? sscanf(text, "%ux%ux%u/%ux%u/%u/%u/%u%c", &c.bm, &c.bn, &c.bk, &c.wm, &c.wn,
-                            &c.stages, &c.group_m, &c.direct, &end)
-                   : 0;
-    if (got != 7 && got != 8) {
+    int got =
+        text ? sscanf(text, "%ux%ux%u/%ux%u/%u/%u/%u/%u/%u/%u%c", &c.bm, &c.bn, &c.bk, &c.wm, &c.wn,
+                      &c.stages, &c.group_m, &c.direct, &c.staging, &c.scratch, &c.probe, &end)
+             : 0;
+    if (got < 7 || got > 11) {
         return false;
     }
     *out = c;
@@ -485,11 +802,16 @@ bool kf__sgmat_config_parse(const char *text, kf__sgmat_config *out) {
 }
 
 kf_kernel *kf__matmul_sgmat_for(kf_context *ctx, uint32_t m, uint32_t k, uint32_t n) {
-    return kf__matmul_sgmat_batched_for(ctx, m, k, n, NULL);
+    return kf__matmul_sgmat_transposed_for(ctx, m, k, n, NULL, false, false);
 }
 
 kf_kernel *kf__matmul_sgmat_batched_for(kf_context *ctx, uint32_t m, uint32_t k, uint32_t n,
                                         const kf__mm_batch *batch) {
+    return kf__matmul_sgmat_transposed_for(ctx, m, k, n, batch, false, false);
+}
+
+kf_kernel *kf__matmul_sgmat_transposed_for(kf_context *ctx, uint32_t m, uint32_t k, uint32_t n,
+                                           const kf__mm_batch *batch, bool ta, bool tb) {
     uint32_t sg = 0;
     if ((uint64_t)m * n < 64u * 64u || !kf__sgmat_usable(ctx, &sg)) {
         return NULL;
@@ -500,6 +822,6 @@ kf_kernel *kf__matmul_sgmat_batched_for(kf_context *ctx, uint32_t m, uint32_t k,
         env && *env && kf__sgmat_config_parse(env, &chosen) && kf__sgmat_config_valid(&chosen, sg);
     kf_adapter_info info;
     bool checked = kf_context_adapter_info(ctx, &info) != KF_OK || !info.unchecked_access;
-    return kf__matmul_sgmat_batched(
-        m, k, n, forced ? &chosen : kf__sgmat_default_config(m, k, n, checked), sg, batch);
+    return kf__matmul_sgmat_transposed(
+        m, k, n, forced ? &chosen : kf__sgmat_default_config(m, k, n, checked), sg, batch, ta, tb);
 }

@@ -13,13 +13,27 @@
  * b's columns in the L2 cache; 0 numbers them row by row. direct (bit 0: a, bit 1: b) loads
  * that operand's matrices straight from its storage buffer, with no tile in workgroup memory (and,
  * for both, no barrier in the K loop), where the shape is a multiple of the tile (bm, bn, bk; K
- * and N multiples of 8); other shapes stage both. */
+ * and N multiples of 8); other shapes stage both. staging says how the staged tiles are filled:
+ * 0 vec4 fetches stored as halves in lane order; 1 the same with the rows and the store order
+ * chosen so a subgroup's 2-byte stores fall in distinct banks; 2 whole 16x16 blocks copied by
+ * subgroupMatrixLoad (storage) and subgroupMatrixStore (tile) where the shape is a multiple of the
+ * tile and the operand's rows of 8-half multiples (elsewhere 1); 3 halves in lane order (which a
+ * compiler can merge into one 8-byte store) with only the rows each subgroup fetches chosen so
+ * those 8-byte stores meet the fewest bank conflicts. scratch: result matrices each
+ * subgroup passes through its f32 scratch per round of the store phase (a barrier pair each), a
+ * divisor of its row of bn / wn / 16; 0 the most that fit in workgroup memory. probe, for
+ * measuring what limits the kernel only (its results are not the product): 1 stages the tiles
+ * once before the K loop (the loop keeps its barriers, loads and multiplies), 2 loads the
+ * matrices once before it (the loop stages and multiplies), 3 both; not with direct. */
 typedef struct kf__sgmat_config {
     uint32_t bm, bn, bk;
     uint32_t wm, wn;
     uint32_t stages;
     uint32_t group_m;
     uint32_t direct;
+    uint32_t staging;
+    uint32_t scratch;
+    uint32_t probe;
 } kf__sgmat_config;
 
 /* The configuration for a product of this shape on a device whose bounds checks (Dawn's
@@ -46,13 +60,21 @@ kf_kernel *kf__matmul_sgmat(uint32_t m, uint32_t k, uint32_t n, const kf__sgmat_
  * ignored) in a batch. */
 kf_kernel *kf__matmul_sgmat_batched(uint32_t m, uint32_t k, uint32_t n, const kf__sgmat_config *cfg,
                                     uint32_t sg, const kf__mm_batch *batch);
+/* The same with op(a) = a^T where ta (a stored [k, m]) and op(b) = b^T where tb (b stored
+ * [n, k]), batch steps as for the plain product: each tile is staged in its operand's stored
+ * orientation and its matrices loaded column-major; operands are never read directly. NULL also
+ * where a transposed operand's tile does not fit in workgroup memory beside the scratch. */
+kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t k, uint32_t n,
+                                       const kf__sgmat_config *cfg, uint32_t sg,
+                                       const kf__mm_batch *batch, bool ta, bool tb);
 
 /* Whether ctx can run the kernel: the device has subgroup matrices and shader-f16, one subgroup
  * size, and compiles a 16x16x16 f16 -> f32 probe; and $KF_NO_SGMAT is unset (or "0"). On true,
  * *sg is the subgroup size. */
 bool kf__sgmat_usable(kf_context *ctx, uint32_t *sg);
 
-/* "BMxBNxBK/WMxWN/S/G[/D]" (kfuse sgmat's notation) into *out; false if it does not parse. */
+/* "BMxBNxBK/WMxWN/S/G[/D[/T[/R[/P]]]]" (kfuse sgmat's notation; T the staging, R the scratch,
+ * P the probe) into *out; false if it does not parse. */
 bool kf__sgmat_config_parse(const char *text, kf__sgmat_config *out);
 
 /* The kernel an f16 product c[m,n] = a[m,k] * b[k,n] (no transposes) runs on ctx: the
@@ -63,5 +85,8 @@ kf_kernel *kf__matmul_sgmat_for(kf_context *ctx, uint32_t m, uint32_t k, uint32_
 /* The same for a batch of products (NULL: one). */
 kf_kernel *kf__matmul_sgmat_batched_for(kf_context *ctx, uint32_t m, uint32_t k, uint32_t n,
                                         const kf__mm_batch *batch);
+/* The same with transposes (kf__matmul_sgmat_transposed): the f16 backward's products. */
+kf_kernel *kf__matmul_sgmat_transposed_for(kf_context *ctx, uint32_t m, uint32_t k, uint32_t n,
+                                           const kf__mm_batch *batch, bool ta, bool tb);
 
 #endif

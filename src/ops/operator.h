@@ -117,6 +117,15 @@ struct kf_operator {
      * NULL where the op declines for these shapes. NULL hook: never. */
     kf_kernel *(*kernel_with_grad)(const kf_shape *in, const kf_op_params *p, kf_dtype dtype,
                                    uint32_t which, float dy);
+    /* An operator of the same inputs and params whose result this op's kernel computes on the
+     * way (attention's row statistics: attention_lse), and the op's kernel that writes that
+     * result too, as a second output: bindings the inputs in order, the companion's result
+     * (read_write), then "out"; the op's own output goes through kf_kernel_yield as in
+     * kernel_forward, and the grid is recorded. The planner makes a lone group of the companion
+     * a side of this op's group (src/fuse/rules/companion.c). NULL (either): never. */
+    const kf_operator *companion;
+    kf_kernel *(*kernel_with_companion)(kf_context *ctx, const kf_shape *in, const kf_op_params *p,
+                                        kf_dtype dtype);
     /* Bit i set: input i is read for its shape only, never its values (broadcast_to's and
      * sum_to's `like`), so a value computed from nothing else is a constant. */
     uint32_t shape_inputs;

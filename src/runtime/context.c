@@ -851,6 +851,19 @@ static kf_status create(kf_context *ctx, const kf_context_desc *desc) {
     return kf__context_check(ctx);
 }
 
+/* The bounds check: desc->check_bounds or $KF_CHECK_BOUNDS (anything but "" or "0"); the work
+ * per dispatch, $KF_CHECK_BOUNDS_WORK (statements x invocations; 0: every workgroup). */
+static void check_bounds_setup(kf_context *ctx, const kf_context_desc *desc) {
+    ctx->check_bounds = desc->check_bounds || env_on("KF_CHECK_BOUNDS");
+    ctx->check_budget = KF__CHECK_BUDGET;
+    const char *work = getenv("KF_CHECK_BOUNDS_WORK");
+    char *end = NULL;
+    unsigned long long v = work && *work ? strtoull(work, &end, 10) : 0;
+    if (work && *work && end && !*end) {
+        ctx->check_budget = v;
+    }
+}
+
 kf_status kf_context_create(const kf_context_desc *desc, kf_context **out) {
     kf_context_desc defaults = {0};
     if (!desc) {
@@ -876,6 +889,7 @@ kf_status kf_context_create(const kf_context_desc *desc, kf_context **out) {
     atomic_init(&ctx->lost, false);
     atomic_init(&ctx->destroying, false);
     atomic_init(&ctx->uncaptured, false);
+    check_bounds_setup(ctx, desc);
     kf_status st = create(ctx, desc);
     if (st != KF_OK) {
         if (desc->error_out && desc->error_out_size) {

@@ -189,6 +189,69 @@ static kf_status run_planned(kf_context *ctx, const planned *steps, uint32_t cou
     return st;
 }
 
+/* --- the bounds check (kf_context_desc.check_bounds; docs/runtime.md, "The bounds check") --- */
+
+const kf__bounds_check_stats *kf__context_bounds_check_stats(const kf_context *ctx) {
+    return ctx ? &ctx->check : NULL;
+}
+
+void kf__pipeline_set_check(kf_pipeline *p, void *check, const kf__dispatch_check *ops) {
+    if (p && !p->check) {
+        p->check = check;
+        p->check_ops = ops;
+    } else if (ops && check) {
+        ops->free(check);
+    }
+}
+
+/* Checks dispatch `index`; the check itself is the layer above's (src/ir/check.c). */
+static kf_status check_one(kf_context *ctx, const planned *step, uint32_t index, bool with_data) {
+    const kf_pipeline *p = step->d->pipeline;
+    return p->check_ops->run(p->check, ctx, step->d, step->groups, index, with_data);
+}
+
+/* Runs the sequence with every dispatch of an IR kernel checked first: those whose addresses do
+ * not depend on data before anything runs, the others each on its buffers as the dispatches
+ * before it left them (the sequence is split there). The statistics count it as one
+ * submission and no download, as an unchecked run. */
+static kf_status run_checked(kf_context *ctx, const planned *steps, uint32_t count) {
+    uint64_t submissions = ctx->stats.submissions, downloads = ctx->stats.download_bytes;
+    kf_status st = KF_OK;
+    bool later = false;
+    for (uint32_t i = 0; st == KF_OK && i < count; i++) {
+        const kf_pipeline *p = steps[i].d->pipeline;
+        if (!p->check) {
+            ctx->check.unchecked++;
+        } else if (!p->check_ops->needs_data(p->check)) {
+            st = check_one(ctx, &steps[i], i, false);
+        } else {
+            later = true;
+        }
+    }
+    uint32_t start = 0;
+    for (uint32_t i = 0; later && st == KF_OK && i < count; i++) {
+        const kf_pipeline *p = steps[i].d->pipeline;
+        if (!p->check || !p->check_ops->needs_data(p->check)) {
+            continue;
+        }
+        if (i > start) {
+            st = run_planned(ctx, steps + start, i - start, false);
+            start = i;
+        }
+        if (st == KF_OK) {
+            st = check_one(ctx, &steps[i], i, true);
+        }
+    }
+    if (st == KF_OK) {
+        st = run_planned(ctx, steps + start, count - start, false);
+    }
+    if (ctx->stats.submissions > submissions) {
+        ctx->stats.submissions = submissions + 1;
+    }
+    ctx->stats.download_bytes = downloads;
+    return st;
+}
+
 kf_status kf_context_run(kf_context *ctx, const kf_dispatch *dispatches, uint32_t count) {
     if (!ctx) {
         return KF_ERROR_INVALID_ARGUMENT;
@@ -202,7 +265,7 @@ kf_status kf_context_run(kf_context *ctx, const kf_dispatch *dispatches, uint32_
     if (st != KF_OK) {
         return st;
     }
-    st = run_planned(ctx, steps, count, false);
+    st = ctx->check_bounds ? run_checked(ctx, steps, count) : run_planned(ctx, steps, count, false);
     free(steps);
     return st;
 }
@@ -355,6 +418,14 @@ kf_status kf_context_time(kf_context *ctx, const kf_dispatch *dispatches, uint32
     st = plan(ctx, dispatches, count, &steps);
     if (st != KF_OK) {
         return st;
+    }
+    if (ctx->check_bounds) {
+        /* checked once, run as the first warm-up */
+        st = run_checked(ctx, steps, count);
+        if (st != KF_OK) {
+            free(steps);
+            return st;
+        }
     }
     double *samples = calloc(repeat, sizeof *samples);
     if (!samples) {

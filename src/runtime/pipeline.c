@@ -86,6 +86,9 @@ static void pipeline_free(kf_context *ctx, kf_pipeline *p) {
     free(p->bindings);
     free(p->wgsl);
     free(p->entry_point);
+    if (p->check) {
+        p->check_ops->free(p->check);
+    }
     free(p);
 }
 

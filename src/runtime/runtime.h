@@ -12,6 +12,8 @@
 #include "runtime/wgpu_abi.h"
 
 #define KF__ERROR_SIZE 4096
+/* The bounds check's default work per dispatch (docs/runtime.md, "The bounds check"). */
+#define KF__CHECK_BUDGET 20000ull
 
 struct kf_buffer {
     kf_context *ctx;
@@ -39,6 +41,10 @@ struct kf_pipeline {
     uint32_t constant_count;
     kf_binding_kind *bindings;
     uint32_t binding_count;
+    /* The check of its dispatches (the bounds check, set by the IR layer for the kernel this
+     * WGSL was emitted from: kf__pipeline_attach_kernel); NULL: raw WGSL, not checked. */
+    void *check;
+    const struct kf__dispatch_check *check_ops;
     wg_shader_module module;
     wg_bind_group_layout bind_group_layout;
     wg_pipeline_layout layout;
@@ -86,6 +92,21 @@ typedef struct kf__wgpu_loaded {
     char path[512]; /* resolved */
     char why[128];  /* which step of the search order found it */
 } kf__wgpu_loaded;
+
+/* What the bounds check of a context's dispatches did (kf__context_bounds_check_stats). */
+typedef struct kf__bounds_check_stats {
+    uint64_t dispatches;       /* checked with the interpreter */
+    uint64_t repeats;          /* data-independent launches checked before, not run again */
+    uint64_t unchecked;        /* raw WGSL (kf_pipeline_get) or mutants: nothing to interpret */
+    uint64_t sampled;          /* of `dispatches`, those with some workgroups left out */
+    uint64_t workgroups;       /* of the checked dispatches */
+    uint64_t workgroups_run;   /* of them, interpreted */
+    uint64_t data_dispatches;  /* of `dispatches`, those read back first (indices from data) */
+    uint64_t guards_fired;     /* accesses out of bounds where the emitted guard clamps/skips */
+    uint64_t violations;       /* failed checks */
+    double seconds;            /* CPU time spent checking (read back + interpreter) */
+    char last[KF__ERROR_SIZE]; /* the latest failure's message */
+} kf__bounds_check_stats;
 
 struct kf_context {
     kf__wgpu_api api;
@@ -145,6 +166,11 @@ struct kf_context {
      * WGSL is emitted for a pipeline of this context; NULL: kernels run as built. */
     kf_kernel *(*kernel_transform)(void *user, const kf_kernel *k);
     void *kernel_transform_user;
+    /* The bounds check of every dispatch (kf_context_desc.check_bounds, $KF_CHECK_BOUNDS):
+     * on, the work budget per dispatch (0: no limit), and what it did so far. */
+    bool check_bounds;
+    uint64_t check_budget;
+    kf__bounds_check_stats check;
 };
 
 /* extension.c: per-context state that a layer above the runtime keeps (the matmul tuner's table),
@@ -257,6 +283,21 @@ void kf__context_set_kernel_transform(kf_context *ctx, kf__kernel_transform_fn f
 kf_kernel *kf__context_transform_kernel(kf_context *ctx, const kf_kernel *k);
 /* Drops the context's cached pipelines (mutants' are used once); no plan may be alive. */
 void kf__context_forget_pipelines(kf_context *ctx);
+
+/* A check run on each dispatch of a pipeline before the GPU runs it, when its context checks
+ * bounds; the layer above provides it (src/ir/check.c: the runtime knows no kernels).
+ * `with_data`: the dispatches before it have run, so its buffers hold what it will read. A
+ * failure is the context's error and stops the run. */
+typedef struct kf__dispatch_check {
+    bool (*needs_data)(const void *check); /* else: checked on zeros, before anything runs */
+    kf_status (*run)(void *check, kf_context *ctx, const kf_dispatch *d, const uint32_t groups[3],
+                     uint32_t index, bool with_data);
+    void (*free)(void *check);
+} kf__dispatch_check;
+/* Gives p its check (owned by p from then on; freed at once when p already has one). */
+void kf__pipeline_set_check(kf_pipeline *p, void *check, const kf__dispatch_check *ops);
+/* What the check did on ctx so far; NULL when ctx is NULL. */
+const kf__bounds_check_stats *kf__context_bounds_check_stats(const kf_context *ctx);
 
 /* For tests: the next kf_buffer_create fails the way an exhausted device fails (Dawn only). */
 kf_status kf__context_fake_oom(kf_context *ctx);

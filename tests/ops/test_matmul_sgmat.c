@@ -1,6 +1,7 @@
-/* The subgroup-matrix matmul: every configuration on aligned and ragged shapes in the interpreter
- * against a float64 product of the f16-rounded inputs, outputs poisoned and a guard band checked;
- * its WGSL; the fused tail; and the same on the GPU where the device has subgroup matrices. */
+/* The subgroup-matrix matmul: every configuration (each way of staging the tiles included) on
+ * aligned and ragged shapes in the interpreter against a float64 product of the f16-rounded
+ * inputs, with and without transposed operands, outputs poisoned and a guard band checked; its
+ * WGSL; the fused tail; and the same on the GPU where the device has subgroup matrices. */
 #include "harness.h"
 
 #include <math.h>
@@ -11,21 +12,40 @@
 #include "core/half.h"
 
 static const kf__sgmat_config configs[] = {
-    {32, 32, 16, 2, 2, 1, 0, 0},   /* one matrix per subgroup, single-buffered */
-    {64, 64, 32, 2, 2, 2, 0, 0},   /* the small default */
-    {64, 128, 32, 1, 4, 1, 2, 0},  /* 4x2 matrices per subgroup, grouped tile order */
-    {128, 64, 64, 4, 1, 1, 3, 0},  /* 2x4 matrices per subgroup; the scratch takes a row of them */
-    {128, 128, 32, 2, 4, 2, 8, 0}, /* double-buffered; one matrix per store round */
-    {128, 256, 32, 2, 4, 1, 8, 0}, /* the large default */
-    {32, 32, 16, 2, 2, 2, 0, 3},   /* a and b read directly where the shape allows */
-    {64, 64, 32, 2, 2, 1, 2, 1},   /* a read directly, b staged */
-    {64, 64, 32, 2, 2, 2, 0, 2},   /* b read directly, a staged */
+    {32, 32, 16, 2, 2, 1, 0, 0, 0, 0, 0},   /* one matrix per subgroup, single-buffered */
+    {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0},   /* the small default */
+    {64, 128, 32, 1, 4, 1, 2, 0, 0, 0, 0},  /* 4x2 matrices per subgroup, grouped tile order */
+    {128, 64, 64, 4, 1, 1, 3, 0, 0, 0, 0},  /* 2x4 matrices per subgroup; a row of them per round */
+    {128, 128, 32, 2, 4, 2, 8, 0, 0, 0, 0}, /* double-buffered; one matrix per store round */
+    {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, 0}, /* the large tile, two matrices per store round */
+    {32, 32, 16, 2, 2, 2, 0, 3, 0, 0, 0},   /* a and b read directly where the shape allows */
+    {64, 64, 32, 2, 2, 1, 2, 1, 0, 0, 0},   /* a read directly, b staged */
+    {64, 64, 32, 2, 2, 2, 0, 2, 0, 0, 0},   /* b read directly, a staged */
+    /* staging 1: rows and store order against bank conflicts */
+    {64, 64, 32, 2, 2, 2, 0, 0, 1, 0, 0},   /* double-buffered */
+    {128, 256, 32, 2, 4, 1, 8, 0, 1, 0, 0}, /* the large tile: rows permuted in a, stores swapped */
+    {64, 128, 16, 1, 4, 2, 2, 0, 1, 0, 0},  /* 16 deep */
+    /* staging 2: 16x16 blocks copied by subgroup matrices where the shape is whole */
+    {64, 64, 32, 2, 2, 2, 0, 0, 2, 0, 0},  /* double-buffered */
+    {128, 64, 64, 4, 1, 1, 3, 0, 2, 0, 0}, /* a's 8 blocks over 4 subgroups, b's 16 */
+    {32, 32, 16, 2, 2, 1, 0, 1, 2, 0, 0},  /* b copied by matrices, a read directly */
+    /* staging 3: lane order, rows chosen against conflicts of 8-byte stores */
+    {128, 256, 32, 2, 4, 1, 8, 0, 3, 0, 0},
+    /* scratch: result matrices per subgroup per store round */
+    {128, 256, 32, 2, 4, 1, 8, 0, 0, 1, 0}, /* one of four (the large default) */
+    {64, 128, 32, 1, 4, 1, 2, 0, 1, 2, 0},  /* the whole row of two */
+    {128, 64, 64, 4, 1, 1, 3, 0, 2, 2, 0},  /* two of four */
 };
 
 static const uint32_t shapes[][3] = {
-    {1, 1, 1},     {7, 13, 5},  {16, 16, 16}, {33, 17, 31},  {65, 33, 17},
-    {130, 70, 36}, {5, 7, 129}, {64, 64, 64}, {200, 48, 40}, {128, 96, 192},
+    {1, 1, 1},   {7, 13, 5},   {16, 16, 16},  {33, 17, 31},   {65, 33, 17},   {130, 70, 36},
+    {5, 7, 129}, {64, 64, 64}, {200, 48, 40}, {128, 96, 192}, {128, 64, 256},
 };
+/* transposed operands: a few of the shapes above, on a few configurations */
+static const uint32_t transposed_shapes[][3] = {
+    {1, 1, 1}, {17, 15, 33}, {64, 64, 64}, {61, 97, 67}, {96, 32, 64},
+};
+static const size_t transposed_configs[] = {0, 4, 9, 10, 12, 14};
 
 /* An element-wise tail on f16: x * sigmoid(x) computed in f32. */
 static kf_val silu_f16(kf_kernel *k, kf_val x, void *user) {
@@ -41,11 +61,12 @@ static const uint16_t POISON = 0x7e00u; /* an f16 NaN */
 
 /* Runs c = a * b (optionally |> silu) on the GPU (ctx) or in the interpreter (ctx NULL) and
  * checks every element against float64 and the guard band. */
-static bool run_case(kf_context *ctx, uint32_t sg, uint32_t m, uint32_t kd, uint32_t n,
-                     const kf__sgmat_config *cfg, bool tail) {
-    kf_kernel *mm = kf__matmul_sgmat(m, kd, n, cfg, sg);
+static bool run_case_t(kf_context *ctx, uint32_t sg, uint32_t m, uint32_t kd, uint32_t n,
+                       const kf__sgmat_config *cfg, bool tail, bool ta, bool tb) {
+    kf_kernel *mm = kf__matmul_sgmat_transposed(m, kd, n, cfg, sg, NULL, ta, tb);
     if (!mm) {
-        kt_fail(__FILE__, __LINE__, "no kernel for %ux%ux%u", m, kd, n);
+        kt_fail(__FILE__, __LINE__, "no kernel for %ux%ux%u%s%s", m, kd, n, ta ? " a^T" : "",
+                tb ? " b^T" : "");
         return false;
     }
     kf_kernel *k = mm;
@@ -111,8 +132,11 @@ static bool run_case(kf_context *ctx, uint32_t sg, uint32_t m, uint32_t kd, uint
         for (uint32_t j = 0; j < n; j++) {
             double ref = 0.0, mag = 0.0;
             for (uint32_t q = 0; q < kd; q++) {
-                ref += fa[(size_t)i * kd + q] * fb[(size_t)q * n + j];
-                mag += fabs(fa[(size_t)i * kd + q] * fb[(size_t)q * n + j]);
+                /* a^T is stored kd x m, b^T n x kd */
+                double t = fa[ta ? (size_t)q * m + i : (size_t)i * kd + q] *
+                           fb[tb ? (size_t)j * kd + q : (size_t)q * n + j];
+                ref += t;
+                mag += fabs(t);
             }
             /* 2^-14, f16's smallest normal: below it the rounding step is absolute */
             double scale = fmax(fmax(fabs(ref), 1e-3 * mag), 0x1p-14);
@@ -124,9 +148,11 @@ static bool run_case(kf_context *ctx, uint32_t sg, uint32_t m, uint32_t kd, uint
             double err = fabs(got - ref) / scale;
             if (!(err <= 2e-3)) {
                 kt_fail(__FILE__, __LINE__,
-                        "%s %ux%ux%u cfg %ux%ux%u/%ux%u%s: c[%u,%u] = %g, want %g (err %.3g)",
-                        where, m, kd, n, cfg->bm, cfg->bn, cfg->bk, cfg->wm, cfg->wn,
-                        tail ? " |> silu" : "", i, j, got, ref, err);
+                        "%s %ux%ux%u%s%s cfg %ux%ux%u/%ux%u/%u/%u/%u/%u%s: c[%u,%u] = %g, want %g "
+                        "(err %.3g)",
+                        where, m, kd, n, ta ? " a^T" : "", tb ? " b^T" : "", cfg->bm, cfg->bn,
+                        cfg->bk, cfg->wm, cfg->wn, cfg->stages, cfg->group_m, cfg->direct,
+                        cfg->staging, tail ? " |> silu" : "", i, j, got, ref, err);
                 ok = false;
                 break;
             }
@@ -151,10 +177,41 @@ static bool run_case(kf_context *ctx, uint32_t sg, uint32_t m, uint32_t kd, uint
     return ok;
 }
 
+static bool run_case(kf_context *ctx, uint32_t sg, uint32_t m, uint32_t kd, uint32_t n,
+                     const kf__sgmat_config *cfg, bool tail) {
+    return run_case_t(ctx, sg, m, kd, n, cfg, tail, false, false);
+}
+
+/* Every transpose combination on the transposed shapes and configurations. */
+static bool run_transposed(kf_context *ctx, uint32_t sg) {
+    for (uint32_t t = 1; t < 4; t++) {
+        for (size_t c = 0; c < sizeof transposed_configs / sizeof transposed_configs[0]; c++) {
+            for (size_t s = 0; s < sizeof transposed_shapes / sizeof transposed_shapes[0]; s++) {
+                const uint32_t *sh = transposed_shapes[s];
+                if (!run_case_t(ctx, sg, sh[0], sh[1], sh[2], &configs[transposed_configs[c]],
+                                s % 2 == 1, t & 1u, t & 2u)) {
+                    return false;
+                }
+            }
+        }
+    }
+    return true;
+}
+
+KT_CPU_TEST(ops, matmul_sgmat_transposed_interpreter) {
+    KT_CHECK(run_transposed(NULL, 32), "transposed operands");
+}
+
 KT_CPU_TEST(ops, matmul_sgmat_interpreter) {
     for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++) {
         KT_CHECK(kf__sgmat_config_valid(&configs[c], 32), "config %zu is invalid", c);
+        /* The staging and scratch variants (from the tenth configuration on) on five shapes
+         * (the interpreter takes about 0.1 s per workgroup of a large tile): 1x1x1, ragged, a
+         * tail, whole tiles with and without one. */
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            if (c >= 9 && s != 0 && s != 3 && s != 4 && s != 7 && s != 10) {
+                continue;
+            }
             if (!run_case(NULL, 32, shapes[s][0], shapes[s][1], shapes[s][2], &configs[c],
                           s % 3 == 1)) {
                 return;
@@ -170,12 +227,12 @@ KT_CPU_TEST(ops, matmul_sgmat_interpreter) {
 /* A batch broadcast both ways in the interpreter: a [2, 1, m, k] and b [3, k, n] to a [2, 3]
  * batch (a at step 0 along the second axis, b along the first), every element of the 6 results
  * against float64 of the f16 inputs, the guard band after them. */
-static bool run_batched(kf_context *ctx, uint32_t sg, uint32_t m, uint32_t kd, uint32_t n,
-                        const kf__sgmat_config *cfg) {
+static bool run_batched_t(kf_context *ctx, uint32_t sg, uint32_t m, uint32_t kd, uint32_t n,
+                          const kf__sgmat_config *cfg, bool ta, bool tb) {
     const uint32_t mk = m * kd, kn = kd * n, mn = m * n;
     const kf__mm_batch batch = {
         .axes = 2, .dims = {2, 3}, .a_step = {mk, 0}, .b_step = {0, kn}, .c_step = {3 * mn, mn}};
-    kf_kernel *k = kf__matmul_sgmat_batched(m, kd, n, cfg, sg, &batch);
+    kf_kernel *k = kf__matmul_sgmat_transposed(m, kd, n, cfg, sg, &batch, ta, tb);
     if (!k || kf_kernel_status(k) != KF_OK) {
         kt_fail(__FILE__, __LINE__, "no batched kernel for %ux%ux%u", m, kd, n);
         kf_kernel_destroy(k);
@@ -222,8 +279,8 @@ static bool run_batched(kf_context *ctx, uint32_t sg, uint32_t m, uint32_t kd, u
             uint32_t i = e / n, j = e % n;
             double ref = 0.0, mag = 0.0;
             for (uint32_t q = 0; q < kd; q++) {
-                double t =
-                    (double)kf__half_to_float(ap[i * kd + q]) * kf__half_to_float(bp[q * n + j]);
+                double t = (double)kf__half_to_float(ap[ta ? q * m + i : i * kd + q]) *
+                           kf__half_to_float(bp[tb ? j * kd + q : q * n + j]);
                 ref += t;
                 mag += fabs(t);
             }
@@ -249,12 +306,21 @@ static bool run_batched(kf_context *ctx, uint32_t sg, uint32_t m, uint32_t kd, u
     return ok;
 }
 
+static bool run_batched(kf_context *ctx, uint32_t sg, uint32_t m, uint32_t kd, uint32_t n,
+                        const kf__sgmat_config *cfg) {
+    return run_batched_t(ctx, sg, m, kd, n, cfg, false, false);
+}
+
 KT_CPU_TEST(ops, matmul_sgmat_batched_interpreter) {
     /* ragged (checked loads), aligned with a direct-operand configuration (staged in a batch),
      * and the grouped tile order */
     KT_CHECK(run_batched(NULL, 32, 33, 17, 31, &configs[0]), "33x17x31");
     KT_CHECK(run_batched(NULL, 32, 64, 64, 64, &configs[6]), "64x64x64, direct configuration");
     KT_CHECK(run_batched(NULL, 32, 70, 40, 50, &configs[2]), "70x40x50, grouped order");
+    /* transposed operands in a batch, ragged and whole (blocks copied by subgroup matrices) */
+    KT_CHECK(run_batched_t(NULL, 32, 33, 17, 31, &configs[9], true, false), "a^T 33x17x31");
+    KT_CHECK(run_batched_t(NULL, 32, 64, 64, 64, &configs[12], false, true), "b^T 64x64x64");
+    KT_CHECK(run_batched_t(NULL, 32, 64, 32, 64, &configs[12], true, true), "a^T b^T 64x32x64");
 }
 
 KT_CPU_TEST(ops, matmul_sgmat_wgsl) {
@@ -268,12 +334,12 @@ KT_CPU_TEST(ops, matmul_sgmat_wgsl) {
         "diagnostic(off, chromium.subgroup_matrix_uniformity);\n",
         "var<workgroup> tile_a: array<f16, 5120>;\n",  /* 128 rows x (32 + 8) */
         "var<workgroup> tile_b: array<f16, 8448>;\n",  /* 32 rows x (256 + 8) */
-        "var<workgroup> scratch: array<f32, 2048>;\n", /* 8 subgroups x one 16x16 matrix */
+        "var<workgroup> scratch: array<f32, 4096>;\n", /* 8 subgroups x two 16x16 matrices */
         "var acc_15: subgroup_matrix_result<f32, 16, 16>;\n",
         "= subgroupMatrixLoad<subgroup_matrix_left<f16, 16, 16>>(&tile_a, a_base + 640u, false, "
         "40u);\n",
         "acc_15 = subgroupMatrixMultiplyAccumulate(left_3, right_3, acc_15);\n",
-        "subgroupMatrixStore(&scratch, scratch0 + 0u, acc, false, 16u);\n",
+        "subgroupMatrixStore(&scratch, scratch0 + 16u, acc_1, false, 32u);\n",
         "< 4095u && ", /* the store phase checks ragged rows and columns */
         "out[",
     };
@@ -289,7 +355,7 @@ KT_CPU_TEST(ops, matmul_sgmat_wgsl) {
     KT_CHECK(w2 && strstr(w2, "var<storage, read> a: array<vec4<f16>>;") && !strstr(w2, "select("),
              "aligned kernel:\n%s", w2 ? w2 : "");
     /* both operands read directly: no tiles, no barrier before the store phase */
-    const kf__sgmat_config direct = {32, 32, 16, 2, 2, 2, 0, 3};
+    const kf__sgmat_config direct = {32, 32, 16, 2, 2, 2, 0, 3, 0, 0, 0};
     kf_kernel *dk = kf__matmul_sgmat(64, 64, 64, &direct, 32);
     char *w3 = kf_kernel_emit_wgsl(dk);
     KT_CHECK(w3 && strstr(w3, "// matmul_sgmat_32x32x16_2x2_direct_a_direct_b:") &&
@@ -300,23 +366,93 @@ KT_CPU_TEST(ops, matmul_sgmat_wgsl) {
     const char *first_barrier = strstr(w3, "workgroupBarrier");
     KT_CHECK(first_barrier && strstr(w3, "subgroupMatrixStore") < first_barrier,
              "a barrier before the store phase");
+    /* staging 1: a's rows permuted against bank conflicts (bits 1 and 2 swapped, so a subgroup
+     * stores rows 0, 1, 4, 5), odd rows storing the vec4's second word first */
+    const kf__sgmat_config spread = {128, 256, 32, 2, 4, 1, 8, 0, 1, 0, 0};
+    kf_kernel *sk = kf__matmul_sgmat(4096, 4096, 4096, &spread, 32);
+    char *w4 = kf_kernel_emit_wgsl(sk);
+    KT_CHECK(w4 && strstr(w4, "// matmul_sgmat_128x256x32_2x4_spread:") &&
+                 strstr(w4, "(((q >> 1u) & 1u) << 2u) | (((q >> 2u) & 1u) << 1u)") &&
+                 strstr(w4, "let a_swap = ((a_r >> 0u) & 1u) != 0u;") &&
+                 strstr(w4, "= select(next_a_v.x, next_a_v.z, a_swap);"),
+             "spread kernel:\n%s", w4 ? w4 : "");
+    /* staging 2: blocks copied by subgroup matrices from scalar bindings into the tiles */
+    const kf__sgmat_config copy = {128, 256, 32, 2, 4, 1, 8, 0, 2, 0, 0};
+    kf_kernel *ck = kf__matmul_sgmat(4096, 4096, 4096, &copy, 32);
+    char *w5 = kf_kernel_emit_wgsl(ck);
+    KT_CHECK(w5 && strstr(w5, "// matmul_sgmat_128x256x32_2x4_sgcopy:") &&
+                 strstr(w5, "var<storage, read> a: array<f16>;") &&
+                 strstr(w5, "a_next = subgroupMatrixLoad<subgroup_matrix_left<f16, 16, 16>>(&a, "
+                            "a_from + 0u, false, 4096u);") &&
+                 strstr(w5, "subgroupMatrixStore(&tile_b, 0u + b_block_3, b_next_3, false, 264u);"),
+             "block-copy kernel:\n%s", w5 ? w5 : "");
+    /* a transposed: its tile is bk x bm, its matrices loaded column-major */
+    kf_kernel *tk = kf__matmul_sgmat_transposed(4096, 4096, 4096, NULL, 32, NULL, true, false);
+    char *w6 = kf_kernel_emit_wgsl(tk);
+    KT_CHECK(w6 && strstr(w6, "// matmul_sgmat_128x256x32_2x4_ta:") &&
+                 strstr(w6, "var<workgroup> tile_a: array<f16, 4352>;") && /* 32 x (128 + 8) */
+                 strstr(w6, "(&tile_a, a_base + 0u, true, 136u);"),
+             "transposed kernel:\n%s", w6 ? w6 : "");
+    /* staging 3: a's rows permuted as in staging 1, its halves stored in lane order */
+    const kf__sgmat_config rows = {128, 256, 32, 2, 4, 1, 8, 0, 3, 0, 0};
+    kf_kernel *rk = kf__matmul_sgmat(4096, 4096, 4096, &rows, 32);
+    char *w7 = kf_kernel_emit_wgsl(rk);
+    KT_CHECK(w7 && strstr(w7, "// matmul_sgmat_128x256x32_2x4_rows:") &&
+                 strstr(w7, "(((q >> 1u) & 1u) << 2u) | (((q >> 2u) & 1u) << 1u)") &&
+                 strstr(w7, "tile_a[t_12 + 1u] = next_a_v.y;") && !strstr(w7, "select("),
+             "rows kernel:\n%s", w7 ? w7 : "");
+    kf_free(w7);
+    kf_kernel_destroy(rk);
+    /* the probes (measuring only): the K loop keeps its barriers and multiplies but neither
+     * stages (1) nor loads matrices (2) */
+    for (uint32_t probe = 1; probe <= 3; probe++) {
+        const kf__sgmat_config pc = {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, probe};
+        kf_kernel *pk = kf__matmul_sgmat(4096, 4096, 4096, &pc, 32);
+        char *pw = kf_kernel_emit_wgsl(pk);
+        const char *loop = pw ? strstr(pw, "for (var k0") : NULL;
+        const char *after = loop ? strstr(loop, "let scratch0") : NULL;
+        bool ok = loop && after && strstr(loop, "subgroupMatrixMultiplyAccumulate") < after &&
+                  strstr(loop, "workgroupBarrier") < after;
+        const char *stage = loop ? strstr(loop, "tile_a[") : NULL;
+        const char *load = loop ? strstr(loop, "subgroupMatrixLoad") : NULL;
+        ok = ok && ((probe & 1u) ? !stage || stage > after : stage && stage < after);
+        ok = ok && ((probe & 2u) ? !load || load > after : load && load < after);
+        KT_CHECK(ok && strstr(pw, "_probe_"), "probe %u kernel:\n%s", probe, pw ? pw : "");
+        kf_free(pw);
+        kf_kernel_destroy(pk);
+    }
     kf_free(w);
     kf_free(w2);
     kf_free(w3);
+    kf_free(w4);
+    kf_free(w5);
+    kf_free(w6);
     kf_kernel_destroy(k);
     kf_kernel_destroy(aligned);
     kf_kernel_destroy(dk);
+    kf_kernel_destroy(sk);
+    kf_kernel_destroy(ck);
+    kf_kernel_destroy(tk);
 }
 
 KT_CPU_TEST(ops, matmul_sgmat_refuses_bad_configs) {
     kf__sgmat_config bad[] = {
-        {0, 64, 32, 2, 2, 2, 0, 0},   {64, 64, 24, 2, 2, 2, 0, 0},   {48, 64, 32, 2, 2, 2, 0, 0},
-        {64, 64, 32, 2, 2, 3, 0, 0},  {256, 256, 64, 2, 2, 2, 0, 0}, {512, 512, 32, 4, 4, 1, 0, 0},
-        {16, 16, 16, 2, 2, 1, 0, 0},  /* 16 rows cannot be split over two subgroups */
-        {16, 64, 16, 1, 4, 1, 0, 0},  /* 128 invocations, a's 16x16 tile is 64 vec4s */
-        {64, 64, 32, 2, 2, 2, 0, 4},  /* no such operand */
-        {256, 32, 16, 1, 2, 1, 0, 0}, /* 16 left matrices per subgroup */
-        {32, 256, 16, 2, 1, 1, 0, 0}, /* 16 right matrices per subgroup */
+        {0, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0},    {64, 64, 24, 2, 2, 2, 0, 0, 0, 0, 0},
+        {48, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0},   {64, 64, 32, 2, 2, 3, 0, 0, 0, 0, 0},
+        {256, 256, 64, 2, 2, 2, 0, 0, 0, 0, 0}, {512, 512, 32, 4, 4, 1, 0, 0, 0, 0, 0},
+        {16, 16, 16, 2, 2, 1, 0, 0, 0, 0, 0},   /* 16 rows cannot be split over two subgroups */
+        {16, 64, 16, 1, 4, 1, 0, 0, 0, 0, 0},   /* 128 invocations, a's 16x16 tile is 64 vec4s */
+        {64, 64, 32, 2, 2, 2, 0, 4, 0, 0, 0},   /* no such operand */
+        {256, 32, 16, 1, 2, 1, 0, 0, 0, 0, 0},  /* 16 left matrices per subgroup */
+        {32, 256, 16, 2, 1, 1, 0, 0, 0, 0, 0},  /* 16 right matrices per subgroup */
+        {64, 64, 32, 2, 2, 2, 0, 0, 4, 0, 0},   /* no such staging */
+        {64, 64, 32, 2, 2, 2, 0, 1, 0, 0, 1},   /* a probe of a direct operand */
+        {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 4},   /* no such probe */
+        {128, 256, 32, 2, 4, 1, 8, 0, 0, 3, 0}, /* 3 does not divide a row of 4 matrices */
+        {128, 256, 32, 2, 4, 1, 8, 0, 0, 8, 0}, /* more than a row */
+        {128, 256, 32, 2, 4, 1, 8, 0, 0, 4, 0}, /* a whole row's scratch does not fit beside the
+                                                 * tiles
+                                                 */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         KT_CHECK(!kf__sgmat_config_valid(&bad[i], 32), "config %zu accepted", i);
@@ -344,10 +480,12 @@ KT_TEST(ops, matmul_sgmat_gpu) {
             }
         }
     }
+    KT_CHECK(run_transposed(ctx, sg), "transposed operands");
     /* large ragged products, one per default */
     KT_CHECK(run_case(ctx, sg, 1100, 513, 300, NULL, true), "1100x513x300");
     KT_CHECK(run_case(ctx, sg, 2049, 257, 2051, NULL, false), "2049x257x2051");
     /* a batch broadcast both ways, ragged and aligned */
     KT_CHECK(run_batched(ctx, sg, 130, 70, 36, NULL), "batched 130x70x36");
     KT_CHECK(run_batched(ctx, sg, 256, 128, 256, NULL), "batched 256x128x256");
+    KT_CHECK(run_batched_t(ctx, sg, 130, 70, 36, NULL, true, true), "batched a^T b^T 130x70x36");
 }

@@ -50,6 +50,8 @@ extern const kf__fusion_rule kf__rule_prologue;
 extern const kf__fusion_rule kf__rule_classifier;
 extern const kf__fusion_rule kf__rule_bias_grad;
 extern const kf__fusion_rule kf__rule_activation_save;
+extern const kf__fusion_rule kf__rule_companion;
+extern const kf__fusion_rule kf__rule_rmsnorm_matmul;
 
 /* ---- planning helpers (plan.c) ---- */
 

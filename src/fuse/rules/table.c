@@ -9,7 +9,9 @@ const kf__fusion_rule *const kf__fusion_rules[] = {
     &kf__rule_elementwise,     /* element-wise chains and trees */
     &kf__rule_activation_save, /* a pre-activation backward reads: saved or recomputed */
     &kf__rule_prologue,        /* element-wise producers in a matmul's or reduction's loads */
+    &kf__rule_rmsnorm_matmul,  /* rmsnorm in the following matmul's loads and store phase */
     &kf__rule_classifier,      /* a loss and its gradient in one kernel (fused classifier) */
+    &kf__rule_companion,       /* attention_lse as a second output of attention's kernel */
     &kf__rule_bias_grad,       /* sum_leading(dY) as a second output of a kernel reading dY */
     &kf__rule_horizontal,      /* independent element-wise groups in one dispatch */
 };

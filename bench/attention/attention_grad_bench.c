@@ -1,0 +1,319 @@
+/* kfuse_bench_attention_grad: attention's backward, timed in parts on this device, with the
+ * fields bench/torch_attention.py prints for PyTorch's backward (bwd_ms, bwd_tflops):
+ *
+ *   kfuse_bench_attention_grad [--T N]... [--D N]... [--dtype f16|f32]... [--B N] [--H N]
+ *                              [--no-causal] [--repeat N] [--json]
+ *
+ * Default: T 1024 and 4096, D 64 and 128, f16 and f32, H 16, B = 8192 / T, causal (the cases of
+ * kfuse_bench_attention and torch_attention.py). Per case, three plans from the graph autodiff
+ * emits (g = attention_grad_prep(q, k, v, dy); dq, dk, dv = attention_grad_q / _k / _v(q, k, v,
+ * g)):
+ *   bwd_ms       the whole backward as planned: prep, dq, and dk + dv in one kernel (3 dispatches)
+ *   unpaired_ms  the same with dk and dv in kernels of their own (4 dispatches: what the planner
+ *                did before dk + dv became companions; a binding budget of 5 keeps them apart)
+ *   prep_ms      attention_grad_prep alone (a forward pass: attention.c's kernel)
+ * grads_ms = bwd_ms - prep_ms is the gradient kernels' share. FLOPs as kfuse_bench_attention
+ * counts them (2.5 times the forward's 4 B H T^2 D, halved when causal), over bwd_ms. Each case
+ * checks 8 rows of dq and 8 of dk (keys among the last 64: the causal ones cost little) against
+ * float64 on the host, so a fast wrong kernel shows: err_dk against each row's own scale,
+ * err_dk_tensor against 1% of the rms of all of dk (kfuse verify's floor), and the largest |dk|
+ * checked (f16 holds below 6.1e-5 as subnormals, 2^-24 apart). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/half.h"
+#include "kfuse.h"
+
+typedef struct bench_case {
+    uint32_t b, h, t, d;
+    kf_dtype dtype;
+    bool causal;
+} bench_case;
+
+/* float64 dq row qi and dk row ki of one head (rows of D floats, T per head); dk sums over the
+ * queries that see key ki (causal: ki .. T - 1, cheap for a key near the end). */
+/* g (the device's prep output, or NULL): the worst |lse - g's lse| of the rows visited into
+ * *lse_err; from_g: P and delta from g's lse and delta instead (what the kernels compute from),
+ * which tells the statistics' rounding in g (f16) from the kernels' own error. */
+static void reference(const float *q, const float *k, const float *v, const float *dy,
+                      const bench_case *c, uint64_t head, uint32_t qi, uint32_t ki, double *dq,
+                      double *dk, const float *g, double *lse_err, bool from_g) {
+    uint32_t t = c->t, d = c->d;
+    double scale = 1.0 / sqrt((double)d);
+    const float *Q = q + head * t * d, *K = k + head * t * d, *V = v + head * t * d;
+    const float *DY = dy + head * t * d;
+    double *p = malloc(t * sizeof *p), *dp = malloc(t * sizeof *dp);
+    for (uint32_t e = 0; e < d; e++) {
+        dq[e] = dk[e] = 0;
+    }
+    /* every query r that sees key i contributes to dk_i; query i gives dq_i */
+    for (uint32_t r = 0; p && dp && r < t; r++) {
+        uint32_t last = c->causal ? r : t - 1;
+        if (r != qi && c->causal && r < ki) {
+            continue;
+        }
+        double m = -INFINITY, l = 0, delta = 0;
+        for (uint32_t j = 0; j <= last; j++) {
+            double s = 0, pv = 0;
+            for (uint32_t e = 0; e < d; e++) {
+                s += (double)Q[r * d + e] * K[j * d + e];
+                pv += (double)DY[r * d + e] * V[j * d + e];
+            }
+            p[j] = s * scale;
+            dp[j] = pv;
+            m = p[j] > m ? p[j] : m;
+        }
+        for (uint32_t j = 0; j <= last; j++) {
+            p[j] = exp(p[j] - m);
+            l += p[j];
+        }
+        if (g) {
+            double got = g[(head * t + r) * (d + 2) + d];
+            *lse_err = fmax(*lse_err, fabs(got - (m + log(l))));
+        }
+        for (uint32_t j = 0; j <= last; j++) {
+            p[j] /= l;
+            delta += p[j] * dp[j];
+        }
+        if (g && from_g) {
+            /* P and delta from g's statistics, as the kernels read them */
+            double lse = g[(head * t + r) * (d + 2) + d];
+            for (uint32_t j = 0; j <= last; j++) {
+                p[j] *= exp(m + log(l) - lse);
+            }
+            delta = g[(head * t + r) * (d + 2) + d + 1];
+        }
+        for (uint32_t j = 0; j <= last; j++) {
+            double ds = p[j] * (dp[j] - delta) * scale;
+            for (uint32_t e = 0; r == qi && e < d; e++) {
+                dq[e] += ds * K[j * d + e];
+            }
+            for (uint32_t e = 0; j == ki && e < d; e++) {
+                dk[e] += ds * Q[r * d + e];
+            }
+        }
+    }
+    free(p);
+    free(dp);
+}
+
+/* The worst |got - ref| / max(|ref|, floor) over a row; floor 0: 1% of the row's rms. */
+static double row_error(const float *got, const double *ref, uint32_t d, double floor) {
+    double ss = 0, worst = 0;
+    for (uint32_t e = 0; e < d; e++) {
+        ss += ref[e] * ref[e];
+    }
+    floor = floor > 0 ? floor : fmax(0.01 * sqrt(ss / d), 1e-12);
+    for (uint32_t e = 0; e < d; e++) {
+        double err = fabs(got[e] - ref[e]) / fmax(fabs(ref[e]), floor);
+        worst = err > worst || err != err ? err : worst;
+    }
+    return worst;
+}
+
+static kf_plan *compile_text(kf_context *ctx, const char *text, uint32_t max_bindings) {
+    kf_graph *g = NULL;
+    kf_spec_error err;
+    if (kf_spec_parse(text, strlen(text), &g, &err) != KF_OK) {
+        fprintf(stderr, "spec: %s\n", err.message);
+        return NULL;
+    }
+    kf_plan *p = NULL;
+    kf_compile_options o = {.max_storage_buffers = max_bindings};
+    if (kf_graph_compile(ctx, g, &o, &p) != KF_OK) {
+        fprintf(stderr, "compile: %s\n", kf_context_last_error(ctx));
+    }
+    kf_graph_destroy(g);
+    return p;
+}
+
+static bool run_case(kf_context *ctx, const bench_case *c, uint32_t repeat, bool json) {
+    const char *dt = c->dtype == KF_DTYPE_F16 ? "f16" : "f32";
+    const char *causal = c->causal ? "true" : "false";
+    char decl[128], bwd[2048], prep[1024];
+    snprintf(decl, sizeof decl, "%s[%u, %u, %u, %u]", dt, c->b, c->h, c->t, c->d);
+    snprintf(bwd, sizeof bwd,
+             "q: %s\nk: %s\nv: %s\ndy: %s\ng = attention_grad_prep(q, k, v, dy, causal=%s)\n"
+             "dq = attention_grad_q(q, k, v, g, causal=%s)\n"
+             "dk = attention_grad_k(q, k, v, g, causal=%s)\n"
+             "dv = attention_grad_v(q, k, v, g, causal=%s)\nout dq, dk, dv\n",
+             decl, decl, decl, decl, causal, causal, causal, causal);
+    snprintf(prep, sizeof prep,
+             "q: %s\nk: %s\nv: %s\ndy: %s\ng = attention_grad_prep(q, k, v, dy, causal=%s)\n"
+             "out g\n",
+             decl, decl, decl, decl, causal);
+    kf_plan *plans[3] = {compile_text(ctx, bwd, 0), compile_text(ctx, bwd, 5),
+                         compile_text(ctx, prep, 0)};
+    kf_shape s = {4, {c->b, c->h, c->t, c->d}};
+    kf_tensor *in[4] = {0}, *dq = NULL, *dk = NULL;
+    static const char *const names[4] = {"q", "k", "v", "dy"};
+    bool ok = plans[0] && plans[1] && plans[2] && kf_tensor_create(&s, &dq) == KF_OK &&
+              kf_tensor_create(&s, &dk) == KF_OK;
+    for (int i = 0; ok && i < 4; i++) {
+        ok = kf_tensor_create(&s, &in[i]) == KF_OK;
+        kf_tensor_fill_random(in[i], 1234u + (uint64_t)i, -1.0f, 1.0f);
+        for (uint64_t e = 0; ok && c->dtype == KF_DTYPE_F16 && e < kf_tensor_size(in[i]); e++) {
+            in[i]->data[e] = kf__half_to_float(kf__half_from_float(in[i]->data[e]));
+        }
+        for (int p = 0; ok && p < 3; p++) {
+            ok = kf_plan_set_input(plans[p], names[i], in[i]) == KF_OK;
+        }
+    }
+    kf_timing tm[3] = {{0}};
+    for (int p = 0; ok && p < 3; p++) {
+        ok = kf_plan_time(plans[p], repeat, &tm[p]) == KF_OK;
+    }
+    ok = ok && kf_plan_get_output(plans[0], "dq", dq) == KF_OK &&
+         kf_plan_get_output(plans[0], "dk", dk) == KF_OK;
+    /* dk of the last keys of a causal head is tiny (few queries see them, with small P): in f16
+     * it lies among the subnormals, so beside the row's own scale its error is also judged
+     * against 1% of the rms of the whole dk (kfuse verify's floor) */
+    double err_dq = 0, err_dk = 0, err_dk_tensor = 0, dk_max = 0, dk_ss = 0, lse_err = 0,
+           err_dk_g = 0;
+    double *rq2 = malloc(c->d * sizeof *rq2), *rk2 = malloc(c->d * sizeof *rk2);
+    kf_shape gs = s;
+    gs.dims[3] += 2;
+    kf_tensor *g = NULL;
+    if (ok && kf_tensor_create(&gs, &g) == KF_OK && kf_plan_get_output(plans[2], "g", g) != KF_OK) {
+        kf_tensor_destroy(g);
+        g = NULL;
+    }
+    for (uint64_t e = 0; ok && e < kf_tensor_size(dk); e++) {
+        dk_ss += (double)dk->data[e] * dk->data[e];
+    }
+    double dk_floor = ok ? fmax(0.01 * sqrt(dk_ss / (double)kf_tensor_size(dk)), 1e-30) : 1;
+    double *rq = malloc(c->d * sizeof *rq), *rk = malloc(c->d * sizeof *rk);
+    for (uint32_t r = 0; ok && rq && rk && r < 8; r++) {
+        uint64_t head = ((uint64_t)r * 2654435761u) % ((uint64_t)c->b * c->h);
+        uint32_t qi = r == 0 ? c->t - 1 : (uint32_t)(((uint64_t)r * 40503u) % c->t);
+        uint32_t ki = c->t - 1 - (uint32_t)(((uint64_t)r * 7u) % (c->t < 64 ? c->t : 64u));
+        reference(in[0]->data, in[1]->data, in[2]->data, in[3]->data, c, head, qi, ki, rq, rk,
+                  g ? g->data : NULL, &lse_err, false);
+        uint64_t base = head * c->t * c->d;
+        if (g) {
+            double lse_unused = 0;
+            reference(in[0]->data, in[1]->data, in[2]->data, in[3]->data, c, head, qi, ki, rq2, rk2,
+                      g->data, &lse_unused, true);
+            err_dk_g =
+                fmax(err_dk_g, row_error(dk->data + base + (uint64_t)ki * c->d, rk2, c->d, 0));
+        }
+        const float *got_dk = dk->data + base + (uint64_t)ki * c->d;
+        err_dq = fmax(err_dq, row_error(dq->data + base + (uint64_t)qi * c->d, rq, c->d, 0));
+        err_dk = fmax(err_dk, row_error(got_dk, rk, c->d, 0));
+        err_dk_tensor = fmax(err_dk_tensor, row_error(got_dk, rk, c->d, dk_floor));
+        for (uint32_t e = 0; e < c->d; e++) {
+            dk_max = fmax(dk_max, fabs(rk[e]));
+        }
+    }
+    free(rq);
+    free(rk);
+    free(rq2);
+    free(rk2);
+    double flops = 2.5 * 4.0 * c->b * c->h * (double)c->t * c->t * c->d * (c->causal ? 0.5 : 1.0);
+    double tf = ok ? flops / (tm[0].median_ms * 1e9) : 0;
+    if (!ok) {
+        fprintf(stderr, "%s B%u H%u T%u D%u: failed: %s\n", dt, c->b, c->h, c->t, c->d,
+                kf_context_last_error(ctx));
+    } else if (json) {
+        printf(
+            "{\"impl\": \"kfuse\", \"dtype\": \"%s\", \"B\": %u, \"H\": %u, \"T\": %u, "
+            "\"D\": %u, \"causal\": %s, \"bwd_ms\": %.4f, \"unpaired_ms\": %.4f, "
+            "\"prep_ms\": %.4f, \"grads_ms\": %.4f, \"bwd_tflops\": %.3f, "
+            "\"max_rel_err_dq\": %.3g, \"max_rel_err_dk\": %.3g, \"max_rel_err_dk_tensor\": %.3g, "
+            "\"dk_checked_max\": %.3g, \"lse_max_abs_err\": %.3g, \"max_rel_err_dk_from_g\": "
+            "%.3g}\n",
+            dt, c->b, c->h, c->t, c->d, causal, tm[0].median_ms, tm[1].median_ms, tm[2].median_ms,
+            tm[0].median_ms - tm[2].median_ms, tf, err_dq, err_dk, err_dk_tensor, dk_max, lse_err,
+            err_dk_g);
+    } else {
+        printf("%-4s %3u %3u %5u %4u %-6s %10.3f %11.3f %9.3f %9.3f %8.2f %9.2g %9.2g %9.2g %9.2g "
+               "%9.2g %9.2g\n",
+               dt, c->b, c->h, c->t, c->d, causal, tm[0].median_ms, tm[1].median_ms,
+               tm[2].median_ms, tm[0].median_ms - tm[2].median_ms, tf, err_dq, err_dk,
+               err_dk_tensor, dk_max, lse_err, err_dk_g);
+    }
+    fflush(stdout);
+    for (int i = 0; i < 4; i++) {
+        kf_tensor_destroy(in[i]);
+    }
+    kf_tensor_destroy(dq);
+    kf_tensor_destroy(dk);
+    kf_tensor_destroy(g);
+    for (int p = 0; p < 3; p++) {
+        kf_plan_destroy(plans[p]);
+    }
+    return ok;
+}
+
+static int usage(void) {
+    fprintf(stderr, "usage: kfuse_bench_attention_grad [--T N]... [--D N]... [--dtype f16|f32]... "
+                    "[--B N] [--H N] [--no-causal] [--repeat N] [--json]\n");
+    return 2;
+}
+
+int main(int argc, char **argv) {
+    uint32_t ts[8] = {1024, 4096}, ds[8] = {64, 128}, nt = 0, nd = 0, b = 0, h = 16, repeat = 10;
+    kf_dtype dts[2] = {KF_DTYPE_F16, KF_DTYPE_F32};
+    uint32_t ndt = 0;
+    bool causal = true, json = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        unsigned n = 0;
+        bool num = v && sscanf(v, "%u", &n) == 1 && n > 0;
+        if (!strcmp(a, "--T") && num && nt < 8) {
+            ts[nt++] = n, i++;
+        } else if (!strcmp(a, "--D") && num && nd < 8) {
+            ds[nd++] = n, i++;
+        } else if (!strcmp(a, "--B") && num) {
+            b = n, i++;
+        } else if (!strcmp(a, "--H") && num) {
+            h = n, i++;
+        } else if (!strcmp(a, "--repeat") && num) {
+            repeat = n, i++;
+        } else if (!strcmp(a, "--dtype") && v && (!strcmp(v, "f16") || !strcmp(v, "f32")) &&
+                   ndt < 2) {
+            dts[ndt++] = v[1] == '1' ? KF_DTYPE_F16 : KF_DTYPE_F32, i++;
+        } else if (!strcmp(a, "--no-causal")) {
+            causal = false;
+        } else if (!strcmp(a, "--json")) {
+            json = true;
+        } else {
+            return usage();
+        }
+    }
+    nt = nt ? nt : 2;
+    nd = nd ? nd : 2;
+    ndt = ndt ? ndt : 2;
+    kf_context *ctx = NULL;
+    kf_context_desc desc = {0};
+    if (kf_context_create(&desc, &ctx) != KF_OK) {
+        fprintf(stderr, "kfuse_bench_attention_grad: no device\n");
+        return 1;
+    }
+    kf_adapter_info info;
+    kf_context_adapter_info(ctx, &info);
+    if (!json) {
+        printf("%s (%s)\n%-4s %3s %3s %5s %4s %-6s %10s %11s %9s %9s %8s %9s %9s %9s %9s %9s %9s\n",
+               info.device, info.backend, "type", "B", "H", "T", "D", "causal", "bwd_ms",
+               "unpaired_ms", "prep_ms", "grads_ms", "bwd_TF/s", "err_dq", "err_dk", "err_dk_all",
+               "dk_max", "lse_err", "dk_from_g");
+    }
+    int rc = 0;
+    for (uint32_t x = 0; x < ndt; x++) {
+        if (dts[x] == KF_DTYPE_F16 && !info.has_f16) {
+            fprintf(stderr, "f16: the device has no shader-f16; skipped\n");
+            continue;
+        }
+        for (uint32_t y = 0; y < nt; y++) {
+            for (uint32_t z = 0; z < nd; z++) {
+                bench_case c = {
+                    b ? b : (8192 / ts[y] ? 8192 / ts[y] : 1), h, ts[y], ds[z], dts[x], causal};
+                rc |= run_case(ctx, &c, repeat, json) ? 0 : 1;
+            }
+        }
+    }
+    kf_context_destroy(ctx);
+    return rc;
+}

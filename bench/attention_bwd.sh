@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Attention's backward on the GPU, side by side with PyTorch's SDPA backward: the same cases
+# (T 1024 and 4096, D 64 and 128, f16 and f32, H 16, B = 8192 / T, causal) through
+#   build/release/kfuse_bench_attention_grad   bwd_ms (prep + dq + dk/dv paired), unpaired_ms
+#                                              (dk and dv in two kernels), prep_ms, grads_ms
+#   bench/torch_attention.py --impl sdpa       F.scaled_dot_product_attention: bwd_ms = its
+#                                              forward + backward step less its forward
+# and a joined table; then, on this GPU, `kfuse verify attention_grad_q attention_grad_k
+# attention_grad_v` and the pair kernel's tests (kfuse_tests --suite fusion attention_dk), where
+# the binaries are built. Three files in $OUT (default bench-out/): attention_bwd_kfuse.jsonl,
+# attention_bwd_torch.jsonl, attention_bwd.txt (the table, the checks, the logs). At most 235 s
+# (each part has its own timeout), about 2 minutes on an H200.
+#
+#   bench/attention_bwd.sh            (from the repository root or anywhere)
+#
+# Needs: a release build (cmake --preset release && cmake --build --preset release), Dawn's
+# library (deps/dawn or $KF_WEBGPU_LIB), the NVIDIA Vulkan driver, python3 with torch + CUDA.
+# Environment: OUT, BENCH (the binary), KF_WEBGPU_LIB, PYTHON, ARGS (extra options for both, e.g.
+# "--T 1024 --D 64"), VKMASK=0 to leave kfuse's vendor-mask layer out (with it this Dawn offers
+# shader-f16 on NVIDIA, so the f16 cases run).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-bench-out}
+BENCH=${BENCH:-build/release/kfuse_bench_attention_grad}
+BIN=$(dirname "$BENCH")
+PYTHON=${PYTHON:-python3}
+ARGS=${ARGS:-}
+export KF_WEBGPU_LIB=${KF_WEBGPU_LIB:-$PWD/deps/dawn/libwebgpu_wrapper.so}
+mkdir -p "$OUT"
+VKMASK_DIR=$(dirname "$BENCH")/vkmask
+if [ "${VKMASK:-1}" != 0 ] && [ -f "$VKMASK_DIR/VkLayer_kfuse_vendor_mask.json" ]; then
+    export VK_LAYER_PATH=$(cd "$VKMASK_DIR" && pwd) VK_INSTANCE_LAYERS=VK_LAYER_KFUSE_vendor_mask
+fi
+
+# shellcheck disable=SC2086
+timeout 120 "$BENCH" --json $ARGS >"$OUT/attention_bwd_kfuse.jsonl" 2>"$OUT/attention_bwd.txt"
+echo "kfuse: exit $?" >>"$OUT/attention_bwd.txt"
+# shellcheck disable=SC2086
+timeout 45 "$PYTHON" bench/torch_attention.py --impl sdpa --time-limit 35 \
+    --json "$OUT/attention_bwd_torch.jsonl" $ARGS >>"$OUT/attention_bwd.txt" 2>&1
+echo "torch: exit $?" >>"$OUT/attention_bwd.txt"
+
+"$PYTHON" - "$OUT/attention_bwd_kfuse.jsonl" "$OUT/attention_bwd_torch.jsonl" \
+    >>"$OUT/attention_bwd.txt" <<'PY'
+import json, sys
+def rows(path):
+    out = {}
+    try:
+        lines = open(path).readlines()
+    except OSError:
+        return out
+    for line in lines:
+        line = line.strip()
+        if line.startswith("{"):
+            r = json.loads(line)
+            out[(r["dtype"], r["T"], r["D"])] = r
+    return out
+k, t = rows(sys.argv[1]), rows(sys.argv[2])
+print(f"{'type':4} {'T':>5} {'D':>4} {'kfuse bwd':>10} {'unpaired':>9} {'prep':>8} {'grads':>8} "
+      f"{'SDPA bwd':>9} {'kfuse/SDPA':>10} {'err_dq':>8} {'err_dk':>8}   (ms)")
+for key in sorted(set(k) | set(t)):
+    a, b = k.get(key), t.get(key)
+    f = lambda r, n: f"{r[n]:.3f}" if r else "-"
+    ratio = f"{a['bwd_ms'] / b['bwd_ms']:.1f}x" if a and b else "-"
+    print(f"{key[0]:4} {key[1]:5} {key[2]:4} {f(a, 'bwd_ms'):>10} {f(a, 'unpaired_ms'):>9} "
+          f"{f(a, 'prep_ms'):>8} {f(a, 'grads_ms'):>8} {f(b, 'bwd_ms'):>9} {ratio:>10} "
+          f"{(a or {}).get('max_rel_err_dq', '-'):>8} {(a or {}).get('max_rel_err_dk', '-'):>8}")
+PY
+
+if [ -x "$BIN/kfuse" ]; then
+    echo "== kfuse verify attention_grad_q attention_grad_k attention_grad_v" >>"$OUT/attention_bwd.txt"
+    timeout 45 "$BIN/kfuse" verify attention_grad_q attention_grad_k attention_grad_v \
+        >>"$OUT/attention_bwd.txt" 2>&1
+    echo "verify: exit $?" >>"$OUT/attention_bwd.txt"
+fi
+if [ -x "$BIN/kfuse_tests" ]; then
+    echo "== kfuse_tests --suite fusion attention_dk" >>"$OUT/attention_bwd.txt"
+    timeout 25 "$BIN/kfuse_tests" --suite fusion attention_dk >>"$OUT/attention_bwd.txt" 2>&1
+    echo "tests: exit $?" >>"$OUT/attention_bwd.txt"
+fi

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# The f16 subgroup-matrix matmul on one GPU (issue 15 item 2), in two parts:
+#
+#   OUT=bench-out bench/h200_sgmm.sh [sweep|confirm]      (default: confirm)
+#
+# sweep: the tile configurations and the three ways of filling the workgroup tiles (staging 0
+# halves stored in lane order, 1 rows and store order chosen against bank conflicts, 2 16x16
+# blocks copied by subgroup matrices), alone and with a fused bias + GELU, at 1024^3, 4096^3,
+# 8192^3 and 4095x4097x4093; the transposed products (a^T b, a b^T: the backward's); then the
+# default plan (`kfuse bench`) beside PyTorch eager f16 (session 5's first H200 run).
+# confirm: the default plan at all four sizes beside PyTorch eager f16 first, then the probes
+# (tiles staged once, matrices loaded once, both: what limits the K loop) and staging 3, the
+# ragged shape with its tail again and the default transposed products.
+#
+# Needs what bench/h200.sh needs: the kfuse binary ($KFUSE, default build/release/kfuse), Dawn's
+# library (deps/dawn, or $KF_WEBGPU_LIB), the Vulkan loader and the NVIDIA driver, python3 with
+# torch. Each part has its own time limit: sweep 236 s in all, confirm 194 s.
+# Writes three files under $OUT: sgmm-sweep.txt (every kfuse sgmat table and each part's exit
+# status), sgmm-bench.jsonl (kfuse bench's cases) and sgmm-compare.md (those beside PyTorch).
+# Environment: OUT, KFUSE, PYTHON, REPEAT (runs per kernel, median; 10), WARMUP_MS (200).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-bench-out}
+KFUSE=${KFUSE:-build/release/kfuse}
+PYTHON=${PYTHON:-python3}
+REPEAT=${REPEAT:-10}
+WARMUP_MS=${WARMUP_MS:-200}
+export KF_WEBGPU_LIB=${KF_WEBGPU_LIB:-$PWD/deps/dawn/libwebgpu_wrapper.so}
+mkdir -p "$OUT"
+VKMASK_DIR=$(dirname "$KFUSE")/vkmask
+if [ "${VKMASK:-1}" != 0 ] && [ -f "$VKMASK_DIR/VkLayer_kfuse_vendor_mask.json" ]; then
+    export VK_LAYER_PATH=$(cd "$VKMASK_DIR" && pwd) VK_INSTANCE_LAYERS=VK_LAYER_KFUSE_vendor_mask
+fi
+SWEEP=$OUT/sgmm-sweep.txt
+: >"$SWEEP"
+
+sgmat() { # limit, title, kfuse sgmat arguments...
+    local limit=$1 title=$2
+    shift 2
+    echo "## $title: kfuse sgmat $*" >>"$SWEEP"
+    local t0=$SECONDS
+    timeout "$limit" "$KFUSE" sgmat --repeat "$REPEAT" --warmup-ms "$WARMUP_MS" "$@" >>"$SWEEP" 2>&1
+    echo "## exit $? after $((SECONDS - t0)) s" >>"$SWEEP"
+    echo >>"$SWEEP"
+}
+
+sweep() {
+    # The large tiles, one shape at a time (a time limit each, so a slow part loses only its own
+    # rows). .../T/R: staging T, R result matrices per store round (left out: the most that fit);
+    # 128x256x32/2x4/1/8/0/0/1 is the default before this session. Staging 0 of the 128x128 and
+    # 16-deep tiles was measured before (docs/PERFORMANCE.md) and is left out for time. The ragged
+    # shape has no whole tiles, so staging 2 is 1 there.
+    big=() ragged=()
+    for c in 128x256x32/2x4/1/8/0/0/1 128x256x32/2x4/1/8/0/1/1 128x256x32/2x4/1/8/0/2/1 \
+        128x256x32/2x4/1/8/0/0 128x256x32/2x4/1/8/0/1 128x256x32/2x4/1/8/0/2 \
+        256x128x32/4x2/1/8/0/0 256x128x32/4x2/1/8/0/1 256x128x32/4x2/1/8/0/2 \
+        128x128x32/2x4/2/8/0/1 128x128x32/2x4/2/8/0/2 128x128x32/2x2/2/8/0/1 \
+        128x128x32/2x2/2/8/0/2 128x256x16/2x4/2/8/0/1 128x256x16/2x4/2/8/0/2 \
+        128x128x64/2x2/1/8/0/1 128x128x64/2x2/1/8/0/2; do
+        big+=(--config "$c")
+    done
+    for c in 128x256x32/2x4/1/8/0/0/1 128x256x32/2x4/1/8/0/1/1 128x256x32/2x4/1/8/0/0 \
+        128x256x32/2x4/1/8/0/1 256x128x32/4x2/1/8/0/0 256x128x32/4x2/1/8/0/1 \
+        128x128x32/2x4/2/8/0/1 128x128x32/2x2/2/8/0/1 128x256x16/2x4/2/8/0/1; do
+        ragged+=(--config "$c")
+    done
+    sgmat 55 "4096^3" --shape 4096x4096x4096 "${big[@]}"
+    sgmat 65 "8192^3" --shape 8192x8192x8192 "${big[@]}"
+    sgmat 30 "ragged 4095x4097x4093 (MxKxN 4095x4093x4097)" --shape 4095x4093x4097 "${ragged[@]}"
+    # 1024^3: the small default tile (64x64) and two mid-sized ones.
+    sgmat 12 "1024^3" --shape 1024x1024x1024 --config 64x64x32/2x2/2/0/0/0 \
+        --config 64x64x32/2x2/2/0/0/1 --config 64x64x32/2x2/2/0/0/2 --config 128x128x32/2x2/2/8/0/1 \
+        --config 128x128x32/2x2/2/8/0/2 --config 128x128x32/2x4/2/8/0/2
+    # The backward's products: a^T b (x^T dy) and a b^T (dy w^T) at 4096^3.
+    for t in --transpose-a --transpose-b; do
+        sgmat 12 "transposed ($t)" "$t" --no-tail --shape 4096x4096x4096 \
+            --config 128x256x32/2x4/1/8/0/0 --config 128x256x32/2x4/1/8/0/1 \
+            --config 128x256x32/2x4/1/8/0/2 --config 128x128x32/2x2/2/8/0/2
+    done
+}
+
+# The default plan (what a user gets) beside PyTorch eager in the same run; limits $1, $2 s.
+versus_torch() {
+    echo "## kfuse bench --size full --filter '^matmul_bias_gelu_f16'" >>"$SWEEP"
+    timeout "$1" "$KFUSE" bench --size full --filter '^matmul_bias_gelu_f16' --repeat "$REPEAT" \
+        --json-file "$OUT/sgmm-bench.jsonl" >>"$SWEEP" 2>&1
+    echo "## exit $?" >>"$SWEEP"
+    echo "## torch_compare.py (eager f16): $OUT/sgmm-compare.md" >>"$SWEEP"
+    # kfuse's cases beside torch's where kfuse bench finished; torch alone where it did not
+    kfuse_json=()
+    grep -q '"case"' "$OUT/sgmm-bench.jsonl" 2>/dev/null && kfuse_json=("$OUT/sgmm-bench.jsonl")
+    timeout "$2" "$PYTHON" bench/torch_compare.py "${kfuse_json[@]}" --size full \
+        --filter '^matmul_bias_gelu_f16' --no-compile --repeat 20 >"$OUT/sgmm-compare.md" \
+        2>>"$SWEEP"
+    echo "## exit $?" >>"$SWEEP"
+}
+
+confirm() {
+    versus_torch 70 35
+    # What limits the K loop: the default, then with its tiles staged once (/1), its matrices
+    # loaded once (/2), both (/3); the probes' results are not the product. Then staging 3 (lane
+    # order, rows chosen against conflicts of 8-byte stores) on the two large tiles.
+    sgmat 40 "probes, staging 3" --shape 4096x4096x4096 --shape 8192x8192x8192 --no-tail \
+        --config 128x256x32/2x4/1/8/0/0/0 --config 128x256x32/2x4/1/8/0/0/0/1 \
+        --config 128x256x32/2x4/1/8/0/0/0/2 --config 128x256x32/2x4/1/8/0/0/0/3 \
+        --config 128x256x32/2x4/1/8/0/3/0 --config 256x128x32/4x2/1/8/0/3/0
+    sgmat 25 "ragged again (MxKxN 4095x4093x4097)" --shape 4095x4093x4097 \
+        --config 128x256x32/2x4/1/8/0/0/0 --config 128x256x32/2x4/1/8/0/3/0 \
+        --config 128x256x32/2x4/1/8/0/1/0
+    for t in --transpose-a --transpose-b; do
+        sgmat 12 "default transposed ($t)" "$t" --shape 4096x4096x4096 \
+            --config 128x256x32/2x4/1/8/0/0/0
+    done
+}
+
+case ${1:-confirm} in
+sweep)
+    sweep
+    versus_torch 25 25
+    ;;
+confirm) confirm ;;
+*)
+    echo "usage: bench/h200_sgmm.sh [sweep|confirm]" >&2
+    exit 2
+    ;;
+esac
+cat "$SWEEP" "$OUT/sgmm-compare.md"

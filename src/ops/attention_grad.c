@@ -1,0 +1,724 @@
+/* Attention's gradients from the packed statistics g = [dy | lse | delta]
+ * (attention_grad_prep's output; src/ops/attention.c's header has the formulas):
+ *
+ *   attention_grad_q(q, k, v, g)  -> dq
+ *   attention_grad_k(q, k, v, g)  -> dk   (with attention_grad_v as its companion: both)
+ *   attention_grad_v(q, k, v, g)  -> dv
+ *
+ * One generator, FlashAttention-2's backward on FMA units with register tiles. A workgroup owns
+ * br rows of one (batch, head): queries for dq, keys for dk and dv. It stages its rows' two
+ * operands once (q and dy, or k and v) and walks the other side bc columns at a time (k and v,
+ * or q and dy with their lse and delta), all as vec4 rows in workgroup memory, padded by one
+ * vec4 so rows read at one offset fall in different banks:
+ *   1. every invocation owns rr rows x rc columns of the tile's scores: rr + rc vec4 loads give
+ *      rr rc dot products of 4 terms (twice: s = row . col, and dP with the second operands);
+ *   2. it turns them into P = exp(scale s - lse) and dS = P (dP - delta), zero where the query
+ *      does not see the key, into workgroup memory;
+ *   3. it accumulates its rows' results over the tile's columns, vec4 columns tx, tx + wx, ...:
+ *      dk += dS q and dv += P dy (or dq's two sums), a scalar P or dS times a vec4 of the tile.
+ * The tiling (rr, rc, wx, wy) is the largest of a short list whose workgroup memory fits the
+ * device's (kernel_choose; kernel_forward assumes WebGPU's 16 KB): on lavapipe (32 KB) 32 x 16
+ *  for D <= 64 and 16 x 8 for D <= 128; with 48 KB 32 x 32 and 32 x 8. dk and dv need the
+ * same P, so attention_grad_k's kernel_with_companion computes both (FlashAttention-2 does the
+ * same), and the planner pairs the two operators when they read the same inputs
+ * (src/fuse/rules/companion.c): one pass over the scores instead of two. Causal column tiles a
+ * workgroup's rows cannot see are never visited; the loop bounds depend only on the workgroup,
+ * so the barriers stay in uniform control flow. Rows past T are computed from row T - 1 and not
+ * written. Accumulation is in f32 for f16 tensors too. No subgroup matrices yet. */
+#include "ops/attention.h"
+#include "ops/ops_internal.h"
+#include "ops/rowwise.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const kf__input grad_inputs[] = {{.name = "q"}, {.name = "k"}, {.name = "v"}, {.name = "g"}};
+
+/* ---------------------------------------------------------------------------------------- */
+/* Shapes and specifications                                                                */
+/* ---------------------------------------------------------------------------------------- */
+
+static kf_status grad_shape(const char *name, uint32_t which, const kf_shape *in, kf_shape *out,
+                            char *msg, size_t msg_size) {
+    char a[64], b[64];
+    kf_status st = kf__attn_qkv_check(name, in, msg, msg_size);
+    kf_shape want = st == KF_OK ? kf__attn_packed_shape(&in[0]) : in[0];
+    if (st == KF_OK && !kf_shape_eq(&in[3], &want)) {
+        return kf__shape_error(msg, msg_size,
+                               "%s: g must be %s (attention_grad_prep's output), got %s", name,
+                               kf_shape_str(&want, a, sizeof a), kf_shape_str(&in[3], b, sizeof b));
+    }
+    if (st == KF_OK) {
+        *out = in[which];
+    }
+    return st;
+}
+
+/* The keys query i sees: 0..last(i). */
+static uint32_t last_key(uint32_t i, uint32_t t, bool causal) {
+    return causal ? i : t - 1;
+}
+
+/* One head's backward: do_i at dout + i * dout_stride; lse_i and delta_i at stats + i *
+ * dout_stride (+ 1), or recomputed from q, k, v and do when stats is NULL; into the float64
+ * accumulators dq, dk, dv (those not NULL), which the caller zeroes. */
+typedef struct spec_grad {
+    const float *q, *k, *v;
+    const float *dout; /* do rows, `dout_stride` apart */
+    uint32_t dout_stride;
+    const float *stats;
+    double *dq, *dk, *dv;
+} spec_grad;
+
+static void spec_head_backward(const spec_grad *s, kf__attn_dims a, double scale, bool causal,
+                               double *p, double *dp) {
+    for (uint32_t i = 0; i < a.t; i++) {
+        uint32_t last = last_key(i, a.t, causal);
+        const float *dout = s->dout + (uint64_t)i * s->dout_stride;
+        if (s->stats) {
+            /* P from the given lse, exp(s - lse), not normalised again; delta as given */
+            double lse = s->stats[(uint64_t)i * s->dout_stride];
+            for (uint32_t j = 0; j < a.t; j++) {
+                double sc = 0;
+                for (uint32_t d = 0; j <= last && d < a.d; d++) {
+                    sc += (double)s->q[(uint64_t)i * a.d + d] * s->k[(uint64_t)j * a.d + d];
+                }
+                p[j] = j <= last ? exp(sc * scale - lse) : 0.0;
+            }
+        } else {
+            kf__attn_spec_row(s->q, s->k, a, scale, causal, i, p);
+        }
+        double delta = 0;
+        for (uint32_t j = 0; j <= last; j++) {
+            dp[j] = 0;
+            for (uint32_t d = 0; d < a.d; d++) {
+                dp[j] += (double)dout[d] * s->v[(uint64_t)j * a.d + d];
+            }
+            delta += p[j] * dp[j];
+        }
+        if (s->stats) {
+            delta = s->stats[(uint64_t)i * s->dout_stride + 1];
+        }
+        for (uint32_t j = 0; j <= last; j++) {
+            double ds = p[j] * (dp[j] - delta);
+            for (uint32_t d = 0; d < a.d; d++) {
+                if (s->dq) {
+                    s->dq[(uint64_t)i * a.d + d] += scale * ds * s->k[(uint64_t)j * a.d + d];
+                }
+                if (s->dk) {
+                    s->dk[(uint64_t)j * a.d + d] += scale * ds * s->q[(uint64_t)i * a.d + d];
+                }
+                if (s->dv) {
+                    s->dv[(uint64_t)j * a.d + d] += p[j] * dout[d];
+                }
+            }
+        }
+    }
+}
+
+kf_status kf__attn_spec_backward(const kf_tensor *const *in, const kf_tensor *dy,
+                                 const kf_tensor *g, bool own_stats, const kf_op_params *p,
+                                 kf_tensor *const *grads) {
+    kf__attn_dims a = kf__attn_dims_of(&in[0]->shape);
+    uint64_t head_elems = (uint64_t)a.t * a.d;
+    double *acc[3] = {0};
+    double *prob = malloc(a.t * sizeof *prob), *dp = malloc(a.t * sizeof *dp);
+    kf_status st = prob && dp ? KF_OK : KF_ERROR_OUT_OF_MEMORY;
+    for (int w = 0; w < 3 && st == KF_OK; w++) {
+        if (grads[w]) {
+            acc[w] = malloc(head_elems * sizeof *acc[w]);
+            st = acc[w] ? KF_OK : KF_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    double scale = kf__attn_scale(p, a.d);
+    for (uint32_t h = 0; h < a.bh && st == KF_OK; h++) {
+        uint64_t head = (uint64_t)h * head_elems;
+        for (int w = 0; w < 3; w++) {
+            if (acc[w]) {
+                memset(acc[w], 0, head_elems * sizeof *acc[w]);
+            }
+        }
+        spec_grad s = {.q = in[0]->data + head,
+                       .k = in[1]->data + head,
+                       .v = in[2]->data + head,
+                       .dq = acc[0],
+                       .dk = acc[1],
+                       .dv = acc[2]};
+        if (g) {
+            uint64_t ghead = (uint64_t)h * a.t * (a.d + 2);
+            s.dout = g->data + ghead;
+            s.dout_stride = a.d + 2;
+            s.stats = own_stats ? NULL : g->data + ghead + a.d;
+        } else {
+            s.dout = dy->data + head;
+            s.dout_stride = a.d;
+        }
+        spec_head_backward(&s, a, scale, kf__attn_causal(p), prob, dp);
+        for (int w = 0; w < 3; w++) {
+            for (uint64_t e = 0; acc[w] && e < head_elems; e++) {
+                grads[w]->data[head + e] = (float)acc[w][e];
+            }
+        }
+    }
+    for (int w = 0; w < 3; w++) {
+        free(acc[w]);
+    }
+    free(prob);
+    free(dp);
+    return st;
+}
+/* dq (WHICH 0) normalises P itself and sums its own delta (attn_kernel says why): its spec is the
+ * exact gradient from g's dy alone; dk and dv use g's lse and delta as given. */
+#define GRAD_SPEC(NAME, WHICH)                                                                     \
+    static kf_status NAME##_spec(const kf_tensor *const *in, const kf_op_params *p,                \
+                                 kf_tensor *out) {                                                 \
+        kf_status st = kf__spec_check_out(&kf__op_##NAME, in, p, out);                             \
+        if (st != KF_OK) {                                                                         \
+            return st;                                                                             \
+        }                                                                                          \
+        kf_tensor *grads[3] = {0};                                                                 \
+        grads[WHICH] = out;                                                                        \
+        return kf__attn_spec_backward(in, NULL, in[3], WHICH == 0, p, grads);                      \
+    }
+
+GRAD_SPEC(attention_grad_q, 0)
+GRAD_SPEC(attention_grad_k, 1)
+GRAD_SPEC(attention_grad_v, 2)
+
+/* ---------------------------------------------------------------------------------------- */
+/* The kernels                                                                              */
+/* ---------------------------------------------------------------------------------------- */
+
+/* A tiling: each invocation owns rr rows and, in the score phase, rc columns; wx * wy
+ * invocations; a workgroup owns br = rr wy rows and walks the other side bc = rc wx columns at a
+ * time. */
+typedef struct grad_tiles {
+    uint32_t rr, rc, wx, wy;
+} grad_tiles;
+
+/* Preferred first. */
+static const grad_tiles tile_choices[] = {
+    {2, 2, 16, 16}, /* 32 x 32 */
+    {2, 2, 8, 16},  /* 32 x 16 */
+    {2, 1, 8, 16},  /* 32 x 8 */
+    {2, 1, 8, 8},   /* 16 x 8 */
+    {1, 1, 4, 8},   /* 8 x 4 */
+    {1, 1, 2, 4},   /* 4 x 2 */
+};
+
+/* vec4 columns of a staged row (D rounded up to 4); rows are staged one vec4 apart more, so rows
+ * read at one offset fall in different banks. */
+static uint32_t vec_cols(uint32_t d) {
+    return (d + 3) / 4;
+}
+
+static uint64_t tiles_bytes(const grad_tiles *c, uint32_t d) {
+    uint64_t sr = vec_cols(d) + 1, br = c->rr * c->wy, bc = c->rc * c->wx;
+    return 16u * (2u * br * sr + 2u * bc * sr) + 4u * (2u * br * bc + 2u * bc);
+}
+
+/* The largest tiling whose workgroup memory fits `budget` bytes. */
+static const grad_tiles *tiles_for(uint32_t d, uint32_t budget) {
+    size_t n = sizeof tile_choices / sizeof tile_choices[0];
+    for (size_t i = 0; i + 1 < n; i++) {
+        if (tiles_bytes(&tile_choices[i], d) <= budget) {
+            return &tile_choices[i];
+        }
+    }
+    return &tile_choices[n - 1];
+}
+
+#define PORTABLE_BUDGET 16384u /* workgroup memory every WebGPU device offers */
+
+/* What a kernel computes: dq, dk, dv, or the pair (dk yielded, dv stored into the binding "dv"
+ * declared after the inputs). */
+typedef enum grad_role { ROLE_DQ = 0, ROLE_DK, ROLE_DV, ROLE_DKV } grad_role;
+
+/* A row-major operand read through its binding: element (row, d) at row * stride + offset + d,
+ * row counted over all heads (head * T + row). */
+typedef struct attn_operand {
+    kf_binding b;
+    uint32_t stride, offset;
+} attn_operand;
+
+static kf_val operand_load(kf_kernel *k, attn_operand o, kf_val row, kf_val d, kf_dtype dtype) {
+    kf_val at = kf_add(k, kf_mul(k, row, kf__u32(k, o.stride)), d);
+    if (o.offset) {
+        at = kf_add(k, at, kf__u32(k, o.offset));
+    }
+    return kf__load_f32(k, o.b, at, dtype);
+}
+
+/* Stages rows first .. first + count - 1 of one head (clamped to its last row) of operand o as
+ * vec4 rows (zero past D) at stride sr into s; every invocation takes a share. */
+static void stage_rows(kf_kernel *k, kf_shared s, attn_operand o, kf_val head_row0, kf_val first,
+                       uint32_t count, uint32_t t, uint32_t d, uint32_t sr, kf_val lid,
+                       uint32_t threads, kf_dtype dtype) {
+    uint32_t d4 = vec_cols(d);
+    kf_val e = kf_for(k, "e", lid, kf__u32(k, count * d4), kf__u32(k, threads));
+    kf_val r = kf_let(k, "sr_row", kf_div(k, e, kf__u32(k, d4)));
+    kf_val c4 = kf_let(k, "sr_col", kf_binary(k, KF_OP_MOD, e, kf__u32(k, d4)));
+    kf_val row = kf_let(
+        k, "sr_at",
+        kf_add(k, head_row0, kf_call2(k, KF_FN_MIN, kf_add(k, first, r), kf__u32(k, t - 1))));
+    kf_val lanes[4];
+    for (uint32_t i = 0; i < 4; i++) {
+        kf_val dim = kf_add(k, kf_mul(k, c4, kf__u32(k, 4)), kf__u32(k, i));
+        if (d % 4) {
+            kf_val inside = kf_binary(k, KF_OP_LT, dim, kf__u32(k, d));
+            kf_val v =
+                operand_load(k, o, row, kf_call2(k, KF_FN_MIN, dim, kf__u32(k, d - 1)), dtype);
+            lanes[i] = kf_select(k, kf_lit_f32(k, 0), v, inside);
+        } else {
+            lanes[i] = operand_load(k, o, row, dim, dtype);
+        }
+    }
+    kf_val at = kf_add(k, kf_mul(k, r, kf__u32(k, sr)), c4);
+    kf_shared_store(k, s, at, kf_vec(k, kf_type_vec(KF_SCALAR_F32, 4), lanes, 4));
+    kf_end(k);
+}
+
+#define MAX_RR 2u
+#define MAX_RC 2u
+#define MAX_M 16u /* vec4 columns an invocation owns: 32 / wx, wx >= 2 */
+
+static const char *grad_name(grad_role role) {
+    static const char *const names[] = {"attention_grad_q", "attention_grad_k", "attention_grad_v",
+                                        "attention_grad_kv"};
+    return names[role];
+}
+
+static kf_kernel *grad_kernel(grad_role role, const grad_tiles *c, const kf_shape *in,
+                              const kf_op_params *p, kf_dtype dtype) {
+    const kf__attn_dims a = kf__attn_dims_of(&in[0]);
+    const uint32_t t = a.t, d = a.d, d4 = vec_cols(d), sr = d4 + 1;
+    const uint32_t rr = c->rr, rc = c->rc, wx = c->wx, wy = c->wy;
+    const uint32_t br = rr * wy, bc = rc * wx, threads = wx * wy;
+    const uint32_t m_cols = (d4 + wx - 1) / wx;
+    const uint32_t tiles = (t + br - 1) / br;
+    const bool causal = kf__attn_causal(p);
+    const float scale = (float)kf__attn_scale(p, d);
+    const bool dq = role == ROLE_DQ;
+    const bool want_dk = role == ROLE_DK || role == ROLE_DKV;
+    const bool want_dv = role == ROLE_DV || role == ROLE_DKV;
+    const bool needs_dp = dq || want_dk;
+
+    kf_kernel_desc desc = {.name = grad_name(role),
+                           .workgroup_size = {threads, 1, 1},
+                           .input = kf_type_scalar(KF_SCALAR_VOID),
+                           .output = kf__dtype_type(dtype)};
+    kf_kernel *k = kf_kernel_create(&desc);
+    if (!k) {
+        return NULL;
+    }
+    uint32_t groups[3] = {tiles * a.bh, 1, 1};
+    kf_kernel_set_grid(k, groups);
+    kf_binding bq = kf__bind(k, "q", dtype, KF_ACCESS_READ);
+    kf_binding bk = kf__bind(k, "k", dtype, KF_ACCESS_READ);
+    kf_binding bv = kf__bind(k, "v", dtype, KF_ACCESS_READ);
+    kf_binding bg = kf__bind(k, "g", dtype, KF_ACCESS_READ);
+    kf_binding bdv = {0};
+    if (role == ROLE_DKV) {
+        bdv = kf__bind(k, "dv", dtype, KF_ACCESS_READ_WRITE);
+    }
+    attn_operand oq = {bq, d, 0}, ok = {bk, d, 0}, ov = {bv, d, 0};
+    attn_operand odo = {bg, d + 2, 0}, olse = {bg, d + 2, d}, odelta = {bg, d + 2, d + 1};
+    /* the owned rows' operands (scores with tile a, dP with tile b) and the walked side's */
+    attn_operand r1 = dq ? oq : ok, r2 = dq ? odo : ov;
+    attn_operand t1 = dq ? ok : oq, t2 = dq ? ov : odo;
+
+    kf_type f32 = kf_type_scalar(KF_SCALAR_F32), v4 = kf_type_vec(KF_SCALAR_F32, 4);
+    kf_shared s_r1 = kf_kernel_workgroup(k, "rows_a", v4, br * sr);
+    kf_shared s_r2 = {0};
+    if (needs_dp) {
+        s_r2 = kf_kernel_workgroup(k, "rows_b", v4, br * sr);
+    }
+    kf_shared s_t1 = kf_kernel_workgroup(k, "tile_a", v4, bc * sr);
+    kf_shared s_t2 = kf_kernel_workgroup(k, "tile_b", v4, bc * sr);
+    kf_shared s_p = kf_kernel_workgroup(k, "probs", f32, br * bc);
+    kf_shared s_ds = {0};
+    if (needs_dp) {
+        s_ds = kf_kernel_workgroup(k, "dscores", f32, br * bc);
+    }
+    kf_shared s_lse = {0}, s_delta = {0};
+    if (!dq) {
+        s_lse = kf_kernel_workgroup(k, "tile_lse", f32, bc);
+        s_delta = kf_kernel_workgroup(k, "tile_delta", f32, bc);
+    }
+
+    kf_val lid = kf_let(k, "lid", kf_builtin_get(k, KF_BUILTIN_LOCAL_INDEX));
+    kf_val tx = kf_let(k, "tx", kf_binary(k, KF_OP_MOD, lid, kf__u32(k, wx)));
+    kf_val ty = kf_let(k, "ty", kf_div(k, lid, kf__u32(k, wx)));
+    kf_val wg = kf_let(k, "wg", kf_workgroup_linear(k));
+    kf_val head = kf_let(k, "head", kf_div(k, wg, kf__u32(k, tiles)));
+    kf_val r0 =
+        kf_let(k, "r0", kf_mul(k, kf_binary(k, KF_OP_MOD, wg, kf__u32(k, tiles)), kf__u32(k, br)));
+    kf_val head_row0 = kf_let(k, "head_row0", kf_mul(k, head, kf__u32(k, t)));
+
+    /* this invocation's rows (in the workgroup, and in the head) and columns of a tile */
+    kf_val lrow[MAX_RR], row[MAX_RR], lcol[MAX_RC];
+    for (uint32_t i = 0; i < rr; i++) {
+        lrow[i] = kf_let(k, "lrow", kf_add(k, kf_mul(k, ty, kf__u32(k, rr)), kf__u32(k, i)));
+        row[i] = kf_let(k, "row", kf_add(k, r0, lrow[i]));
+    }
+    for (uint32_t j = 0; j < rc; j++) {
+        lcol[j] = kf_let(k, "lcol", kf_add(k, kf_mul(k, tx, kf__u32(k, rc)), kf__u32(k, j)));
+    }
+    /* the vec4 columns of the result this invocation owns: tx + wx m (clamped for the loads) */
+    kf_val ocol[MAX_M], ocol_c[MAX_M];
+    for (uint32_t m = 0; m < m_cols; m++) {
+        ocol[m] = kf_let(k, "ocol", kf_add(k, tx, kf__u32(k, wx * m)));
+        ocol_c[m] = (m + 1) * wx <= d4
+                        ? ocol[m]
+                        : kf_let(k, "ocol_c", kf_call2(k, KF_FN_MIN, ocol[m], kf__u32(k, d4 - 1)));
+    }
+
+    /* dq reads its rows' lse and delta from g only as shifts: with P' = exp(s - lse) and
+     * dS' = P' (dP - delta) it sums, per row, P' (psum) and dS' (shift) and, per column, dS' k
+     * (acc1) and P' k (acc2), and at the end takes
+     *   dq = scale (acc1 - (shift / psum) acc2) / psum,
+     * exact whatever lse and delta are, so their rounding in g (f16: 2^-11 of them) cancels,
+     * where dq would otherwise carry delta's error times the row's mean key */
+    kf_val row_lse[MAX_RR] = {{0, 0}}, row_delta[MAX_RR] = {{0, 0}};
+    kf_var psum[MAX_RR] = {{0}}, shift[MAX_RR] = {{0}};
+    kf_var acc1[MAX_RR][MAX_M], acc2[MAX_RR][MAX_M]; /* dq: dS' k, P' k; else dk, dv */
+    for (uint32_t i = 0; i < rr; i++) {
+        if (dq) {
+            kf_val at = kf_add(k, head_row0, kf_call2(k, KF_FN_MIN, row[i], kf__u32(k, t - 1)));
+            row_lse[i] = kf_let(k, "row_lse", operand_load(k, olse, at, kf__u32(k, 0), dtype));
+            row_delta[i] =
+                kf_let(k, "row_delta", operand_load(k, odelta, at, kf__u32(k, 0), dtype));
+            psum[i] = kf_declare(k, "psum", f32, kf_lit_f32(k, 0));
+            shift[i] = kf_declare(k, "shift", f32, kf_lit_f32(k, 0));
+        }
+        for (uint32_t m = 0; m < m_cols; m++) {
+            acc1[i][m] = kf_declare(k, "acc1", v4, kf_splat(k, v4, kf_lit_f32(k, 0)));
+            acc2[i][m] = kf_declare(k, "acc2", v4, kf_splat(k, v4, kf_lit_f32(k, 0)));
+        }
+    }
+
+    /* the owned rows' operands, once */
+    stage_rows(k, s_r1, r1, head_row0, r0, br, t, d, sr, lid, threads, dtype);
+    if (needs_dp) {
+        stage_rows(k, s_r2, r2, head_row0, r0, br, t, d, sr, lid, threads, dtype);
+    }
+
+    /* the columns this workgroup visits: a causal key block starts at the tile holding its
+     * first key (earlier queries see none of its keys); a causal query block ends after its
+     * last query. The bounds depend on the workgroup only: the barriers stay uniform. */
+    kf_val start = kf__u32(k, 0), end = kf__u32(k, t);
+    if (causal && !dq) {
+        start = kf_let(k, "start", kf_mul(k, kf_div(k, r0, kf__u32(k, bc)), kf__u32(k, bc)));
+    } else if (causal) {
+        end =
+            kf_let(k, "end", kf_call2(k, KF_FN_MIN, kf_add(k, r0, kf__u32(k, br)), kf__u32(k, t)));
+    }
+    kf_val c0 = kf_for(k, "c0", start, end, kf__u32(k, bc));
+    {
+        /* 1. stage the tile's operands (and, walking queries, their lse and delta) */
+        stage_rows(k, s_t1, t1, head_row0, c0, bc, t, d, sr, lid, threads, dtype);
+        stage_rows(k, s_t2, t2, head_row0, c0, bc, t, d, sr, lid, threads, dtype);
+        if (!dq) {
+            kf_if(k, kf_binary(k, KF_OP_LT, lid, kf__u32(k, bc)));
+            kf_val at =
+                kf_add(k, head_row0, kf_call2(k, KF_FN_MIN, kf_add(k, c0, lid), kf__u32(k, t - 1)));
+            kf_shared_store(k, s_lse, lid, operand_load(k, olse, at, kf__u32(k, 0), dtype));
+            kf_shared_store(k, s_delta, lid, operand_load(k, odelta, at, kf__u32(k, 0), dtype));
+            kf_end(k);
+        }
+        kf_barrier(k);
+
+        /* 2. the scores (and dP) of rr rows x rc columns: dot products of vec4s over D */
+        kf_var sc[MAX_RR][MAX_RC], dp[MAX_RR][MAX_RC];
+        for (uint32_t i = 0; i < rr; i++) {
+            for (uint32_t j = 0; j < rc; j++) {
+                sc[i][j] = kf_declare(k, "s", f32, kf_lit_f32(k, 0));
+                if (needs_dp) {
+                    dp[i][j] = kf_declare(k, "dp", f32, kf_lit_f32(k, 0));
+                }
+            }
+        }
+        kf_val e = kf_for(k, "e4", kf__u32(k, 0), kf__u32(k, d4), kf__u32(k, 1));
+        {
+            kf_val ra[MAX_RR], rb[MAX_RR], ta[MAX_RC], tb[MAX_RC];
+            for (uint32_t i = 0; i < rr; i++) {
+                kf_val at = kf_add(k, kf_mul(k, lrow[i], kf__u32(k, sr)), e);
+                ra[i] = kf_let(k, "ra", kf_shared_load(k, s_r1, at));
+                if (needs_dp) {
+                    rb[i] = kf_let(k, "rb", kf_shared_load(k, s_r2, at));
+                }
+            }
+            for (uint32_t j = 0; j < rc; j++) {
+                kf_val at = kf_add(k, kf_mul(k, lcol[j], kf__u32(k, sr)), e);
+                ta[j] = kf_let(k, "ta", kf_shared_load(k, s_t1, at));
+                if (needs_dp) {
+                    tb[j] = kf_let(k, "tb", kf_shared_load(k, s_t2, at));
+                }
+            }
+            for (uint32_t i = 0; i < rr; i++) {
+                for (uint32_t j = 0; j < rc; j++) {
+                    kf_assign(
+                        k, sc[i][j],
+                        kf_add(k, kf_read(k, sc[i][j]), kf_call2(k, KF_FN_DOT, ra[i], ta[j])));
+                    if (needs_dp) {
+                        kf_assign(
+                            k, dp[i][j],
+                            kf_add(k, kf_read(k, dp[i][j]), kf_call2(k, KF_FN_DOT, rb[i], tb[j])));
+                    }
+                }
+            }
+        }
+        kf_end(k);
+
+        /* 3. P and dS of those pairs, zero where the query does not see the key */
+        for (uint32_t j = 0; j < rc; j++) {
+            kf_val col = kf_let(k, "col", kf_add(k, c0, lcol[j]));
+            kf_val col_in = kf_binary(k, KF_OP_LT, col, kf__u32(k, t));
+            kf_val lse = {0, 0}, delta = {0, 0};
+            if (!dq) {
+                lse = kf_shared_load(k, s_lse, lcol[j]);
+                delta = kf_shared_load(k, s_delta, lcol[j]);
+            }
+            for (uint32_t i = 0; i < rr; i++) {
+                kf_val keep = col_in;
+                if (causal) {
+                    kf_val sees = dq ? kf_binary(k, KF_OP_LE, col, row[i])
+                                     : kf_binary(k, KF_OP_GE, col, row[i]);
+                    keep = kf_binary(k, KF_OP_AND, keep, sees);
+                }
+                kf_val s = kf_mul(k, kf_read(k, sc[i][j]), kf_lit_f32(k, scale));
+                kf_val pr = kf_call1(k, KF_FN_EXP, kf_sub(k, s, dq ? row_lse[i] : lse));
+                pr = kf_let(k, "p", kf_select(k, kf_lit_f32(k, 0), pr, keep));
+                kf_val slot = kf_add(k, kf_mul(k, lrow[i], kf__u32(k, bc)), lcol[j]);
+                kf_shared_store(k, s_p, slot, pr);
+                if (needs_dp) {
+                    kf_val ds =
+                        kf_mul(k, pr, kf_sub(k, kf_read(k, dp[i][j]), dq ? row_delta[i] : delta));
+                    kf_shared_store(k, s_ds, slot, ds);
+                }
+            }
+        }
+        kf_barrier(k);
+
+        /* 4. accumulate the owned rows' results over the tile's columns */
+        kf_val cc = kf_for(k, "cc", kf__u32(k, 0), kf__u32(k, bc), kf__u32(k, 1));
+        {
+            kf_val x1[MAX_M], x2[MAX_M];
+            for (uint32_t m = 0; m < m_cols; m++) {
+                kf_val at = kf_add(k, kf_mul(k, cc, kf__u32(k, sr)), ocol_c[m]);
+                /* dq: k (tile a) for both sums; dk: q (tile a); dv: do (tile b) */
+                if (dq || want_dk) {
+                    x1[m] = kf_let(k, "x1", kf_shared_load(k, s_t1, at));
+                }
+                if (want_dv) {
+                    x2[m] = kf_let(k, "x2", kf_shared_load(k, s_t2, at));
+                }
+            }
+            for (uint32_t i = 0; i < rr; i++) {
+                kf_val slot = kf_add(k, kf_mul(k, lrow[i], kf__u32(k, bc)), cc);
+                kf_val pr = kf_let(k, "pp", kf_shared_load(k, s_p, slot));
+                kf_val ds = {0, 0};
+                if (needs_dp) {
+                    ds = kf_let(k, "pds", kf_shared_load(k, s_ds, slot));
+                }
+                if (dq) {
+                    kf_assign(k, psum[i], kf_add(k, kf_read(k, psum[i]), pr));
+                    kf_assign(k, shift[i], kf_add(k, kf_read(k, shift[i]), ds));
+                }
+                kf_val vp = kf_splat(k, v4, pr), vds = {0, 0};
+                if (needs_dp) {
+                    vds = kf_splat(k, v4, ds);
+                }
+                for (uint32_t m = 0; m < m_cols; m++) {
+                    if (dq) {
+                        kf_assign(k, acc1[i][m],
+                                  kf_call3(k, KF_FN_FMA, vds, x1[m], kf_read(k, acc1[i][m])));
+                        kf_assign(k, acc2[i][m],
+                                  kf_call3(k, KF_FN_FMA, vp, x1[m], kf_read(k, acc2[i][m])));
+                        continue;
+                    }
+                    if (want_dk) {
+                        kf_assign(k, acc1[i][m],
+                                  kf_call3(k, KF_FN_FMA, vds, x1[m], kf_read(k, acc1[i][m])));
+                    }
+                    if (want_dv) {
+                        kf_assign(k, acc2[i][m],
+                                  kf_call3(k, KF_FN_FMA, vp, x2[m], kf_read(k, acc2[i][m])));
+                    }
+                }
+            }
+        }
+        kf_end(k);
+        /* the next tile overwrites the tiles and P */
+        kf_barrier(k);
+    }
+    kf_end(k);
+
+    /* the results: the owned rows' columns 4 ocol .. 4 ocol + 3 below D */
+    for (uint32_t i = 0; i < rr; i++) {
+        kf_val inv_p = {0, 0}, mean = {0, 0};
+        if (dq) {
+            inv_p = kf_let(k, "inv_p", kf_div(k, kf_lit_f32(k, 1), kf_read(k, psum[i])));
+            mean = kf_let(k, "mean_ds", kf_mul(k, kf_read(k, shift[i]), inv_p));
+        }
+        kf_val out_row =
+            kf_let(k, "out_row", kf_mul(k, kf_add(k, head_row0, row[i]), kf__u32(k, d)));
+        kf_if(k, kf_binary(k, KF_OP_LT, row[i], kf__u32(k, t)));
+        for (uint32_t m = 0; m < m_cols; m++) {
+            kf_val owned = (m + 1) * wx <= d4 ? (kf_val){0, 0}
+                                              : kf_binary(k, KF_OP_LT, ocol[m], kf__u32(k, d4));
+            if (owned.id) {
+                kf_if(k, owned);
+            }
+            kf_val v1 = kf_let(k, "res1", kf_read(k, acc1[i][m]));
+            kf_val v2 = kf_let(k, "res2", kf_read(k, acc2[i][m]));
+            for (uint32_t lane = 0; lane < 4; lane++) {
+                kf_val dim = kf_add(k, kf_mul(k, ocol[m], kf__u32(k, 4)), kf__u32(k, lane));
+                kf_val at = kf_add(k, out_row, dim);
+                kf_val a1 = kf_extract(k, v1, lane), a2 = kf_extract(k, v2, lane);
+                bool ragged = d % 4 && lane >= d % 4 && (m + 1) * wx * 4 > d;
+                if (ragged) {
+                    kf_if(k, kf_binary(k, KF_OP_LT, dim, kf__u32(k, d)));
+                }
+                if (dq) {
+                    kf_val v = kf_mul(k, kf_sub(k, a1, kf_mul(k, mean, a2)), inv_p);
+                    v = kf_mul(k, v, kf_lit_f32(k, scale));
+                    /* a row that sees one key has P = 1 whatever q is: dq is exactly 0, where
+                     * the form above keeps rounding (the first causal row, T = 1) */
+                    if (t == 1) {
+                        v = kf_lit_f32(k, 0);
+                    } else if (causal) {
+                        v = kf_select(k, v, kf_lit_f32(k, 0),
+                                      kf_binary(k, KF_OP_EQ, row[i], kf__u32(k, 0)));
+                    }
+                    kf__yield_f32(k, v, at, dtype);
+                } else if (role == ROLE_DV) {
+                    kf__yield_f32(k, a2, at, dtype);
+                } else {
+                    kf__yield_f32(k, kf_mul(k, a1, kf_lit_f32(k, scale)), at, dtype);
+                    if (role == ROLE_DKV) {
+                        kf__store_f32(k, bdv, at, a2, dtype);
+                    }
+                }
+                if (ragged) {
+                    kf_end(k);
+                }
+            }
+            if (owned.id) {
+                kf_end(k);
+            }
+        }
+        kf_end(k);
+    }
+    return k;
+}
+
+static uint32_t budget_of(kf_context *ctx) {
+    kf_adapter_info info;
+    if (ctx && kf_context_adapter_info(ctx, &info) == KF_OK &&
+        info.max_compute_workgroup_storage_size >= PORTABLE_BUDGET) {
+        return info.max_compute_workgroup_storage_size;
+    }
+    return PORTABLE_BUDGET;
+}
+
+static kf_kernel *grad_kernel_for(kf_context *ctx, grad_role role, const kf_shape *in,
+                                  const kf_op_params *p, kf_dtype dtype) {
+    const kf__attn_dims a = kf__attn_dims_of(&in[0]);
+    return grad_kernel(role, tiles_for(a.d, budget_of(ctx)), in, p, dtype);
+}
+
+kf_kernel *kf__attention_grad_kv_kernel(kf_context *ctx, const kf_shape *in, const kf_op_params *p,
+                                        kf_dtype dtype) {
+    return grad_kernel_for(ctx, ROLE_DKV, in, p, dtype);
+}
+
+/* The grid of a kernel built without a context (16 KB of workgroup memory); the kernels record
+ * their own grid, which plans and verification use. */
+static void grad_grid(const kf_shape *in, const kf_op_params *p, int32_t which,
+                      uint32_t groups[3]) {
+    (void)p, (void)which;
+    const kf__attn_dims a = kf__attn_dims_of(&in[0]);
+    const grad_tiles *c = tiles_for(a.d, PORTABLE_BUDGET);
+    uint32_t br = c->rr * c->wy;
+    groups[0] = (a.t + br - 1) / br * a.bh;
+    groups[1] = 1;
+    groups[2] = 1;
+}
+
+#define GRAD_GLUE(NAME, WHICH, ROLE)                                                               \
+    static kf_status NAME##_shape(const kf_shape *in, const kf_op_params *p, kf_shape *out,        \
+                                  char *msg, size_t msg_size) {                                    \
+        (void)p;                                                                                   \
+        return grad_shape(#NAME, WHICH, in, out, msg, msg_size);                                   \
+    }                                                                                              \
+    static kf_kernel *NAME##_kernel(const kf_shape *in, const kf_op_params *p, kf_dtype dtype) {   \
+        return grad_kernel_for(NULL, ROLE, in, p, dtype);                                          \
+    }                                                                                              \
+    static kf_kernel *NAME##_choose(kf_context *ctx, const kf_shape *in, const kf_op_params *p,    \
+                                    kf_dtype dtype) {                                              \
+        return grad_kernel_for(ctx, ROLE, in, p, dtype);                                           \
+    }
+
+GRAD_GLUE(attention_grad_q, 0, ROLE_DQ)
+GRAD_GLUE(attention_grad_k, 1, ROLE_DK)
+GRAD_GLUE(attention_grad_v, 2, ROLE_DV)
+
+/* ---------------------------------------------------------------------------------------- */
+/* Verification tables and operator records                                                 */
+/* ---------------------------------------------------------------------------------------- */
+
+#define NONCAUSAL                                                                                  \
+    { .causal = false, .given = KF_PARAM_CAUSAL }
+#define QKV(...) SHAPE4(__VA_ARGS__), SHAPE4(__VA_ARGS__), SHAPE4(__VA_ARGS__)
+#define PACK(B, H, T, D) QKV(B, H, T, D), SHAPE4(B, H, T, D + 2)
+
+/* T of 1, 7, 17, 64, 65 and 100 (below, at and past the tiles: 32 x 16 and 16 x 8 on a 32 KB
+ * device, 8 x 4 with 16 KB); D of 8, 64, 128 and 97 (a ragged vec4); causal and not; a given
+ * scale; and 2^22 elements. */
+static const kf_op_case grad_cases[] = {
+    {.shapes = {PACK(1, 1, 1, 8)}, .note = "T 1"},
+    {.shapes = {PACK(1, 2, 7, 8)}, .note = "T 7"},
+    {.shapes = {PACK(1, 2, 7, 8)}, .params = NONCAUSAL, .note = "T 7, not causal"},
+    {.shapes = {PACK(1, 2, 17, 8)}, .note = "T 17: one row past a 16-row tile"},
+    {.shapes = {PACK(1, 1, 65, 128)}, .params = NONCAUSAL, .note = "T 65, D 128, not causal"},
+    {.shapes = {PACK(2, 1, 64, 64)}, .note = "T 64, D 64"},
+    {.shapes = {PACK(1, 2, 100, 8)}, .note = "T 100, D 8"},
+    {.shapes = {PACK(1, 1, 100, 64)}, .params = NONCAUSAL, .note = "T 100, D 64, not causal"},
+    {.shapes = {PACK(1, 1, 37, 128)}, .note = "D 128"},
+    {.shapes = {PACK(1, 1, 23, 97)}, .params = {.alpha = 0.3f}, .note = "D 97, scale 0.3"},
+    {.shapes = {PACK(32, 16, 64, 128)}, .note = "large: 2^22 elements"},
+};
+
+#define CASES(table) .cases = table, .case_count = sizeof table / sizeof table[0]
+
+/* Tolerances (docs/operators.md): measured on lavapipe over the table (2^22 elements included):
+ * dq 1.8e-4, dk 1.1e-4, dv 6.3e-5 (5e-4 allowed); f16 2e-3 as for every op. */
+#define GRAD_OP(NAME, ABOUT, ...)                                                                  \
+    const kf_operator kf__op_##NAME = {.name = #NAME,                                              \
+                                       .about = ABOUT,                                             \
+                                       .op_class = KF_OP_CLASS_ROW_REDUCTION,                      \
+                                       .arity = 4,                                                 \
+                                       KF__INPUTS(grad_inputs),                                    \
+                                       KF__PARAMS(kf__attn_params),                                \
+                                       .shape = NAME##_shape,                                      \
+                                       .spec_forward = NAME##_spec,                                \
+                                       .kernel_forward = NAME##_kernel,                            \
+                                       .kernel_choose = NAME##_choose,                             \
+                                       .tolerance_f32 = 5e-4,                                      \
+                                       .tolerance_f16 = 2e-3,                                      \
+                                       .input_lo = -1.0f,                                          \
+                                       .input_hi = 1.0f,                                           \
+                                       .grid = grad_grid,                                          \
+                                       CASES(grad_cases),                                          \
+                                       __VA_ARGS__}
+
+GRAD_OP(attention_grad_q, "attention's gradient for q from attention_grad_prep's g",
+        .companion = NULL);
+GRAD_OP(attention_grad_k, "attention's gradient for k from attention_grad_prep's g",
+        .companion = &kf__op_attention_grad_v,
+        .kernel_with_companion = kf__attention_grad_kv_kernel);
+GRAD_OP(attention_grad_v, "attention's gradient for v from attention_grad_prep's g",
+        .companion = NULL);

@@ -1,0 +1,381 @@
+/* Attention forward on subgroup matrices (tensor cores): f16 q, k, v, f32 accumulation.
+ *
+ * A workgroup of W subgroups owns 16 W query rows of one head; each subgroup owns 16 of them and
+ * keeps its q rows as D / 16 left matrices (16x16 f16) for the whole kernel. The keys are walked
+ * in tiles of C (64, or 32 and 16 where workgroup memory is short), staged as f16 in workgroup
+ * memory (rows padded by 8 halves; columns past D and rows past T zero). Per tile, each subgroup
+ * computes its 16 x C scores S = q k^T on subgroup matrices (k's tile read column-major: the right
+ * matrix is k^T) and stores them, f32, to its scratch in workgroup memory, where its invocations
+ * read them element by element (a subgroup matrix cannot be read so).
+ *
+ * Why two passes over the keys and not FlashAttention's one: the online softmax rescales the
+ * output rows by exp(m_old - m_new) whenever a row's maximum grows, and a result matrix can
+ * only be scaled row by row through a round trip to workgroup memory. So pass 1 computes, per
+ * row, the maximum and the sum of exp (online, on scalars: each invocation over its share of the
+ * tile's columns, combined once at the end) and so lse = m + log l; pass 2 computes S again and
+ * P = exp(S - lse), final and at most 1, and accumulates O += P V on subgroup matrices (P's
+ * 16 x C as left matrices, v's tile as right ones) with no rescale at all. The price: q k^T
+ * twice and exp twice; lse falls out of pass 1, which is what the backward needs (written as a
+ * second output on request).
+ *
+ * Why P goes in as two f16 matrices, hi = f16(P) and lo = f16(P - hi): one f16 rounding of P
+ * (2^-12 of each term) makes an error of 2^-12 of o's rms in every element, which is 2.4% of an
+ * element at 1% of the rms, where verification's f16 tolerance is 2e-3 of max(|o|, 1% of the
+ * rms) (measured: 2.1e-3 at T 15, D 8). hi + lo carries P to 2^-22, for one more P V.
+ *
+ * Causal: the tiles past the workgroup's last row are never visited (the loop bound is uniform
+ * over the workgroup, so barriers stay in uniform control flow), and within the last tiles the
+ * columns past each row are masked. Rows past T compute row T - 1 and are not written.
+ */
+#include "ops/attention_sgmat.h"
+
+#include "ops/matmul_sgmat.h"
+#include "ops/ops_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAT 16u          /* 16x16x16 f16 -> f32 matrices */
+#define PAD 8u           /* halves after each staged row */
+#define SUBGROUPS 4u     /* per workgroup, by default */
+#define MAX_D 128u       /* the largest head dimension */
+#define WG_MEMORY 49152u /* workgroup memory every device with subgroup matrices offers */
+#define NEG_BIG -3.0e38f /* the running max before any key */
+#define P_SCALE 16384.0f /* P's scale in its f16 matrices (2^14) */
+
+static kf_val u32(kf_kernel *k, uint32_t v) {
+    return kf_lit_u32(k, v);
+}
+
+/* Bytes of workgroup memory for key tiles of c columns. */
+static uint32_t memory_for(uint32_t w, uint32_t c, uint32_t dp, bool split) {
+    uint32_t ld = dp + PAD, rows = w * MAT;
+    uint32_t tiles = 2 * c * ld > rows * ld ? 2 * c * ld : rows * ld; /* q is staged there first */
+    return tiles * 2 + w * MAT * c * 4 + (split ? 2 : 1) * w * MAT * (c + PAD) * 2 + MAT * MAT * 4;
+}
+
+/* Stages rows [first, first + rows) of head `head_row0` of binding b (t rows of d) as f16 into
+ * tile at `at`, row stride ld, columns d..dp zero and rows clamped to the last (those past t are
+ * masked or not written). */
+static void stage(kf_kernel *k, kf_binding b, kf_shared tile, uint32_t at, kf_val local,
+                  uint32_t threads, kf_val head_row0, kf_val first, uint32_t rows, uint32_t t,
+                  uint32_t d, uint32_t dp) {
+    kf_type h = kf_type_scalar(KF_SCALAR_F16);
+    kf_val e = kf_for(k, "e", local, u32(k, rows * dp), u32(k, threads));
+    kf_val r = kf_div(k, e, u32(k, dp)), c = kf_binary(k, KF_OP_MOD, e, u32(k, dp));
+    kf_val row = kf_add(k, head_row0, kf_call2(k, KF_FN_MIN, kf_add(k, first, r), u32(k, t - 1)));
+    kf_val col = dp == d ? c : kf_call2(k, KF_FN_MIN, c, u32(k, d - 1));
+    kf_val x = kf_load(k, b, kf_add(k, kf_mul(k, row, u32(k, d)), col));
+    if (dp != d) {
+        x = kf_select(k, kf_lit_f16(k, 0), x, kf_binary(k, KF_OP_LT, c, u32(k, d)));
+    }
+    kf_val slot = kf_add(k, kf_mul(k, r, u32(k, dp + PAD)), c);
+    kf_shared_store(k, tile, at ? kf_add(k, slot, u32(k, at)) : slot, kf_cast(k, h, x));
+    kf_end(k);
+}
+
+kf_kernel *kf__attention_sgmat(const kf__attn_desc *a, uint32_t sg, uint32_t wg_bytes) {
+    return kf__attention_sgmat_config(a, sg, wg_bytes, NULL);
+}
+
+bool kf__attention_sgmat_config_parse(const char *text, kf__attn_sgmat_config *out) {
+    kf__attn_sgmat_config c = {0};
+    char lo[8] = {0}, end = 0;
+    int got = text ? sscanf(text, "%ux%u/%7[a-z]%c", &c.subgroups, &c.keys, lo, &end) : 0;
+    if (got < 2 || got > 3 || (got == 3 && strcmp(lo, "hi"))) {
+        return false;
+    }
+    c.hi_only = got == 3;
+    *out = c;
+    return true;
+}
+
+kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint32_t wg_bytes,
+                                      const kf__attn_sgmat_config *cfg) {
+    if (!a || !a->bh || !a->t || !a->d || a->d > MAX_D || sg < MAT || sg > 128 || (sg & (sg - 1))) {
+        return NULL;
+    }
+    /* The default, from the one H200 sweep there is (bench/h200_attention.sh, taken with the
+     * result matrices not yet reset per tile, so the numbers are indicative only): at D 64,
+     * 16-key tiles ran 5x faster than 32 and 64 (8 subgroups 2.6 ms, 4: 3.0, against 13-14 at
+     * T 4096); at D 128 the 32-key tile of 4 subgroups was the fastest (8.4 ms). */
+    const uint32_t w = cfg && cfg->subgroups ? cfg->subgroups : a->d <= 64 ? 8u : SUBGROUPS;
+    const bool split = !(cfg && cfg->hi_only);
+    if (w > 16 || w * sg > 1024 || (cfg && cfg->keys && (cfg->keys % MAT || cfg->keys > 64))) {
+        return NULL;
+    }
+    const uint32_t t = a->t, d = a->d, dp = (d + MAT - 1) / MAT * MAT, ld = dp + PAD;
+    const uint32_t budget = wg_bytes && wg_bytes < WG_MEMORY ? wg_bytes : WG_MEMORY;
+    const uint32_t lanes_per_row = sg / MAT, threads = w * sg, rows = w * MAT;
+    uint32_t bc = cfg && cfg->keys ? cfg->keys : a->d <= 64 ? 16u : 64u;
+    while (bc > MAT && memory_for(w, bc, dp, split) > budget) {
+        bc /= 2;
+    }
+    if (memory_for(w, bc, dp, split) > budget || bc % lanes_per_row) {
+        return NULL;
+    }
+    const uint32_t per = bc / lanes_per_row; /* score columns per invocation */
+    const uint32_t ldp = bc + PAD;
+    const uint32_t qtiles = (t + rows - 1) / rows;
+    const uint32_t dm = dp / MAT, cm = bc / MAT; /* matrices along D and along the tile */
+    kf_type f32 = kf_type_scalar(KF_SCALAR_F32), h = kf_type_scalar(KF_SCALAR_F16);
+
+    char name[64];
+    snprintf(name, sizeof name, "attention_sgmat_%ux%u%s%s%s", rows, bc, split ? "" : "_hi",
+             a->causal ? "_causal" : "", a->with_lse ? "_lse" : "");
+    kf_kernel_desc desc = {.name = name, .workgroup_size = {threads, 1, 1}, .output = h};
+    kf_kernel *k = kf_kernel_create(&desc);
+    if (!k) {
+        return NULL;
+    }
+    uint32_t groups[3] = {qtiles * a->bh, 1, 1};
+    kf_kernel_set_grid(k, groups);
+    kf_binding bq = kf_kernel_storage(k, "q", h, KF_ACCESS_READ);
+    kf_binding bk = kf_kernel_storage(k, "k", h, KF_ACCESS_READ);
+    kf_binding bv = kf_kernel_storage(k, "v", h, KF_ACCESS_READ);
+    kf_binding blse = {0};
+    if (a->with_lse) {
+        blse = kf_kernel_storage(k, "lse", h, KF_ACCESS_READ_WRITE);
+    }
+    const uint32_t tiles_len = 2 * bc > rows ? 2 * bc * ld : rows * ld;
+    kf_shared tiles = kf_kernel_workgroup(k, "tiles", h, tiles_len);
+    kf_shared scratch = kf_kernel_workgroup(k, "scores", f32, w * MAT * bc);
+    kf_shared probs = kf_kernel_workgroup(k, "probs", h, w * MAT * ldp);
+    kf_shared probs_lo = {0};
+    if (split) {
+        probs_lo = kf_kernel_workgroup(k, "probs_lo", h, w * MAT * ldp);
+    }
+
+    kf_val local = kf_let(k, "local", kf_builtin_get(k, KF_BUILTIN_LOCAL_INDEX));
+    kf_val sgi = kf_let(k, "sgi", kf_div(k, local, u32(k, sg)));
+    kf_val lane = kf_let(k, "lane", kf_binary(k, KF_OP_MOD, local, u32(k, sg)));
+    kf_val wg = kf_let(k, "wg", kf_workgroup_linear(k));
+    kf_val head = kf_let(k, "head", kf_div(k, wg, u32(k, qtiles)));
+    kf_val r0 =
+        kf_let(k, "r0", kf_mul(k, kf_binary(k, KF_OP_MOD, wg, u32(k, qtiles)), u32(k, rows)));
+    kf_val head_row0 = kf_let(k, "head_row0", kf_mul(k, head, u32(k, t)));
+    /* this invocation's row of the subgroup's 16, and its share of a tile's columns */
+    kf_val rin = kf_let(k, "rin", kf_binary(k, KF_OP_MOD, lane, u32(k, MAT)));
+    kf_val part = kf_let(k, "part", kf_div(k, lane, u32(k, MAT)));
+    kf_val row = kf_let(k, "row", kf_add(k, kf_add(k, r0, kf_mul(k, sgi, u32(k, MAT))), rin));
+    kf_val rowc = kf_let(k, "rowc", kf_call2(k, KF_FN_MIN, row, u32(k, t - 1)));
+    kf_val my_scores = kf_let(k, "my_scores", kf_mul(k, sgi, u32(k, MAT * bc)));
+    kf_val score_row = kf_let(k, "score_row", kf_add(k, my_scores, kf_mul(k, rin, u32(k, bc))));
+    kf_val first_col = kf_let(k, "first_col", kf_mul(k, part, u32(k, per)));
+
+    /* q's rows, once, through the tile memory */
+    /* a 16x16 block of zeros to reset result matrices from (see the S loop) */
+    kf_shared zeros = kf_kernel_workgroup(k, "zeros", f32, MAT * MAT);
+    {
+        kf_val e = kf_for(k, "z", local, u32(k, MAT * MAT), u32(k, threads));
+        kf_shared_store(k, zeros, e, kf_lit_f32(k, 0));
+        kf_end(k);
+    }
+    stage(k, bq, tiles, 0, local, threads, head_row0, r0, rows, t, d, dp);
+    kf_barrier(k);
+    kf_sgmat ql[MAX_D / MAT], sm[64 / MAT], pl = {0}, pl_lo = {0}, vr = {0}, kr;
+    kf_val qat = kf_let(k, "q_at", kf_mul(k, sgi, u32(k, MAT * ld)));
+    for (uint32_t i = 0; i < dm; i++) {
+        ql[i] = kf_sgmat_declare(k, "ql", KF_SGMAT_LEFT, KF_SCALAR_F16, MAT, MAT);
+        kf_sgmat_load(k, ql[i], tiles, kf_add(k, qat, u32(k, i * MAT)), false, u32(k, ld));
+    }
+    kf_barrier(k);
+    kr = kf_sgmat_declare(k, "kr", KF_SGMAT_RIGHT, KF_SCALAR_F16, MAT, MAT);
+    for (uint32_t j = 0; j < cm; j++) {
+        sm[j] = kf_sgmat_declare(k, "s", KF_SGMAT_RESULT, KF_SCALAR_F32, MAT, MAT);
+    }
+
+    kf_val end = u32(k, t);
+    if (a->causal) {
+        end = kf_let(k, "end", kf_call2(k, KF_FN_MIN, kf_add(k, r0, u32(k, rows)), u32(k, t)));
+    }
+    kf_var m_run = kf_declare(k, "m_run", f32, kf_lit_f32(k, NEG_BIG));
+    kf_var l_run = kf_declare(k, "l_run", f32, kf_lit_f32(k, 0));
+    kf_val lse = {0, 0};
+    kf_sgmat acc[MAX_D / MAT];
+    for (int pass = 1; pass <= 2; pass++) {
+        if (pass == 2) {
+            for (uint32_t i = 0; i < dm; i++) {
+                acc[i] = kf_sgmat_declare(k, "acc", KF_SGMAT_RESULT, KF_SCALAR_F32, MAT, MAT);
+                kf_sgmat_load(k, acc[i], zeros, u32(k, 0), false, u32(k, MAT));
+            }
+            pl = kf_sgmat_declare(k, "pl", KF_SGMAT_LEFT, KF_SCALAR_F16, MAT, MAT);
+            if (split) {
+                pl_lo = kf_sgmat_declare(k, "pl_lo", KF_SGMAT_LEFT, KF_SCALAR_F16, MAT, MAT);
+            }
+            vr = kf_sgmat_declare(k, "vr", KF_SGMAT_RIGHT, KF_SCALAR_F16, MAT, MAT);
+        }
+        kf_val c0 = kf_for(k, pass == 1 ? "c0" : "c1", u32(k, 0), end, u32(k, bc));
+        {
+            stage(k, bk, tiles, 0, local, threads, head_row0, c0, bc, t, d, dp);
+            if (pass == 2) {
+                stage(k, bv, tiles, bc * ld, local, threads, head_row0, c0, bc, t, d, dp);
+            }
+            kf_barrier(k);
+            /* S = q k^T, 16 x bc, into this subgroup's scratch */
+            for (uint32_t j = 0; j < cm; j++) {
+                /* zeroed by a load, not by its declaration: on the H200 a result matrix declared
+                 * in the loop kept the previous tile's sums (Tint hoists the variable; the
+                 * interpreter re-zeroes it at the declaration) */
+                kf_sgmat_load(k, sm[j], zeros, u32(k, 0), false, u32(k, MAT));
+                for (uint32_t i = 0; i < dm; i++) {
+                    kf_sgmat_load(k, kr, tiles, u32(k, j * MAT * ld + i * MAT), true, u32(k, ld));
+                    kf_sgmat_mma(k, sm[j], ql[i], kr);
+                }
+                kf_sgmat_store(k, scratch, kf_add(k, my_scores, u32(k, j * MAT)), sm[j], false,
+                               u32(k, bc));
+            }
+            kf_barrier(k);
+            /* this invocation's columns of its row: scaled, masked */
+            kf_val x[64], keep[64];
+            for (uint32_t c = 0; c < per; c++) {
+                kf_val col = kf_add(k, first_col, u32(k, c));
+                kf_val key = kf_add(k, c0, col);
+                x[c] = kf_mul(k, kf_shared_load(k, scratch, kf_add(k, score_row, col)),
+                              kf_lit_f32(k, a->scale));
+                keep[c] = kf_binary(k, KF_OP_LT, key, u32(k, t));
+                if (a->causal) {
+                    keep[c] = kf_binary(k, KF_OP_AND, keep[c], kf_binary(k, KF_OP_LE, key, rowc));
+                }
+                x[c] = kf_let(k, "x", kf_select(k, kf_lit_f32(k, NEG_BIG), x[c], keep[c]));
+            }
+            if (pass == 1) {
+                kf_val m = kf_read(k, m_run);
+                for (uint32_t c = 0; c < per; c++) {
+                    m = kf_call2(k, KF_FN_MAX, m, x[c]);
+                }
+                kf_val m_new = kf_let(k, "m_new", m);
+                kf_val sum = kf_lit_f32(k, 0);
+                for (uint32_t c = 0; c < per; c++) {
+                    kf_val e = kf_call1(k, KF_FN_EXP, kf_sub(k, x[c], m_new));
+                    sum = kf_add(k, sum, kf_select(k, kf_lit_f32(k, 0), e, keep[c]));
+                }
+                kf_val alpha = kf_call1(k, KF_FN_EXP, kf_sub(k, kf_read(k, m_run), m_new));
+                kf_assign(k, l_run, kf_call3(k, KF_FN_FMA, kf_read(k, l_run), alpha, sum));
+                kf_assign(k, m_run, m_new);
+            } else {
+                kf_val prow = kf_let(k, "prow",
+                                     kf_add(k, kf_mul(k, sgi, u32(k, MAT * ldp)),
+                                            kf_add(k, kf_mul(k, rin, u32(k, ldp)), first_col)));
+                for (uint32_t c = 0; c < per; c++) {
+                    kf_val pr = kf_call1(k, KF_FN_EXP, kf_sub(k, x[c], lse));
+                    pr = kf_select(k, kf_lit_f32(k, 0), pr, keep[c]);
+                    /* P scaled by 2^14 (at most 16384, below f16's 65504): the H200 flushes f16
+                     * subnormals (below 2^-14), which would drop lo (2^-12 of P) for P under
+                     * 0.25 and hi for P under 2^-14; scaled, only P under 2^-28 is lost */
+                    pr = kf_mul(k, pr, kf_lit_f32(k, P_SCALE));
+                    kf_val hi = kf_let(k, "p_hi", kf_cast(k, h, pr));
+                    kf_val lo = kf_cast(k, h, kf_sub(k, pr, kf_cast(k, f32, hi)));
+                    kf_val at = c ? kf_add(k, prow, u32(k, c)) : prow;
+                    kf_shared_store(k, probs, at, hi);
+                    if (split) {
+                        kf_shared_store(k, probs_lo, at, lo);
+                    }
+                }
+                kf_barrier(k);
+                /* O += P V */
+                kf_val pat = kf_let(k, "p_at", kf_mul(k, sgi, u32(k, MAT * ldp)));
+                for (uint32_t j = 0; j < cm; j++) {
+                    kf_sgmat_load(k, pl, probs, kf_add(k, pat, u32(k, j * MAT)), false,
+                                  u32(k, ldp));
+                    if (split) {
+                        kf_sgmat_load(k, pl_lo, probs_lo, kf_add(k, pat, u32(k, j * MAT)), false,
+                                      u32(k, ldp));
+                    }
+                    for (uint32_t i = 0; i < dm; i++) {
+                        kf_sgmat_load(k, vr, tiles, u32(k, bc * ld + j * MAT * ld + i * MAT), false,
+                                      u32(k, ld));
+                        kf_sgmat_mma(k, acc[i], pl, vr);
+                        if (split) {
+                            kf_sgmat_mma(k, acc[i], pl_lo, vr);
+                        }
+                    }
+                }
+                /* the next tile overwrites k's and v's tiles and P */
+                kf_barrier(k);
+            }
+        }
+        kf_end(k);
+        if (pass == 1) {
+            /* every invocation's (max, sum) over its columns -> the row's lse */
+            kf_barrier(k);
+            if (lanes_per_row > 1) {
+                kf_val at = kf_let(k, "stat_at", kf_mul(k, local, u32(k, 2)));
+                kf_shared_store(k, scratch, at, kf_read(k, m_run));
+                kf_shared_store(k, scratch, kf_add(k, at, u32(k, 1)), kf_read(k, l_run));
+                kf_barrier(k);
+                /* the row's first invocation: sgi * sg + rin */
+                kf_val base =
+                    kf_let(k, "stat_row",
+                           kf_mul(k, kf_add(k, kf_mul(k, sgi, u32(k, sg)), rin), u32(k, 2)));
+                kf_val ms[8], ls[8];
+                kf_val m = kf_lit_f32(k, NEG_BIG);
+                for (uint32_t q = 0; q < lanes_per_row; q++) {
+                    kf_val at2 = kf_add(k, base, u32(k, q * MAT * 2));
+                    ms[q] = kf_let(k, "mq", kf_shared_load(k, scratch, at2));
+                    ls[q] = kf_let(k, "lq", kf_shared_load(k, scratch, kf_add(k, at2, u32(k, 1))));
+                    m = kf_call2(k, KF_FN_MAX, m, ms[q]);
+                }
+                kf_val mt = kf_let(k, "m_row", m);
+                kf_val l = kf_lit_f32(k, 0);
+                for (uint32_t q = 0; q < lanes_per_row; q++) {
+                    l = kf_call3(k, KF_FN_FMA, ls[q], kf_call1(k, KF_FN_EXP, kf_sub(k, ms[q], mt)),
+                                 l);
+                }
+                lse = kf_let(k, "lse", kf_add(k, mt, kf_call1(k, KF_FN_LOG, l)));
+                /* pass 2 stores its scores after its first barrier: the scratch is free then */
+            } else {
+                lse =
+                    kf_let(k, "lse",
+                           kf_add(k, kf_read(k, m_run), kf_call1(k, KF_FN_LOG, kf_read(k, l_run))));
+            }
+        }
+    }
+
+    if (a->with_lse) {
+        kf_if(k, kf_binary(k, KF_OP_AND, kf_binary(k, KF_OP_EQ, part, u32(k, 0)),
+                           kf_binary(k, KF_OP_LT, row, u32(k, t))));
+        kf_store(k, blse, kf_add(k, head_row0, row), kf_cast(k, h, lse));
+        kf_end(k);
+    }
+
+    /* the store phase: one 16x16 matrix of O per round through the scratch */
+    const uint32_t elems = MAT * MAT / sg;
+    kf_val sub_row0 = kf_let(k, "sub_row0", kf_add(k, r0, kf_mul(k, sgi, u32(k, MAT))));
+    for (uint32_t i = 0; i < dm; i++) {
+        kf_sgmat_store(k, scratch, my_scores, acc[i], false, u32(k, MAT));
+        kf_barrier(k);
+        for (uint32_t e = 0; e < elems; e++) {
+            kf_val flat = kf_add(k, lane, u32(k, e * sg));
+            kf_val r = kf_div(k, flat, u32(k, MAT)), c = kf_binary(k, KF_OP_MOD, flat, u32(k, MAT));
+            kf_val orow = kf_add(k, sub_row0, r), ocol = kf_add(k, c, u32(k, i * MAT));
+            kf_val inside = kf_binary(k, KF_OP_LT, orow, u32(k, t));
+            if ((i + 1) * MAT > d) {
+                inside = kf_binary(k, KF_OP_AND, inside, kf_binary(k, KF_OP_LT, ocol, u32(k, d)));
+            }
+            kf_if(k, inside);
+            kf_val value = kf_shared_load(k, scratch, kf_add(k, my_scores, flat));
+            kf_val index = kf_add(k, kf_mul(k, kf_add(k, head_row0, orow), u32(k, d)), ocol);
+            kf_kernel_yield(k, kf_cast(k, h, kf_mul(k, value, kf_lit_f32(k, 1.0f / P_SCALE))),
+                            index);
+            kf_end(k);
+        }
+        kf_barrier(k); /* the next round overwrites the scratch */
+    }
+    return k;
+}
+
+kf_kernel *kf__attention_sgmat_for(kf_context *ctx, const kf__attn_desc *a) {
+    uint32_t sg = 0;
+    if (!kf__sgmat_usable(ctx, &sg)) {
+        return NULL;
+    }
+    kf_adapter_info info;
+    uint32_t bytes =
+        kf_context_adapter_info(ctx, &info) == KF_OK ? info.max_compute_workgroup_storage_size : 0;
+    kf__attn_sgmat_config cfg;
+    const char *env = getenv("KF_ATTN_SGMAT");
+    bool forced = env && *env && kf__attention_sgmat_config_parse(env, &cfg);
+    return kf__attention_sgmat_config(a, sg, bytes, forced ? &cfg : NULL);
+}

@@ -1,0 +1,45 @@
+/* Attention forward kernels other than attention.c's 16-lanes-a-row one: on subgroup matrices
+ * (f16, attention_sgmat.c) and on FMA units with register tiles (f32 and f16,
+ * attention_tiled.c). Both take q, k, v [bh, t, d] (the bindings "q", "k", "v", then, with lse,
+ * "lse" (read_write, bh * t values: the row statistics lse_i = log sum_j exp(s_ij)), then "out")
+ * and yield o through kf_kernel_yield, so element-wise tails fuse into them. */
+#ifndef KF_OPS_ATTENTION_SGMAT_H
+#define KF_OPS_ATTENTION_SGMAT_H
+
+#include "kfuse.h"
+
+typedef struct kf__attn_desc {
+    uint32_t bh, t, d; /* heads (batch x heads), rows per head, head dimension (<= 128) */
+    bool causal;
+    float scale;
+    bool with_lse; /* write lse as a second output */
+} kf__attn_desc;
+
+/* The subgroup-matrix kernel for subgroups of sg invocations (16 to 128, a power of two),
+ * within wg_bytes of workgroup memory (0: 48 KiB). f16 storage, f32 accumulation. NULL where
+ * it cannot (d > 128, sg out of range, too little memory). */
+kf_kernel *kf__attention_sgmat(const kf__attn_desc *a, uint32_t sg, uint32_t wg_bytes);
+
+/* A configuration, for measuring (kf__attention_sgmat's default: 4 subgroups, the widest key
+ * tile of 64, 32, 16 that fits, P as hi + lo): subgroups per workgroup (16 query rows each),
+ * keys per tile (a multiple of 16 up to 64, shrunk to fit; 0: widest), hi_only: P as one f16
+ * matrix (faster, and outside verification's f16 tolerance where o cancels: not a default). */
+typedef struct kf__attn_sgmat_config {
+    uint32_t subgroups, keys;
+    bool hi_only;
+} kf__attn_sgmat_config;
+kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint32_t wg_bytes,
+                                      const kf__attn_sgmat_config *cfg);
+/* "WxC" or "WxC/hi" into *out; false if it does not parse. */
+bool kf__attention_sgmat_config_parse(const char *text, kf__attn_sgmat_config *out);
+
+/* Whether kf__attention_sgmat runs on ctx (kf__sgmat_usable) and then its kernel, else NULL.
+ * $KF_ATTN_SGMAT ("WxC[/hi]") replaces the default configuration, for measuring. */
+kf_kernel *kf__attention_sgmat_for(kf_context *ctx, const kf__attn_desc *a);
+
+/* The register-tiled FMA kernel (attention_tiled.c) for f32 or f16 storage (f32 compute): 64
+ * query rows a workgroup, 32-key tiles, within 32 KiB of workgroup memory. NULL where it
+ * cannot (d > 128, another dtype). */
+kf_kernel *kf__attention_tiled(const kf__attn_desc *a, kf_dtype dtype);
+
+#endif
