@@ -523,17 +523,20 @@ int kf_bench_run(kf_context *ctx, const kf_bench_options *opts) {
         json_string(json, info.adapter_type);
         fprintf(json,
                 ", \"has_f16\": %s, \"has_timestamps\": %s, \"size\": \"%s\", \"repeat\": %u, "
-                "\"seed\": %llu}\n",
+                "\"batch\": %u, \"seed\": %llu}\n",
                 info.has_f16 ? "true" : "false", info.has_timestamps ? "true" : "false",
-                small ? "small" : "full", repeat, (unsigned long long)opts->seed);
+                small ? "small" : "full", repeat, opts->batch ? opts->batch : 1,
+                (unsigned long long)opts->seed);
         fflush(json);
     }
     if (table) {
         fprintf(table,
-                "kfuse bench on %s (%s, %s, %s); %s sizes; median of %u runs, timed by %s; "
-                "seed %llu\n",
+                "kfuse bench on %s (%s, %s, %s); %s sizes; median of %u runs%s%.0u%s, timed by "
+                "%s; seed %llu\n",
                 info.device[0] ? info.device : info.description, info.vendor, info.backend,
                 info.adapter_type, small ? "small" : "full", repeat,
+                opts->batch > 1 ? " (each the plan " : "", opts->batch > 1 ? opts->batch : 0,
+                opts->batch > 1 ? " times back to back, per run)" : "",
                 info.has_timestamps ? "GPU timestamps" : "the wall clock",
                 (unsigned long long)opts->seed);
         fflush(table);
@@ -577,6 +580,7 @@ int kf_bench_run(kf_context *ctx, const kf_bench_options *opts) {
     uint32_t ran = 0, skipped = 0, case_failures = 0;
     for (uint32_t i = 0; i < count; i++) {
         kf_bench_result r;
+        cases[i].batch = opts->batch;
         run_case(ctx, &cases[i], &info, repeat, opts->seed + i + 1, &r);
         failed |= r.failed;
         case_failures += r.failed;

@@ -30,6 +30,8 @@ typedef struct kf_bench_options {
     const char *filter; /* POSIX extended regex on case names; NULL: every case */
     kf_bench_size size;
     uint32_t repeat; /* timed runs per variant (median reported); 0: 10 full, 5 small */
+    uint32_t batch;  /* runs of a graph case's plan back to back in each timed submission, the
+                        time per run reported; 0 or 1: one run per submission */
     uint64_t seed;   /* of the random inputs */
     bool json;       /* one JSON object per line instead of the table */
     FILE *json_also; /* without `json`: also write the JSON lines here (NULL: no) */
@@ -70,6 +72,7 @@ typedef struct kf_bench_case {
     uint32_t m, n, k;  /* matmul: a is [m, k], b is [k, n] */
     uint32_t rows, cols;
     uint32_t ffn_dim, dim, tokens; /* FFN save: 3 pairs of tokens*ffn_dim, 1 of tokens*dim */
+    uint32_t batch;                /* kf_bench_options.batch (graph cases) */
 } kf_bench_case;
 
 /* What one case measured. Throughputs count compulsory work only (every input read once, every

@@ -186,11 +186,25 @@ typedef struct variant {
     kf_plan *plan;
     kf_plan_summary summary;
     kf_tensor *output; /* "y", downloaded after timing */
+    uint32_t batch;    /* runs back to back per timed submission */
 } variant;
 
 static kf_status time_plan(void *user, uint32_t which, kf_timing *out) {
     variant *v = user;
-    return kf_plan_time(v[which].plan, 1, out);
+    if (v[which].batch <= 1) {
+        return kf_plan_time(v[which].plan, 1, out);
+    }
+    /* The plan again and again in one submission: the GPU never idles between runs, so a
+     * short plan runs at the clocks of steady work. */
+    kf_plan *plans[64];
+    uint32_t count = v[which].batch < 64 ? v[which].batch : 64;
+    for (uint32_t i = 0; i < count; i++) {
+        plans[i] = v[which].plan;
+    }
+    kf_status st = kf_plan_time_sequence(plans, count, 1, out);
+    out->median_ms /= count;
+    out->min_ms /= count;
+    return st;
 }
 
 /* Compiles both variants, feeds them the same random inputs (kept in inputs[], in the graph's
@@ -436,6 +450,7 @@ void kf_bench_run_graph_case(kf_context *ctx, const kf_bench_case *c, uint32_t r
     kf_tensor *inputs[MAX_INPUTS] = {NULL, NULL, NULL, NULL};
     kf_timing timing[2];
     memset(timing, 0, sizeof timing);
+    v[0].batch = v[1].batch = c->batch;
     kf_status st = run_variants(ctx, g, repeat, seed, v, inputs, timing, r->note, sizeof r->note);
     const variant *fused = &v[0], *unfused = &v[1];
     if (st != KF_OK) {

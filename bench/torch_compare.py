@@ -235,9 +235,10 @@ def no_tf32(torch):
     torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
 
 
-def time_fn(torch, dev, fn, repeat, warmup):
-    """Median and minimum milliseconds of fn: CUDA events around each call on a GPU, the wall
-    clock on the CPU."""
+def time_fn(torch, dev, fn, repeat, warmup, batch=1):
+    """Median and minimum milliseconds of fn: CUDA events around each call on a GPU (around
+    `batch` calls back to back, divided by batch: kfuse bench --batch), the wall clock on the
+    CPU."""
     for _ in range(warmup):
         fn()
     times = []
@@ -247,10 +248,11 @@ def time_fn(torch, dev, fn, repeat, warmup):
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             start.record()
-            fn()
+            for _ in range(batch):
+                fn()
             end.record()
             end.synchronize()
-            times.append(start.elapsed_time(end))
+            times.append(start.elapsed_time(end) / batch)
     else:
         for _ in range(repeat):
             start = time.perf_counter()
@@ -266,7 +268,7 @@ def run_torch(torch, c, args, dev):
     gen.manual_seed(args.seed)
     try:
         fn = make_case(torch, c, dev, gen)
-        result["eager"] = time_fn(torch, dev, fn, args.repeat, args.warmup)
+        result["eager"] = time_fn(torch, dev, fn, args.repeat, args.warmup, args.batch)
     except Exception as e:  # out of memory on a smaller GPU: report, go on
         result["eager"] = "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")
         fn = None
@@ -278,7 +280,8 @@ def run_torch(torch, c, args, dev):
         try:
             torch._dynamo.reset()  # fresh compile per case: no recompile limit, no dynamic shapes
             compiled = torch.compile(fn, dynamic=False, mode=args.compile_mode)
-            result["compile"] = time_fn(torch, dev, compiled, args.repeat, max(args.warmup, 2))
+            result["compile"] = time_fn(torch, dev, compiled, args.repeat, max(args.warmup, 2),
+                                        args.batch)
         except Exception as e:
             msg = str(e).splitlines()[0] if str(e) else ""
             result["compile"] = "%s: %s" % (type(e).__name__, msg[:200])
@@ -318,6 +321,9 @@ def main():
     ap.add_argument("--filter", help="only cases whose name matches this regex (re.search)")
     ap.add_argument("--repeat", type=int, default=10, help="timed runs per variant (median)")
     ap.add_argument("--warmup", type=int, default=3, help="untimed runs first")
+    ap.add_argument("--batch", type=int, default=1,
+                    help="calls back to back inside each timed run, time per call reported "
+                         "(kfuse bench --batch)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--no-compile", action="store_true", help="eager only")
     ap.add_argument("--compile-mode", default=None,
@@ -386,8 +392,9 @@ def main():
             # Every core, as lavapipe uses them (OpenMP may start with fewer on a busy machine).
             torch.set_num_threads(args.threads or os.cpu_count() or 1)
             gpu_name = "CPU, %d threads" % torch.get_num_threads()
-        header.append("torch %s on %s, median of %d (%s), torch.compile %s" % (
+        header.append("torch %s on %s, median of %d%s (%s), torch.compile %s" % (
             torch.__version__, gpu_name, args.repeat,
+            " (each %d calls back to back, per call)" % args.batch if args.batch > 1 else "",
             "CUDA events" if dev.type == "cuda" else "wall clock",
             "off" if args.no_compile else "mode " + (args.compile_mode or "default")))
     for line in header:

@@ -1063,6 +1063,8 @@ KF_API kf_status kf_op_shape(const kf_operator *op, const kf_shape *in, const kf
 typedef struct kf_matmul_tuning {
     uint32_t bm, bn, bk, tm, tn; /* the chosen tile: bm x bn per workgroup, tm x tn per lane */
     uint32_t stages;             /* 2: double-buffered workgroup tiles, else 1 */
+    uint32_t raster;             /* > 1: tiles in groups of this many tile rows (the built-in's) */
+    uint32_t edge;               /* 1: ragged shapes on the edge path (the built-in's) */
     double best_ms;              /* its median time */
     double default_ms;           /* the built-in choice's median time, for comparison */
     uint32_t candidates;         /* configurations timed */

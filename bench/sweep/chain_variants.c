@@ -1,16 +1,20 @@
 /* kfuse_chain_variants: hand-written WGSL variants of the benchmark's element-wise chains on
  * 2^28 f32, timed side by side, to see what limits a long chain: one transcendental per element
  * (tanh, exp, 1/x) against a plain copy, the chain of 4, 5 and 8 operators as kfuse emits them
- * (c4, c5, c8), with sigmoid and GELU through tanh (c8b) or silu as a division (c8c), each with
- * 1, 2 or 4 vec4s per invocation (loads first). Results are not checked: this measures code
- * shapes; kfuse's own kernels are verified by kfuse verify and the tests. */
+ * (c4, c5, c8), with sigmoid and GELU through tanh (c8b) or silu as a division (c8c), the chain
+ * of 8 with kfuse's tanh as it is now (c8k: limited argument and small-argument series) and with
+ * tanh through exp (c8e, c8m), each with 1, 2 or 4 vec4s per invocation (loads first).
+ *   kfuse_chain_variants [FN ...]     (default: every function; $KFUSE_CHAIN_ELEMENTS: size)
+ * Results are not checked: this measures code shapes; kfuse's own kernels are verified by kfuse
+ * verify and the tests. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kfuse.h"
 
-#define N (1u << 28)
+/* 2^28 elements; $KFUSE_CHAIN_ELEMENTS (a multiple of 4096) for a quick try on a CPU adapter */
+static uint32_t N = 1u << 28;
 static const char *HDR = "@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;\n"
                          "@group(0) @binding(1) var<storage, read_write> out: array<vec4<f32>>;\n"
                          "fn relu(t: f32) -> f32 { return select(select(t, 0.0f, (t < 0.0f)), t, "
@@ -31,10 +35,31 @@ static const char *HDR = "@group(0) @binding(0) var<storage, read> x: array<vec4
                          "sg(th(t)) * 2.0f; let w = gl(u); return w / (1.0f + exp(-w)); }\n"
                          "fn c4(v: f32) -> f32 { return th(relu(1.5f * v + 0.25f)); }\n"
                          "fn c5(v: f32) -> f32 { return sg(th(relu(1.5f * v + 0.25f))); }\n"
+                         /* kfuse's own tanh (src/ops/elementwise.c ir_tanh: limited argument,
+                          * the builtin, the series below 1/16), and tanh as 2 sigmoid(2t) - 1
+                          * through exp (exp's overflow gives the limits: no clamp) */
+                         "fn th_k(t: f32) -> f32 { let a = abs(t); let t2 = t * t; return "
+                         "select(tanh(select(t, select(-15.0f, 15.0f, t > 0.0f), a > 15.0f)), t + "
+                         "t * (t2 * (-0.33333334f + t2 * 0.13333334f)), a < 0.0625f); }\n"
+                         "fn th_e(t: f32) -> f32 { let t2 = t * t; return select(2.0f / (1.0f + "
+                         "exp(-2.0f * t)) - 1.0f, t + t * (t2 * (-0.33333334f + t2 * "
+                         "0.13333334f)), abs(t) < 0.0625f); }\n"
+                         "fn glm(t: f32) -> f32 { return t * (1.0f / (1.0f + exp(-2.0f * "
+                         "(0.7978846f * (t + 0.044715f * (t * t * t)))))); }\n"
+                         /* the chain as kfuse emits it today (c8k), with tanh through exp (c8e),
+                          * and with gelu's division as a reciprocal too (c8m) */
+                         "fn c8k(v: f32) -> f32 { let t = relu(1.5f * v + 0.25f); let u = "
+                         "sg(th_k(t)) * 2.0f; let w = gl(u); return w * sg(w); }\n"
+                         "fn c8e(v: f32) -> f32 { let t = relu(1.5f * v + 0.25f); let u = "
+                         "sg(th_e(t)) * 2.0f; let w = gl(u); return w * sg(w); }\n"
+                         "fn c8m(v: f32) -> f32 { let t = relu(1.5f * v + 0.25f); let u = "
+                         "sg(th_e(t)) * 2.0f; let w = glm(u); return w * sg(w); }\n"
                          "fn ident(v: f32) -> f32 { return v; }\n"
                          "fn ftanh(v: f32) -> f32 { return tanh(v); }\n"
                          "fn fexp(v: f32) -> f32 { return exp(v); }\n"
-                         "fn frcp(v: f32) -> f32 { return 1.0f / v; }\n";
+                         "fn frcp(v: f32) -> f32 { return 1.0f / v; }\n"
+                         "fn fth_k(v: f32) -> f32 { return th_k(v); }\n"
+                         "fn fth_e(v: f32) -> f32 { return th_e(v); }\n";
 /* The kernel applying fn to every element, `per` vec4s per invocation, all loads first. */
 static const char *kernel(const char *fn, uint32_t per) {
     static char text[8192];
@@ -59,7 +84,11 @@ static const char *kernel(const char *fn, uint32_t per) {
     return text;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    const char *elements = getenv("KFUSE_CHAIN_ELEMENTS");
+    if (elements && atoi(elements) >= 4096) {
+        N = (uint32_t)atoi(elements) / 4096u * 4096u;
+    }
     kf_context *ctx = NULL;
     kf_context_desc desc = {0};
     kf_buffer *bufs[2] = {0};
@@ -68,11 +97,14 @@ int main(void) {
         fprintf(stderr, "kfuse_chain_variants: no device or no memory\n");
         return 1;
     }
-    static const char *const fns[] = {"ident", "ftanh", "fexp", "frcp", "c4",
-                                      "c5",    "c8",    "c8b",  "c8c"};
+    static const char *const all[] = {"ident", "ftanh", "fexp", "frcp", "fth_k", "fth_e", "c4",
+                                      "c5",    "c8",    "c8b",  "c8c",  "c8k",   "c8e",   "c8m"};
+    /* the functions named on the command line, else all of them */
+    const char *const *fns = argc > 1 ? (const char *const *)argv + 1 : all;
+    size_t fn_count = argc > 1 ? (size_t)argc - 1 : sizeof all / sizeof all[0];
     static const uint32_t pers[] = {1, 2, 4};
     kf_binding_kind kinds[2] = {KF_BINDING_STORAGE_READ, KF_BINDING_STORAGE_READ_WRITE};
-    for (size_t f = 0; f < sizeof fns / sizeof fns[0]; f++) {
+    for (size_t f = 0; f < fn_count; f++) {
         for (size_t i = 0; i < sizeof pers / sizeof pers[0]; i++) {
             kf_pipeline_desc pd = {
                 .wgsl = kernel(fns[f], pers[i]), .bindings = kinds, .binding_count = 2};
@@ -85,8 +117,8 @@ int main(void) {
                 printf("%s: %s\n", fns[f], kf_context_last_error(ctx));
                 continue;
             }
-            printf("%-6s per=%u %.4f ms  %.0f GB/s\n", fns[f], pers[i], t.median_ms,
-                   8.0 * N / (t.median_ms * 1e6));
+            printf("%-6s per=%u %.4f ms  %.0f GB/s  (min %.4f ms)\n", fns[f], pers[i], t.median_ms,
+                   8.0 * N / (t.median_ms * 1e6), t.min_ms);
             fflush(stdout);
         }
     }

@@ -2,8 +2,14 @@
  * few sizes, side by side, each checked against a float64 product at 300 sampled elements.
  * The numbers behind the built-in tile choices (kf__mm_default_config) and the tuner's list.
  *
- *   kfuse_matmul_sweep [f32|f16] [MxKxN ...]     (default: f32 at 1024^3, 4096^3, 8192^3 and
- *                                                  4095x4093x4097)
+ *   kfuse_matmul_sweep [f32|f16] [-b N] [-c TILE ...] [MxKxN ...]
+ *
+ * (default: f32 at 1024^3, 4096^3, 8192^3 and 4095x4093x4097, every tile below). -c picks the
+ * tiles instead, in kf__mm_config_parse's notation BMxBNxBK/TMxTN/S[/R[/E]] (R: tile rows per
+ * raster group, E 1: the edge path). Each tile runs 10 timed submissions after warm-up; the
+ * median and the fastest are printed. -b N puts N dispatches back to back in each submission
+ * (times per dispatch): the GPU never idles between them, so short kernels run at the clocks
+ * of steady work.
  * It runs with Dawn's bounds clamping off (the default); KF_CHECKED=1 turns it on. */
 #include <math.h>
 #include <stdio.h>
@@ -14,13 +20,13 @@
 #include "ops/matmul_blocked.h"
 
 static const kf__mm_config g_configs[] = {
-    {128, 128, 8, 8, 8, 1},  {128, 128, 8, 8, 8, 2},  {128, 128, 16, 8, 8, 1},
-    {128, 128, 16, 8, 8, 2}, {128, 64, 16, 8, 4, 2},  {64, 128, 16, 4, 8, 2},
-    {128, 64, 8, 8, 8, 2},   {64, 128, 8, 8, 8, 2},   {64, 64, 16, 4, 4, 2},
-    {64, 64, 8, 8, 4, 2},    {32, 32, 16, 4, 4, 1},   {32, 32, 16, 4, 4, 2},
-    {64, 64, 16, 8, 8, 2},   {128, 256, 8, 8, 16, 2}, {256, 128, 8, 16, 8, 2},
-    {128, 256, 8, 8, 16, 1}, {256, 128, 8, 16, 8, 1}, {128, 128, 8, 16, 8, 2},
-    {128, 128, 8, 8, 16, 2},
+    {128, 128, 8, 8, 8, 1, 0, 0},  {128, 128, 8, 8, 8, 2, 0, 0},  {128, 128, 16, 8, 8, 1, 0, 0},
+    {128, 128, 16, 8, 8, 2, 0, 0}, {128, 64, 16, 8, 4, 2, 0, 0},  {64, 128, 16, 4, 8, 2, 0, 0},
+    {128, 64, 8, 8, 8, 2, 0, 0},   {64, 128, 8, 8, 8, 2, 0, 0},   {64, 64, 16, 4, 4, 2, 0, 0},
+    {64, 64, 8, 8, 4, 2, 0, 0},    {32, 32, 16, 4, 4, 1, 0, 0},   {32, 32, 16, 4, 4, 2, 0, 0},
+    {64, 64, 16, 8, 8, 2, 0, 0},   {128, 256, 8, 8, 16, 2, 0, 0}, {256, 128, 8, 16, 8, 2, 0, 0},
+    {128, 256, 8, 8, 16, 1, 0, 0}, {256, 128, 8, 16, 8, 1, 0, 0}, {128, 128, 8, 16, 8, 2, 0, 0},
+    {128, 128, 8, 8, 16, 2, 0, 0},
 };
 
 static float next_uniform(uint64_t *s) { /* in [-1, 1) */
@@ -67,7 +73,8 @@ static kf_gpu_tensor *random_matrix(kf_context *ctx, uint32_t rows, uint32_t col
     return g;
 }
 
-static void sweep(kf_context *ctx, uint32_t m, uint32_t kd, uint32_t n, bool half) {
+static void sweep(kf_context *ctx, uint32_t m, uint32_t kd, uint32_t n, bool half,
+                  const kf__mm_config *configs, size_t config_count, uint32_t batch) {
     kf_dtype dtype = half ? KF_DTYPE_F16 : KF_DTYPE_F32;
     uint64_t seed = 42u + m + kd + n;
     kf_tensor *a = NULL, *b = NULL, *c = NULL;
@@ -81,29 +88,37 @@ static void sweep(kf_context *ctx, uint32_t m, uint32_t kd, uint32_t n, bool hal
         printf("%ux%ux%u: could not set up (%s)\n", m, kd, n, kf_context_last_error(ctx));
     }
     kf_buffer *bufs[3] = {ga ? ga->buffer : NULL, gb ? gb->buffer : NULL, gc ? gc->buffer : NULL};
-    for (size_t i = 0; ok && i < sizeof g_configs / sizeof g_configs[0]; i++) {
-        const kf__mm_config *cfg = &g_configs[i];
+    for (size_t i = 0; ok && i < config_count; i++) {
+        const kf__mm_config *cfg = &configs[i];
         char name[48];
-        snprintf(name, sizeof name, "%ux%ux%u/%ux%u s%u", cfg->bm, cfg->bn, cfg->bk, cfg->tm,
-                 cfg->tn, cfg->stages ? cfg->stages : 1);
+        kf__mm_config_str(cfg, name, sizeof name);
         kf_kernel *k = kf__matmul_blocked_typed(m, kd, n, cfg, dtype);
         if (!k) {
             printf("%ux%ux%u %-20s invalid\n", m, kd, n, name);
             continue;
         }
         kf_kernel_launch launch = {.buffers = bufs, .buffer_count = 3};
-        kf_dispatch d;
+        kf_dispatch d[64];
         kf_timing t;
         if (kf_buffer_fill_u32(bufs[2], 0x7fc07fc0u) != KF_OK || /* NaN in f32 and f16 */
-            kf_kernel_dispatch(ctx, k, &launch, &d) != KF_OK ||
-            kf_context_time(ctx, &d, 1, 10, &t) != KF_OK || kf_gpu_tensor_to(gc, c) != KF_OK) {
+            kf_kernel_dispatch(ctx, k, &launch, &d[0]) != KF_OK) {
             printf("%ux%ux%u %-20s failed: %s\n", m, kd, n, name, kf_context_last_error(ctx));
             kf_kernel_destroy(k);
             continue;
         }
+        for (uint32_t r = 1; r < batch; r++) {
+            d[r] = d[0];
+        }
+        if (kf_context_time(ctx, d, batch, 10, &t) != KF_OK || kf_gpu_tensor_to(gc, c) != KF_OK) {
+            printf("%ux%ux%u %-20s failed: %s\n", m, kd, n, name, kf_context_last_error(ctx));
+            kf_kernel_destroy(k);
+            continue;
+        }
+        t.median_ms /= batch;
+        t.min_ms /= batch;
         double err = sampled_error(a->data, b->data, c->data, m, kd, n);
-        printf("%ux%ux%u %-20s %9.3f ms %7.2f TFLOP/s  err %.2e%s\n", m, kd, n, name, t.median_ms,
-               2.0 * m * n * (double)kd / (t.median_ms * 1e9), err,
+        printf("%ux%ux%u %-20s %9.4f ms %7.2f TFLOP/s  min %9.4f ms  err %.2e%s\n", m, kd, n, name,
+               t.median_ms, 2.0 * m * n * (double)kd / (t.median_ms * 1e9), t.min_ms, err,
                err > (half ? 2e-3 : 1e-5) ? "  WRONG" : "");
         fflush(stdout);
         kf_kernel_destroy(k);
@@ -121,15 +136,27 @@ int main(int argc, char **argv) {
     uint32_t shapes[16][3] = {
         {1024, 1024, 1024}, {4096, 4096, 4096}, {8192, 8192, 8192}, {4095, 4093, 4097}};
     int count = 4, given = 0;
+    kf__mm_config picked[32];
+    size_t picked_count = 0;
+    uint32_t batch = 1;
     for (int i = 1; i < argc; i++) {
         uint32_t s[3];
         if (!strcmp(argv[i], "f16") || !strcmp(argv[i], "f32")) {
             half = argv[i][1] == '1';
+        } else if (!strcmp(argv[i], "-b") && i + 1 < argc) {
+            batch = (uint32_t)atoi(argv[++i]);
+            batch = batch < 1 ? 1 : batch > 64 ? 64 : batch;
+        } else if (!strcmp(argv[i], "-c") && i + 1 < argc && picked_count < 32) {
+            if (!kf__mm_config_parse(argv[++i], &picked[picked_count++])) {
+                fprintf(stderr, "kfuse_matmul_sweep: '%s' is not a valid tile\n", argv[i]);
+                return 2;
+            }
         } else if (sscanf(argv[i], "%ux%ux%u", &s[0], &s[1], &s[2]) == 3 && s[0] && s[1] && s[2] &&
                    given < 16) {
             memcpy(shapes[given++], s, sizeof s);
         } else {
-            fprintf(stderr, "usage: kfuse_matmul_sweep [f32|f16] [MxKxN ...]\n");
+            fprintf(stderr,
+                    "usage: kfuse_matmul_sweep [f32|f16] [-b N] [-c TILE ...] [MxKxN ...]\n");
             return 2;
         }
     }
@@ -148,7 +175,13 @@ int main(int argc, char **argv) {
         printf("the device has no shader-f16\n");
     } else {
         for (int i = 0; i < count; i++) {
-            sweep(ctx, shapes[i][0], shapes[i][1], shapes[i][2], half);
+            if (picked_count) {
+                sweep(ctx, shapes[i][0], shapes[i][1], shapes[i][2], half, picked, picked_count,
+                      batch);
+            } else {
+                sweep(ctx, shapes[i][0], shapes[i][1], shapes[i][2], half, g_configs,
+                      sizeof g_configs / sizeof g_configs[0], batch);
+            }
         }
     }
     kf_context_destroy(ctx);

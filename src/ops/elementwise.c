@@ -321,21 +321,21 @@ static kf_val ir_sigmoid(kf_kernel *k, kf_val x) {
     return kf_div(k, lit(k, 1.0), kf_add(k, lit(k, 1.0), kf_call1(k, KF_FN_EXP, neg(k, x))));
 }
 
-/* tanh with its argument limited to +-15 (tanh(15) is 1 in f32): some drivers evaluate tanh as
- * a ratio of exponentials that overflows to inf / inf = NaN for large arguments. NaN skips the
- * limit (the comparison is false) and propagates. Below |x| = 1/16 the series
- * x (1 - x^2/3 + 2 x^4/15) (relative error < 4e-9 there) replaces the builtin, which some drivers
- * compute as (e^2x - 1) / (e^2x + 1) and so lose relative precision as x shrinks (lavapipe:
- * 2.7e-3 relative error near x = 1e-5). */
+/* tanh as 2 sigmoid(2x) - 1 = 2 / (1 + exp(-2x)) - 1, not the builtin: exp's overflow gives
+ * the limits (2 / inf - 1 = -1 below x = -44, and exp(-2x) = 0 gives 1 above), NaN propagates,
+ * and NVIDIA's tanh builtin costs more than an exp and a reciprocal (H200, 2^28 f32: the
+ * 8-operator chain written by hand at 88.5% of copy bandwidth with it, 93.4% with this form;
+ * bench/sweep/chain_variants.c, bench/results/s5/h200_f32-explore.log). Below
+ * |x| = 1/16, where 2 / (1 + e) - 1 cancels, the series x (1 - x^2/3 + 2 x^4/15) (relative error
+ * < 4e-9 there); above it the ratio keeps a relative error below 3e-6 with a correctly rounded
+ * exp. */
 static kf_val ir_tanh(kf_kernel *k, kf_val x) {
-    kf_val ax = kf_call1(k, KF_FN_ABS, x);
-    kf_val big = gt(k, ax, lit(k, 15.0));
-    kf_val limited = kf_select(k, lit(k, -15.0), lit(k, 15.0), gt(k, x, lit(k, 0.0)));
-    kf_val builtin = kf_call1(k, KF_FN_TANH, kf_select(k, x, limited, big));
+    kf_val e = kf_call1(k, KF_FN_EXP, kf_mul(k, lit(k, -2.0), x));
+    kf_val ratio = kf_sub(k, kf_div(k, lit(k, 2.0), kf_add(k, lit(k, 1.0), e)), lit(k, 1.0));
     kf_val x2 = kf_mul(k, x, x);
     kf_val poly = kf_add(k, lit(k, -1.0 / 3.0), kf_mul(k, x2, lit(k, 2.0 / 15.0)));
     kf_val series = kf_add(k, x, kf_mul(k, x, kf_mul(k, x2, poly)));
-    return kf_select(k, builtin, series, lt(k, ax, lit(k, 0.0625)));
+    return kf_select(k, ratio, series, lt(k, kf_call1(k, KF_FN_ABS, x), lit(k, 0.0625)));
 }
 
 /* ---------------------------------------------------------------------------------------- */

@@ -23,7 +23,7 @@ bool kf__matmul_blocked_valid(const kf__mm_config *c) {
         return false;
     }
     if (c->bm % c->tm || c->bn % c->tn || c->tm % LANES || c->tn % LANES || c->bk % LANES ||
-        c->stages > 2) {
+        c->stages > 2 || c->raster > 64 || c->edge > 1) {
         return false;
     }
     uint32_t threads = (c->bm / c->tm) * (c->bn / c->tn);
@@ -39,19 +39,39 @@ bool kf__matmul_blocked_valid(const kf__mm_config *c) {
 }
 
 const kf__mm_config *kf__mm_default_config(uint32_t m, uint32_t k, uint32_t n) {
-    /* Measured on an H200 (bench/results/h200-sweep-f32-*.txt): the double-buffered 128x128x8
-     * tile reaches 40 TFLOP/s at 4096^3 and 8192^3 (47 with KF_UNCHECKED); at 1024^3 it leaves
-     * multiprocessors idle, and 64x64x16 tiles of 8x8 do best there (27.6 TFLOP/s, 17 for
-     * 128x128). Where K or N is not a multiple of 4 the tiles load as scalars, and the
-     * single-buffered 128x128x16 tile does best (34.9 TFLOP/s at 4095x4093x4097 against 28.4
-     * for the aligned choice; bench/results/h200-sweep2-f32-checked.txt). */
-    static const kf__mm_config big = {128, 128, 8, 8, 8, 2};
-    static const kf__mm_config big_ragged = {128, 128, 16, 8, 8, 1};
-    static const kf__mm_config small = {64, 64, 16, 8, 8, 2};
-    if ((uint64_t)m * n >= 2048ull * 2048ull) {
-        return k % 4 || n % 4 ? &big_ragged : &big;
+    /* Measured on an H200 with robustness off (bench/results/s5/h200_f32-explore.log, every tile
+     * side by side): the double-buffered 128x128x8 tile of 8x8 reaches 45.6 TFLOP/s at 4096^3 and
+     * 46.2 at 8192^3, 45.7 and 46.7 with tiles in groups of 4 tile rows; at 1024^3 it leaves
+     * multiprocessors idle, and 64x64x16 tiles of 8x8 do best there (30.2 TFLOP/s). On the
+     * ragged 4095x4093x4097 (scalar loads: K and N are not multiples of 4) that tile on the
+     * edge path runs at 41.8 TFLOP/s, the previous choice (128x128x16 single-buffered, every
+     * load tested) at 36.6.
+     * A shape of whole tiles has no edge: its kernel is the same with edge set or not. */
+    static const kf__mm_config big = {128, 128, 8, 8, 8, 2, 4, 1};
+    static const kf__mm_config small = {64, 64, 16, 8, 8, 2, 0, 1};
+    (void)k;
+    return (uint64_t)m * n >= 2048ull * 2048ull ? &big : &small;
+}
+
+bool kf__mm_config_parse(const char *text, kf__mm_config *out) {
+    kf__mm_config c = {0};
+    char end = 0;
+    int got = text ? sscanf(text, "%ux%ux%u/%ux%u/%u/%u/%u%c", &c.bm, &c.bn, &c.bk, &c.tm, &c.tn,
+                            &c.stages, &c.raster, &c.edge, &end)
+                   : 0;
+    if (got < 6 || got > 8 || !kf__matmul_blocked_valid(&c)) {
+        return false;
     }
-    return &small;
+    *out = c;
+    return true;
+}
+
+void kf__mm_config_str(const kf__mm_config *c, char *buf, size_t size) {
+    int n = snprintf(buf, size, "%ux%ux%u/%ux%u/%u", c->bm, c->bn, c->bk, c->tm, c->tn,
+                     c->stages ? c->stages : 1);
+    if (n > 0 && (size_t)n < size && (c->raster > 1 || c->edge)) {
+        snprintf(buf + n, size - (size_t)n, "/%u/%u", c->raster, c->edge);
+    }
 }
 
 static kf_val u32(kf_kernel *k, uint32_t v) {
@@ -189,6 +209,88 @@ static void load4_transposed(kf_kernel *k, kf_binding b, kf_val offset, bool che
     kf_assign(k, into, kf_vec(k, kf_type_vec(KF_SCALAR_F32, LANES), vals, LANES));
 }
 
+/* The edge path (config edge 1): rows of a past M and columns of b past N are clamped once
+ * before the K loop (they feed only outputs the store phase skips), so a whole K step loads
+ * without a test; only the last, partial K step zeroes the lanes past K. */
+typedef struct edge_gen {
+    kf_binding a, b;
+    kf_val off_a, off_b;
+    bool ta, tb, wide_a, wide_b;
+    uint32_t m, kdim, n, loads_a, loads_b;
+    kf_val ra[KF__MM_MAX_LOADS];        /* a's row (m index) of each vec4, clamped below m */
+    kf_val cb[KF__MM_MAX_LOADS][LANES]; /* b's column of each lane (wide: [0], below n - 3) */
+    const kf__mm_staging *st;
+    kf_scalar stored;
+} edge_gen;
+
+/* One vec4 into `into`: element indices at[] of its lanes (wide: at[0], a multiple of 4), k
+ * index kl[] of each lane (same_k: kl[0] for all). `guard`: zero the lanes at k >= kdim, and
+ * clamp their indices below len so they stay inside the matrix. */
+static void edge_load(kf_kernel *k, kf_binding b, kf_val offset, bool wide, const kf_val *at,
+                      const kf_val *kl, bool same_k, bool guard, uint32_t kdim, uint32_t len,
+                      kf_var into, kf_scalar stored) {
+    const bool w = stored == KF_SCALAR_F16;
+    kf_type v4 = kf_type_vec(KF_SCALAR_F32, LANES);
+    kf_val zero = kf_lit_f32(k, 0.0f);
+    if (wide) {
+        kf_val idx = kf_div(k, offset.id ? kf_add(k, offset, at[0]) : at[0], u32(k, LANES));
+        if (guard) {
+            kf_assign(k, into, kf_splat(k, v4, zero));
+            kf_if(k, kf_binary(k, KF_OP_LT, kl[0], u32(k, kdim)));
+        }
+        kf_assign(k, into, widen(k, kf_load(k, b, idx), w));
+        if (guard) {
+            kf_end(k);
+        }
+        return;
+    }
+    kf_val vals[LANES];
+    for (uint32_t l = 0; l < LANES; l++) {
+        kf_val idx = guard ? kf_call2(k, KF_FN_MIN, at[l], u32(k, len - 1u)) : at[l];
+        if (offset.id) {
+            idx = kf_add(k, offset, idx);
+        }
+        vals[l] = widen(k, kf_load(k, b, idx), w);
+        if (guard) {
+            kf_val inside = kf_binary(k, KF_OP_LT, kl[same_k ? 0 : l], u32(k, kdim));
+            vals[l] = kf_select(k, zero, vals[l], inside);
+        }
+    }
+    kf_assign(k, into, kf_vec(k, v4, vals, LANES));
+}
+
+/* Fetches the tiles starting at k0 into the staging registers, on the edge path. */
+static void edge_fetch(kf_kernel *k, const edge_gen *g, kf_val k0, bool guard) {
+    const kf__mm_staging *st = g->st;
+    for (uint32_t v = 0; v < g->loads_a; v++) {
+        kf_val kc = kf_add(k, k0, st->a_k[v]), at[LANES], kl[LANES];
+        for (uint32_t l = 0; l < LANES; l++) {
+            kl[l] = l ? kf_add(k, kc, u32(k, l)) : kc;
+        }
+        if (!g->ta) {
+            kf_val base = kf_add(k, kf_mul(k, g->ra[v], u32(k, g->kdim)), kc);
+            for (uint32_t l = 0; l < LANES; l++) {
+                at[l] = l ? kf_add(k, base, u32(k, l)) : base;
+            }
+        } else {
+            for (uint32_t l = 0; l < LANES; l++) {
+                at[l] = kf_add(k, kf_mul(k, kl[l], u32(k, g->m)), g->ra[v]);
+            }
+        }
+        edge_load(k, g->a, g->off_a, g->wide_a, at, kl, false, guard, g->kdim, g->m * g->kdim,
+                  st->next_a[v], g->stored);
+    }
+    for (uint32_t v = 0; v < g->loads_b; v++) {
+        kf_val kr = kf_add(k, k0, st->b_k[v]), at[LANES];
+        for (uint32_t l = 0; l < (g->wide_b ? 1u : LANES); l++) {
+            at[l] = g->tb ? kf_add(k, kf_mul(k, g->cb[v][l], u32(k, g->kdim)), kr)
+                          : kf_add(k, kf_mul(k, kr, u32(k, g->n)), g->cb[v][l]);
+        }
+        edge_load(k, g->b, g->off_b, g->wide_b, at, &kr, true, guard, g->kdim, g->kdim * g->n,
+                  st->next_b[v], g->stored);
+    }
+}
+
 kf_kernel *kf__matmul_blocked_batched(uint32_t m, uint32_t kdim, uint32_t n,
                                       const kf__mm_config *cfg, kf_dtype dtype,
                                       const kf__mm_batch *batch) {
@@ -249,10 +351,17 @@ static kf_kernel *blocked_kernel(uint32_t m, uint32_t kdim, uint32_t n, const kf
     const bool wide_a = !ta && kdim % LANES == 0, wide_b = !tb && n % LANES == 0;
     const bool ragged_m = m % bm != 0, ragged_n = n % bn != 0, ragged_k = kdim % bk != 0;
     kf_type v4 = kf_type_vec(KF_SCALAR_F32, LANES);
+    /* An aligned shape has no edge: its kernel is the same either way. The edge path does not
+     * scale b's rows by an rmsnorm's gain: those kernels keep the tested loads. */
+    const bool edge = cfg->edge != 0 && !rn && (ragged_m || ragged_n || ragged_k);
 
-    char name[64];
-    snprintf(name, sizeof name, "%smatmul_%ux%ux%u_%ux%u%s%s%s%s%s", rn ? "rmsnorm_" : "", bm, bn,
-             bk, tm, tn, stages == 2 ? "_db" : "", half ? "_f16" : "",
+    char name[128];
+    char raster[16] = "";
+    if (cfg->raster > 1) {
+        snprintf(raster, sizeof raster, "_r%u", cfg->raster);
+    }
+    snprintf(name, sizeof name, "%smatmul_%ux%ux%u_%ux%u%s%s%s%s%s%s%s", rn ? "rmsnorm_" : "", bm,
+             bn, bk, tm, tn, stages == 2 ? "_db" : "", raster, edge ? "_e" : "", half ? "_f16" : "",
              kf__mm_batch_count(batch) > 1 ? "_batched" : "", ta ? "_ta" : "", tb ? "_tb" : "");
     kf_scalar stored = half ? KF_SCALAR_F16 : KF_SCALAR_F32;
     kf_type elem = kf_type_scalar(stored), elem4 = kf_type_vec(stored, LANES);
@@ -287,15 +396,68 @@ static kf_kernel *blocked_kernel(uint32_t m, uint32_t kdim, uint32_t n, const kf
         off_b = off_b.id ? kf_let(k, "b_at", off_b) : off_b;
         off_c = off_c.id ? kf_let(k, "c_at", off_c) : off_c;
     }
-    kf_val row0 = kf_let(k, "row0", kf_mul(k, kf_div(k, tile, u32(k, tiles_n)), u32(k, bm)));
-    kf_val col0 =
-        kf_let(k, "col0", kf_mul(k, kf_binary(k, KF_OP_MOD, tile, u32(k, tiles_n)), u32(k, bn)));
+    kf_val tile_row, tile_col;
+    if (cfg->raster > 1 && tiles_m > 1) {
+        /* Groups of g tile rows, each walked down its columns: the workgroups running together
+         * read a few panels of b instead of all of them. The last group may hold fewer rows. */
+        const uint32_t g = cfg->raster < tiles_m ? cfg->raster : tiles_m;
+        kf_val group = kf_let(k, "group", kf_div(k, tile, u32(k, g * tiles_n)));
+        kf_val within = kf_let(k, "within", kf_binary(k, KF_OP_MOD, tile, u32(k, g * tiles_n)));
+        kf_val rows_here = u32(k, g);
+        if (tiles_m % g) {
+            rows_here = kf_let(k, "group_rows",
+                               kf_select(k, u32(k, g), u32(k, tiles_m % g),
+                                         kf_binary(k, KF_OP_EQ, group, u32(k, tiles_m / g))));
+        }
+        tile_row = kf_call2(
+            k, KF_FN_MIN,
+            kf_add(k, kf_mul(k, group, u32(k, g)), kf_binary(k, KF_OP_MOD, within, rows_here)),
+            u32(k, tiles_m - 1));
+        tile_col = kf_call2(k, KF_FN_MIN, kf_div(k, within, rows_here), u32(k, tiles_n - 1));
+    } else {
+        tile_row = kf_div(k, tile, u32(k, tiles_n));
+        tile_col = kf_binary(k, KF_OP_MOD, tile, u32(k, tiles_n));
+    }
+    kf_val row0 = kf_let(k, "row0", kf_mul(k, tile_row, u32(k, bm)));
+    kf_val col0 = kf_let(k, "col0", kf_mul(k, tile_col, u32(k, bn)));
 
     kf__mm_staging st;
     kf__mm_staging_init(k, local, threads, bk, bn, loads_a, loads_b, v4, &st);
     kf_val *a_row = st.a_row, *a_k = st.a_k, *b_k = st.b_k, *b_col = st.b_col;
     kf_var *next_a = st.next_a, *next_b = st.next_b;
     bool check_a = ragged_m || ragged_k, check_b = ragged_k || ragged_n;
+    edge_gen eg = {.a = a,
+                   .b = b,
+                   .off_a = off_a,
+                   .off_b = off_b,
+                   .ta = ta,
+                   .tb = tb,
+                   .wide_a = wide_a,
+                   .wide_b = wide_b,
+                   .m = m,
+                   .kdim = kdim,
+                   .n = n,
+                   .loads_a = loads_a,
+                   .loads_b = loads_b,
+                   .st = &st,
+                   .stored = stored};
+    for (uint32_t v = 0; edge && v < loads_a; v++) {
+        kf_val r = kf_add(k, row0, a_row[v]);
+        eg.ra[v] = kf_let(k, "ra", ragged_m ? kf_call2(k, KF_FN_MIN, r, u32(k, m - 1)) : r);
+    }
+    for (uint32_t v = 0; edge && v < loads_b; v++) {
+        kf_val c = kf_add(k, col0, b_col[v]);
+        if (wide_b) {
+            eg.cb[v][0] =
+                ragged_n ? kf_let(k, "cb", kf_call2(k, KF_FN_MIN, c, u32(k, n - LANES))) : c;
+            continue;
+        }
+        for (uint32_t l = 0; l < LANES; l++) {
+            kf_val cl = l ? kf_add(k, c, u32(k, l)) : c;
+            eg.cb[v][l] =
+                ragged_n ? kf_let(k, "cb", kf_call2(k, KF_FN_MIN, cl, u32(k, n - 1))) : cl;
+        }
+    }
     /* Fetches the tiles starting at k0 into the next_* registers. */
 #define FETCH(k0)                                                                                  \
     do {                                                                                           \
@@ -357,7 +519,11 @@ static kf_kernel *blocked_kernel(uint32_t m, uint32_t kdim, uint32_t n, const kf
     for (uint32_t g = 0; rn && g < tm / LANES; g++) {
         squares[g] = kf_declare(k, "squares", v4, kf_splat(k, v4, kf_lit_f32(k, 0.0f)));
     }
-    FETCH(u32(k, 0));
+    if (edge) {
+        edge_fetch(k, &eg, u32(k, 0), kdim < bk);
+    } else {
+        FETCH(u32(k, 0));
+    }
     if (stages == 2) {
         STORE_TILES(u32(k, 0), u32(k, 0));
         kf_barrier(k);
@@ -377,7 +543,20 @@ static kf_kernel *blocked_kernel(uint32_t m, uint32_t kdim, uint32_t n, const kf
         }
         /* The next tiles travel while this one is multiplied. */
         kf_if(k, more);
-        FETCH(k1);
+        if (!edge) {
+            FETCH(k1);
+        } else if (kdim % bk == 0) {
+            edge_fetch(k, &eg, k1, false);
+        } else if (kdim > bk) {
+            /* whole steps unguarded; the last, partial one tests k */
+            kf_if(k, kf_binary(k, KF_OP_LT, k1, u32(k, kdim - bk + 1)));
+            edge_fetch(k, &eg, k1, false);
+            kf_else(k);
+            edge_fetch(k, &eg, k1, true);
+            kf_end(k);
+        } else {
+            edge_fetch(k, &eg, k1, true);
+        }
         kf_end(k);
         for (uint32_t kk = 0; kk < bk; kk++) {
             kf_val av[MAX_T / LANES], bv[MAX_T / LANES];

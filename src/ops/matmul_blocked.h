@@ -13,10 +13,25 @@
 typedef struct kf__mm_config {
     uint32_t bm, bn, bk, tm, tn;
     uint32_t stages;
+    /* 0 or 1: tiles in row-major order; G > 1: in groups of G tile rows, down each group's
+     * columns first, so neighbouring workgroups share b's panels in the L2 cache. At most 64. */
+    uint32_t raster;
+    /* 0: on ragged shapes every load is bounds-tested; 1: rows of a past M and columns of b past
+     * N are clamped once (they feed only outputs that are never stored), the loads of every
+     * whole K step run unguarded, and only the last, partial K step tests k. Shapes that are
+     * whole tiles get the same kernel either way. */
+    uint32_t edge;
 } kf__mm_config;
 
-/* The configuration used when none is given: the double-buffered 128x128x8 tile of 8x8 for
- * large products, 64x64x16 of 8x8 below (enough workgroups to fill a large GPU). */
+/* "BMxBNxBK/TMxTN/S[/R[/E]]" (stages, raster, edge; kfuse tune's notation) into *out, the fields
+ * left out 0; false if it does not parse or kf__matmul_blocked_valid refuses it. */
+bool kf__mm_config_parse(const char *text, kf__mm_config *out);
+/* The notation above for cfg (R and E only when set), into buf. */
+void kf__mm_config_str(const kf__mm_config *cfg, char *buf, size_t size);
+
+/* The configuration used when none is given: the double-buffered 128x128x8 tile of 8x8 in
+ * groups of 4 tile rows for large products, 64x64x16 of 8x8 below (enough workgroups to fill a
+ * large GPU); both on the edge path where the shape is ragged. */
 const kf__mm_config *kf__mm_default_config(uint32_t m, uint32_t k, uint32_t n);
 
 /* The batch of a batched product: one product per element of the result's batch dims (at most 2
@@ -83,7 +98,8 @@ void kf__mm_load4(kf_kernel *k, kf_binding b, kf_val offset, bool wide, bool che
 /* Whether kf__matmul_blocked accepts the configuration. */
 bool kf__matmul_blocked_valid(const kf__mm_config *cfg);
 /* The tile tuned for this shape class on ctx's adapter (kf_matmul_tune, this process or the
- * cache file), or NULL when none was. */
+ * cache file), or NULL when none was; $KF_MM_CONFIG (kf__mm_config_parse's notation), where it
+ * parses, for every shape. */
 const kf__mm_config *kf__matmul_config_for(kf_context *ctx, uint32_t m, uint32_t k, uint32_t n);
 
 #endif

@@ -22,15 +22,16 @@ struct kf__matmul_tuning {
     char key[720]; /* the adapter: vendor|device|driver|backend */
     tune_entry entries[TUNE_MAX_ENTRIES];
     uint32_t count;
+    kf__mm_config forced; /* $KF_MM_CONFIG, parsed */
 };
 
 /* The configurations the tuner tries (each valid for kf__matmul_blocked). */
 static const kf__mm_config candidates[] = {
-    {128, 128, 8, 8, 8, 1},  {128, 128, 8, 8, 8, 2},  {128, 128, 16, 8, 8, 1},
-    {128, 128, 16, 8, 8, 2}, {128, 64, 16, 8, 4, 2},  {64, 128, 16, 4, 8, 2},
-    {128, 64, 8, 8, 8, 2},   {64, 128, 8, 8, 8, 2},   {64, 64, 16, 4, 4, 2},
-    {64, 64, 8, 8, 4, 2},    {32, 32, 16, 4, 4, 1},   {32, 32, 16, 4, 4, 2},
-    {64, 64, 16, 8, 8, 2},   {128, 256, 8, 8, 16, 1}, {256, 128, 8, 16, 8, 1},
+    {128, 128, 8, 8, 8, 1, 0, 0},  {128, 128, 8, 8, 8, 2, 0, 0},  {128, 128, 16, 8, 8, 1, 0, 0},
+    {128, 128, 16, 8, 8, 2, 0, 0}, {128, 64, 16, 8, 4, 2, 0, 0},  {64, 128, 16, 4, 8, 2, 0, 0},
+    {128, 64, 8, 8, 8, 2, 0, 0},   {64, 128, 8, 8, 8, 2, 0, 0},   {64, 64, 16, 4, 4, 2, 0, 0},
+    {64, 64, 8, 8, 4, 2, 0, 0},    {32, 32, 16, 4, 4, 1, 0, 0},   {32, 32, 16, 4, 4, 2, 0, 0},
+    {64, 64, 16, 8, 8, 2, 0, 0},   {128, 256, 8, 8, 16, 1, 0, 0}, {256, 128, 8, 16, 8, 1, 0, 0},
 };
 
 static void tuning_free(void *t) {
@@ -92,8 +93,9 @@ static void put_entry(struct kf__matmul_tuning *t, const tune_entry *e) {
 }
 
 /* Loads this adapter's lines of the cache file (once):
- * "mm3|key<TAB>mn k<TAB>bm bn bk tm tn stages<TAB>ms". The "mm3|" prefix is the generation of
- * the kernel and of the shape classes: lines with another prefix are ignored. */
+ * "mm4|key<TAB>mn k<TAB>bm bn bk tm tn stages raster edge<TAB>ms". The "mm4|" prefix is the
+ * generation of the kernel, of the shape classes and of the line: lines with another prefix are
+ * ignored (mm3 had no raster and edge). */
 static struct kf__matmul_tuning *tuning_of(kf_context *ctx) {
     struct kf__matmul_tuning *t = kf__context_extension(ctx, &tuning_slot);
     if (!t) {
@@ -109,7 +111,7 @@ static struct kf__matmul_tuning *tuning_of(kf_context *ctx) {
     t->loaded = true;
     kf_adapter_info info = {0};
     kf_context_adapter_info(ctx, &info);
-    snprintf(t->key, sizeof t->key, "mm3|%s|%s|%s|%s", info.vendor, info.device, info.description,
+    snprintf(t->key, sizeof t->key, "mm4|%s|%s|%s|%s", info.vendor, info.device, info.description,
              info.backend);
     for (char *c = t->key; *c; c++) {
         if (*c == '\t' || *c == '\n') {
@@ -134,9 +136,10 @@ static struct kf__matmul_tuning *tuning_of(kf_context *ctx) {
         if (strcmp(line, t->key) != 0) {
             continue;
         }
-        tune_entry e;
-        if (sscanf(tab + 1, "%u %u\t%u %u %u %u %u %u\t%lf", &e.class_mn, &e.class_k, &e.cfg.bm,
-                   &e.cfg.bn, &e.cfg.bk, &e.cfg.tm, &e.cfg.tn, &e.cfg.stages, &e.ms) == 9 &&
+        tune_entry e = {0};
+        if (sscanf(tab + 1, "%u %u\t%u %u %u %u %u %u %u %u\t%lf", &e.class_mn, &e.class_k,
+                   &e.cfg.bm, &e.cfg.bn, &e.cfg.bk, &e.cfg.tm, &e.cfg.tn, &e.cfg.stages,
+                   &e.cfg.raster, &e.cfg.edge, &e.ms) == 11 &&
             kf__matmul_blocked_valid(&e.cfg)) {
             put_entry(t, &e);
         }
@@ -149,6 +152,12 @@ const kf__mm_config *kf__matmul_config_for(kf_context *ctx, uint32_t m, uint32_t
     struct kf__matmul_tuning *t = ctx ? tuning_of(ctx) : NULL;
     if (!t) {
         return NULL;
+    }
+    /* $KF_MM_CONFIG forces one tile for every product, for measuring variants side by side;
+     * one that does not parse is ignored. */
+    const char *env = getenv("KF_MM_CONFIG");
+    if (env && *env && kf__mm_config_parse(env, &t->forced)) {
+        return &t->forced;
     }
     uint32_t mn, kc;
     shape_class(m, k, n, &mn, &kc);
@@ -182,9 +191,9 @@ static bool save_entry(const struct kf__matmul_tuning *t, const tune_entry *e) {
     if (!f) {
         return false;
     }
-    int n = fprintf(f, "%s\t%u %u\t%u %u %u %u %u %u\t%.6f\n", t->key, e->class_mn, e->class_k,
-                    e->cfg.bm, e->cfg.bn, e->cfg.bk, e->cfg.tm, e->cfg.tn,
-                    e->cfg.stages ? e->cfg.stages : 1, e->ms);
+    int n = fprintf(f, "%s\t%u %u\t%u %u %u %u %u %u %u %u\t%.6f\n", t->key, e->class_mn,
+                    e->class_k, e->cfg.bm, e->cfg.bn, e->cfg.bk, e->cfg.tm, e->cfg.tn,
+                    e->cfg.stages ? e->cfg.stages : 1, e->cfg.raster, e->cfg.edge, e->ms);
     return fclose(f) == 0 && n > 0;
 }
 
@@ -238,17 +247,21 @@ kf_status kf_matmul_tune(kf_context *ctx, uint32_t m, uint32_t k, uint32_t n,
     best.ms = -1.0;
     const kf__mm_config *builtin = kf__mm_default_config(m, k, n);
     for (size_t c = 0; st == KF_OK && c < sizeof candidates / sizeof candidates[0]; c++) {
-        double ms = time_config(ctx, m, k, n, &candidates[c], bufs);
+        /* Tiles are what is tuned; the tile order and the edge path are the built-in's. */
+        kf__mm_config cand = candidates[c];
+        cand.raster = builtin->raster;
+        cand.edge = builtin->edge;
+        double ms = time_config(ctx, m, k, n, &cand, bufs);
         if (ms < 0.0) {
             continue;
         }
         out->candidates++;
-        if (!memcmp(&candidates[c], builtin, sizeof *builtin)) {
+        if (!memcmp(&cand, builtin, sizeof *builtin)) {
             out->default_ms = ms;
         }
         if (best.ms < 0.0 || ms < best.ms) {
             best.ms = ms;
-            best.cfg = candidates[c];
+            best.cfg = cand;
         }
     }
     for (int i = 0; i < 3; i++) {
@@ -270,6 +283,8 @@ kf_status kf_matmul_tune(kf_context *ctx, uint32_t m, uint32_t k, uint32_t n,
     out->tm = best.cfg.tm;
     out->tn = best.cfg.tn;
     out->stages = best.cfg.stages ? best.cfg.stages : 1;
+    out->raster = best.cfg.raster;
+    out->edge = best.cfg.edge;
     out->best_ms = best.ms;
     out->saved = save_entry(t, &best);
     return KF_OK;

@@ -33,7 +33,8 @@ static char *slurp(const char *path) {
 }
 
 KT_CPU_TEST(golden, wgsl_prologue_matmul_matches_golden_file) {
-    const kf__mm_config cfg = {16, 16, 4, 4, 4, 1}; /* 4x4 invocations of 4x4 each, vec4 loads */
+    const kf__mm_config cfg = {16, 16, 4, 4,
+                               4,  1,  0, 0}; /* 4x4 invocations of 4x4 each, vec4 loads */
     kf_kernel *mm = kf__matmul_blocked(16, 16, 16, &cfg);
     kf_type f32 = kf_type_scalar(KF_SCALAR_F32);
     kf_kernel *g = kf_kernel_map("gelu", f32, f32, NULL, gelu, NULL);

@@ -22,7 +22,7 @@ static kf_graph *parse_program(const char *text) {
 KT_TEST(ops, matmul_choice_is_shared_by_verify_and_plans) {
     KT_NEED_GPU(ctx);
     const uint32_t M = 96, K = 64, N = 80;
-    const kf__mm_config tile = {32, 32, 16, 4, 4, 1};
+    const kf__mm_config tile = {32, 32, 16, 4, 4, 1, 0, 0};
     KT_CHECK(memcmp(kf__mm_default_config(M, K, N), &tile, sizeof tile) != 0,
              "the test's tile is the built-in one: pick another");
     char dir[] = "/tmp/kfuse-choice-XXXXXX";
@@ -32,7 +32,7 @@ KT_TEST(ops, matmul_choice_is_shared_by_verify_and_plans) {
     kf_adapter_info info;
     KT_CHECK_OK(kf_context_adapter_info(ctx, &info));
     char key[720];
-    snprintf(key, sizeof key, "mm3|%s|%s|%s|%s", info.vendor, info.device, info.description,
+    snprintf(key, sizeof key, "mm4|%s|%s|%s|%s", info.vendor, info.device, info.description,
              info.backend);
     for (char *c = key; *c; c++) {
         *c = *c == '\t' || *c == '\n' ? ' ' : *c;
@@ -40,8 +40,8 @@ KT_TEST(ops, matmul_choice_is_shared_by_verify_and_plans) {
     FILE *f = fopen(file, "w");
     KT_CHECK(f, "cannot write %s", file);
     /* class: ceil(log2(96 * 80)) = 13, ceil(log2(64)) = 6 (K and N multiples of 4) */
-    fprintf(f, "%s\t13 6\t%u %u %u %u %u %u\t0.1\n", key, tile.bm, tile.bn, tile.bk, tile.tm,
-            tile.tn, tile.stages);
+    fprintf(f, "%s\t13 6\t%u %u %u %u %u %u %u %u\t0.1\n", key, tile.bm, tile.bn, tile.bk, tile.tm,
+            tile.tn, tile.stages, tile.raster, tile.edge);
     fclose(f);
     setenv("KF_CACHE_DIR", dir, 1);
     kf_context *fresh = NULL;

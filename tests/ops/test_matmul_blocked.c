@@ -9,13 +9,25 @@
 
 #include "ops/matmul_blocked.h"
 
-/* The built-in choices first: they run every shape; the others a third of them, a different
- * third for neighbouring configurations (each (configuration, shape) pair is a kernel of its
- * own for the driver to compile). */
+/* The built-in choices first (and the previous ragged one, every load tested): they run every
+ * shape; the others a third of them, a different third for neighbouring configurations (each
+ * (configuration, shape) pair is a kernel of its own for the driver to compile). */
 static const kf__mm_config configs[] = {
-    {128, 128, 8, 8, 8, 2}, {64, 64, 16, 8, 8, 2},  {128, 128, 16, 8, 8, 1}, {128, 128, 8, 8, 8, 0},
-    {64, 64, 16, 4, 4, 0},  {64, 128, 16, 4, 8, 2}, {32, 32, 8, 4, 4, 0},    {64, 32, 8, 8, 4, 2},
-    {64, 32, 8, 16, 8, 2},  {32, 64, 8, 8, 16, 1},
+    {128, 128, 8, 8, 8, 2, 4, 1},
+    {64, 64, 16, 8, 8, 2, 0, 1},
+    {128, 128, 16, 8, 8, 1, 0, 0},
+    {128, 128, 8, 8, 8, 0, 0, 0},
+    {64, 64, 16, 4, 4, 0, 0, 0},
+    {64, 128, 16, 4, 8, 2, 0, 0},
+    {32, 32, 8, 4, 4, 0, 0, 0},
+    {64, 32, 8, 8, 4, 2, 0, 0},
+    {64, 32, 8, 16, 8, 2, 0, 0},
+    {32, 64, 8, 8, 16, 1, 0, 0},
+    /* the edge path (clamped rows and columns, unguarded whole K steps) and raster orders,
+     * with a partial last group where the tile rows do not divide */
+    {32, 32, 8, 4, 4, 2, 3, 1},
+    {64, 32, 8, 8, 4, 1, 2, 1},
+    {32, 64, 16, 4, 8, 2, 4, 0},
 };
 enum { BUILTIN_CONFIGS = 3 };
 
@@ -99,10 +111,11 @@ static bool run_case(kf_context *ctx, uint32_t m, uint32_t kd, uint32_t n, const
             /* f32 accumulation: the error scales with the sum of |products|, not the result. */
             double err = fabs(c[i * n + j] - ref) / (mag + 1e-30);
             if (!(err <= 1e-5)) {
-                kt_fail(__FILE__, __LINE__,
-                        "%ux%ux%u%s%s cfg %ux%ux%u/%ux%u%s: c[%u,%u] = %g, want %g", m, kd, n,
-                        ta ? " ta" : "", tb ? " tb" : "", cfg->bm, cfg->bn, cfg->bk, cfg->tm,
-                        cfg->tn, tail ? " |> silu" : "", i, j, (double)c[i * n + j], ref);
+                char tile[48];
+                kf__mm_config_str(cfg, tile, sizeof tile);
+                kt_fail(__FILE__, __LINE__, "%ux%ux%u%s%s cfg %s%s: c[%u,%u] = %g, want %g", m, kd,
+                        n, ta ? " ta" : "", tb ? " tb" : "", tile, tail ? " |> silu" : "", i, j,
+                        (double)c[i * n + j], ref);
                 ok = false;
                 break;
             }
@@ -181,9 +194,10 @@ KT_CPU_TEST(ops, matmul_blocked_transposed_refuses_f16) {
 }
 
 KT_CPU_TEST(ops, matmul_blocked_refuses_bad_configs) {
-    kf__mm_config bad[] = {{0, 64, 8, 4, 4, 0},    {64, 64, 6, 4, 4, 0},  {64, 64, 8, 4, 3, 0},
-                           {256, 256, 8, 2, 4, 0}, {64, 64, 8, 32, 4, 0}, {64, 64, 8, 4, 4, 3},
-                           {64, 64, 8, 2, 4, 0},   {256, 256, 8, 4, 4, 2}};
+    kf__mm_config bad[] = {{0, 64, 8, 4, 4, 0, 0, 0},   {64, 64, 6, 4, 4, 0, 0, 0},
+                           {64, 64, 8, 4, 3, 0, 0, 0},  {256, 256, 8, 2, 4, 0, 0, 0},
+                           {64, 64, 8, 32, 4, 0, 0, 0}, {64, 64, 8, 4, 4, 3, 0, 0},
+                           {64, 64, 8, 2, 4, 0, 0, 0},  {256, 256, 8, 4, 4, 2, 0, 0}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         kf_kernel *k = kf__matmul_blocked(64, 64, 64, &bad[i]);
         KT_CHECK(k == NULL, "config %zu accepted", i);

@@ -19,7 +19,7 @@ KT_TEST(ops, matmul_tune_caches_and_plans_use_it) {
 
     kf_matmul_tuning t;
     KT_CHECK_OK(kf_matmul_tune(fresh, 96, 80, 128, &t));
-    kf__mm_config chosen = {t.bm, t.bn, t.bk, t.tm, t.tn, t.stages};
+    kf__mm_config chosen = {t.bm, t.bn, t.bk, t.tm, t.tn, t.stages, t.raster, t.edge};
     KT_CHECK(kf__matmul_blocked_valid(&chosen), "chose an invalid tile %ux%ux%u/%ux%u", t.bm, t.bn,
              t.bk, t.tm, t.tn);
     KT_CHECK(t.candidates >= 5 && t.best_ms > 0.0 && t.default_ms >= t.best_ms,
@@ -47,9 +47,13 @@ KT_TEST(ops, matmul_tune_caches_and_plans_use_it) {
     kf_plan *plan = NULL;
     KT_CHECK_OK(kf_graph_compile(fresh, g, NULL, &plan));
     char *explain = kf_plan_explain(plan, true);
-    char want[64];
-    snprintf(want, sizeof want, "matmul_%ux%ux%u_%ux%u%s", t.bm, t.bn, t.bk, t.tm, t.tn,
-             t.stages == 2 ? "_db" : "");
+    char want[96], raster[16] = "";
+    if (t.raster > 1) {
+        snprintf(raster, sizeof raster, "_r%u", t.raster);
+    }
+    bool edge = t.edge && (96 % t.bm || 128 % t.bn || 80 % t.bk); /* the kernel names the path */
+    snprintf(want, sizeof want, "matmul_%ux%ux%u_%ux%u%s%s%s", t.bm, t.bn, t.bk, t.tm, t.tn,
+             t.stages == 2 ? "_db" : "", raster, edge ? "_e" : "");
     const char *at = explain ? strstr(explain, want) : NULL; /* the whole name: not _db's */
     KT_CHECK(at && at[strlen(want)] != '_', "the plan does not use the tuned %s", want);
     kf_free(explain);

@@ -214,14 +214,20 @@ KT_CPU_TEST(unit, bounds_every_operator_kernel_is_proved_in_bounds) {
     }
     /* the matmul kernels kernel_choose picks on a device: register-blocked and subgroup-matrix */
     static const uint32_t mm[][3] = {{1, 1, 1},      {17, 33, 65},       {64, 64, 64},
-                                     {128, 96, 257}, {4095, 4093, 4097}, {4096, 4096, 4096}};
+                                     {128, 96, 257}, {4095, 4093, 4097}, {4096, 4096, 4096},
+                                     {130, 36, 68}};
     for (uint32_t i = 0; i < sizeof mm / sizeof mm[0]; i++) {
         uint32_t m = mm[i][0], kd = mm[i][1], n = mm[i][2];
-        kf_kernel *ks[3] = {
+        /* the blocked kernel's edge path and raster order too (unguarded loads in whole K
+         * steps, clamped rows and columns, tile indices clamped to the grid) */
+        const kf__mm_config edge = {128, 128, 16, 8, 8, 1, 0, 1},
+                            raster = {64, 64, 8, 8, 4, 2, 3, 1};
+        kf_kernel *ks[5] = {
             kf__matmul_blocked(m, kd, n, kf__mm_default_config(m, kd, n)),
             kf__matmul_sgmat(m, kd, n, NULL, 32),
-            kf__matmul_sgmat(m, kd, n, kf__sgmat_default_config(m, kd, n, true), 32)};
-        for (int v = 0; v < 3; v++) {
+            kf__matmul_sgmat(m, kd, n, kf__sgmat_default_config(m, kd, n, true), 32),
+            kf__matmul_blocked(m, kd, n, &edge), kf__matmul_blocked(m, kd, n, &raster)};
+        for (int v = 0; v < 5; v++) {
             if (!ks[v]) {
                 continue;
             }

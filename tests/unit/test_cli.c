@@ -115,6 +115,8 @@ KT_CPU_TEST(unit, cli_numbers_are_read_strictly) {
         {"run -e 'x: f32[2]' --repeat +5", "--repeat", "'+5'"},
         {"bench --repeat 3.5", "--repeat", "'3.5'"},
         {"bench --seed 12z", "--seed", "'12z'"},
+        {"bench --batch 65", "--batch", "'65'"},
+        {"bench --batch 0", "--batch", "'0'"},
         {"demo --repeat -2", "--repeat", "'-2'"},
         {"demo --seed ''", "--seed", "''"},
         {"verify --seed 1e3", "--seed", "'1e3'"},

@@ -10,7 +10,7 @@
 
 static void bench_usage(FILE *f) {
     fprintf(f, "usage: kfuse bench [--filter RE] [--json] [--size small|full] [--repeat N]\n"
-               "                   [--seed S] [--list] [--json-file PATH]\n\n"
+               "                   [--batch N] [--seed S] [--list] [--json-file PATH]\n\n"
                "Times every case fused and unfused (one dispatch per operator) on this device and\n"
                "compares the throughput with the device's own copy bandwidth and matmul rate,\n"
                "measured first. Cases: element-wise chains of 1 to 8 operators, matmul + bias +\n"
@@ -21,6 +21,9 @@ static void bench_usage(FILE *f) {
                "  --json-file P   print the table and write the JSON lines to P, from one run\n"
                "  --size S        small (default on a CPU adapter) or full (issue 6's sizes)\n"
                "  --repeat N      timed runs per variant, median reported (default 10, small 5)\n"
+               "  --batch N       each timed run is the plan N times back to back in one\n"
+               "                  submission, the time per run reported (1..64; default 1):\n"
+               "                  short plans then run at the clocks of steady work\n"
                "  --seed S        seed of the random inputs (default: fresh, printed in --json)\n"
                "  --list          print the selected cases, their sizes and graphs; run nothing\n");
 }
@@ -59,6 +62,12 @@ int kf_cmd_bench(int argc, char **argv) {
                 return 2;
             }
             opts.repeat = (uint32_t)v;
+        } else if (!strcmp(arg, "--batch") && has_next) {
+            uint64_t v;
+            if (!kf_cli_number("bench", "--batch", argv[++i], 1, 64, &v)) {
+                return 2;
+            }
+            opts.batch = (uint32_t)v;
         } else if (!strcmp(arg, "--seed") && has_next) {
             if (!kf_cli_number("bench", "--seed", argv[++i], 0, UINT64_MAX, &opts.seed)) {
                 return 2;

@@ -60,15 +60,19 @@ int kf_cmd_tune(int argc, char **argv) {
     for (int i = 0; i < count; i++) {
         kf_matmul_tuning t;
         kf_status st = kf_matmul_tune(ctx, shapes[i][0], shapes[i][1], shapes[i][2], &t);
-        char shape[48], tile[48];
+        char shape[48], tile[96];
         snprintf(shape, sizeof shape, "%ux%ux%u", shapes[i][0], shapes[i][1], shapes[i][2]);
         if (st != KF_OK) {
             printf("%-20s %s: %s\n", shape, kf_status_str(st), kf_context_last_error(ctx));
             rc = 1;
             continue;
         }
-        snprintf(tile, sizeof tile, "%ux%ux%u/%ux%u%s", t.bm, t.bn, t.bk, t.tm, t.tn,
-                 t.stages == 2 ? "/db" : "");
+        int len = snprintf(tile, sizeof tile, "%ux%ux%u/%ux%u%s", t.bm, t.bn, t.bk, t.tm, t.tn,
+                           t.stages == 2 ? "/db" : "");
+        if (len > 0 && (size_t)len < sizeof tile && (t.raster > 1 || t.edge)) {
+            snprintf(tile + len, sizeof tile - (size_t)len, "%s%.0u%s", t.raster > 1 ? "/r" : "",
+                     t.raster > 1 ? t.raster : 0, t.edge ? "/e" : "");
+        }
         double flops = 2.0 * shapes[i][0] * (double)shapes[i][1] * shapes[i][2];
         printf("%-20s %-18s %10.4f %10.2f %8.2fx %s\n", shape, tile, t.best_ms,
                flops / (t.best_ms * 1e9), t.default_ms > 0 ? t.default_ms / t.best_ms : 0.0,
