@@ -83,15 +83,16 @@ static bool reads_are_clean(const char *text, char *bad, size_t bad_size) {
             }
             /* what the dispatch writes: after "-> " (and ", ") on its header lines */
             char written[128];
-            snprintf(written, sizeof written, "-> %s ", names[i]);
+            snprintf(written, sizeof written, "-> %.95s ", names[i]);
             const char *w = strstr(d, written);
             char side[128];
-            snprintf(side, sizeof side, "], %s ", names[i]);
+            snprintf(side, sizeof side, "], %.95s ", names[i]);
             const char *s2 = strstr(d, side);
             bool own = (w && w < reads) || (s2 && s2 < reads);
             if (twice || own) {
-                snprintf(bad, bad_size, "%s %s in:%.*s", names[i],
-                         twice ? "listed twice" : "is its own output", (int)(line_end - d), d);
+                int shown = line_end - d < 1024 ? (int)(line_end - d) : 1024;
+                snprintf(bad, bad_size, "%.95s %s in:%.*s", names[i],
+                         twice ? "listed twice" : "is its own output", shown, d);
                 return false;
             }
         }
