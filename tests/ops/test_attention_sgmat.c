@@ -57,9 +57,8 @@ static void reference(const kf__attn_desc *a, const uint16_t *q, const uint16_t 
  * size 0: the register-tiled FMA kernel (f16 storage) instead. */
 static bool run_config(kf_context *ctx, uint32_t sg, const kf__attn_desc *a,
                        const kf__attn_sgmat_config *cfg) {
-    kf_kernel *k = sg == 0 ? kf__attention_tiled(a, KF_DTYPE_F16)
-                   : ctx   ? kf__attention_sgmat_for(ctx, a)
-                           : kf__attention_sgmat_config(a, sg, 0, cfg);
+    kf_kernel *k =
+        sg == 0 ? kf__attention_tiled(a, KF_DTYPE_F16) : kf__attention_sgmat_config(a, sg, 0, cfg);
     if (!k || kf_kernel_status(k) != KF_OK) {
         kt_fail(__FILE__, __LINE__, "no kernel for T %u D %u: %s", a->t, a->d,
                 k ? kf_kernel_error(k) : "NULL");
