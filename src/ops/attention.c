@@ -403,13 +403,17 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
     const bool keys_are_rows = role == ROLE_DK || role == ROLE_DV;
     const bool needs_dp = role == ROLE_DQ || role == ROLE_DK;
     const bool online = role == ROLE_OUT || role == ROLE_PREP;
+    /* what the kernel yields is row statistics, stored in f32 whatever q is (the header says
+     * why): prep's g, attention_lse's lse */
+    const bool stats = role == ROLE_PREP || lse_mode == LSE_ONLY;
+    const kf_dtype out_dtype = stats ? KF_DTYPE_F32 : dtype;
 
     kf_kernel_desc desc = {.name = lse_mode == LSE_ONLY   ? "attention_lse"
                                    : lse_mode == LSE_SIDE ? "attention_with_lse"
                                                           : role_name(role),
                            .workgroup_size = {LANES, ROWS, 1},
                            .input = kf_type_scalar(KF_SCALAR_VOID),
-                           .output = kf__dtype_type(dtype)};
+                           .output = kf__dtype_type(stats ? KF_DTYPE_F32 : dtype)};
     kf_kernel *k = kf_kernel_create(&desc);
     if (!k) {
         return NULL;
@@ -421,7 +425,7 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
     kf_binding bv = kf__bind(k, "v", dtype, KF_ACCESS_READ);
     kf_binding b4 = {0}, blse = {0};
     if (lse_mode == LSE_SIDE) {
-        blse = kf__bind(k, "lse", dtype, KF_ACCESS_READ_WRITE);
+        blse = kf__bind(k, "lse", KF_DTYPE_F32, KF_ACCESS_READ_WRITE);
     }
     if (role == ROLE_PREP) {
         b4 = kf__bind(k, "dy", dtype, KF_ACCESS_READ);
@@ -740,9 +744,9 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
         kf_if(k, kf_binary(k, KF_OP_EQ, lx, kf__u32(k, 0)));
         kf_val lse = kf_add(k, kf_read(k, m_run), kf_call1(k, KF_FN_LOG, kf_read(k, l_run)));
         if (lse_mode == LSE_SIDE) {
-            kf__store_f32(k, blse, kf_add(k, head_row0, row), lse, dtype);
+            kf__store_f32(k, blse, kf_add(k, head_row0, row), lse, KF_DTYPE_F32);
         } else {
-            kf__yield_f32(k, lse, out_row, dtype);
+            kf__yield_f32(k, lse, out_row, KF_DTYPE_F32);
         }
         kf_end(k);
     }
@@ -750,7 +754,7 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
         if (inside[c].id) {
             kf_if(k, inside[c]);
         }
-        kf__yield_f32(k, yields[c], kf_add(k, out_row, cols[c]), dtype);
+        kf__yield_f32(k, yields[c], kf_add(k, out_row, cols[c]), out_dtype);
         if (inside[c].id) {
             kf_end(k);
         }
@@ -758,8 +762,8 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
     if (role == ROLE_PREP) {
         kf_if(k, kf_binary(k, KF_OP_EQ, lx, kf__u32(k, 0)));
         kf_val lse = kf_add(k, kf_read(k, m_run), kf_call1(k, KF_FN_LOG, kf_read(k, l_run)));
-        kf__yield_f32(k, lse, kf_add(k, out_row, kf__u32(k, d)), dtype);
-        kf__yield_f32(k, delta, kf_add(k, out_row, kf__u32(k, d + 1)), dtype);
+        kf__yield_f32(k, lse, kf_add(k, out_row, kf__u32(k, d)), out_dtype);
+        kf__yield_f32(k, delta, kf_add(k, out_row, kf__u32(k, d + 1)), out_dtype);
         kf_end(k);
     }
     kf_end(k);
@@ -829,7 +833,7 @@ static kf_kernel *pack_kernel(const kf_shape *in, const kf_op_params *p, kf_dtyp
     const uint32_t d = a.d, rows = a.bh * a.t;
     kf_kernel_desc desc = {.name = "attention_grad_pack",
                            .workgroup_size = {PACK_LANES, PACK_ROWS, 1},
-                           .output = kf__dtype_type(dtype)};
+                           .output = kf__dtype_type(KF_DTYPE_F32)}; /* g is f32 */
     kf_kernel *k = kf_kernel_create(&desc);
     if (!k) {
         return NULL;
@@ -839,7 +843,7 @@ static kf_kernel *pack_kernel(const kf_shape *in, const kf_op_params *p, kf_dtyp
     kf_kernel_set_grid(k, groups);
     kf_binding bdy = kf__bind(k, "dy", dtype, KF_ACCESS_READ);
     kf_binding bo = kf__bind(k, "o", dtype, KF_ACCESS_READ);
-    kf_binding blse = kf__bind(k, "lse", dtype, KF_ACCESS_READ);
+    kf_binding blse = kf__bind(k, "lse", KF_DTYPE_F32, KF_ACCESS_READ);
     kf_shared parts =
         kf_kernel_workgroup(k, "parts", kf_type_scalar(KF_SCALAR_F32), PACK_ROWS * PACK_LANES);
     kf_val local = kf_builtin_get(k, KF_BUILTIN_LOCAL_ID);
@@ -858,7 +862,7 @@ static kf_kernel *pack_kernel(const kf_shape *in, const kf_op_params *p, kf_dtyp
         kf_assign(k, part,
                   kf_call3(k, KF_FN_FMA, dyv, kf__load_f32(k, bo, at, dtype), kf_read(k, part)));
         kf_if(k, valid);
-        kf__yield_f32(k, dyv, kf_add(k, out_row, c), dtype);
+        kf__yield_f32(k, dyv, kf_add(k, out_row, c), KF_DTYPE_F32);
         kf_end(k);
     }
     kf_end(k);
@@ -872,8 +876,9 @@ static kf_kernel *pack_kernel(const kf_shape *in, const kf_op_params *p, kf_dtyp
         sum = kf_add(k, sum, kf_shared_load(k, parts, i ? kf_add(k, first, kf__u32(k, i)) : first));
     }
     kf_val delta = kf_let(k, "delta", sum);
-    kf__yield_f32(k, kf__load_f32(k, blse, rowc, dtype), kf_add(k, out_row, kf__u32(k, d)), dtype);
-    kf__yield_f32(k, delta, kf_add(k, out_row, kf__u32(k, d + 1)), dtype);
+    kf__yield_f32(k, kf__load_f32(k, blse, rowc, KF_DTYPE_F32), kf_add(k, out_row, kf__u32(k, d)),
+                  KF_DTYPE_F32);
+    kf__yield_f32(k, delta, kf_add(k, out_row, kf__u32(k, d + 1)), KF_DTYPE_F32);
     kf_end(k);
     return k;
 }
@@ -994,6 +999,7 @@ const kf_operator kf__op_attention_grad_prep = {
     KF__PARAMS(kf__attn_params),
     .shape = prep_shape,
     .spec_forward = prep_spec,
+    .f32_output = true,
     .kernel_forward = prep_kernel,
     .tolerance_f32 = 2e-4,
     .tolerance_f16 = 2e-3,
@@ -1024,6 +1030,7 @@ const kf_operator kf__op_attention_lse = {
     KF__PARAMS(kf__attn_params),
     .shape = lse_shape,
     .spec_forward = lse_spec,
+    .f32_output = true,
     .kernel_forward = lse_kernel,
     .tolerance_f32 = 2e-4,
     .tolerance_f16 = 2e-3,
@@ -1044,6 +1051,8 @@ const kf_operator kf__op_attention_grad_pack = {
     KF__INPUTS(pack_inputs),
     .shape = pack_shape,
     .spec_forward = pack_spec,
+    .f32_inputs = 1u << 2, /* lse */
+    .f32_output = true,
     .kernel_forward = pack_kernel,
     .tolerance_f32 = 2e-4,
     .tolerance_f16 = 2e-3,
