@@ -17,20 +17,14 @@
  * checks 8 rows of dq and 8 of dk (keys among the last 64: the causal ones cost little) against
  * float64 on the host, so a fast wrong kernel shows: err_dk against each row's own scale,
  * err_dk_tensor against 1% of the rms of all of dk (kfuse verify's floor), and the largest |dk|
- * checked (f16 holds below 6.1e-5 as subnormals, 2^-24 apart). */
+ * checked (f16 holds below 6.1e-5 as subnormals, 2^-24 apart). The cases, inputs and timing are
+ * attention_common.c's, shared with kfuse_bench_attention. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/half.h"
-#include "kfuse.h"
-
-typedef struct bench_case {
-    uint32_t b, h, t, d;
-    kf_dtype dtype;
-    bool causal;
-} bench_case;
+#include "attention_common.h"
 
 /* float64 dq row qi and dk row ki of one head (rows of D floats, T per head); dk sums over the
  * queries that see key ki (causal: ki .. T - 1, cheap for a key near the end). */
@@ -38,7 +32,7 @@ typedef struct bench_case {
  * *lse_err; from_g: P and delta from g's lse and delta instead (what the kernels compute from),
  * which tells the statistics' rounding in g (f16) from the kernels' own error. */
 static void reference(const float *q, const float *k, const float *v, const float *dy,
-                      const bench_case *c, uint64_t head, uint32_t qi, uint32_t ki, double *dq,
+                      const attn_case *c, uint64_t head, uint32_t qi, uint32_t ki, double *dq,
                       double *dk, const float *g, double *lse_err, bool from_g) {
     uint32_t t = c->t, d = c->d;
     double scale = 1.0 / sqrt((double)d);
@@ -99,37 +93,8 @@ static void reference(const float *q, const float *k, const float *v, const floa
     free(dp);
 }
 
-/* The worst |got - ref| / max(|ref|, floor) over a row; floor 0: 1% of the row's rms. */
-static double row_error(const float *got, const double *ref, uint32_t d, double floor) {
-    double ss = 0, worst = 0;
-    for (uint32_t e = 0; e < d; e++) {
-        ss += ref[e] * ref[e];
-    }
-    floor = floor > 0 ? floor : fmax(0.01 * sqrt(ss / d), 1e-12);
-    for (uint32_t e = 0; e < d; e++) {
-        double err = fabs(got[e] - ref[e]) / fmax(fabs(ref[e]), floor);
-        worst = err > worst || err != err ? err : worst;
-    }
-    return worst;
-}
-
-static kf_plan *compile_text(kf_context *ctx, const char *text, uint32_t max_bindings) {
-    kf_graph *g = NULL;
-    kf_spec_error err;
-    if (kf_spec_parse(text, strlen(text), &g, &err) != KF_OK) {
-        fprintf(stderr, "spec: %s\n", err.message);
-        return NULL;
-    }
-    kf_plan *p = NULL;
-    kf_compile_options o = {.max_storage_buffers = max_bindings};
-    if (kf_graph_compile(ctx, g, &o, &p) != KF_OK) {
-        fprintf(stderr, "compile: %s\n", kf_context_last_error(ctx));
-    }
-    kf_graph_destroy(g);
-    return p;
-}
-
-static bool run_case(kf_context *ctx, const bench_case *c, uint32_t repeat, bool json) {
+static bool run_case(kf_context *ctx, const attn_case *c, const attn_args *a) {
+    bool json = a->json;
     const char *dt = c->dtype == KF_DTYPE_F16 ? "f16" : "f32";
     const char *causal = c->causal ? "true" : "false";
     char decl[128], bwd[2048], prep[1024];
@@ -144,27 +109,16 @@ static bool run_case(kf_context *ctx, const bench_case *c, uint32_t repeat, bool
              "q: %s\nk: %s\nv: %s\ndy: %s\ng = attention_grad_prep(q, k, v, dy, causal=%s)\n"
              "out g\n",
              decl, decl, decl, decl, causal);
-    kf_plan *plans[3] = {compile_text(ctx, bwd, 0), compile_text(ctx, bwd, 5),
-                         compile_text(ctx, prep, 0)};
+    kf_plan *plans[3] = {attn_compile(ctx, bwd, 0), attn_compile(ctx, bwd, 5),
+                         attn_compile(ctx, prep, 0)};
     kf_shape s = {4, {c->b, c->h, c->t, c->d}};
     kf_tensor *in[4] = {0}, *dq = NULL, *dk = NULL;
     static const char *const names[4] = {"q", "k", "v", "dy"};
     bool ok = plans[0] && plans[1] && plans[2] && kf_tensor_create(&s, &dq) == KF_OK &&
               kf_tensor_create(&s, &dk) == KF_OK;
-    for (int i = 0; ok && i < 4; i++) {
-        ok = kf_tensor_create(&s, &in[i]) == KF_OK;
-        kf_tensor_fill_random(in[i], 1234u + (uint64_t)i, -1.0f, 1.0f);
-        for (uint64_t e = 0; ok && c->dtype == KF_DTYPE_F16 && e < kf_tensor_size(in[i]); e++) {
-            in[i]->data[e] = kf__half_to_float(kf__half_from_float(in[i]->data[e]));
-        }
-        for (int p = 0; ok && p < 3; p++) {
-            ok = kf_plan_set_input(plans[p], names[i], in[i]) == KF_OK;
-        }
-    }
+    ok = ok && attn_inputs(c, in);
     kf_timing tm[3] = {{0}};
-    for (int p = 0; ok && p < 3; p++) {
-        ok = kf_plan_time(plans[p], repeat, &tm[p]) == KF_OK;
-    }
+    ok = ok && attn_time(plans, 3, in, names, 4, NULL, a->repeat, tm);
     ok = ok && kf_plan_get_output(plans[0], "dq", dq) == KF_OK &&
          kf_plan_get_output(plans[0], "dk", dk) == KF_OK;
     /* dk of the last keys of a causal head is tiny (few queries see them, with small P): in f16
@@ -197,12 +151,12 @@ static bool run_case(kf_context *ctx, const bench_case *c, uint32_t repeat, bool
             reference(in[0]->data, in[1]->data, in[2]->data, in[3]->data, c, head, qi, ki, rq2, rk2,
                       g->data, &lse_unused, true);
             err_dk_g =
-                fmax(err_dk_g, row_error(dk->data + base + (uint64_t)ki * c->d, rk2, c->d, 0));
+                fmax(err_dk_g, attn_row_error(dk->data + base + (uint64_t)ki * c->d, rk2, c->d, 0));
         }
         const float *got_dk = dk->data + base + (uint64_t)ki * c->d;
-        err_dq = fmax(err_dq, row_error(dq->data + base + (uint64_t)qi * c->d, rq, c->d, 0));
-        err_dk = fmax(err_dk, row_error(got_dk, rk, c->d, 0));
-        err_dk_tensor = fmax(err_dk_tensor, row_error(got_dk, rk, c->d, dk_floor));
+        err_dq = fmax(err_dq, attn_row_error(dq->data + base + (uint64_t)qi * c->d, rq, c->d, 0));
+        err_dk = fmax(err_dk, attn_row_error(got_dk, rk, c->d, 0));
+        err_dk_tensor = fmax(err_dk_tensor, attn_row_error(got_dk, rk, c->d, dk_floor));
         for (uint32_t e = 0; e < c->d; e++) {
             dk_max = fmax(dk_max, fabs(rk[e]));
         }
@@ -235,9 +189,7 @@ static bool run_case(kf_context *ctx, const bench_case *c, uint32_t repeat, bool
                err_dk_tensor, dk_max, lse_err, err_dk_g);
     }
     fflush(stdout);
-    for (int i = 0; i < 4; i++) {
-        kf_tensor_destroy(in[i]);
-    }
+    attn_inputs_destroy(in);
     kf_tensor_destroy(dq);
     kf_tensor_destroy(dk);
     kf_tensor_destroy(g);
@@ -247,73 +199,21 @@ static bool run_case(kf_context *ctx, const bench_case *c, uint32_t repeat, bool
     return ok;
 }
 
-static int usage(void) {
-    fprintf(stderr, "usage: kfuse_bench_attention_grad [--T N]... [--D N]... [--dtype f16|f32]... "
-                    "[--B N] [--H N] [--no-causal] [--repeat N] [--json]\n");
-    return 2;
+static void header(const kf_adapter_info *info) {
+    printf("%s (%s)\n%-4s %3s %3s %5s %4s %-6s %10s %11s %9s %9s %8s %9s %9s %9s %9s %9s %9s\n",
+           info->device, info->backend, "type", "B", "H", "T", "D", "causal", "bwd_ms",
+           "unpaired_ms", "prep_ms", "grads_ms", "bwd_TF/s", "err_dq", "err_dk", "err_dk_all",
+           "dk_max", "lse_err", "dk_from_g");
 }
 
 int main(int argc, char **argv) {
-    uint32_t ts[8] = {1024, 4096}, ds[8] = {64, 128}, nt = 0, nd = 0, b = 0, h = 16, repeat = 10;
-    kf_dtype dts[2] = {KF_DTYPE_F16, KF_DTYPE_F32};
-    uint32_t ndt = 0;
-    bool causal = true, json = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        unsigned n = 0;
-        bool num = v && sscanf(v, "%u", &n) == 1 && n > 0;
-        if (!strcmp(a, "--T") && num && nt < 8) {
-            ts[nt++] = n, i++;
-        } else if (!strcmp(a, "--D") && num && nd < 8) {
-            ds[nd++] = n, i++;
-        } else if (!strcmp(a, "--B") && num) {
-            b = n, i++;
-        } else if (!strcmp(a, "--H") && num) {
-            h = n, i++;
-        } else if (!strcmp(a, "--repeat") && num) {
-            repeat = n, i++;
-        } else if (!strcmp(a, "--dtype") && v && (!strcmp(v, "f16") || !strcmp(v, "f32")) &&
-                   ndt < 2) {
-            dts[ndt++] = v[1] == '1' ? KF_DTYPE_F16 : KF_DTYPE_F32, i++;
-        } else if (!strcmp(a, "--no-causal")) {
-            causal = false;
-        } else if (!strcmp(a, "--json")) {
-            json = true;
-        } else {
-            return usage();
-        }
+    attn_args a;
+    if (!attn_args_parse(argc, argv, 0,
+                         "usage: kfuse_bench_attention_grad [--T N]... [--D N]... "
+                         "[--dtype f16|f32]... [--B N] [--H N] [--no-causal] [--repeat N] "
+                         "[--json]\n",
+                         &a)) {
+        return 2;
     }
-    nt = nt ? nt : 2;
-    nd = nd ? nd : 2;
-    ndt = ndt ? ndt : 2;
-    kf_context *ctx = NULL;
-    kf_context_desc desc = {0};
-    if (kf_context_create(&desc, &ctx) != KF_OK) {
-        fprintf(stderr, "kfuse_bench_attention_grad: no device\n");
-        return 1;
-    }
-    kf_adapter_info info;
-    kf_context_adapter_info(ctx, &info);
-    if (!json) {
-        printf("%s (%s)\n%-4s %3s %3s %5s %4s %-6s %10s %11s %9s %9s %8s %9s %9s %9s %9s %9s %9s\n",
-               info.device, info.backend, "type", "B", "H", "T", "D", "causal", "bwd_ms",
-               "unpaired_ms", "prep_ms", "grads_ms", "bwd_TF/s", "err_dq", "err_dk", "err_dk_all",
-               "dk_max", "lse_err", "dk_from_g");
-    }
-    int rc = 0;
-    for (uint32_t x = 0; x < ndt; x++) {
-        if (dts[x] == KF_DTYPE_F16 && !info.has_f16) {
-            fprintf(stderr, "f16: the device has no shader-f16; skipped\n");
-            continue;
-        }
-        for (uint32_t y = 0; y < nt; y++) {
-            for (uint32_t z = 0; z < nd; z++) {
-                bench_case c = {
-                    b ? b : (8192 / ts[y] ? 8192 / ts[y] : 1), h, ts[y], ds[z], dts[x], causal};
-                rc |= run_case(ctx, &c, repeat, json) ? 0 : 1;
-            }
-        }
-    }
-    kf_context_destroy(ctx);
-    return rc;
+    return attn_main("kfuse_bench_attention_grad", &a, header, run_case);
 }
