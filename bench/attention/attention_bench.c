@@ -9,8 +9,8 @@
  * Default: T 1024 and 4096, D 64 and 128, f16 and f32, H 16, B = 8192 / T (8192 tokens a case),
  * causal. Forward is the graph `o = attention(q, k, v)` (one dispatch); forward + backward is the
  * graph autodiff makes of it for a given dy (the forward with its row statistics lse as a second
- * output, attention_grad_pack, then attention_grad_q / _k / _v: five dispatches), timed as one
- * plan, so fwdbwd_ms
+ * output, attention_grad_pack, attention_grad_q writing attention_grad_stats's g2 on the way,
+ * then attention_grad_k + _v from g2: four dispatches), timed as one plan, so fwdbwd_ms
  * and bwd_ms = fwdbwd_ms - fwd_ms are what a training step spends. FLOPs count FlashAttention's
  * convention: 4 B H T^2 D forward (halved when causal), 2.5 times that backward, whatever a
  * kernel recomputes. Each case checks 8 rows of o and of dq against a float64 reference on the
@@ -83,10 +83,11 @@ static bool run_case(kf_context *ctx, const attn_case *c, const attn_args *a) {
     snprintf(bwd, sizeof bwd,
              "q: %s\nk: %s\nv: %s\ndy: %s\no = attention(q, k, v, causal=%s)\n"
              "lse = attention_lse(q, k, v, causal=%s)\ng = attention_grad_pack(dy, o, lse)\n"
+             "g2 = attention_grad_stats(q, k, v, g, causal=%s)\n"
              "dq = attention_grad_q(q, k, v, g, causal=%s)\n"
-             "dk = attention_grad_k(q, k, v, g, causal=%s)\n"
-             "dv = attention_grad_v(q, k, v, g, causal=%s)\nout o, dq, dk, dv\n",
-             decl, decl, decl, decl, causal, causal, causal, causal, causal);
+             "dk = attention_grad_k(q, k, v, g2, causal=%s)\n"
+             "dv = attention_grad_v(q, k, v, g2, causal=%s)\nout o, dq, dk, dv\n",
+             decl, decl, decl, decl, causal, causal, causal, causal, causal, causal);
     kf_plan *pf = attn_compile(ctx, fwd, 0), *pb = pf ? attn_compile(ctx, bwd, 0) : NULL;
     for (int i = 0; explain && pb && i < 2; i++) {
         char *text = kf_plan_explain(i ? pb : pf, false);

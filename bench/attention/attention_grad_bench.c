@@ -5,20 +5,23 @@
  *                              [--no-causal] [--repeat N] [--json]
  *
  * Default: T 1024 and 4096, D 64 and 128, f16 and f32, H 16, B = 8192 / T, causal (the cases of
- * kfuse_bench_attention and torch_attention.py). Per case, three plans from the graph autodiff
- * emits (g = attention_grad_prep(q, k, v, dy); dq, dk, dv = attention_grad_q / _k / _v(q, k, v,
- * g)):
+ * kfuse_bench_attention and torch_attention.py). Per case, three plans from the graph
+ * g = attention_grad_prep(q, k, v, dy); dq, dk, dv = attention_grad_q / _k / _v(q, k, v, g):
  *   bwd_ms       the whole backward as planned: prep, dq, and dk + dv in one kernel (3 dispatches)
  *   unpaired_ms  the same with dk and dv in kernels of their own (4 dispatches: what the planner
  *                did before dk + dv became companions; a binding budget of 5 keeps them apart)
  *   prep_ms      attention_grad_prep alone (a forward pass: attention.c's kernel)
- * grads_ms = bwd_ms - prep_ms is the gradient kernels' share. FLOPs as kfuse_bench_attention
- * counts them (2.5 times the forward's 4 B H T^2 D, halved when causal), over bwd_ms. Each case
- * checks 8 rows of dq and 8 of dk (keys among the last 64: the causal ones cost little) against
- * float64 on the host, so a fast wrong kernel shows: err_dk against each row's own scale,
- * err_dk_tensor against 1% of the rms of all of dk (kfuse verify's floor), and the largest |dk|
- * checked (f16 holds below 6.1e-5 as subnormals, 2^-24 apart). The cases, inputs and timing are
- * attention_common.c's, shared with kfuse_bench_attention. */
+ * grads_ms = bwd_ms - prep_ms is the gradient kernels' share; and the backward autodiff emits,
+ * from the forward's o and lse (run once before):
+ *   train_ms     attention_grad_pack, dq writing g2 = attention_grad_stats on the way, dk + dv
+ *                from g2 (3 dispatches: what a training step's backward spends on attention)
+ * with its own errors (err_dq_tr: dq's, row scale; err_dk_tr: dk's against 1% of dk's rms). FLOPs
+ * as kfuse_bench_attention counts them (2.5 times the forward's 4 B H T^2 D, halved when causal),
+ * over bwd_ms. Each case checks 8 rows of dq and 8 of dk (keys among the last 64: the causal ones
+ * cost little) against float64 on the host, so a fast wrong kernel shows: err_dk against each row's
+ * own scale, err_dk_tensor against 1% of the rms of all of dk (kfuse verify's floor), and the
+ * largest |dk| checked (f16 holds below 6.1e-5 as subnormals, 2^-24 apart). The cases, inputs and
+ * timing are attention_common.c's, shared with kfuse_bench_attention. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,8 +100,22 @@ static bool run_case(kf_context *ctx, const attn_case *c, const attn_args *a) {
     bool json = a->json;
     const char *dt = c->dtype == KF_DTYPE_F16 ? "f16" : "f32";
     const char *causal = c->causal ? "true" : "false";
-    char decl[128], bwd[2048], prep[1024];
+    char decl[128], lse_decl[128], bwd[2048], prep[1024], fwd[1024], train[2048];
     snprintf(decl, sizeof decl, "%s[%u, %u, %u, %u]", dt, c->b, c->h, c->t, c->d);
+    snprintf(lse_decl, sizeof lse_decl, "f32[%u, %u, %u, 1]", c->b, c->h, c->t);
+    /* the backward a training step runs (autodiff's graph, src/fuse/autodiff.c), from the
+     * forward's o and lse: pack, dq writing g2 on the way, dk + dv from g2 */
+    snprintf(fwd, sizeof fwd,
+             "q: %s\nk: %s\nv: %s\no = attention(q, k, v, causal=%s)\n"
+             "lse = attention_lse(q, k, v, causal=%s)\nout o, lse\n",
+             decl, decl, decl, causal, causal);
+    snprintf(train, sizeof train,
+             "q: %s\nk: %s\nv: %s\ndy: %s\no: %s\nlse: %s\ng = attention_grad_pack(dy, o, lse)\n"
+             "g2 = attention_grad_stats(q, k, v, g, causal=%s)\n"
+             "dq = attention_grad_q(q, k, v, g, causal=%s)\n"
+             "dk = attention_grad_k(q, k, v, g2, causal=%s)\n"
+             "dv = attention_grad_v(q, k, v, g2, causal=%s)\nout dq, dk, dv\n",
+             decl, decl, decl, decl, decl, lse_decl, causal, causal, causal, causal);
     snprintf(bwd, sizeof bwd,
              "q: %s\nk: %s\nv: %s\ndy: %s\ng = attention_grad_prep(q, k, v, dy, causal=%s)\n"
              "dq = attention_grad_q(q, k, v, g, causal=%s)\n"
@@ -109,23 +126,36 @@ static bool run_case(kf_context *ctx, const attn_case *c, const attn_args *a) {
              "q: %s\nk: %s\nv: %s\ndy: %s\ng = attention_grad_prep(q, k, v, dy, causal=%s)\n"
              "out g\n",
              decl, decl, decl, decl, causal);
-    kf_plan *plans[3] = {attn_compile(ctx, bwd, 0), attn_compile(ctx, bwd, 5),
-                         attn_compile(ctx, prep, 0)};
-    kf_shape s = {4, {c->b, c->h, c->t, c->d}};
-    kf_tensor *in[4] = {0}, *dq = NULL, *dk = NULL;
+    kf_plan *plans[4] = {attn_compile(ctx, bwd, 0), attn_compile(ctx, bwd, 5),
+                         attn_compile(ctx, prep, 0), attn_compile(ctx, train, 0)};
+    kf_plan *pf = attn_compile(ctx, fwd, 0);
+    kf_shape s = {4, {c->b, c->h, c->t, c->d}}, ls = {4, {c->b, c->h, c->t, 1}};
+    kf_tensor *in[4] = {0}, *dq = NULL, *dk = NULL, *o = NULL, *lse = NULL, *dq_t = NULL,
+              *dk_t = NULL;
     static const char *const names[4] = {"q", "k", "v", "dy"};
-    bool ok = plans[0] && plans[1] && plans[2] && kf_tensor_create(&s, &dq) == KF_OK &&
-              kf_tensor_create(&s, &dk) == KF_OK;
+    bool ok = plans[0] && plans[1] && plans[2] && plans[3] && pf &&
+              kf_tensor_create(&s, &dq) == KF_OK && kf_tensor_create(&s, &dk) == KF_OK &&
+              kf_tensor_create(&s, &o) == KF_OK && kf_tensor_create(&ls, &lse) == KF_OK &&
+              kf_tensor_create(&s, &dq_t) == KF_OK && kf_tensor_create(&s, &dk_t) == KF_OK;
     ok = ok && attn_inputs(c, in);
-    kf_timing tm[3] = {{0}};
-    ok = ok && attn_time(plans, 3, in, names, 4, NULL, a->repeat, tm);
+    for (int i = 0; ok && i < 3; i++) {
+        ok = kf_plan_set_input(pf, names[i], in[i]) == KF_OK;
+    }
+    ok = ok && kf_plan_run(pf) == KF_OK && kf_plan_get_output(pf, "o", o) == KF_OK &&
+         kf_plan_get_output(pf, "lse", lse) == KF_OK &&
+         kf_plan_set_input(plans[3], "o", o) == KF_OK &&
+         kf_plan_set_input(plans[3], "lse", lse) == KF_OK;
+    kf_timing tm[4] = {{0}};
+    ok = ok && attn_time(plans, 4, in, names, 4, NULL, a->repeat, tm);
     ok = ok && kf_plan_get_output(plans[0], "dq", dq) == KF_OK &&
-         kf_plan_get_output(plans[0], "dk", dk) == KF_OK;
+         kf_plan_get_output(plans[0], "dk", dk) == KF_OK &&
+         kf_plan_get_output(plans[3], "dq", dq_t) == KF_OK &&
+         kf_plan_get_output(plans[3], "dk", dk_t) == KF_OK;
     /* dk of the last keys of a causal head is tiny (few queries see them, with small P): in f16
      * it lies among the subnormals, so beside the row's own scale its error is also judged
      * against 1% of the rms of the whole dk (kfuse verify's floor) */
     double err_dq = 0, err_dk = 0, err_dk_tensor = 0, dk_max = 0, dk_ss = 0, lse_err = 0,
-           err_dk_g = 0;
+           err_dk_g = 0, err_dq_t = 0, err_dk_t = 0, err_dk_t_tensor = 0;
     double *rq2 = malloc(c->d * sizeof *rq2), *rk2 = malloc(c->d * sizeof *rk2);
     kf_shape gs = s;
     gs.dims[3] += 2;
@@ -157,6 +187,11 @@ static bool run_case(kf_context *ctx, const attn_case *c, const attn_args *a) {
         err_dq = fmax(err_dq, attn_row_error(dq->data + base + (uint64_t)qi * c->d, rq, c->d, 0));
         err_dk = fmax(err_dk, attn_row_error(got_dk, rk, c->d, 0));
         err_dk_tensor = fmax(err_dk_tensor, attn_row_error(got_dk, rk, c->d, dk_floor));
+        const float *got_dk_t = dk_t->data + base + (uint64_t)ki * c->d;
+        err_dq_t =
+            fmax(err_dq_t, attn_row_error(dq_t->data + base + (uint64_t)qi * c->d, rq, c->d, 0));
+        err_dk_t = fmax(err_dk_t, attn_row_error(got_dk_t, rk, c->d, 0));
+        err_dk_t_tensor = fmax(err_dk_t_tensor, attn_row_error(got_dk_t, rk, c->d, dk_floor));
         for (uint32_t e = 0; e < c->d; e++) {
             dk_max = fmax(dk_max, fabs(rk[e]));
         }
@@ -177,33 +212,42 @@ static bool run_case(kf_context *ctx, const attn_case *c, const attn_args *a) {
             "\"prep_ms\": %.4f, \"grads_ms\": %.4f, \"bwd_tflops\": %.3f, "
             "\"max_rel_err_dq\": %.3g, \"max_rel_err_dk\": %.3g, \"max_rel_err_dk_tensor\": %.3g, "
             "\"dk_checked_max\": %.3g, \"lse_max_abs_err\": %.3g, \"max_rel_err_dk_from_g\": "
-            "%.3g}\n",
+            "%.3g, \"train_ms\": %.4f, \"train_tflops\": %.3f, \"max_rel_err_dq_train\": %.3g, "
+            "\"max_rel_err_dk_train\": %.3g, \"max_rel_err_dk_train_tensor\": %.3g}\n",
             dt, c->b, c->h, c->t, c->d, causal, tm[0].median_ms, tm[1].median_ms, tm[2].median_ms,
             tm[0].median_ms - tm[2].median_ms, tf, err_dq, err_dk, err_dk_tensor, dk_max, lse_err,
-            err_dk_g);
+            err_dk_g, tm[3].median_ms, flops / (tm[3].median_ms * 1e9), err_dq_t, err_dk_t,
+            err_dk_t_tensor);
     } else {
         printf("%-4s %3u %3u %5u %4u %-6s %10.3f %11.3f %9.3f %9.3f %8.2f %9.2g %9.2g %9.2g %9.2g "
-               "%9.2g %9.2g\n",
+               "%9.2g %9.2g %9.3f %9.2g %9.2g\n",
                dt, c->b, c->h, c->t, c->d, causal, tm[0].median_ms, tm[1].median_ms,
                tm[2].median_ms, tm[0].median_ms - tm[2].median_ms, tf, err_dq, err_dk,
-               err_dk_tensor, dk_max, lse_err, err_dk_g);
+               err_dk_tensor, dk_max, lse_err, err_dk_g, tm[3].median_ms, err_dq_t,
+               err_dk_t_tensor);
     }
     fflush(stdout);
     attn_inputs_destroy(in);
     kf_tensor_destroy(dq);
     kf_tensor_destroy(dk);
     kf_tensor_destroy(g);
-    for (int p = 0; p < 3; p++) {
+    kf_tensor_destroy(o);
+    kf_tensor_destroy(lse);
+    kf_tensor_destroy(dq_t);
+    kf_tensor_destroy(dk_t);
+    for (int p = 0; p < 4; p++) {
         kf_plan_destroy(plans[p]);
     }
+    kf_plan_destroy(pf);
     return ok;
 }
 
 static void header(const kf_adapter_info *info) {
-    printf("%s (%s)\n%-4s %3s %3s %5s %4s %-6s %10s %11s %9s %9s %8s %9s %9s %9s %9s %9s %9s\n",
+    printf("%s (%s)\n%-4s %3s %3s %5s %4s %-6s %10s %11s %9s %9s %8s %9s %9s %9s %9s %9s %9s "
+           "%9s %9s %9s\n",
            info->device, info->backend, "type", "B", "H", "T", "D", "causal", "bwd_ms",
            "unpaired_ms", "prep_ms", "grads_ms", "bwd_TF/s", "err_dq", "err_dk", "err_dk_all",
-           "dk_max", "lse_err", "dk_from_g");
+           "dk_max", "lse_err", "dk_from_g", "train_ms", "err_dq_tr", "err_dk_tr");
 }
 
 int main(int argc, char **argv) {
