@@ -11,8 +11,9 @@
 # and the pair kernel's tests (kfuse_tests --suite fusion attention_dk), where
 # the binaries are built. Three files in $OUT (default bench-out/): attention_bwd_kfuse.jsonl,
 # attention_bwd_torch.jsonl, attention_bwd.txt (the table, the checks, the logs). At most 150 s
-# (each part has its own timeout: 95 + 30 + 20 + 5; the benchmark prints a line a case, so a
-# cut run still tables the cases it finished).
+# (each part has its own timeout: 70 + 28 + 4 x 8 (tilings; one the device's workgroup memory
+# does not fit runs the default) + 15 + 5; the benchmark prints a line a case, so a cut run
+# still tables the cases it finished).
 #
 #   bench/attention_bwd.sh            (from the repository root or anywhere)
 #
@@ -36,10 +37,10 @@ if [ "${VKMASK:-1}" != 0 ] && [ -f "$VKMASK_DIR/VkLayer_kfuse_vendor_mask.json" 
 fi
 
 # shellcheck disable=SC2086
-timeout 95 "$BENCH" --json $ARGS >"$OUT/attention_bwd_kfuse.jsonl" 2>"$OUT/attention_bwd.txt"
+timeout 70 "$BENCH" --json --repeat 5 $ARGS >"$OUT/attention_bwd_kfuse.jsonl" 2>"$OUT/attention_bwd.txt"
 echo "kfuse: exit $?" >>"$OUT/attention_bwd.txt"
 # shellcheck disable=SC2086
-timeout 30 "$PYTHON" bench/torch_attention.py --impl sdpa --time-limit 24 \
+timeout 28 "$PYTHON" bench/torch_attention.py --impl sdpa --time-limit 22 \
     --json "$OUT/attention_bwd_torch.jsonl" $ARGS >>"$OUT/attention_bwd.txt" 2>&1
 echo "torch: exit $?" >>"$OUT/attention_bwd.txt"
 
@@ -74,10 +75,24 @@ for key in sorted(set(k) | set(t)):
           f"{g('max_rel_err_dq_train', 9)} {g('max_rel_err_dk_train_tensor', 9)}")
 PY
 
+# other tilings of the gradient kernels ($KF_ATTN_GRAD_TILES = rr,rc,wx,wy: rows and columns an
+# invocation owns, invocations across and down; src/ops/attention_grad.c) at T 4096, f16: train_ms
+echo "== tilings (KF_ATTN_GRAD_TILES), f16 T 4096, train_ms" >>"$OUT/attention_bwd.txt"
+for tiles in 4,4,8,8 4,2,16,8 2,2,16,16 4,1,8,8; do
+    KF_ATTN_GRAD_TILES=$tiles timeout 8 "$BENCH" --json --T 4096 --D 64 --D 128 --dtype f16 \
+        --repeat 3 2>/dev/null | "$PYTHON" -c '
+import json, sys
+for line in sys.stdin:
+    if line.startswith("{"):
+        r = json.loads(line)
+        print("tiles %-10s D %4d train_ms %9.3f err_dk_tr %s" % (sys.argv[1], r["D"],
+              r["train_ms"], r["max_rel_err_dk_train_tensor"]))' "$tiles" >>"$OUT/attention_bwd.txt"
+done
+
 if [ -x "$BIN/kfuse" ]; then
     echo "== kfuse verify attention_grad_stats attention_grad_k (dq's and dk's kernels)" \
         >>"$OUT/attention_bwd.txt"
-    timeout 20 "$BIN/kfuse" verify attention_grad_stats attention_grad_k \
+    timeout 15 "$BIN/kfuse" verify attention_grad_stats attention_grad_k \
         >>"$OUT/attention_bwd.txt" 2>&1
     echo "verify: exit $?" >>"$OUT/attention_bwd.txt"
 fi

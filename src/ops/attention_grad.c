@@ -4,7 +4,10 @@
  *   attention_grad_q(q, k, v, g)  -> dq
  *   attention_grad_k(q, k, v, g)  -> dk   (with attention_grad_v as its companion: both)
  *   attention_grad_v(q, k, v, g)  -> dv
+ *   attention_grad_stats(q, k, v, g) -> g' (g with each row's exact lse and delta; dq's
+ *                                        kernel writes it on the way: its companion)
  *
+ * g and g' are f32 whatever q, k and v are (attention.c's header says why).
  * One generator, FlashAttention-2's backward on FMA units with register tiles. A workgroup owns
  * br rows of one (batch, head): queries for dq, keys for dk and dv. It stages its rows' two
  * operands once (q and dy, or k and v) and walks the other side bc columns at a time (k and v,
@@ -13,12 +16,16 @@
  *   1. every invocation owns rr rows x rc columns of the tile's scores: rr + rc vec4 loads give
  *      rr rc dot products of 4 terms (twice: s = row . col, and dP with the second operands);
  *   2. it turns them into P = exp(scale s - lse) and dS = P (dP - delta), zero where the query
- *      does not see the key, into workgroup memory;
+ *      does not see the key, into workgroup memory, transposed: a column's values for the
+ *      invocation's rr rows side by side (one vec4 when rr is 4);
  *   3. it accumulates its rows' results over the tile's columns, vec4 columns tx, tx + wx, ...:
- *      dk += dS q and dv += P dy (or dq's two sums), a scalar P or dS times a vec4 of the tile.
- * The tiling (rr, rc, wx, wy) is the largest of a short list whose workgroup memory fits the
+ *      dk += dS q and dv += P dy (or dq's two sums), a scalar P or dS times a vec4 of the tile;
+ *      per column one load of P (and of dS) for its rr rows, and each vec4 of the tile loaded
+ *      feeds rr FMAs.
+ * The tiling (rr, rc, wx, wy) is the first of a short list whose workgroup memory fits the
  * device's (kernel_choose; kernel_forward assumes WebGPU's 16 KB): on lavapipe (32 KB) 32 x 16
- *  for D <= 64 and 16 x 8 for D <= 128; with 48 KB 32 x 32 and 32 x 8. dk and dv need the
+ * for D <= 64 and 16 x 8 for D <= 128; with 48 KB 32 x 32 and 32 x 8; $KF_ATTN_GRAD_TILES
+ * picks another for measuring. dk and dv need the
  * same P, so attention_grad_k's kernel_with_companion computes both (FlashAttention-2 does the
  * same), and the planner pairs the two operators when they read the same inputs
  * (src/fuse/rules/companion.c): one pass over the scores instead of two. Causal column tiles a
@@ -236,14 +243,15 @@ typedef struct grad_tiles {
     uint32_t rr, rc, wx, wy;
 } grad_tiles;
 
-/* Preferred first. */
+/* Preferred first: 4 rows an invocation where the memory allows (P and dS are read back as one
+ * vec4 of the 4 rows, and each tile value loaded feeds 4 rows' FMAs). */
 static const grad_tiles tile_choices[] = {
-    {2, 2, 16, 16}, /* 32 x 32 */
-    {2, 2, 8, 16},  /* 32 x 16 */
-    {2, 1, 8, 16},  /* 32 x 8 */
-    {2, 1, 8, 8},   /* 16 x 8 */
-    {1, 1, 4, 8},   /* 8 x 4 */
-    {1, 1, 2, 4},   /* 4 x 2 */
+    {4, 4, 8, 8}, /* 32 x 32, 64 invocations */
+    {4, 2, 8, 8}, /* 32 x 16 */
+    {4, 1, 8, 8}, /* 32 x 8 */
+    {4, 1, 8, 4}, /* 16 x 8, 32 invocations */
+    {1, 1, 4, 8}, /* 8 x 4 */
+    {1, 1, 2, 4}, /* 4 x 2 */
 };
 
 /* vec4 columns of a staged row (D rounded up to 4); rows are staged one vec4 apart more, so rows
@@ -257,8 +265,17 @@ static uint64_t tiles_bytes(const grad_tiles *c, uint32_t d) {
     return 16u * (2u * br * sr + 2u * bc * sr) + 4u * (2u * br * bc + 2u * bc);
 }
 
+/* $KF_ATTN_GRAD_TILES ("rr,rc,wx,wy"), for measuring other tilings on one device: used where it
+ * parses, fits `budget` and the kernel's limits (rr 1, 2 or 4; rc up to MAX_RC; at most MAX_M
+ * vec4 columns an invocation). */
+static bool tiles_from_env(uint32_t d, uint32_t budget, grad_tiles *out);
+
 /* The largest tiling whose workgroup memory fits `budget` bytes. */
 static const grad_tiles *tiles_for(uint32_t d, uint32_t budget) {
+    static grad_tiles forced;
+    if (tiles_from_env(d, budget, &forced)) {
+        return &forced;
+    }
     size_t n = sizeof tile_choices / sizeof tile_choices[0];
     for (size_t i = 0; i + 1 < n; i++) {
         if (tiles_bytes(&tile_choices[i], d) <= budget) {
@@ -326,9 +343,21 @@ static void stage_rows(kf_kernel *k, kf_shared s, attn_operand o, kf_val head_ro
     kf_end(k);
 }
 
-#define MAX_RR 2u
-#define MAX_RC 2u
+#define MAX_RR 4u
+#define MAX_RC 4u
 #define MAX_M 16u /* vec4 columns an invocation owns: 32 / wx, wx >= 2 */
+
+static bool tiles_from_env(uint32_t d, uint32_t budget, grad_tiles *out) {
+    const char *e = getenv("KF_ATTN_GRAD_TILES");
+    unsigned rr, rc, wx, wy;
+    if (!e || sscanf(e, "%u,%u,%u,%u", &rr, &rc, &wx, &wy) != 4 ||
+        (rr != 1 && rr != 2 && rr != 4) || rc < 1 || rc > MAX_RC || wx < 2 || wy < 1 ||
+        wx * wy > 256 || (vec_cols(d) + wx - 1) / wx > MAX_M) {
+        return false;
+    }
+    *out = (grad_tiles){rr, rc, wx, wy};
+    return tiles_bytes(out, d) <= budget;
+}
 
 static const char *grad_name(grad_role role) {
     static const char *const names[] = {"attention_grad_q",     "attention_grad_k",
@@ -390,10 +419,13 @@ static kf_kernel *grad_kernel(grad_role role, const grad_tiles *c, const kf_shap
     }
     kf_shared s_t1 = kf_kernel_workgroup(k, "tile_a", v4, bc * sr);
     kf_shared s_t2 = kf_kernel_workgroup(k, "tile_b", v4, bc * sr);
-    kf_shared s_p = kf_kernel_workgroup(k, "probs", f32, br * bc);
+    /* P and dS transposed, the rr rows of an invocation side by side: column j's values of the
+     * rows ty rr .. ty rr + rr - 1 are one vector at j wy + ty, one load in step 4 */
+    kf_type vr = rr == 1 ? f32 : kf_type_vec(KF_SCALAR_F32, rr);
+    kf_shared s_p = kf_kernel_workgroup(k, "probs", vr, bc * wy);
     kf_shared s_ds = {0};
     if (needs_dp) {
-        s_ds = kf_kernel_workgroup(k, "dscores", f32, br * bc);
+        s_ds = kf_kernel_workgroup(k, "dscores", vr, bc * wy);
     }
     kf_shared s_lse = {0}, s_delta = {0};
     if (!dq) {
@@ -534,6 +566,7 @@ static kf_kernel *grad_kernel(grad_role role, const grad_tiles *c, const kf_shap
                 lse = kf_shared_load(k, s_lse, lcol[j]);
                 delta = kf_shared_load(k, s_delta, lcol[j]);
             }
+            kf_val prs[MAX_RR], dss[MAX_RR];
             for (uint32_t i = 0; i < rr; i++) {
                 kf_val keep = col_in;
                 if (causal) {
@@ -543,14 +576,16 @@ static kf_kernel *grad_kernel(grad_role role, const grad_tiles *c, const kf_shap
                 }
                 kf_val s = kf_mul(k, kf_read(k, sc[i][j]), kf_lit_f32(k, scale));
                 kf_val pr = kf_call1(k, KF_FN_EXP, kf_sub(k, s, dq ? row_lse[i] : lse));
-                pr = kf_let(k, "p", kf_select(k, kf_lit_f32(k, 0), pr, keep));
-                kf_val slot = kf_add(k, kf_mul(k, lrow[i], kf__u32(k, bc)), lcol[j]);
-                kf_shared_store(k, s_p, slot, pr);
+                prs[i] = kf_let(k, "p", kf_select(k, kf_lit_f32(k, 0), pr, keep));
                 if (needs_dp) {
-                    kf_val ds =
-                        kf_mul(k, pr, kf_sub(k, kf_read(k, dp[i][j]), dq ? row_delta[i] : delta));
-                    kf_shared_store(k, s_ds, slot, ds);
+                    dss[i] = kf_mul(k, prs[i],
+                                    kf_sub(k, kf_read(k, dp[i][j]), dq ? row_delta[i] : delta));
                 }
+            }
+            kf_val slot = kf_add(k, kf_mul(k, lcol[j], kf__u32(k, wy)), ty);
+            kf_shared_store(k, s_p, slot, rr == 1 ? prs[0] : kf_vec(k, vr, prs, rr));
+            if (needs_dp) {
+                kf_shared_store(k, s_ds, slot, rr == 1 ? dss[0] : kf_vec(k, vr, dss, rr));
             }
         }
         kf_barrier(k);
@@ -569,12 +604,16 @@ static kf_kernel *grad_kernel(grad_role role, const grad_tiles *c, const kf_shap
                     x2[m] = kf_let(k, "x2", kf_shared_load(k, s_t2, at));
                 }
             }
+            kf_val slot = kf_add(k, kf_mul(k, cc, kf__u32(k, wy)), ty);
+            kf_val pv = kf_let(k, "pp", kf_shared_load(k, s_p, slot)), dsv = {0, 0};
+            if (needs_dp) {
+                dsv = kf_let(k, "pds", kf_shared_load(k, s_ds, slot));
+            }
             for (uint32_t i = 0; i < rr; i++) {
-                kf_val slot = kf_add(k, kf_mul(k, lrow[i], kf__u32(k, bc)), cc);
-                kf_val pr = kf_let(k, "pp", kf_shared_load(k, s_p, slot));
+                kf_val pr = rr == 1 ? pv : kf_extract(k, pv, i);
                 kf_val ds = {0, 0};
                 if (needs_dp) {
-                    ds = kf_let(k, "pds", kf_shared_load(k, s_ds, slot));
+                    ds = rr == 1 ? dsv : kf_extract(k, dsv, i);
                 }
                 if (dq) {
                     kf_assign(k, psum[i], kf_add(k, kf_read(k, psum[i]), pr));
