@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Attention's backward on the GPU, side by side with PyTorch's SDPA backward: the same cases
-# (T 1024 and 4096, D 64 and 128, f16 and f32, H 16, B = 8192 / T, causal) through
+# (T 4096 (ARGS="--T 1024 --T 4096" for both), D 64 and 128, f16 and f32, H 16, B = 8192 / T,
+# causal) through
 #   build/release/kfuse_bench_attention_grad   bwd_ms (prep + dq + dk/dv paired), unpaired_ms
 #                                              (dk and dv in two kernels), prep_ms, grads_ms,
 #                                              train_ms (what autodiff runs from the forward's o
@@ -10,10 +11,10 @@
 # and a joined table; then, on this GPU, `kfuse verify attention_grad_stats attention_grad_k`
 # and the pair kernel's tests (kfuse_tests --suite fusion attention_dk), where
 # the binaries are built. Three files in $OUT (default bench-out/): attention_bwd_kfuse.jsonl,
-# attention_bwd_torch.jsonl, attention_bwd.txt (the table, the checks, the logs). At most 150 s
-# (each part has its own timeout: 70 + 28 + 4 x 8 (tilings; one the device's workgroup memory
-# does not fit runs the default) + 15 + 5; the benchmark prints a line a case, so a cut run
-# still tables the cases it finished).
+# attention_bwd_torch.jsonl, attention_bwd.txt (the table, the checks, the logs). At most 90 s
+# (each part has its own timeout: 45 + 20 + 2 x 8 (tilings besides the default 4,4,8,8 / 4,1,8,8;
+# one the device's workgroup memory does not fit runs the default) + 7 + 2; the benchmark prints
+# a line a case, so a cut run still tables the cases it finished). T 4096 only by default.
 #
 #   bench/attention_bwd.sh            (from the repository root or anywhere)
 #
@@ -28,7 +29,7 @@ OUT=${OUT:-bench-out}
 BENCH=${BENCH:-build/release/kfuse_bench_attention_grad}
 BIN=$(dirname "$BENCH")
 PYTHON=${PYTHON:-python3}
-ARGS=${ARGS:-}
+ARGS=${ARGS:---T 4096} # the device queue's 90 s: T 4096 only unless asked
 export KF_WEBGPU_LIB=${KF_WEBGPU_LIB:-$PWD/deps/dawn/libwebgpu_wrapper.so}
 mkdir -p "$OUT"
 VKMASK_DIR=$(dirname "$BENCH")/vkmask
@@ -37,10 +38,10 @@ if [ "${VKMASK:-1}" != 0 ] && [ -f "$VKMASK_DIR/VkLayer_kfuse_vendor_mask.json" 
 fi
 
 # shellcheck disable=SC2086
-timeout 70 "$BENCH" --json --repeat 5 $ARGS >"$OUT/attention_bwd_kfuse.jsonl" 2>"$OUT/attention_bwd.txt"
+timeout 45 "$BENCH" --json --repeat 3 $ARGS >"$OUT/attention_bwd_kfuse.jsonl" 2>"$OUT/attention_bwd.txt"
 echo "kfuse: exit $?" >>"$OUT/attention_bwd.txt"
 # shellcheck disable=SC2086
-timeout 28 "$PYTHON" bench/torch_attention.py --impl sdpa --time-limit 22 \
+timeout 20 "$PYTHON" bench/torch_attention.py --impl sdpa --time-limit 15 \
     --json "$OUT/attention_bwd_torch.jsonl" $ARGS >>"$OUT/attention_bwd.txt" 2>&1
 echo "torch: exit $?" >>"$OUT/attention_bwd.txt"
 
@@ -78,7 +79,7 @@ PY
 # other tilings of the gradient kernels ($KF_ATTN_GRAD_TILES = rr,rc,wx,wy: rows and columns an
 # invocation owns, invocations across and down; src/ops/attention_grad.c) at T 4096, f16: train_ms
 echo "== tilings (KF_ATTN_GRAD_TILES), f16 T 4096, train_ms" >>"$OUT/attention_bwd.txt"
-for tiles in 4,4,8,8 4,2,16,8 2,2,16,16 4,1,8,8; do
+for tiles in 4,2,16,8 2,2,16,16; do
     KF_ATTN_GRAD_TILES=$tiles timeout 8 "$BENCH" --json --T 4096 --D 64 --D 128 --dtype f16 \
         --repeat 3 2>/dev/null | "$PYTHON" -c '
 import json, sys
@@ -92,12 +93,12 @@ done
 if [ -x "$BIN/kfuse" ]; then
     echo "== kfuse verify attention_grad_stats attention_grad_k (dq's and dk's kernels)" \
         >>"$OUT/attention_bwd.txt"
-    timeout 15 "$BIN/kfuse" verify attention_grad_stats attention_grad_k \
+    timeout 7 "$BIN/kfuse" verify attention_grad_stats attention_grad_k \
         >>"$OUT/attention_bwd.txt" 2>&1
     echo "verify: exit $?" >>"$OUT/attention_bwd.txt"
 fi
 if [ -x "$BIN/kfuse_tests" ]; then
     echo "== kfuse_tests --suite fusion attention_dk" >>"$OUT/attention_bwd.txt"
-    timeout 5 "$BIN/kfuse_tests" --suite fusion attention_dk >>"$OUT/attention_bwd.txt" 2>&1
+    timeout 2 "$BIN/kfuse_tests" --suite fusion attention_dk >>"$OUT/attention_bwd.txt" 2>&1
     echo "tests: exit $?" >>"$OUT/attention_bwd.txt"
 fi
