@@ -12,6 +12,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* ---------------------------------------------------------------------------------------- */
 /* Generic kernels                                                                          */
@@ -316,9 +317,50 @@ static kf_val gt(kf_kernel *k, kf_val a, kf_val b) {
     return kf_binary(k, KF_OP_GT, a, b);
 }
 
+/* Whether $KF_EW_NEWTON (a comma-separated list of tanh, sigmoid, gelu; for measuring, see
+ * bench/sweep/chain_variants.c) names `what`: its reciprocal of 1 + exp(.) then goes through
+ * newton_recip instead of a division. */
+static bool newton_for(const char *what) {
+    const char *env = getenv("KF_EW_NEWTON");
+    size_t n = strlen(what);
+    for (const char *at = env; at && *at;) {
+        if (strncmp(at, what, n) == 0 && (at[n] == ',' || at[n] == 0)) {
+            return true;
+        }
+        at = strchr(at, ',');
+        at = at ? at + 1 : NULL;
+    }
+    return false;
+}
+
+/* num / d for d >= 1 without the special-function units' reciprocal (8 of them an element is
+ * what the 8-operator chain costs on NVIDIA, about the units' rate at copy speed): the bit trick's
+ * estimate (within 12%) and three Newton steps (2 FMA each, to f32 rounding). d above 1e30 (inf
+ * included) is taken as 1e30, which gives ~1e-30 for 0; a NaN d fails the comparison, stays NaN
+ * and propagates. */
+static kf_val newton_div(kf_kernel *k, kf_val num, kf_val d0) {
+    kf_val d = kf_let(k, "d", kf_select(k, d0, lit(k, 1e30), gt(k, d0, lit(k, 1e30))));
+    uint32_t lanes = kf_val_type(k, d).lanes;
+    kf_type u = lanes > 1 ? kf_type_vec(KF_SCALAR_U32, lanes) : kf_type_scalar(KF_SCALAR_U32);
+    kf_type f = lanes > 1 ? kf_type_vec(KF_SCALAR_F32, lanes) : kf_type_scalar(KF_SCALAR_F32);
+    kf_val magic = kf_lit_u32(k, 0x7ef311c3u);
+    magic = lanes > 1 ? kf_splat(k, u, magic) : magic;
+    kf_val y = kf_bitcast(k, f, kf_binary(k, KF_OP_SUB, magic, kf_bitcast(k, u, d)));
+    for (int i = 0; i < 3; i++) {
+        y = kf_let(k, "r",
+                   kf_call3(k, KF_FN_FMA, y, kf_call3(k, KF_FN_FMA, neg(k, d), y, lit(k, 1.0)), y));
+    }
+    return kf_mul(k, num, y);
+}
+
+static kf_val div_one_plus(kf_kernel *k, const char *what, kf_val num, kf_val e) {
+    kf_val d = kf_add(k, lit(k, 1.0), e);
+    return newton_for(what) ? newton_div(k, num, d) : kf_div(k, num, d);
+}
+
 /* exp(-x) based sigmoid: exp overflows to inf for x < -88, and 1 / inf = 0 is the right limit. */
 static kf_val ir_sigmoid(kf_kernel *k, kf_val x) {
-    return kf_div(k, lit(k, 1.0), kf_add(k, lit(k, 1.0), kf_call1(k, KF_FN_EXP, neg(k, x))));
+    return div_one_plus(k, "sigmoid", lit(k, 1.0), kf_call1(k, KF_FN_EXP, neg(k, x)));
 }
 
 /* tanh as 2 sigmoid(2x) - 1 = 2 / (1 + exp(-2x)) - 1, not the builtin: exp's overflow gives
@@ -331,7 +373,7 @@ static kf_val ir_sigmoid(kf_kernel *k, kf_val x) {
  * exp. */
 static kf_val ir_tanh(kf_kernel *k, kf_val x) {
     kf_val e = kf_call1(k, KF_FN_EXP, kf_mul(k, lit(k, -2.0), x));
-    kf_val ratio = kf_sub(k, kf_div(k, lit(k, 2.0), kf_add(k, lit(k, 1.0), e)), lit(k, 1.0));
+    kf_val ratio = kf_sub(k, div_one_plus(k, "tanh", lit(k, 2.0), e), lit(k, 1.0));
     kf_val x2 = kf_mul(k, x, x);
     kf_val poly = kf_add(k, lit(k, -1.0 / 3.0), kf_mul(k, x2, lit(k, 2.0 / 15.0)));
     kf_val series = kf_add(k, x, kf_mul(k, x, kf_mul(k, x2, poly)));
@@ -496,7 +538,7 @@ static kf_val gelu_expr(kf_kernel *k, const kf_val *x, const kf_op_params *p) {
     kf_val v3 = kf_mul(k, kf_mul(k, v, v), v);
     kf_val u = kf_mul(k, lit(k, GELU_C), kf_add(k, v, kf_mul(k, lit(k, GELU_K), v3)));
     kf_val e = kf_call1(k, KF_FN_EXP, kf_mul(k, lit(k, -2.0), u));
-    return kf_div(k, v, kf_add(k, lit(k, 1.0), e));
+    return div_one_plus(k, "gelu", v, e);
 }
 static kf_val gelu_expr_backward(kf_kernel *k, const kf_val *x, kf_val y, kf_val g, uint32_t which,
                                  const kf_op_params *p) {

@@ -3,6 +3,8 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 void kf__rows_layout(uint32_t cols, uint32_t *threads, uint32_t *rows_per_group) {
     uint32_t t = 1;
@@ -21,13 +23,40 @@ void kf__rows_grid(const kf_shape *x, uint32_t groups[3]) {
     kf__grid_1d(rows, per_group, groups);
 }
 
+/* Lanes a row may take in the register layout: 256, or $KF_ROWS_LANES (a power of two from 32
+ * to 1024) for measuring other shapes of the same kernels (bench/h200_f32.sh); the grid and the
+ * kernel read it alike, so a process sees one layout. */
+static uint32_t regs_lanes(void) {
+    const char *env = getenv("KF_ROWS_LANES");
+    long v = env ? strtol(env, NULL, 10) : 0;
+    if (v >= 32 && v <= 1024 && (v & (v - 1)) == 0) {
+        return (uint32_t)v;
+    }
+    return KF__ROWS_MAX_THREADS;
+}
+
 void kf__rows_regs_layout(uint32_t cols, uint32_t *width, uint32_t *chunks, uint32_t *threads,
                           uint32_t *rows_per_group) {
-    uint32_t w = cols % 4 == 0 ? 4 : 1;
+    /* $KF_ROWS_WIDTH=1 (for measuring) holds scalars even where vec4s fit: neighbouring lanes
+     * then yield neighbouring elements, so the tail's scalar stores coalesce as the loads do */
+    const char *width_env = getenv("KF_ROWS_WIDTH");
+    uint32_t w = cols % 4 == 0 && !(width_env && strcmp(width_env, "1") == 0) ? 4 : 1;
     uint32_t units = cols / w;
-    kf__rows_layout(units, threads, rows_per_group);
-    uint32_t c = (units + *threads - 1) / *threads;
-    if (c > (w == 4 ? KF__ROWS_MAX_VEC_CHUNKS : KF__ROWS_MAX_SCALAR_CHUNKS)) {
+    uint32_t lanes = regs_lanes();
+    uint32_t t = 1;
+    while (t < units && t < lanes) {
+        t *= 2;
+    }
+    *threads = t;
+    *rows_per_group = t >= KF__ROWS_MAX_THREADS ? 1 : KF__ROWS_MAX_THREADS / t;
+    uint32_t c = (units + t - 1) / t;
+    /* the same rows fit registers whatever the lanes: fewer lanes hold more chunks each */
+    uint32_t budget = w == 4 ? KF__ROWS_MAX_VEC_CHUNKS : KF__ROWS_MAX_SCALAR_CHUNKS;
+    if (lanes < KF__ROWS_MAX_THREADS) {
+        budget = budget * (KF__ROWS_MAX_THREADS / lanes);
+        budget = budget > KF__ROWS_MAX_CHUNKS ? KF__ROWS_MAX_CHUNKS : budget;
+    }
+    if (c > budget) {
         /* too long for registers: the loop layout */
         kf__rows_layout(cols, threads, rows_per_group);
         w = 1;
@@ -220,6 +249,8 @@ static void combine_pairwise(kf_kernel *k, uint32_t n, kf_val (*vals)[KF__ROWS_M
 
 /* Lanes of a row that each combine a strided group of the row's partials in the first step. */
 #define GATHER_LANES 16u
+/* The most lanes a row takes ($KF_ROWS_LANES) */
+#define KF__ROWS_MAX_LANES 1024u
 
 void kf__rows_reduce(kf__rows *r, uint32_t n, const kf_val *partials, kf__combine_fn combine,
                      kf_val *out) {
@@ -269,8 +300,11 @@ void kf__rows_reduce(kf__rows *r, uint32_t n, const kf_val *partials, kf__combin
      * two. Lane g < 16 combines slots g, g + 16, g + 32, ... and writes slot g, which only it
      * reads, so the step needs no barrier inside. */
     uint32_t gather = r->threads < GATHER_LANES ? r->threads : GATHER_LANES;
+    if (r->threads / gather > GATHER_LANES) {
+        gather = r->threads / GATHER_LANES; /* more than 256 lanes: each gathers 16 still */
+    }
     uint32_t fan = r->threads / gather;
-    kf_val vals[GATHER_LANES][KF__ROWS_MAX_SCRATCH];
+    kf_val vals[KF__ROWS_MAX_LANES / GATHER_LANES][KF__ROWS_MAX_SCRATCH];
     if (fan > 1) {
         kf_if(k, kf_binary(k, KF_OP_LT, r->lane, kf__u32(k, gather)));
         for (uint32_t j = 0; j < fan; j++) {
