@@ -16,7 +16,19 @@
 #      invocation), and softmax / rmsnorm / layernorm; PyTorch eager for all, torch.compile
 #      for the chain.
 #
-#   bench/h200_f32.sh [explore|confirm]
+#   bench/h200_f32.sh [explore|confirm|s6]
+#
+# s6 (under 150 s; session 6, issue 15 items 3 and 4): first the side by side that the targets
+# are read from (kfuse bench's chain_8, rows and f32 matmuls at 4096^3 and 8192^3, then
+# PyTorch eager for all and torch.compile for the chain and the rows, same GPU, same run), then
+# the variants, in the order of the targets' distance: the row kernels with 512 and 1024 lanes
+# a row ($KF_ROWS_LANES; and 1024 lanes of scalars, $KF_ROWS_WIDTH=1) in kfuse bench, hand-written rmsnorm * w variants
+# (kfuse_row_variants: vec4 against scalar stores and weight loads, subgroupAdd against the
+# workgroup-memory gather, 128-1024 lanes, a row per subgroup, a row copy on the same grid; each
+# checked against a CPU rmsnorm), kfuse's chain_8 with its reciprocals by Newton's iteration
+# instead of the special-function units ($KF_EW_NEWTON), the hand-written chain with 1, 2 or 4
+# reciprocals or 1-2 exps moved to the FMA pipes (kfuse_chain_variants c8r*, c8x*), and the
+# f32 matmul's tiles not measured before (kfuse_matmul_sweep) at 4096^3 and 8192^3.
 #
 # explore (the default) is all of the above; confirm times the built-in choices only: the
 # anomaly part, the new built-in tiles against the previous ones (bare product, ragged and
@@ -29,8 +41,8 @@
 # Writes three files to $OUT (default bench-out/): h200_f32.log (every table, in order, each
 # section stamped with the wall clock), h200_f32.jsonl (every kfuse bench and torch JSON line,
 # each tagged with its section) and h200_f32-clocks.csv (nvidia-smi, every 100 ms).
-# Environment: OUT, BUILD (build/release), KFUSE, SWEEP, CHAINV, PYTHON, BUDGET (seconds; 225,
-# confirm 195),
+# Environment: OUT, BUILD (build/release), KFUSE, SWEEP, CHAINV, ROWV, PYTHON, BUDGET (seconds;
+# 225, confirm 195, s6 145),
 # SIZE (full; small tries the whole script on a CPU adapter).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -39,22 +51,23 @@ BUILD=${BUILD:-build/release}
 KFUSE=${KFUSE:-$BUILD/kfuse}
 SWEEP=${SWEEP:-$BUILD/kfuse_matmul_sweep}
 CHAINV=${CHAINV:-$BUILD/kfuse_chain_variants}
+ROWV=${ROWV:-$BUILD/kfuse_row_variants}
 PYTHON=${PYTHON:-python3}
 # SIZE=small: the same steps at sizes a CPU adapter runs in minutes (a try of the script itself)
 SIZE=${SIZE:-full}
 PART=${1:-explore}
 case "$PART" in
-explore | confirm) ;;
+explore | confirm | s6) ;;
 *)
-    echo "usage: bench/h200_f32.sh [explore|confirm]" >&2
+    echo "usage: bench/h200_f32.sh [explore|confirm|s6]" >&2
     exit 2
     ;;
 esac
-BUDGET=${BUDGET:-$([ "$PART" = explore ] && echo 225 || echo 195)}
+BUDGET=${BUDGET:-$(case "$PART" in explore) echo 225 ;; confirm) echo 195 ;; *) echo 145 ;; esac)}
 if [ "$SIZE" = small ]; then
     S1024=64x64x64 S4096=128x128x128 S8192=256x256x256 SRAG=255x253x257 M1=64 MBIG='(128|256)'
     SMID=100x100x100 SMID2=99x101x97
-    export KFUSE_CHAIN_ELEMENTS=1048576
+    export KFUSE_CHAIN_ELEMENTS=1048576 KFUSE_ROWS=64x4096
 else
     S1024=1024x1024x1024 S4096=4096x4096x4096 S8192=8192x8192x8192 SRAG=4095x4093x4097 M1=1024
     MBIG='(4096|8192)' SMID=1000x1000x1000 SMID2=1023x1021x1025
@@ -124,6 +137,49 @@ section "setup"
     echo "matmul tuning cache ($cache/matmul-tiles.txt):"
     cat "$cache/matmul-tiles.txt" 2>/dev/null || echo "  (none: built-in tiles)"
 } >>"$LOG" 2>&1
+
+finish() {
+    section "done"
+    [ -n "$SMI_PID" ] && kill "$SMI_PID" 2>/dev/null
+    rm -rf "$TMP"
+    ls -la "$OUT" >>"$LOG"
+    cat "$LOG"
+}
+
+if [ "$PART" = s6 ]; then
+    ROWS='^(softmax|rmsnorm_weight|layernorm_affine)$'
+    section "s6: kfuse bench, the defaults: chain_8, the rows, f32 matmul + bias + GELU"
+    kbench "rows" 30 --filter '^(chain_8|softmax|rmsnorm_weight|layernorm_affine)$' --repeat 20
+    kbench "mm-default" 30 --filter "^matmul_bias_gelu_f32_$MBIG\$" --repeat 20
+    section "s6: PyTorch eager (TF32 off) for all, torch.compile for chain_8 and the rows"
+    grep -E '"tag": "(mm-default|rows)"' "$JSON" | sed -E 's/^\{"tag": "[a-z-]+", /{/' >"$TMP/kd.jsonl"
+    run 25 "$PYTHON" bench/torch_compare.py "$TMP/kd.jsonl" --filter '^matmul' --no-compile \
+        --repeat 20 --size "$SIZE" --json "$TMP/t1.jsonl"
+    keep_json "$TMP/t1.jsonl" "torch-eager"
+    run 40 "$PYTHON" bench/torch_compare.py "$TMP/kd.jsonl" --filter '^(chain_8|softmax|rmsnorm|layernorm)' \
+        --repeat 20 --size "$SIZE" --json "$TMP/t2.jsonl"
+    keep_json "$TMP/t2.jsonl" "torch-compile"
+    section "s6: rows, hand-written rmsnorm * w variants (lanes a row, stores, weight loads, reduction)"
+    run 20 "$ROWV"
+    for lanes in 512 1024; do
+        KF_ROWS_LANES=$lanes kbench "rows-lanes$lanes" 12 --filter "$ROWS" --repeat 20
+    done
+    echo "(KF_ROWS_WIDTH=1: scalars, not vec4s, in registers)" >>"$LOG"
+    KF_ROWS_WIDTH=1 KF_ROWS_LANES=1024 kbench "rows-lanes1024-width1" 12 --filter "$ROWS" \
+        --repeat 20
+    section "s6: chain_8, hand-written: reciprocals (c8r*) and exps (c8x*) off the special-function units"
+    run 15 "$CHAINV" ident c8e c8r1 c8r2 c8r4 c8x1 c8x2 c8rx
+    section "s6: chain_8 in kfuse with its reciprocals by Newton (KF_EW_NEWTON)"
+    for set in tanh tanh,sigmoid,gelu; do
+        KF_EW_NEWTON=$set kbench "chain-newton-$set" 12 --filter '^chain_8$' --repeat 20
+    done
+    section "s6: f32 matmul tiles not measured before, bare product (median of 10), 4096^3 and 8192^3"
+    run 40 "$SWEEP" -c 128x128x8/8x8/2/4/1 -c 128x128x8/8x8/2/2/1 -c 128x128x16/8x8/2/4/1 \
+        -c 128x128x32/8x8/1/4/1 -c 64x128x8/8x8/2/4/1 -c 128x64x8/8x8/2/4/1 \
+        -c 128x128x8/16x8/2/4/1 -c 128x256x16/8x8/2/4/1 -c 128x128x8/8x8/2/32/1 $S4096 $S8192
+    finish
+    exit 0
+fi
 
 # 1. The 1024^3 anomaly. Robustness is a device setting, so each setting is its own process;
 # the order alternates so that neither always runs first.
@@ -222,8 +278,4 @@ for chk in $([ "$PART" = explore ] && echo 0 1); do
         --repeat 20
 done
 
-section "done"
-[ -n "$SMI_PID" ] && kill "$SMI_PID" 2>/dev/null
-rm -rf "$TMP"
-ls -la "$OUT" >>"$LOG"
-cat "$LOG"
+finish

@@ -3,7 +3,9 @@
  * (tanh, exp, 1/x) against a plain copy, the chain of 4, 5 and 8 operators as kfuse emits them
  * (c4, c5, c8), with sigmoid and GELU through tanh (c8b) or silu as a division (c8c), the chain
  * of 8 with kfuse's tanh as it is now (c8k: limited argument and small-argument series) and with
- * tanh through exp (c8e, c8m), each with 1, 2 or 4 vec4s per invocation (loads first).
+ * tanh through exp (c8e, c8m), and c8e with some reciprocals and exps moved off the special-
+ * function units (c8r1, c8r2, c8r4, c8x1, c8x2, c8rx), each with 1, 2 or 4 vec4s per invocation
+ * (loads first).
  *   kfuse_chain_variants [FN ...]     (default: every function; $KFUSE_CHAIN_ELEMENTS: size)
  * Results are not checked: this measures code shapes; kfuse's own kernels are verified by kfuse
  * verify and the tests. */
@@ -54,6 +56,44 @@ static const char *HDR = "@group(0) @binding(0) var<storage, read> x: array<vec4
                          "sg(th_e(t)) * 2.0f; let w = gl(u); return w * sg(w); }\n"
                          "fn c8m(v: f32) -> f32 { let t = relu(1.5f * v + 0.25f); let u = "
                          "sg(th_e(t)) * 2.0f; let w = glm(u); return w * sg(w); }\n"
+                         /* the special-function units' share: 8 of them an element (4 exp,
+                          * 4 reciprocals) is about what they deliver at copy speed, so some
+                          * move to the FMA pipes: a reciprocal by Newton's iteration from a bit
+                          * trick (no MUFU; 3 steps reach f32 from 12%; d clamped below 2^100 so
+                          * the trick stays positive), exp as 2^n times a polynomial */
+                         "fn rcpn(d0: f32) -> f32 { let d = min(d0, 1e30f); var y = "
+                         "bitcast<f32>(0x7ef311c3u - bitcast<u32>(d)); y = fma(y, fma(-d, y, "
+                         "1.0f), y); y = fma(y, fma(-d, y, 1.0f), y); return fma(y, fma(-d, y, "
+                         "1.0f), y); }\n"
+                         "fn expp(x0: f32) -> f32 { let x = clamp(x0, -87.0f, 88.0f); let n = "
+                         "round(x * 1.442695f); let f = fma(n, -1.4286068e-6f, fma(n, "
+                         "-6.9314575e-1f, x)); let p = fma(fma(fma(fma(fma(1.3981999e-3f, f, "
+                         "8.3334519e-3f), f, 4.1665795e-2f), f, 1.6666665e-1f), f, 0.5f), f * f, "
+                         "f + 1.0f); return bitcast<f32>(bitcast<i32>(p) + (i32(n) << 23u)); }\n"
+                         "fn sgn(t: f32) -> f32 { return rcpn(1.0f + exp(-t)); }\n"
+                         "fn th_n(t: f32) -> f32 { let t2 = t * t; return select(2.0f * rcpn(1.0f "
+                         "+ exp(-2.0f * t)) - 1.0f, t + t * (t2 * (-0.33333334f + t2 * "
+                         "0.13333334f)), abs(t) < 0.0625f); }\n"
+                         "fn th_p(t: f32) -> f32 { let t2 = t * t; return select(2.0f / (1.0f + "
+                         "expp(-2.0f * t)) - 1.0f, t + t * (t2 * (-0.33333334f + t2 * "
+                         "0.13333334f)), abs(t) < 0.0625f); }\n"
+                         "fn gln(t: f32) -> f32 { return t * rcpn(1.0f + exp(-2.0f * (0.7978846f * "
+                         "(t + 0.044715f * (t * t * t))))); }\n"
+                         "fn sgp(t: f32) -> f32 { return 1.0f / (1.0f + expp(-t)); }\n"
+                         /* c8e with 1, 2 or 4 of its reciprocals by Newton (c8r1, c8r2, c8r4),
+                          * 1 or 2 of its exps as the polynomial (c8x1, c8x2), one of each (c8rx) */
+                         "fn c8r1(v: f32) -> f32 { let t = relu(1.5f * v + 0.25f); let u = "
+                         "sg(th_n(t)) * 2.0f; let w = gl(u); return w * sg(w); }\n"
+                         "fn c8r2(v: f32) -> f32 { let t = relu(1.5f * v + 0.25f); let u = "
+                         "sgn(th_n(t)) * 2.0f; let w = gl(u); return w * sg(w); }\n"
+                         "fn c8r4(v: f32) -> f32 { let t = relu(1.5f * v + 0.25f); let u = "
+                         "sgn(th_n(t)) * 2.0f; let w = gln(u); return w * sgn(w); }\n"
+                         "fn c8x1(v: f32) -> f32 { let t = relu(1.5f * v + 0.25f); let u = "
+                         "sg(th_p(t)) * 2.0f; let w = gl(u); return w * sg(w); }\n"
+                         "fn c8x2(v: f32) -> f32 { let t = relu(1.5f * v + 0.25f); let u = "
+                         "sgp(th_p(t)) * 2.0f; let w = gl(u); return w * sg(w); }\n"
+                         "fn c8rx(v: f32) -> f32 { let t = relu(1.5f * v + 0.25f); let u = "
+                         "sg(th_n(t)) * 2.0f; let w = gl(u); return w * sgp(w); }\n"
                          "fn ident(v: f32) -> f32 { return v; }\n"
                          "fn ftanh(v: f32) -> f32 { return tanh(v); }\n"
                          "fn fexp(v: f32) -> f32 { return exp(v); }\n"
@@ -62,7 +102,7 @@ static const char *HDR = "@group(0) @binding(0) var<storage, read> x: array<vec4
                          "fn fth_e(v: f32) -> f32 { return th_e(v); }\n";
 /* The kernel applying fn to every element, `per` vec4s per invocation, all loads first. */
 static const char *kernel(const char *fn, uint32_t per) {
-    static char text[8192];
+    static char text[16384];
     char body[2048] = "";
     size_t o = 0;
     for (uint32_t p = 0; p < per; p++) {
@@ -98,7 +138,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     static const char *const all[] = {"ident", "ftanh", "fexp", "frcp", "fth_k", "fth_e", "c4",
-                                      "c5",    "c8",    "c8b",  "c8c",  "c8k",   "c8e",   "c8m"};
+                                      "c5",    "c8",    "c8b",  "c8c",  "c8k",   "c8e",   "c8m",
+                                      "c8r1",  "c8r2",  "c8r4", "c8x1", "c8x2",  "c8rx"};
     /* the functions named on the command line, else all of them */
     const char *const *fns = argc > 1 ? (const char *const *)argv + 1 : all;
     size_t fn_count = argc > 1 ? (size_t)argc - 1 : sizeof all / sizeof all[0];
