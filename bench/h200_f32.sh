@@ -170,7 +170,7 @@ if [ "$PART" = s6 ]; then
     section "s6: chain_8, hand-written: reciprocals (c8r*) and exps (c8x*) off the special-function units"
     run 15 "$CHAINV" ident c8e c8r1 c8r2 c8r4 c8x1 c8x2 c8rx
     section "s6: chain_8 in kfuse with its reciprocals by Newton (KF_EW_NEWTON)"
-    for set in tanh tanh,sigmoid,gelu; do
+    for set in tanh,sigmoid,gelu; do
         KF_EW_NEWTON=$set kbench "chain-newton-$set" 12 --filter '^chain_8$' --repeat 20
     done
     section "s6: f32 matmul tiles not measured before, bare product (median of 10), 4096^3 and 8192^3"
