@@ -371,6 +371,48 @@ static void verify_table(const char *name, kf_dtype dtype) {
         verify_table(#op, KF_DTYPE_F16);                                                           \
     }
 
+/* The register kernels (softmax, the norms' forward) with other lanes a row than 256 and with
+ * scalars instead of vec4s ($KF_ROWS_LANES, $KF_ROWS_WIDTH: the H200 bench measures them), on
+ * the tables' rows longer than 256: past 256 lanes the reduction's gather must still fit its
+ * partials (it overran them once). */
+KT_TEST(ops, reduce_verify_register_rows_other_layouts) {
+    KT_NEED_GPU(ctx);
+    static const char *const ops[] = {"softmax", "rmsnorm", "layernorm"};
+    static const struct {
+        const char *lanes, *width;
+    } layouts[] = {{"512", NULL}, {"1024", NULL}, {"1024", "1"}, {"64", NULL}};
+    for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++) {
+        setenv("KF_ROWS_LANES", layouts[l].lanes, 1);
+        if (layouts[l].width) {
+            setenv("KF_ROWS_WIDTH", layouts[l].width, 1);
+        }
+        for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
+            const kf_operator *op = kf_op_find(ops[o]);
+            KT_CHECK(op && op->case_count > 0, "%s has a verification table", ops[o]);
+            for (uint32_t i = 0; op && i < op->case_count; i++) {
+                const kf_op_case *tc = &op->cases[i];
+                const kf_shape *x = &tc->shapes[0];
+                if (x->rank == 0 || x->dims[x->rank - 1] <= 256 ||
+                    kf_shape_elements(x) > (1u << 20)) {
+                    continue;
+                }
+                kf_verify_case vc = {
+                    .op = op, .params = tc->params, .dtype = KF_DTYPE_F32, .seed = kt_rand_u64()};
+                memcpy(vc.shapes, tc->shapes, sizeof vc.shapes);
+                kf_verify_result res;
+                kf_status st = kf_op_verify(ctx, &vc, &res);
+                KT_CHECK(st == KF_OK && res.passed,
+                         "%s (%s) with %s lanes a row%s: %s -> %s (error %.3g, seed %llu)", ops[o],
+                         tc->note ? tc->note : "", layouts[l].lanes,
+                         layouts[l].width ? ", scalars" : "", res.message, kf_status_str(st),
+                         res.max_rel_error, (unsigned long long)vc.seed);
+            }
+        }
+        unsetenv("KF_ROWS_LANES");
+        unsetenv("KF_ROWS_WIDTH");
+    }
+}
+
 VERIFY_TESTS(sum)
 VERIFY_TESTS(mean)
 VERIFY_TESTS(max)
