@@ -335,22 +335,21 @@ static bool newton_for(const char *what) {
 
 /* num / d for d >= 1 without the special-function units' reciprocal (8 of them an element is
  * what the 8-operator chain costs on NVIDIA, about the units' rate at copy speed): the bit trick's
- * estimate (within 12%) and three Newton steps (2 FMA each, to f32 rounding). d above 1e30 (inf
- * included) is taken as 1e30, which gives ~1e-30 for 0; a NaN d fails the comparison, stays NaN
- * and propagates. */
+ * estimate (within 12%) and three Newton steps (2 FMA each, to f32 rounding). Past 1e30 (inf
+ * included: exp's overflow) the quotient is num * 0, the limit of num / inf; a NaN d fails the
+ * comparison, stays NaN through the steps and propagates. */
 static kf_val newton_div(kf_kernel *k, kf_val num, kf_val d0) {
-    kf_val d = kf_let(k, "d", kf_select(k, d0, lit(k, 1e30), gt(k, d0, lit(k, 1e30))));
-    uint32_t lanes = kf_val_type(k, d).lanes;
-    kf_type u = lanes > 1 ? kf_type_vec(KF_SCALAR_U32, lanes) : kf_type_scalar(KF_SCALAR_U32);
-    kf_type f = lanes > 1 ? kf_type_vec(KF_SCALAR_F32, lanes) : kf_type_scalar(KF_SCALAR_F32);
-    kf_val magic = kf_lit_u32(k, 0x7ef311c3u);
-    magic = lanes > 1 ? kf_splat(k, u, magic) : magic;
-    kf_val y = kf_bitcast(k, f, kf_binary(k, KF_OP_SUB, magic, kf_bitcast(k, u, d)));
+    kf_val huge = kf_let(k, "huge", gt(k, d0, lit(k, 1e30)));
+    kf_val d = kf_let(k, "d", kf_select(k, d0, lit(k, 1.0), huge));
+    /* scalars: the element-wise emission computes each lane of a vec4 on its own */
+    kf_type u = kf_type_scalar(KF_SCALAR_U32), f = kf_type_scalar(KF_SCALAR_F32);
+    kf_val y =
+        kf_bitcast(k, f, kf_binary(k, KF_OP_SUB, kf_lit_u32(k, 0x7ef311c3u), kf_bitcast(k, u, d)));
     for (int i = 0; i < 3; i++) {
         y = kf_let(k, "r",
                    kf_call3(k, KF_FN_FMA, y, kf_call3(k, KF_FN_FMA, neg(k, d), y, lit(k, 1.0)), y));
     }
-    return kf_mul(k, num, y);
+    return kf_select(k, kf_mul(k, num, y), kf_mul(k, num, lit(k, 0.0)), huge);
 }
 
 static kf_val div_one_plus(kf_kernel *k, const char *what, kf_val num, kf_val e) {
