@@ -16,7 +16,12 @@
 #      invocation), and softmax / rmsnorm / layernorm; PyTorch eager for all, torch.compile
 #      for the chain.
 #
-#   bench/h200_f32.sh [explore|confirm|s6]
+#   bench/h200_f32.sh [explore|confirm|s6|s6b]
+#
+# s6b (under 90 s): the rows with their yields exchanged through workgroup memory
+# ($KF_ROWS_EXCHANGE=1: contiguous scalar stores, where s6 found the 16-byte-apart ones cost
+# rmsnorm * w 0.111 against 0.075 ms by hand) against the default, then torch.compile of the
+# rows, all in one run.
 #
 # s6 (under 150 s; session 6, issue 15 items 3 and 4): first the side by side that the targets
 # are read from (kfuse bench's chain_8, rows and f32 matmuls at 4096^3 and 8192^3, then
@@ -57,13 +62,13 @@ PYTHON=${PYTHON:-python3}
 SIZE=${SIZE:-full}
 PART=${1:-explore}
 case "$PART" in
-explore | confirm | s6) ;;
+explore | confirm | s6 | s6b) ;;
 *)
-    echo "usage: bench/h200_f32.sh [explore|confirm|s6]" >&2
+    echo "usage: bench/h200_f32.sh [explore|confirm|s6|s6b]" >&2
     exit 2
     ;;
 esac
-BUDGET=${BUDGET:-$(case "$PART" in explore) echo 225 ;; confirm) echo 195 ;; *) echo 145 ;; esac)}
+BUDGET=${BUDGET:-$(case "$PART" in explore) echo 225 ;; confirm) echo 195 ;; s6) echo 145 ;; *) echo 88 ;; esac)}
 if [ "$SIZE" = small ]; then
     S1024=64x64x64 S4096=128x128x128 S8192=256x256x256 SRAG=255x253x257 M1=64 MBIG='(128|256)'
     SMID=100x100x100 SMID2=99x101x97
@@ -145,6 +150,20 @@ finish() {
     ls -la "$OUT" >>"$LOG"
     cat "$LOG"
 }
+
+if [ "$PART" = s6b ]; then
+    ROWS='^(softmax|rmsnorm_weight|layernorm_affine)$'
+    section "s6b: the rows in kfuse bench: default, then yields exchanged (KF_ROWS_EXCHANGE=1)"
+    kbench "rows" 25 --filter "$ROWS" --repeat 20
+    KF_ROWS_EXCHANGE=1 kbench "rows-exchange" 25 --filter "$ROWS" --repeat 20
+    section "s6b: PyTorch eager and torch.compile of the rows"
+    grep -E '"tag": "rows"' "$JSON" | sed -E 's/^\{"tag": "[a-z-]+", /{/' >"$TMP/kd.jsonl"
+    run 35 "$PYTHON" bench/torch_compare.py "$TMP/kd.jsonl" --filter "$ROWS" --repeat 20 \
+        --size "$SIZE" --json "$TMP/t2.jsonl"
+    keep_json "$TMP/t2.jsonl" "torch-compile"
+    finish
+    exit 0
+fi
 
 if [ "$PART" = s6 ]; then
     ROWS='^(softmax|rmsnorm_weight|layernorm_affine)$'

@@ -348,12 +348,8 @@ static void norm_regs(kf__rows *r, const norm_kind *kind, const kf_op_params *p,
         sum_sq = kf__rows_sum(r, lane_sum(r, regs, (kf_val){0, 0}, true));
     }
     kf_val rstd = row_rstd(r, sum_sq, norm_eps(p));
-    kf_if(k, r->valid);
+    kf_val ys[KF__ROWS_MAX_CHUNKS];
     for (uint32_t c = 0; c < r->chunks; c++) {
-        kf_val inside = kf__rows_unit_inside(r, c);
-        if (inside.id) {
-            kf_if(k, inside);
-        }
         kf_val v = kf_read(k, regs[c]);
         kf_val y = kf_mul(k, mu.id ? kf_sub(k, v, mu) : v, rstd);
         if (weight.id) {
@@ -362,12 +358,9 @@ static void norm_regs(kf__rows *r, const norm_kind *kind, const kf_op_params *p,
         if (bias.id) {
             y = kf_add(k, y, kf__rows_load_unit(r, bias, (kf_val){0, 0}, c));
         }
-        kf__rows_yield(r, kf_let(k, "y", y), c);
-        if (inside.id) {
-            kf_end(k);
-        }
+        ys[c] = kf_let(k, "y", y);
     }
-    kf_end(k);
+    kf__rows_yield_all(r, ys);
 }
 
 static kf_kernel *norm_kernel_forward(const norm_kind *kind, const kf_shape *in,

@@ -545,20 +545,13 @@ static void softmax_regs(kf__rows *r, bool log_form, kf_binding x) {
     }
     kf_val s = kf__rows_sum(r, acc);
     kf_val log_s = log_form ? kf_let(k, "log_s", kf_call1(k, KF_FN_LOG, s)) : s;
-    kf_if(k, r->valid);
+    kf_val ys[KF__ROWS_MAX_CHUNKS];
     for (uint32_t c = 0; c < r->chunks; c++) {
-        kf_val inside = kf__rows_unit_inside(r, c);
-        if (inside.id) {
-            kf_if(k, inside);
-        }
         kf_val v = kf_read(k, regs[c]);
         kf_val y = log_form ? kf_sub(k, kf_sub(k, v, row_m), log_s) : kf_div(k, v, s);
-        kf__rows_yield(r, kf_let(k, "y", y), c);
-        if (inside.id) {
-            kf_end(k);
-        }
+        ys[c] = kf_let(k, "y", y);
     }
-    kf_end(k);
+    kf__rows_yield_all(r, ys);
 }
 
 /* softmax: y = exp(x - m) / s; log_softmax: y = (x - m) - log(s); m the row's max, s the sum of

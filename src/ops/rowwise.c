@@ -215,6 +215,67 @@ void kf__rows_yield(kf__rows *r, kf_val y, uint32_t c) {
     }
 }
 
+void kf__rows_yield_all(kf__rows *r, const kf_val *ys) {
+    kf_kernel *k = r->k;
+    const char *env = getenv("KF_ROWS_EXCHANGE");
+    if (r->width != 4 || !env || strcmp(env, "1") != 0) {
+        kf_if(k, r->valid);
+        for (uint32_t c = 0; c < r->chunks; c++) {
+            kf_val inside = kf__rows_unit_inside(r, c);
+            if (inside.id) {
+                kf_if(k, inside);
+            }
+            kf__rows_yield(r, ys[c], c);
+            if (inside.id) {
+                kf_end(k);
+            }
+        }
+        kf_end(k);
+        return;
+    }
+    /* Rounds of `per` chunks: a round's vec4s as scalars, in the row's order, within 16 KiB of
+     * workgroup memory (WebGPU's default limit) for the whole workgroup */
+    uint32_t per = 4096 / (r->threads * 4 * r->rows_per_group);
+    per = per == 0 ? 1 : per > r->chunks ? r->chunks : per;
+    uint32_t span = per * r->threads * 4;
+    kf_shared row_out =
+        kf_kernel_workgroup(k, "row_out", kf_type_scalar(KF_SCALAR_F32), span * r->rows_per_group);
+    kf_val first = kf_let(k, "row_first", kf_mul(k, r->slot, kf__u32(k, (uint64_t)per * 4)));
+    for (uint32_t c0 = 0; c0 < r->chunks; c0 += per) {
+        uint32_t n = r->chunks - c0 < per ? r->chunks - c0 : per;
+        if (c0) {
+            kf_barrier(k); /* the previous round has been read */
+        }
+        for (uint32_t c = 0; c < n; c++) {
+            kf_val unit = kf__u32(k, (uint64_t)c * r->threads);
+            kf_val at = kf_let(
+                k, "at", kf_add(k, first, kf_mul(k, kf_add(k, r->lane, unit), kf__u32(k, 4))));
+            for (uint32_t j = 0; j < 4; j++) {
+                kf_shared_store(k, row_out, j ? kf_add(k, at, kf__u32(k, j)) : at,
+                                kf__rows_lane(k, ys[c0 + c], j));
+            }
+        }
+        kf_barrier(k);
+        kf_if(k, r->valid);
+        uint64_t round_first = (uint64_t)c0 * r->threads * 4; /* the round's first element */
+        for (uint32_t i = 0; i < n * 4; i++) {
+            /* element round_first + i * threads + lane of the row */
+            uint64_t off = (uint64_t)i * r->threads;
+            kf_val e = kf_let(k, "e", off ? kf_add(k, r->lane, kf__u32(k, off)) : r->lane);
+            bool past = round_first + off + r->threads > r->cols;
+            if (past) {
+                kf_if(k, kf_binary(k, KF_OP_LT, e, kf__u32(k, r->cols - round_first)));
+            }
+            kf_val at = kf_add(k, r->base, round_first ? kf_add(k, e, kf__u32(k, round_first)) : e);
+            kf__yield_f32(k, kf_shared_load(k, row_out, kf_add(k, first, e)), at, r->dtype);
+            if (past) {
+                kf_end(k);
+            }
+        }
+        kf_end(k);
+    }
+}
+
 /* The i-th scratch array of this scalar type, declared on first use. */
 static kf_shared scratch(kf__rows *r, kf_scalar scalar, uint32_t i) {
     kf_kernel *k = r->k;

@@ -110,6 +110,12 @@ kf_val kf__rows_lane(kf_kernel *k, kf_val v, uint32_t j);
  * output, narrowed to the dtype: the store phase, one kf_kernel_yield per element. The caller
  * guards it with r->valid and, for a ragged chunk, kf__rows_unit_inside. */
 void kf__rows_yield(kf__rows *r, kf_val y, uint32_t c);
+/* Yields every chunk's value (ys[c], computed by every lane, valid or not, outside any if: this
+ * may place a barrier), only valid lanes and chunks inside the row yielding. Width 4 with
+ * $KF_ROWS_EXCHANGE=1: the vec4s go through workgroup memory first and each lane yields
+ * neighbouring lanes' elements one after another, so the tail's scalar stores (and its loads
+ * of a weight) are contiguous across lanes instead of 16 bytes apart. */
+void kf__rows_yield_all(kf__rows *r, const kf_val *ys);
 
 /* Combines tuples a and b of n values into out (element-wise ops only: no barriers). */
 typedef void (*kf__combine_fn)(kf_kernel *k, const kf_val *a, const kf_val *b, uint32_t n,

@@ -371,20 +371,25 @@ static void verify_table(const char *name, kf_dtype dtype) {
         verify_table(#op, KF_DTYPE_F16);                                                           \
     }
 
-/* The register kernels (softmax, the norms' forward) with other lanes a row than 256 and with
- * scalars instead of vec4s ($KF_ROWS_LANES, $KF_ROWS_WIDTH: the H200 bench measures them), on
+/* The register kernels (softmax, the norms' forward) with other lanes a row than 256, with
+ * scalars instead of vec4s and with the yields exchanged through workgroup memory
+ * ($KF_ROWS_LANES, $KF_ROWS_WIDTH, $KF_ROWS_EXCHANGE: the H200 bench measures them), on
  * the tables' rows longer than 256: past 256 lanes the reduction's gather must still fit its
  * partials (it overran them once). */
 KT_TEST(ops, reduce_verify_register_rows_other_layouts) {
     KT_NEED_GPU(ctx);
     static const char *const ops[] = {"softmax", "rmsnorm", "layernorm"};
     static const struct {
-        const char *lanes, *width;
-    } layouts[] = {{"512", NULL}, {"1024", NULL}, {"1024", "1"}, {"64", NULL}};
+        const char *lanes, *width, *exchange;
+    } layouts[] = {{"512", NULL, NULL}, {"1024", NULL, NULL}, {"1024", "1", NULL},
+                   {"64", NULL, NULL},  {"256", NULL, "1"},   {"64", NULL, "1"}};
     for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++) {
         setenv("KF_ROWS_LANES", layouts[l].lanes, 1);
         if (layouts[l].width) {
             setenv("KF_ROWS_WIDTH", layouts[l].width, 1);
+        }
+        if (layouts[l].exchange) {
+            setenv("KF_ROWS_EXCHANGE", layouts[l].exchange, 1);
         }
         for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
             const kf_operator *op = kf_op_find(ops[o]);
@@ -410,6 +415,7 @@ KT_TEST(ops, reduce_verify_register_rows_other_layouts) {
         }
         unsetenv("KF_ROWS_LANES");
         unsetenv("KF_ROWS_WIDTH");
+        unsetenv("KF_ROWS_EXCHANGE");
     }
 }
 
