@@ -153,12 +153,12 @@ finish() {
 
 if [ "$PART" = s6b ]; then
     ROWS='^(softmax|rmsnorm_weight|layernorm_affine)$'
-    section "s6b: the rows in kfuse bench: default, then yields exchanged (KF_ROWS_EXCHANGE=1)"
+    section "s6b: the rows in kfuse bench: yields exchanged (KF_ROWS_EXCHANGE=1), then the default"
+    KF_ROWS_EXCHANGE=1 kbench "rows-exchange" 30 --filter "$ROWS" --repeat 20
     kbench "rows" 25 --filter "$ROWS" --repeat 20
-    KF_ROWS_EXCHANGE=1 kbench "rows-exchange" 25 --filter "$ROWS" --repeat 20
-    section "s6b: PyTorch eager and torch.compile of the rows"
-    grep -E '"tag": "rows"' "$JSON" | sed -E 's/^\{"tag": "[a-z-]+", /{/' >"$TMP/kd.jsonl"
-    run 35 "$PYTHON" bench/torch_compare.py "$TMP/kd.jsonl" --filter "$ROWS" --repeat 20 \
+    section "s6b: PyTorch eager and torch.compile of the rows (kfuse columns: the exchanged rows)"
+    grep -E '"tag": "rows-exchange"' "$JSON" | sed -E 's/^\{"tag": "[a-z-]+", /{/' >"$TMP/kd.jsonl"
+    run 30 "$PYTHON" bench/torch_compare.py "$TMP/kd.jsonl" --filter "$ROWS" --repeat 20 \
         --size "$SIZE" --json "$TMP/t2.jsonl"
     keep_json "$TMP/t2.jsonl" "torch-compile"
     finish
