@@ -88,7 +88,7 @@ def block_spec(b, t, c, h, f):
         "h2 = rmsnorm(h1) |> matmul(wup) |> gelu |> matmul(wdown) |> add(h1)",
         "loss = mul(h2, r) |> sum |> sum",
         "dx, dwqkv, dwproj, dwup, dwdown = grad(loss, x, wqkv, wproj, wup, wdown)",
-        "out h2, dx, dwqkv, dwproj, dwup, dwdown",
+        "out loss, h2, dx, dwqkv, dwproj, dwup, dwdown",  # the loss too, as PyTorch's call returns it
     ]
     return "\n".join(lines) + "\n"
 
