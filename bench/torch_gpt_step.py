@@ -393,8 +393,13 @@ def table(torch_rows, kfuse_path, top=24):
     for case in cases:
         k = kf.get(case)
         if k and k.get("per_dispatch"):
+            floor = k.get("floor_ms")
             print(f"\n### {case}: kfuse, {len(k['per_dispatch'])} dispatches "
-                  f"({'GPU timestamps' if k.get('timestamps') else 'wall clock each'})\n")
+                  f"({'GPU timestamps' if k.get('timestamps') else 'wall clock each'}"
+                  + (f"; a one-invocation dispatch measures {floor:.4f} ms this way, so each "
+                     f"row's first {floor:.4f} ms is the pass and timestamps around it: one pass "
+                     f"of all is {k['plan_ms']:.3f} ms against {k.get('sum_ms', 0):.3f} summed"
+                     if floor else "") + ")\n")
             print("| # | class | ms | MB | GB/s | dispatch |")
             print("|---|---|---|---|---|---|")
             for i, d in enumerate(k["per_dispatch"]):
