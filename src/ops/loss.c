@@ -170,116 +170,45 @@ static kf_kernel *ce_kernel_open(const char *name, kf_dtype dtype, bool void_inp
     return k;
 }
 
-/* Forward: one workgroup (the loss is one mean, summed in a fixed order), 256 invocations as 32
- * teams of CE_TEAM = 8. A team takes CE_ROWS = 4 rows at a time (a chunk of 128 rows for the
- * workgroup) and its invocation t the columns t, t + 8, ...: neighbouring invocations read
- * neighbouring logits (a warp's load touches 4 rows' segments, not 32 rows' lines as one
- * invocation per row did) and each invocation has its rows' loads in flight together. Each keeps
- * an online max and sum of exp(x - max) per row (one read of the logits); the team's 8 pairs
- * meet in workgroup memory (an idle invocation's pair is a logit of the row and a sum of 0),
- * where invocation r of the team combines row r's, adds its loss
- * (max + log(sum) - logits[label]) to its total; a tree over the workgroup sums the totals and
- * lane 0 yields the mean. NaN propagates through the max (kf__max_nan) and the sums. */
-#define CE_TEAM 8u
-#define CE_ROWS 4u
-
+/* Forward: one workgroup of 256 invocations, each taking rows lane, lane + 256, ...: per row a
+ * serial max pass, a serial sum of exp(x - max), and the loss; then a tree over the workgroup
+ * sums the per-invocation losses and lane 0 yields the mean. Serial rows need no barrier per row
+ * and cost two reads of the logits; a very wide row (C in the millions) is slow here, which is
+ * the performance issue's concern, not correctness. */
 static kf_kernel *ce_kernel_forward(const kf_shape *in, const kf_op_params *p, kf_dtype dtype) {
     (void)p;
     uint64_t rows;
     uint32_t cols;
     kf__shape_rows_cols(&in[0], &rows, &cols);
-    const uint32_t lanes = KF__WORKGROUP, teams = lanes / CE_TEAM, chunk = teams * CE_ROWS;
+    const uint32_t lanes = KF__WORKGROUP;
     ce_bindings b;
     kf_kernel *k = ce_kernel_open("cross_entropy", dtype, true, &b);
     if (!k) {
         return NULL;
     }
-    kf_type f32 = kf_type_scalar(KF_SCALAR_F32), u32 = kf_type_scalar(KF_SCALAR_U32);
-    kf_shared ms = kf_kernel_workgroup(k, "row_max", f32, lanes * CE_ROWS);
-    kf_shared ss = kf_kernel_workgroup(k, "row_sum", f32, lanes * CE_ROWS);
+    kf_type f32 = kf_type_scalar(KF_SCALAR_F32);
+
     kf_val lane = kf_let(k, "lane", kf_builtin_get(k, KF_BUILTIN_LOCAL_INDEX));
-    kf_val t = kf_let(k, "t", kf_binary(k, KF_OP_MOD, lane, kf__u32(k, CE_TEAM)));
-    kf_val team = kf_let(k, "team", kf_div(k, lane, kf__u32(k, CE_TEAM)));
-    kf_val last = kf__u32(k, (uint32_t)(rows * cols - 1));
     kf_var total = kf_declare(k, "total", f32, kf_lit_f32(k, 0));
-    kf_val first = kf_for(k, "first", kf__u32(k, 0), kf__u32(k, (uint32_t)rows), kf__u32(k, chunk));
-    kf_val row[CE_ROWS];
-    kf_var mv[CE_ROWS], sv[CE_ROWS];
-    /* the max starts at a logit of the row (the invocation's first column, or the row's last
-     * where the row has fewer columns than a team), so it is never below the row's own */
-    kf_val own = kf_let(k, "own", kf_call2(k, KF_FN_MIN, t, kf__u32(k, cols - 1)));
-    for (uint32_t r = 0; r < CE_ROWS; r++) {
-        row[r] = kf_let(
-            k, "row",
-            kf_add(k, first, kf_add(k, kf_mul(k, team, kf__u32(k, CE_ROWS)), kf__u32(k, r))));
-        kf_val at =
-            kf_call2(k, KF_FN_MIN, kf_add(k, kf_mul(k, row[r], kf__u32(k, cols)), own), last);
-        mv[r] = kf_declare(k, "m", f32, kf__load_f32(k, b.logits, at, dtype));
-        sv[r] = kf_declare(k, "s", f32, kf_lit_f32(k, 0));
-    }
-    kf_val j =
-        kf_for(k, "j", kf__u32(k, 0), kf__u32(k, (cols + CE_TEAM - 1) / CE_TEAM), kf__u32(k, 1));
-    kf_val col = kf_let(k, "col", kf_add(k, t, kf_mul(k, j, kf__u32(k, CE_TEAM))));
-    kf_val col_ok = kf_let(k, "col_ok", kf_binary(k, KF_OP_LT, col, kf__u32(k, cols)));
-    for (uint32_t r = 0; r < CE_ROWS; r++) {
-        kf_val ok = kf_binary(k, KF_OP_AND, col_ok,
-                              kf_binary(k, KF_OP_LT, row[r], kf__u32(k, (uint32_t)rows)));
-        kf_val at =
-            kf_call2(k, KF_FN_MIN, kf_add(k, kf_mul(k, row[r], kf__u32(k, cols)), col), last);
-        kf_val v = kf_let(k, "v", kf__load_f32(k, b.logits, at, dtype));
-        kf_val mo = kf_let(k, "m_old", kf_read(k, mv[r]));
-        kf_val mn = kf_let(k, "m_new", kf__max_nan(k, mo, v));
-        /* exp(-inf - -inf) is NaN: an invocation whose columns so far are all -inf keeps a sum
-         * of 0 (the row is NaN only if every invocation's max is -inf: in the combination) */
-        kf_val keep = kf_select(k, kf_call1(k, KF_FN_EXP, kf_sub(k, mo, mn)), kf_lit_f32(k, 1),
-                                kf_binary(k, KF_OP_EQ, mo, mn));
-        kf_val minus_inf =
-            kf_binary(k, KF_OP_EQ, kf_bitcast(k, u32, v), kf_lit_u32(k, 0xff800000u));
-        kf_val add =
-            kf_select(k, kf_call1(k, KF_FN_EXP, kf_sub(k, v, mn)), kf_lit_f32(k, 0), minus_inf);
-        kf_val sn = kf_add(k, kf_mul(k, kf_read(k, sv[r]), keep), add);
-        kf_assign(k, mv[r], kf_select(k, mo, mn, ok));
-        kf_assign(k, sv[r], kf_select(k, kf_read(k, sv[r]), sn, ok));
-    }
+    kf_val row = kf_for(k, "row", lane, kf__u32(k, rows), kf__u32(k, lanes));
+    kf_val base = kf_let(k, "base", kf_mul(k, row, kf__u32(k, cols)));
+    kf_var m = kf_declare(k, "m", f32, kf__load_f32(k, b.logits, base, dtype));
+    kf_val c = kf_for(k, "c", kf__u32(k, 1), kf__u32(k, cols), kf__u32(k, 1));
+    kf_val v = kf_let(k, "v", kf__load_f32(k, b.logits, kf_add(k, base, c), dtype));
+    kf_assign(k, m, kf__max_nan(k, kf_read(k, m), v));
     kf_end(k);
-    for (uint32_t r = 0; r < CE_ROWS; r++) {
-        kf_val slot = kf_add(k, kf_mul(k, lane, kf__u32(k, CE_ROWS)), kf__u32(k, r));
-        kf_shared_store(k, ms, slot, kf_read(k, mv[r]));
-        kf_shared_store(k, ss, slot, kf_read(k, sv[r]));
-    }
-    kf_barrier(k);
-    /* invocation r of the team combines row r of its chunk */
-    for (uint32_t r = 0; r < CE_ROWS; r++) {
-        kf_if(k, kf_binary(k, KF_OP_AND, kf_binary(k, KF_OP_EQ, t, kf__u32(k, r)),
-                           kf_binary(k, KF_OP_LT, row[r], kf__u32(k, (uint32_t)rows))));
-        kf_val base_slot =
-            kf_let(k, "base_slot",
-                   kf_add(k, kf_mul(k, kf_mul(k, team, kf__u32(k, CE_TEAM)), kf__u32(k, CE_ROWS)),
-                          kf__u32(k, r)));
-        kf_val mu[CE_TEAM];
-        kf_val top = {0};
-        for (uint32_t u = 0; u < CE_TEAM; u++) {
-            mu[u] = kf_let(k, "mu",
-                           kf_shared_load(k, ms, kf_add(k, base_slot, kf__u32(k, u * CE_ROWS))));
-            top = u ? kf__max_nan(k, top, mu[u]) : mu[u];
-        }
-        kf_val mx = kf_let(k, "mx", top);
-        kf_val sum = kf_lit_f32(k, 0);
-        for (uint32_t u = 0; u < CE_TEAM; u++) {
-            kf_val su = kf_shared_load(k, ss, kf_add(k, base_slot, kf__u32(k, u * CE_ROWS)));
-            sum = kf_add(k, sum, kf_mul(k, su, kf_call1(k, KF_FN_EXP, kf_sub(k, mu[u], mx))));
-        }
-        kf_val label = kf_let(k, "label", kf_load(k, b.labels, row[r]));
-        kf_val ok = label_valid(k, label, cols);
-        kf_val base = kf_mul(k, row[r], kf__u32(k, cols));
-        kf_val picked =
-            kf__load_f32(k, b.logits, kf_add(k, base, label_index(k, label, cols)), dtype);
-        kf_val loss = kf_sub(k, kf_add(k, mx, kf_call1(k, KF_FN_LOG, sum)), picked);
-        loss = kf_select(k, kf__nan(k, kf_bitcast(k, u32, label)), loss, ok);
-        kf_assign(k, total, kf_add(k, kf_read(k, total), loss));
-        kf_end(k);
-    }
-    kf_barrier(k); /* the next chunk overwrites the pairs */
+    kf_val mx = kf_let(k, "mx", kf_read(k, m));
+    kf_var s = kf_declare(k, "s", f32, kf_lit_f32(k, 0));
+    kf_val c2 = kf_for(k, "c", kf__u32(k, 0), kf__u32(k, cols), kf__u32(k, 1));
+    kf_val v2 = kf__load_f32(k, b.logits, kf_add(k, base, c2), dtype);
+    kf_assign(k, s, kf_add(k, kf_read(k, s), kf_call1(k, KF_FN_EXP, kf_sub(k, v2, mx))));
+    kf_end(k);
+    kf_val label = kf_let(k, "label", kf_load(k, b.labels, row));
+    kf_val ok = label_valid(k, label, cols);
+    kf_val picked = kf__load_f32(k, b.logits, kf_add(k, base, label_index(k, label, cols)), dtype);
+    kf_val loss = kf_sub(k, kf_add(k, mx, kf_call1(k, KF_FN_LOG, kf_read(k, s))), picked);
+    loss = kf_select(k, kf__nan(k, kf_bitcast(k, kf_type_scalar(KF_SCALAR_U32), label)), loss, ok);
+    kf_assign(k, total, kf_add(k, kf_read(k, total), loss));
     kf_end(k);
 
     kf_shared partial = kf_kernel_workgroup(k, "partial", f32, lanes);

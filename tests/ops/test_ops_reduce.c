@@ -506,47 +506,6 @@ KT_TEST(ops, reduce_invalid_labels_on_device) {
     spec_run_free(&r);
 }
 
-/* cross_entropy's forward keeps an online max and sum per invocation and combines a team's (8
- * invocations a row, 4 rows each, 128 rows a chunk): a -inf logit (exp 0), rows of huge
- * negatives (near -FLT_MAX: below any constant a max could start from), columns fewer than a
- * team and rows past
- * a chunk agree with the spec; a NaN or +inf anywhere makes the mean NaN, -inf everywhere in a
- * row too (-inf - -inf). */
-KT_TEST(ops, reduce_cross_entropy_special_rows_on_device) {
-    enum { ROWS = 131, COLS = 11 };
-    kf_shape shapes[2] = {kf_shape_2d(ROWS, COLS), kf_shape_1d(ROWS)};
-    static float logits[ROWS * COLS], labels[ROWS];
-    for (int i = 0; i < ROWS * COLS; i++) {
-        logits[i] = kt_rand_f32(-3, 3);
-    }
-    for (int r = 0; r < ROWS; r++) {
-        labels[r] = (float)(r % COLS);
-    }
-    logits[0 * COLS + 5] = -INFINITY; /* not the label's column: exp(-inf) = 0 */
-    for (int c = 0; c < COLS; c++) {
-        logits[128 * COLS + c] = -3.3e38f + (float)c * 1e36f; /* near -FLT_MAX, finite */
-        logits[129 * COLS + c] = -1e30f - (float)c * 1e29f;   /* the chunk past 128 rows */
-    }
-    const float *v[] = {logits, labels};
-    check_special_forward("cross_entropy", shapes, v, NULL, 0);
-    kf_shape narrow[2] = {kf_shape_2d(5, 3), kf_shape_1d(5)}; /* 3 columns: 5 of 8 idle */
-    const float small[15] = {1, -2, 3, 0.5f, 0.25f, -4, 2, 2, 2, -1, 0, 1, 3, -3, 0};
-    const float small_labels[5] = {2, 0, 1, 2, 0};
-    const float *w[] = {small, small_labels};
-    check_special_forward("cross_entropy", narrow, w, NULL, 0);
-    const int loss[] = {0};
-    const float specials[] = {NAN, INFINITY, -INFINITY};
-    for (int i = 0; i < 3; i++) {
-        float saved[COLS];
-        memcpy(saved, &logits[130 * COLS], sizeof saved);
-        for (int c = 0; c < COLS; c++) {
-            logits[130 * COLS + c] = i == 2 ? specials[i] : (c == 7 ? specials[i] : 1.0f);
-        }
-        check_special_forward("cross_entropy", shapes, v, loss, 1);
-        memcpy(&logits[130 * COLS], saved, sizeof saved);
-    }
-}
-
 /* max's gradient goes to the first maximal element, or to the first NaN: on the device too,
  * where lanes and the tree see the row out of order. */
 KT_TEST(ops, reduce_max_gradient_ties_and_nan_on_device) {
