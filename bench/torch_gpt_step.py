@@ -10,16 +10,22 @@ random tensor, so backward starts from dh2 = r), backward to x and the four weig
 the character GPT of gpt_spec.py --batch 64 with AdamW (lr 1e-3), the batch on the device.
 f32 means f32 (TF32 off). Times: CUDA events around each whole call after warm-up, median.
 
-The block's non-matmul work (issue 14's target: at least torch.compile's speed) comes out two
-ways for every implementation: `nonmatmul_ms` = the block's time minus its dense products alone
-(the four projections forward, their dX and dW backward: 12 products, timed on their own in the
-same framework; for kfuse the matmul-rooted dispatches, epilogues included), and, on CUDA,
-`profile_nonmatmul_ms` = the device time of the kernels the profiler does not name as GEMMs
-(cuBLAS / CUTLASS names; an eager math attention's batched products count as GEMMs there).
+Non-matmul work (issue 14's target: the block's at least torch.compile's speed) is defined the
+same way for both: the device time of each kernel (PyTorch: torch.profiler's CUDA kernels over
+PROFILE_CALLS calls, per call; kfuse: each dispatch's GPU timestamps, kfuse_bench_gpt), in three
+classes: matmul (dense products: cuBLAS / CUTLASS GEMM names; kfuse's matmul-rooted dispatches,
+epilogues included), attention (PyTorch's fused attention kernels, fmha / flash; kfuse's
+attention forward and backward dispatches) and other (everything else: norms, element-wise,
+reductions, copies, the loss, the optimizer). non-matmul = attention + other. The attention runs
+as SDPA in the _sdpa variants (the default ones), so its kernels are attention's by name; an
+eager math attention's batched products would count as GEMMs. The old split (the block's time
+minus its 12 dense products timed alone) is kept as `rest_ms`. The table lists each case's
+kernels / dispatches one by one, so the gap is attributed kernel by kernel.
 
   python3 bench/torch_gpt_step.py --write-specs DIR [--blocks 64x64x128x4x512,...] [--batch 64]
   python3 bench/torch_gpt_step.py [--blocks ...] [--batch 64] [--repeat N] [--json FILE]
-      [--kfuse-json kfuse.jsonl] [--no-compile] [--no-step] [--device cuda|cpu]
+      [--kfuse-json kfuse.jsonl] [--variants torch_eager_sdpa,torch_compile_sdpa,...]
+      [--no-compile] [--no-step] [--device cuda|cpu]
   python3 bench/torch_gpt_step.py --table-only --json torch.jsonl --kfuse-json kfuse.jsonl
 """
 import argparse
@@ -38,6 +44,14 @@ import gpt_spec  # noqa: E402
 DEFAULT_BLOCKS = "64x64x128x4x512,4x1024x1024x16x4096"
 EPS = 1e-5
 GEMM = re.compile(r"gemm|gemv|xmma|cutlass|splitKreduce|cublas|triton_tem", re.I)
+ATTENTION = re.compile(r"fmha|flash|attention|sdpa", re.I)  # checked before GEMM (fmha_cutlass)
+VARIANTS = ("torch_eager", "torch_eager_sdpa", "torch_compile", "torch_compile_sdpa")
+DEFAULT_VARIANTS = "torch_eager_sdpa,torch_compile_sdpa"
+PROFILE_CALLS = 5
+
+
+def kernel_class(name):
+    return "attention" if ATTENTION.search(name) else "matmul" if GEMM.search(name) else "other"
 
 
 def parse_block(text):
@@ -74,7 +88,7 @@ def block_spec(b, t, c, h, f):
         "h2 = rmsnorm(h1) |> matmul(wup) |> gelu |> matmul(wdown) |> add(h1)",
         "loss = mul(h2, r) |> sum |> sum",
         "dx, dwqkv, dwproj, dwup, dwdown = grad(loss, x, wqkv, wproj, wup, wdown)",
-        "out h2, dx, dwqkv, dwproj, dwup, dwdown",
+        "out loss, h2, dx, dwqkv, dwproj, dwup, dwdown",  # the loss too, as PyTorch's call returns it
     ]
     return "\n".join(lines) + "\n"
 
@@ -158,16 +172,19 @@ def timed(torch, fn, repeat, device):
 
 
 def profile_split(torch, fn, device):
-    """(kernels, gemm device ms, other device ms) of one call, by kernel name; None on a CPU."""
+    """Each kernel's device time per call (PROFILE_CALLS calls profiled), by name and class:
+    {kernels, class_ms: {matmul, attention, other}, by_name: [[class, name, calls, ms], ...]};
+    None on a CPU or without a profiler."""
     if device != "cuda":
         return None
     try:
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            fn()
+            for _ in range(PROFILE_CALLS):
+                fn()
             torch.cuda.synchronize()
-        gemm = other = 0.0
+        by_name = {}
         kernels = 0
         for e in prof.events():
             if not str(getattr(e, "device_type", "")).endswith("CUDA"):
@@ -176,17 +193,38 @@ def profile_split(torch, fn, device):
             us = getattr(e, "device_time", None)
             if us is None:
                 us = getattr(e, "cuda_time", 0.0)
-            if GEMM.search(e.name):
-                gemm += us / 1e3
-            else:
-                other += us / 1e3
-        return kernels, gemm, other
+            k = by_name.setdefault(e.name, [kernel_class(e.name), e.name, 0, 0.0])
+            k[2] += 1
+            k[3] += us / 1e3
+        rows = sorted(([c, n, calls / PROFILE_CALLS, ms / PROFILE_CALLS]
+                       for c, n, calls, ms in by_name.values()), key=lambda r: -r[3])
+        class_ms = {c: sum(r[3] for r in rows if r[0] == c) for c in ("matmul", "attention",
+                                                                        "other")}
+        return {"kernels": kernels / PROFILE_CALLS, "class_ms": class_ms, "by_name": rows}
     except Exception as exc:  # the profiler is optional
         print(f"(profile unavailable: {exc})", file=sys.stderr)
         return None
 
 
-def bench_block(torch, F, blk, device, repeat, compile_too, seed):
+def profile_fields(prof):
+    if not prof:
+        return {}
+    cm = prof["class_ms"]
+    return {"kernels": prof["kernels"], "profile_gemm_ms": cm["matmul"],
+            "profile_attention_ms": cm["attention"], "profile_other_ms": cm["other"],
+            "profile_nonmatmul_ms": cm["attention"] + cm["other"],
+            "kernels_by_name": prof["by_name"]}
+
+
+def profile_text(prof):
+    if not prof:
+        return ""
+    cm = prof["class_ms"]
+    return (f"; profile: {prof['kernels']:g} kernels, matmul {cm['matmul']:.3f} ms, attention "
+            f"{cm['attention']:.3f} ms, other {cm['other']:.3f} ms")
+
+
+def bench_block(torch, F, blk, device, repeat, variants, seed):
     b, t, c, h, f = blk
     g = torch.Generator().manual_seed(seed)
 
@@ -212,10 +250,9 @@ def bench_block(torch, F, blk, device, repeat, compile_too, seed):
             a.t() @ dy
 
     dense_ms, _ = timed(torch, dense, repeat, device)
-    variants = [("torch_eager", False, False), ("torch_eager_sdpa", False, True)]
-    if compile_too:
-        variants += [("torch_compile", True, False)]
-    for impl, compiled, sdpa in variants:
+    for impl in variants:
+        compiled, sdpa = "compile" in impl, impl.endswith("_sdpa")
+
         def loss_fn(x, wqkv, wproj, wup, wdown, sdpa=sdpa):
             return (layer(torch, F, x, wqkv, wproj, wup, wdown, b, t, h, sdpa) * r).sum()
 
@@ -239,18 +276,16 @@ def bench_block(torch, F, blk, device, repeat, compile_too, seed):
             continue
         prof = profile_split(torch, call, device)
         row = {"case": block_name(*blk), "mode": "block", "impl": impl, "ms": ms,
-               "min_ms": min_ms, "dense_matmul_ms": dense_ms, "nonmatmul_ms": ms - dense_ms}
-        if prof:
-            row.update(kernels=prof[0], profile_gemm_ms=prof[1], profile_nonmatmul_ms=prof[2])
+               "min_ms": min_ms, "dense_matmul_ms": dense_ms, "rest_ms": ms - dense_ms}
+        row.update(profile_fields(prof))
         rows.append(row)
         print(f"{row['case']:28s} {impl:18s} {ms:9.3f} ms (min {min_ms:.3f})  dense products "
-              f"{dense_ms:.3f} ms, the rest {ms - dense_ms:.3f} ms"
-              + (f"; profile: {prof[0]} kernels, GEMM {prof[1]:.3f} ms, other {prof[2]:.3f} ms"
-                 if prof else ""), flush=True)
+              f"{dense_ms:.3f} ms, the rest {ms - dense_ms:.3f} ms" + profile_text(prof),
+              flush=True)
     return rows
 
 
-def bench_step(torch, F, batch, device, repeat, compile_too, seed):
+def bench_step(torch, F, batch, device, repeat, variants, seed):
     cfg = step_config(batch)
     g = torch.Generator().manual_seed(seed)
     params = {}
@@ -262,18 +297,18 @@ def bench_step(torch, F, batch, device, repeat, compile_too, seed):
     y = torch.roll(x.reshape(-1), -1).reshape(x.shape)
     c, h = cfg["width"], cfg["heads"]
 
-    def loss_fn(x, y, p):
+    def loss_fn(x, y, p, sdpa):
         b, t = x.shape
         hid = (p["wte"][x] + p["wpe"]).reshape(b * t, c)
         for i in range(cfg["layers"]):
             hid = layer(torch, F, hid, p[f"l{i}_qkv"], p[f"l{i}_proj"], p[f"l{i}_up"],
-                        p[f"l{i}_down"], b, t, h, False)
+                        p[f"l{i}_down"], b, t, h, sdpa)
         logits = rmsnorm(torch, hid) @ p["head"]
         return F.cross_entropy(logits, y.reshape(-1))
 
     rows = []
-    for impl, compiled in [("torch_eager", False)] + ([("torch_compile", True)] if compile_too
-                                                       else []):
+    for impl in variants:
+        compiled, sdpa = "compile" in impl, impl.endswith("_sdpa")
         ps = {k: v.detach().clone().requires_grad_() for k, v in params.items()}
         opt = torch.optim.AdamW(list(ps.values()), lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
                                 weight_decay=0.0)
@@ -282,6 +317,7 @@ def bench_step(torch, F, batch, device, repeat, compile_too, seed):
                   file=sys.stderr)
             continue
         fn = torch.compile(loss_fn) if compiled else loss_fn
+        fn = (lambda f, sd: lambda x, y, p: f(x, y, p, sd))(fn, sdpa)
         opt_step = torch.compile(opt.step) if compiled else opt.step
         last = {}
 
@@ -300,54 +336,88 @@ def bench_step(torch, F, batch, device, repeat, compile_too, seed):
         prof = profile_split(torch, step, device)
         row = {"case": f"gpt_step_b{batch}", "mode": "step", "impl": impl, "ms": ms,
                "min_ms": min_ms, "loss": float(last["loss"].detach())}
-        if prof:
-            row.update(kernels=prof[0], profile_gemm_ms=prof[1], profile_nonmatmul_ms=prof[2])
+        row.update(profile_fields(prof))
         rows.append(row)
         print(f"{row['case']:28s} {impl:18s} {ms:9.3f} ms (min {min_ms:.3f})  loss "
-              f"{row['loss']:.4f}" + (f"; {prof[0]} kernels" if prof else ""), flush=True)
+              f"{row['loss']:.4f}" + profile_text(prof), flush=True)
     return rows
 
 
-def table(torch_rows, kfuse_path):
+def read_kfuse(path):
     kf = {}
-    with open(kfuse_path) as f:
+    with open(path) as f:
         for line in f:
             line = line.strip()
             if line.startswith("{"):
                 obj = json.loads(line)
                 kf[obj["case"]] = obj
+    return kf
+
+
+def ratio(a, b):
+    return f"{a / b:.2f}x" if a is not None and b else ""
+
+
+def fmt(v):
+    return f"{v:.3f}" if v is not None else ""
+
+
+def table(torch_rows, kfuse_path, top=24):
+    kf = read_kfuse(kfuse_path)
     cases = []
-    for r in torch_rows:
+    for r in torch_rows + list(kf.values()):
         if r["case"] not in cases:
             cases.append(r["case"])
-    for case in kf:
-        if case not in cases:
-            cases.append(case)
     print()
-    print("| case | impl | ms | non-matmul ms | kernels / dispatches | kfuse vs it (total) | "
-          "kfuse vs it (non-matmul) |")
-    print("|---|---|---|---|---|---|---|")
+    print("Per kernel device time (kfuse: each dispatch's GPU timestamps; PyTorch: the profiler's "
+          "kernels, per call). non-matmul = attention + other. kfuse vs it: kfuse's time over "
+          "its time, below 1 = kfuse faster. ms: kfuse's step = the trainer's wall clock, its "
+          "block = the plan timed whole; PyTorch's = CUDA events around a call.")
+    print()
+    print("| case | impl | ms | matmul ms | attention ms | other ms | non-matmul ms | kernels | "
+          "kfuse vs it: total | non-matmul | other |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for case in cases:
         k = kf.get(case)
         if k:
-            # a step's total is the trainer's wall clock; its split is of the plan's dispatches
-            print(f"| {case} | kfuse | {k['ms']:.3f} | {k['nonmatmul_ms']:.3f} (matmul "
-                  f"{k['matmul_ms']:.3f}, plan {k['plan_ms']:.3f}) | {k['dispatches']} | 1.00x | "
-                  f"1.00x |")
+            print(f"| {case} | kfuse | {k['ms']:.3f} (one pass {k['plan_ms']:.3f}, dispatches "
+                  f"summed {k.get('sum_ms', 0):.3f}) | {k['matmul_ms']:.3f} | "
+                  f"{fmt(k.get('attention_ms'))} | {fmt(k.get('other_ms'))} | "
+                  f"{k['nonmatmul_ms']:.3f} | {k['dispatches']} | 1.00x | 1.00x | 1.00x |")
         for r in (r for r in torch_rows if r["case"] == case):
-            pnm = r.get("profile_nonmatmul_ms")
-            nm = r.get("nonmatmul_ms", pnm)
-            nm_text = (f"{nm:.3f}" if nm is not None else "") + (
-                f" (profile {pnm:.3f})" if pnm is not None and "nonmatmul_ms" in r else "")
-            ratio = f"{k['ms'] / r['ms']:.2f}x" if k else ""
-            nm_ratio = ""
-            if k and nm:
-                nm_ratio = f"{k['nonmatmul_ms'] / nm:.2f}x"
-            print(f"| {case} | {r['impl']} | {r['ms']:.3f} | {nm_text} | {r.get('kernels', '')} | "
-                  f"{ratio} | {nm_ratio} |")
-    print("\n(kfuse vs it: kfuse's time over its time, below 1 = kfuse faster; non-matmul: the "
-          "block's time minus its dense products alone; a step's is the profile's non-GEMM "
-          "kernels for torch and the plan's non-matmul dispatches for kfuse)")
+            pnm, po = r.get("profile_nonmatmul_ms"), r.get("profile_other_ms")
+            print(f"| {case} | {r['impl']} | {r['ms']:.3f} | {fmt(r.get('profile_gemm_ms'))} | "
+                  f"{fmt(r.get('profile_attention_ms'))} | {fmt(po)} | {fmt(pnm)} | "
+                  f"{r.get('kernels', '')} | {ratio(k and k['ms'], r['ms'])} | "
+                  f"{ratio(k and k['nonmatmul_ms'], pnm)} | {ratio(k and k.get('other_ms'), po)} |")
+    for case in cases:
+        k = kf.get(case)
+        if k and k.get("per_dispatch"):
+            floor = k.get("floor_ms")
+            print(f"\n### {case}: kfuse, {len(k['per_dispatch'])} dispatches "
+                  f"({'GPU timestamps' if k.get('timestamps') else 'wall clock each'}"
+                  + (f"; a one-invocation dispatch measures {floor:.4f} ms this way, so each "
+                     f"row's first {floor:.4f} ms is the pass and timestamps around it: one pass "
+                     f"of all is {k['plan_ms']:.3f} ms against {k.get('sum_ms', 0):.3f} summed"
+                     if floor else "") + ")\n")
+            print("| # | class | ms | MB | GB/s | dispatch |")
+            print("|---|---|---|---|---|---|")
+            for i, d in enumerate(k["per_dispatch"]):
+                gbs = d["bytes"] / (d["ms"] * 1e6) if d["ms"] > 0 else 0
+                print(f"| {i + 1} | {d['class']} | {d['ms']:.4f} | {d['bytes'] / 1e6:.2f} | "
+                      f"{gbs:.0f} | {d['label'][:150]} |")
+        for r in (r for r in torch_rows if r["case"] == case and "compile" in r["impl"]):
+            ks = r.get("kernels_by_name") or []
+            print(f"\n### {case}: {r['impl']}, {r.get('kernels', '')} kernels a call (the "
+                  f"{min(top, len(ks))} longest by name; calls and ms per call)\n")
+            print("| class | calls | ms | kernel |")
+            print("|---|---|---|---|")
+            for c, name, calls, ms in ks[:top]:
+                print(f"| {c} | {calls:g} | {ms:.4f} | {name[:110]} |")
+            rest = ks[top:]
+            if rest:
+                print(f"| (rest) | {sum(x[2] for x in rest):g} | {sum(x[3] for x in rest):.4f} | "
+                      f"{len(rest)} more names |")
 
 
 def main():
@@ -357,7 +427,9 @@ def main():
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--device", default=None)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--variants", default=DEFAULT_VARIANTS,
+                    help="PyTorch variants, of " + ", ".join(VARIANTS))
+    ap.add_argument("--no-compile", action="store_true", help="leave out the compiled variants")
     ap.add_argument("--no-step", action="store_true")
     ap.add_argument("--write-specs", metavar="DIR")
     ap.add_argument("--json")
@@ -366,12 +438,19 @@ def main():
                     help="print the table from --json (PyTorch's rows) and --kfuse-json; run nothing")
     args = ap.parse_args()
     blocks = [parse_block(b) for b in args.blocks.split(",") if b]
+    variants = [v for v in args.variants.split(",") if v and not (args.no_compile and "compile" in v)]
+    for v in variants:
+        if v not in VARIANTS:
+            raise SystemExit(f"unknown variant {v} (of {', '.join(VARIANTS)})")
     if args.write_specs:
         write_specs(args.write_specs, blocks, args.batch)
         return
     if args.table_only:
-        with open(args.json) as f:
-            table([json.loads(line) for line in f if line.strip()], args.kfuse_json)
+        rows = []
+        if os.path.exists(args.json):  # PyTorch's part may have failed: kfuse's rows alone
+            with open(args.json) as f:
+                rows = [json.loads(line) for line in f if line.strip()]
+        table(rows, args.kfuse_json)
         return
     import torch
     import torch.nn.functional as F
@@ -392,12 +471,11 @@ def main():
         rows.extend(new_rows)
 
     for blk in blocks:
-        keep(bench_block(torch, F, blk, device, args.repeat, not args.no_compile, args.seed))
+        keep(bench_block(torch, F, blk, device, args.repeat, variants, args.seed))
         if device == "cuda":
             torch.cuda.empty_cache()
     if not args.no_step:
-        keep(bench_step(torch, F, args.batch, device, args.repeat, not args.no_compile,
-                        args.seed))
+        keep(bench_step(torch, F, args.batch, device, args.repeat, variants, args.seed))
     if out:
         out.close()
     if args.kfuse_json and os.path.exists(args.kfuse_json):

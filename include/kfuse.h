@@ -380,6 +380,15 @@ typedef struct kf_timing {
  * the wall clock from submission to completion. Never a substitute for checking results. */
 KF_API kf_status kf_context_time(kf_context *ctx, const kf_dispatch *dispatches, uint32_t count,
                                  uint32_t repeat, kf_timing *out);
+/* kf_context_time per dispatch, for attributing a sequence's time kernel by kernel: after the
+ * same warm-up, `repeat` submissions of the whole sequence (0 means 10), each dispatch in a
+ * compute pass of its own bracketed by GPU timestamps; ms[i] (count entries, the caller's) is
+ * dispatch i's median device time and *sum the per-submission sum of them (median, min). Where
+ * the device has no usable timestamps, each dispatch is timed alone by the wall clock around
+ * its own submission (sum->gpu_timestamps false: each then includes a submission's overhead).
+ * KF_ERROR_LIMIT past 2048 dispatches (a query set holds 4096 timestamps). */
+KF_API kf_status kf_context_time_each(kf_context *ctx, const kf_dispatch *dispatches,
+                                      uint32_t count, uint32_t repeat, double *ms, kf_timing *sum);
 
 /* ======================================================================================== */
 /* Kernel IR: typed values, statements, bindings, workgroup memory (src/ir)                  */
@@ -1269,6 +1278,19 @@ KF_API kf_status kf_plan_summary_get(const kf_plan *p, kf_plan_summary *out);
 /* The plan in words: each group, its rule, its ops, its bytes; with_wgsl adds each group's
  * WGSL. Caller frees with kf_free. */
 KF_API char *kf_plan_explain(const kf_plan *p, bool with_wgsl);
+/* One dispatch of the plan in a line, for per-dispatch tables (kfuse_bench_gpt): what
+ * kf_plan_explain says of it. index is 0-based (explain numbers from 1). */
+typedef struct kf_plan_dispatch_info {
+    char label[256]; /* "rule: op |> op -> result" (a horizontal group: its members, "; ") */
+    char root[32];   /* the root operator ("matmul", "attention", "rmsnorm_grad"); "" for an
+                      * element-wise group, "save" for an activation-save copy */
+    bool matmul;     /* the root is a dense product (KF_OP_CLASS_MATMUL), epilogue included */
+    uint64_t bytes;  /* compulsory bytes read and written */
+    uint32_t grid[3];
+} kf_plan_dispatch_info;
+/* KF_ERROR_INVALID_ARGUMENT for an index past the plan's dispatches. */
+KF_API kf_status kf_plan_dispatch_info_get(const kf_plan *p, uint32_t index,
+                                           kf_plan_dispatch_info *out);
 
 /* Inputs by name (shapes must match the graph's: the message names both). */
 KF_API kf_status kf_plan_set_input(kf_plan *p, const char *name, const kf_tensor *value);
@@ -1518,6 +1540,9 @@ KF_API kf_status kf_trainer_evaluate(kf_trainer *t, const char *const *names,
 /* The training plan (for kf_plan_summary_get / kf_plan_explain), and the dispatches of a step
  * (the plan's, the optimizer's and the loss record). */
 KF_API const kf_plan *kf_trainer_plan(const kf_trainer *t);
+/* The trainer's optimizer (kf_optimizer_state_get; kf_optimizer_record for a benchmark timing
+ * a step's dispatches itself: every record is an update taken). */
+KF_API kf_optimizer *kf_trainer_optimizer(const kf_trainer *t);
 KF_API uint32_t kf_trainer_dispatches_per_step(const kf_trainer *t);
 /* Whether kf_trainer_evaluate can count correct answers (the loss is cross_entropy). */
 KF_API bool kf_trainer_has_accuracy(const kf_trainer *t);

@@ -7,18 +7,21 @@
  *
  * --block: SPEC is a graph whose outputs are the block's value and its gradients
  * (bench/torch_gpt_step.py --write-specs writes it); params start from their initialisers, other
- * inputs uniform in [-1, 1). The fused plan is timed whole (kf_plan_time), and its dispatches are
- * timed again in two parts, each as one submission (kf_context_time): the matmul dispatches (a
- * matmul root, whatever epilogue or prologue it carries) and the rest, the block's non-matmul
- * work (norms, attention, views, element-wise, the loss). Without --no-unfused an unfused plan
+ * inputs uniform in [-1, 1). The fused plan is timed whole (kf_plan_time), then its dispatches
+ * as one pass and one by one (kf_context_time_each: each dispatch's device time from GPU
+ * timestamps, as PyTorch's profiler gives each kernel's), each row with its operators, bytes and
+ * bandwidth, summed in three classes, the ones bench/torch_gpt_step.py gives PyTorch's kernels:
+ * matmul (a matmul root, whatever epilogue or prologue it carries), attention (its forward and
+ * backward kernels) and other (norms, views, element-wise, reductions, the loss, the optimizer);
+ * non-matmul = attention + other. Without --no-unfused an unfused plan
  * runs the same inputs and every output is compared (max relative difference against 1% of each
  * output's largest value), so a fast wrong plan does not pass unnoticed.
  *
  * --step: SPEC is a model with params and a `loss` (gpt_spec.py --batch 64): kf_trainer with AdamW
  * (lr 1e-3), the batch (x, y: i32 ids drawn from the seed) uploaded once and kept on the device
  * as a PyTorch loop's CUDA tensors are; the time is the wall clock of a whole step (submission of
- * forward, backward and update, and the wait). The trainer plan's dispatches (forward and
- * backward, no update) are also timed as above, whole and in the two parts. Without
+ * forward, backward and update, and the wait). The step's dispatches (the plan's and one
+ * AdamW update's; not the one-invocation loss record) are timed as above. Without
  * --no-unfused an unfused trainer takes the same steps and the losses are compared. */
 #define _POSIX_C_SOURCE 199309L /* clock_gettime */
 #include <math.h>
@@ -30,9 +33,26 @@
 #include "fuse/plan_internal.h"
 #include "kfuse.h"
 
+/* One dispatch of the timed sequence: its class, what it runs, its device time and bytes. */
+typedef enum dclass { D_MATMUL, D_ATTENTION, D_OTHER } dclass;
+static const char *const g_class_names[] = {"matmul", "attention", "other"};
+
+typedef struct drow {
+    dclass cls;
+    char root[32];
+    char label[256];
+    uint64_t bytes;
+    double ms;
+} drow;
+
 typedef struct split {
-    double all_ms, matmul_ms, other_ms;
-    uint32_t all, matmul, other;
+    double all_ms, sum_ms; /* the sequence as one pass; the sum of its dispatches' times */
+    double floor_ms;       /* a one-invocation dispatch timed the same way: each row's share of
+                            * the pass and timestamps around it rather than of its work */
+    double class_ms[3];
+    uint32_t all, class_count[3];
+    bool timestamps;
+    drow *rows;
 } split;
 
 static double now_ms(void) {
@@ -47,52 +67,93 @@ static int usage(void) {
     return 2;
 }
 
-/* Dispatch d runs a matmul-rooted group (a save copy is not one). */
-static bool is_matmul(const kf_plan *p, uint32_t d) {
-    uint32_t gi = p->order[d];
-    if (gi == UINT32_MAX) {
-        return false;
+/* What dispatch d of plan p runs (p NULL: a dispatch of the optimizer's, named `other`). The
+ * classes are the ones bench/torch_gpt_step.py gives PyTorch's kernels: dense products (a matmul
+ * root, whatever epilogue or prologue it carries), attention (forward and backward kernels), the
+ * rest (norms, element-wise, reductions, views, embedding, loss, optimizer). */
+static void describe(const kf_plan *p, uint32_t d, const kf_dispatch *ds, const char *other,
+                     drow *row) {
+    memset(row, 0, sizeof *row);
+    kf_plan_dispatch_info info;
+    if (p && kf_plan_dispatch_info_get(p, d, &info) == KF_OK) {
+        snprintf(row->root, sizeof row->root, "%s", info.root);
+        snprintf(row->label, sizeof row->label, "%s", info.label);
+        row->bytes = info.bytes;
+        row->cls = info.matmul                           ? D_MATMUL
+                   : !strncmp(info.root, "attention", 9) ? D_ATTENTION
+                                                         : D_OTHER;
+        return;
     }
-    const kf__group *grp = &p->groups[gi];
-    return grp->root && p->graph->nodes[grp->root].op->op_class == KF_OP_CLASS_MATMUL;
+    /* not the plan's: the bytes its bindings bind, read-write ones twice */
+    snprintf(row->root, sizeof row->root, "%s", other);
+    snprintf(row->label, sizeof row->label, "%s: %u bindings", other, ds->buffer_count);
+    row->cls = D_OTHER;
+    for (uint32_t b = 0; b < ds->buffer_count; b++) {
+        bool rw = ds->pipeline->bindings[b] == KF_BINDING_STORAGE_READ_WRITE;
+        row->bytes += (rw ? 2u : 1u) * kf_buffer_size(ds->buffers[b]);
+    }
 }
 
-/* The plan's dispatches timed whole, then the matmul ones and the others, each one submission. */
-static kf_status time_split(kf_context *ctx, const kf_plan *p, uint32_t repeat, split *out) {
-    const kf_dispatch *ds = NULL;
-    uint32_t n = 0;
-    kf_status st = kf_plan_dispatches(p, &ds, &n);
-    if (st != KF_OK) {
-        return st;
+/* A dispatch of one invocation storing one value, timed as each dispatch of the sequence is:
+ * what a row of the per-dispatch table costs whatever its kernel does. */
+static kf_status time_floor(kf_context *ctx, uint32_t repeat, double *ms) {
+    kf_kernel_desc kd = {.name = "floor", .workgroup_size = {1, 1, 1}};
+    kf_kernel *k = kf_kernel_create(&kd);
+    kf_buffer *buf = NULL;
+    kf_status st = k ? KF_OK : KF_ERROR_OUT_OF_MEMORY;
+    if (st == KF_OK) {
+        kf_binding out =
+            kf_kernel_storage(k, "out", kf_type_scalar(KF_SCALAR_F32), KF_ACCESS_READ_WRITE);
+        kf_store(k, out, kf_lit_u32(k, 0), kf_lit_f32(k, 1.0f));
+        st = kf_kernel_status(k);
     }
-    kf_dispatch *mm = calloc(n ? n : 1, sizeof *mm), *rest = calloc(n ? n : 1, sizeof *rest);
-    if (!mm || !rest) {
-        free(mm);
-        free(rest);
+    if (st == KF_OK) {
+        st = kf_buffer_create(ctx, 4, &buf);
+    }
+    kf_dispatch d;
+    kf_kernel_launch launch = {.buffers = &buf, .buffer_count = 1, .groups = {1, 1, 1}};
+    if (st == KF_OK) {
+        st = kf_kernel_dispatch(ctx, k, &launch, &d);
+    }
+    kf_timing t;
+    if (st == KF_OK) {
+        st = kf_context_time_each(ctx, &d, 1, repeat, ms, &t);
+    }
+    kf_buffer_destroy(buf);
+    kf_kernel_destroy(k);
+    return st;
+}
+
+/* The dispatches (p's first `planned`, then extra ones: an optimizer's update) timed as one
+ * pass, then one by one (kf_context_time_each), and summed by class. */
+static kf_status time_split(kf_context *ctx, const kf_plan *p, const kf_dispatch *ds, uint32_t n,
+                            uint32_t planned, uint32_t repeat, split *out) {
+    memset(out, 0, sizeof *out);
+    out->all = n;
+    out->rows = calloc(n ? n : 1, sizeof *out->rows);
+    double *ms = calloc(n ? n : 1, sizeof *ms);
+    if (!out->rows || !ms) {
+        free(ms);
         return KF_ERROR_OUT_OF_MEMORY;
     }
-    uint32_t nm = 0, nr = 0;
-    for (uint32_t d = 0; d < n; d++) {
-        if (is_matmul(p, d)) {
-            mm[nm++] = ds[d];
-        } else {
-            rest[nr++] = ds[d];
-        }
-    }
     kf_timing t = {0};
-    *out = (split){.all = n, .matmul = nm, .other = nr};
-    st = kf_context_time(ctx, ds, n, repeat, &t);
+    kf_status st = kf_context_time(ctx, ds, n, repeat, &t);
     out->all_ms = t.median_ms;
-    if (st == KF_OK && nm) {
-        st = kf_context_time(ctx, mm, nm, repeat, &t);
-        out->matmul_ms = t.median_ms;
+    if (st == KF_OK) {
+        st = kf_context_time_each(ctx, ds, n, repeat, ms, &t);
+        out->sum_ms = t.median_ms;
+        out->timestamps = t.gpu_timestamps;
     }
-    if (st == KF_OK && nr) {
-        st = kf_context_time(ctx, rest, nr, repeat, &t);
-        out->other_ms = t.median_ms;
+    if (st == KF_OK) {
+        st = time_floor(ctx, repeat, &out->floor_ms);
     }
-    free(mm);
-    free(rest);
+    for (uint32_t d = 0; st == KF_OK && d < n; d++) {
+        describe(d < planned ? p : NULL, d, &ds[d], "optimizer", &out->rows[d]);
+        out->rows[d].ms = ms[d];
+        out->class_ms[out->rows[d].cls] += ms[d];
+        out->class_count[out->rows[d].cls]++;
+    }
+    free(ms);
     return st;
 }
 
@@ -163,22 +224,63 @@ static kf_status compare_outputs(const kf_plan *a, const kf_plan *b, const kf_gr
     return st;
 }
 
+static void put_json_string(const char *v) {
+    putchar('"');
+    for (const char *c = v; *c; c++) {
+        if (*c == '"' || *c == '\\') {
+            putchar('\\');
+        }
+        putchar(*c >= ' ' ? *c : ' ');
+    }
+    putchar('"');
+}
+
+/* step_ms: a step's wall clock (a block's: the plan timed whole); the split's per-dispatch rows
+ * with their bytes and achieved bandwidth. */
 static void print_result(bool json, const char *name, const char *mode, const split *s,
                          double step_ms, double step_min_ms, uint32_t step_dispatches,
                          uint64_t bytes, double diff, const char *device) {
+    double nonmm = s->class_ms[D_ATTENTION] + s->class_ms[D_OTHER];
+    uint32_t nonmm_n = s->class_count[D_ATTENTION] + s->class_count[D_OTHER];
     if (json) {
         printf("{\"case\": \"%s\", \"mode\": \"%s\", \"impl\": \"kfuse\", \"device\": \"%s\", "
                "\"ms\": %.6f, \"min_ms\": %.6f, \"dispatches\": %u, \"plan_ms\": %.6f, "
-               "\"plan_dispatches\": %u, \"matmul_ms\": %.6f, \"matmul_dispatches\": %u, "
+               "\"plan_dispatches\": %u, \"sum_ms\": %.6f, \"floor_ms\": %.6f, \"timestamps\": %s, "
+               "\"matmul_ms\": %.6f, \"matmul_dispatches\": %u, \"attention_ms\": %.6f, "
+               "\"attention_dispatches\": %u, \"other_ms\": %.6f, \"other_dispatches\": %u, "
                "\"nonmatmul_ms\": %.6f, \"nonmatmul_dispatches\": %u, \"bytes\": %llu, "
-               "\"max_rel_diff_unfused\": %.3g}\n",
+               "\"max_rel_diff_unfused\": %.3g, \"per_dispatch\": [",
                name, mode, device, step_ms, step_min_ms, step_dispatches, s->all_ms, s->all,
-               s->matmul_ms, s->matmul, s->other_ms, s->other, (unsigned long long)bytes, diff);
+               s->sum_ms, s->floor_ms, s->timestamps ? "true" : "false", s->class_ms[D_MATMUL],
+               s->class_count[D_MATMUL], s->class_ms[D_ATTENTION], s->class_count[D_ATTENTION],
+               s->class_ms[D_OTHER], s->class_count[D_OTHER], nonmm, nonmm_n,
+               (unsigned long long)bytes, diff);
+        for (uint32_t d = 0; d < s->all; d++) {
+            const drow *r = &s->rows[d];
+            printf("%s{\"class\": \"%s\", \"root\": ", d ? ", " : "", g_class_names[r->cls]);
+            put_json_string(r->root);
+            printf(", \"ms\": %.6f, \"bytes\": %llu, \"label\": ", r->ms,
+                   (unsigned long long)r->bytes);
+            put_json_string(r->label);
+            putchar('}');
+        }
+        printf("]}\n");
     } else {
-        printf("%-22s %-5s %9.3f ms (min %.3f) %3u dispatches | plan %8.3f ms: matmul %8.3f ms "
-               "(%u), non-matmul %8.3f ms (%u) | %.1f MiB | vs unfused %.2g\n",
-               name, mode, step_ms, step_min_ms, step_dispatches, s->all_ms, s->matmul_ms,
-               s->matmul, s->other_ms, s->other, (double)bytes / (1024.0 * 1024.0), diff);
+        printf("%-22s %-5s %9.3f ms (min %.3f) %3u dispatches | one pass %8.3f ms, dispatches "
+               "summed %8.3f ms (%s; an empty one %.4f): matmul %.3f (%u), attention %.3f (%u), "
+               "other %.3f (%u) | %.1f MiB | vs unfused %.2g\n",
+               name, mode, step_ms, step_min_ms, step_dispatches, s->all_ms, s->sum_ms,
+               s->timestamps ? "timestamps" : "wall clock each", s->floor_ms, s->class_ms[D_MATMUL],
+               s->class_count[D_MATMUL], s->class_ms[D_ATTENTION], s->class_count[D_ATTENTION],
+               s->class_ms[D_OTHER], s->class_count[D_OTHER], (double)bytes / (1024.0 * 1024.0),
+               diff);
+        printf("  %3s %-9s %9s %10s %8s  %s\n", "#", "class", "ms", "MB", "GB/s", "dispatch");
+        for (uint32_t d = 0; d < s->all; d++) {
+            const drow *r = &s->rows[d];
+            printf("  %3u %-9s %9.4f %10.3f %8.1f  %s\n", d + 1, g_class_names[r->cls], r->ms,
+                   (double)r->bytes / 1e6, r->ms > 0 ? (double)r->bytes / (r->ms * 1e6) : 0.0,
+                   r->label);
+        }
     }
     fflush(stdout);
 }
@@ -199,8 +301,13 @@ static int run_block(kf_context *ctx, const kf_graph *g, const char *name, uint3
         st = kf_plan_time(plan, repeat, &whole);
     }
     split s = {0};
+    const kf_dispatch *ds = NULL;
+    uint32_t n = 0;
     if (st == KF_OK) {
-        st = time_split(ctx, plan, repeat, &s);
+        st = kf_plan_dispatches(plan, &ds, &n);
+    }
+    if (st == KF_OK) {
+        st = time_split(ctx, plan, ds, n, n, repeat, &s);
     }
     double diff = -1;
     if (st == KF_OK && unfused) {
@@ -232,6 +339,7 @@ static int run_block(kf_context *ctx, const kf_graph *g, const char *name, uint3
             rc = 1;
         }
     }
+    free(s.rows);
     kf_plan_destroy(plan);
     kf_plan_destroy(ref);
     return rc;
@@ -303,10 +411,6 @@ static int run_step(kf_context *ctx, const kf_graph *g, const char *name, uint32
         ms[v] = times && repeat ? times[repeat / 2] : 0;
         free(times);
     }
-    split s = {0};
-    if (st == KF_OK) {
-        st = time_split(ctx, kf_trainer_plan(t[0]), repeat, &s);
-    }
     double diff = -1;
     if (st == KF_OK && unfused) {
         const float *lf = NULL, *lu = NULL;
@@ -321,6 +425,29 @@ static int run_step(kf_context *ctx, const kf_graph *g, const char *name, uint32
             diff = d > diff || d != d ? d : diff;
         }
     }
+    /* The step's dispatches but the loss record (one invocation; re-running it would overrun
+     * the history the losses above were read from): the plan's, then one update's, timed as one
+     * pass and one by one. Each timed run takes an update more: the params move, as in training. */
+    split s = {0};
+    const kf_dispatch *pd = NULL, *od = NULL;
+    uint32_t pn = 0, on = 0;
+    kf_dispatch *all = NULL;
+    if (st == KF_OK) {
+        st = kf_plan_dispatches(kf_trainer_plan(t[0]), &pd, &pn);
+    }
+    if (st == KF_OK) {
+        st = kf_optimizer_record(kf_trainer_optimizer(t[0]), &od, &on);
+    }
+    if (st == KF_OK) {
+        all = calloc(pn + on, sizeof *all);
+        st = all ? KF_OK : KF_ERROR_OUT_OF_MEMORY;
+    }
+    if (st == KF_OK) {
+        memcpy(all, pd, sizeof *all * pn);
+        memcpy(all + pn, od, sizeof *all * on);
+        st = time_split(ctx, kf_trainer_plan(t[0]), all, pn + on, pn, repeat, &s);
+    }
+    free(all);
     int rc = 0;
     if (st != KF_OK) {
         fprintf(stderr, "%s: %s: %s\n", name, kf_status_str(st), kf_context_last_error(ctx));
@@ -339,6 +466,7 @@ static int run_step(kf_context *ctx, const kf_graph *g, const char *name, uint32
             rc = 1;
         }
     }
+    free(s.rows);
     kf_trainer_destroy(t[0]);
     kf_trainer_destroy(t[1]);
     kf_tensor_destroy(x);

@@ -81,6 +81,21 @@ static void accumulate(grad_pass *s, uint32_t id, kf_node g) {
 
 /* The element-wise rules: linear ops by forward ops, the others by NAME_grad (unary) or
  * NAME_grad_a / NAME_grad_b (binary), the forward inputs followed by dy. */
+/* Whether dy is a constant: broadcast_to(scalar c, like) (the seed, and sum's gradient of a
+ * constant), and then c. */
+static bool constant_of(const grad_pass *s, kf_node dy, float *c) {
+    const kf__node *d = kf__graph_node(s->g, dy.id);
+    if (!d || d->kind != KF__NODE_OP || strcmp(d->op->name, "broadcast_to")) {
+        return false;
+    }
+    const kf__node *v = kf__graph_node(s->g, d->inputs[0]);
+    if (!v || v->kind != KF__NODE_SCALAR) {
+        return false;
+    }
+    *c = v->scalar;
+    return true;
+}
+
 static kf_node elementwise_rule(grad_pass *s, const kf__node *n, uint32_t i, kf_node dy,
                                 bool *refused) {
     const char *name = n->op->name;
@@ -96,7 +111,14 @@ static kf_node elementwise_rule(grad_pass *s, const kf__node *n, uint32_t i, kf_
         return kf_graph_unary(s->g, "neg", dy);
     }
     if (!strcmp(name, "mul")) {
-        return kf_graph_mul(s->g, dy, i == 0 ? b : a);
+        kf_node other = i == 0 ? b : a;
+        kf_shape os = kf_graph_shape(s->g, other), ds = kf_graph_shape(s->g, dy);
+        float c = 0;
+        if (constant_of(s, dy, &c) && kf_shape_eq(&os, &ds)) {
+            /* d(sum(x * r)) / dx = r: the other operand itself (times c), nothing computed */
+            return c == 1.0f ? other : kf_graph_mul(s->g, other, kf_graph_scalar(s->g, c));
+        }
+        return kf_graph_mul(s->g, dy, other);
     }
     if (!strcmp(name, "div") && i == 0) {
         return call2(s, "div", dy, b, NULL);
@@ -252,6 +274,37 @@ static kf_node view_rule(grad_pass *s, const kf__node *n, uint32_t i, kf_node dy
     return call1(s, "slice", dy, &p);
 }
 
+/* sum's and mean's gradient: dy broadcast back along the last axis (times 1/n for mean) by
+ * element-wise operators, a free reshape to [..., 1] and broadcast_to, rather than their backward
+ * operators' row kernels, so it fuses into what reads it: a loss sum(sum(y * r)) gives y the
+ * gradient r * seed in the next kernel's loads, no dispatch of its own (torch's expand). */
+static kf_node row_broadcast_rule(grad_pass *s, const kf__node *n, kf_node dy) {
+    kf_node x = node_of(n->inputs[0]);
+    kf_shape xs = kf_graph_shape(s->g, x);
+    bool mean = !strcmp(n->op->name, "mean");
+    float c = 0;
+    if (constant_of(s, dy, &c)) {
+        /* a constant dy (the seed): the same constant at every element of x, which a kernel
+         * computes in registers instead of loading */
+        double v = mean ? (double)c / (double)xs.dims[xs.rank - 1] : (double)c;
+        return call2(s, "broadcast_to", kf_graph_scalar(s->g, (float)v), x, NULL);
+    }
+    if (mean) {
+        float scale = (float)(1.0 / (double)xs.dims[xs.rank - 1]);
+        dy = call2(s, "mul", dy, kf_graph_scalar(s->g, scale), NULL);
+    }
+    if (xs.rank > 1) {
+        kf_op_params p = {0};
+        p.list_count = xs.rank;
+        p.given = KF_PARAM_LIST;
+        for (uint32_t a = 0; a < xs.rank; a++) {
+            p.list[a] = a + 1 < xs.rank ? (int32_t)xs.dims[a] : 1;
+        }
+        dy = call1(s, "reshape", dy, &p);
+    }
+    return call2(s, "broadcast_to", dy, x, NULL);
+}
+
 /* The gradient of input i of node n given dy, or {0} with *refused set when n's operator has no
  * rule. */
 static kf_node rule(grad_pass *s, const kf__node *n, uint32_t i, kf_node dy, bool *refused) {
@@ -278,6 +331,9 @@ static kf_node rule(grad_pass *s, const kf__node *n, uint32_t i, kf_node dy, boo
     }
     if (!strcmp(name, "attention")) {
         return attention_rule(s, n, i, dy);
+    }
+    if (!strcmp(name, "sum") || !strcmp(name, "mean")) {
+        return row_broadcast_rule(s, n, dy);
     }
     if (!strcmp(name, "sum_leading") || (!strcmp(name, "sum_to") && i == 0)) {
         return call2(s, "broadcast_to", dy, node_of(n->inputs[0]), NULL);

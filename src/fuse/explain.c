@@ -612,3 +612,61 @@ char *kf_plan_explain(const kf_plan *p, bool with_wgsl) {
     }
     return t.buf;
 }
+
+kf_status kf_plan_dispatch_info_get(const kf_plan *p, uint32_t index, kf_plan_dispatch_info *out) {
+    if (!p || !out || index >= p->dispatch_count) {
+        if (p) {
+            kf__context_set_error(p->ctx, KF_ERROR_INVALID_ARGUMENT,
+                                  "kf_plan_dispatch_info_get: %s",
+                                  !out ? "out is NULL" : "no such dispatch");
+        }
+        return KF_ERROR_INVALID_ARGUMENT;
+    }
+    memset(out, 0, sizeof *out);
+    text t = {0};
+    if (p->order[index] == UINT32_MAX) {
+        snprintf(out->root, sizeof out->root, "save");
+        put(&t, "activation save: ");
+        for (uint32_t id = 0; id < p->graph->node_count; id++) {
+            if (p->saved[id]) {
+                put(&t, "%s", out->bytes ? ", " : "");
+                put_node(&t, p, id);
+                out->bytes += 2u * kf_buffer_size(p->saved[id]);
+            }
+        }
+        out->grid[0] = p->dispatches[index].groups[0];
+        out->grid[1] = p->dispatches[index].groups[1];
+        out->grid[2] = p->dispatches[index].groups[2];
+    } else {
+        const kf__group *grp = &p->groups[p->order[index]];
+        const kf__compiled *c = grp->compiled;
+        if (grp->kind == KF__GROUP_HORIZONTAL) {
+            put(&t, "horizontal: ");
+            for (uint32_t m = 0; m < grp->member_count; m++) {
+                put(&t, "%s", m ? "; " : "");
+                put_group_line(&t, p, &p->groups[grp->members[m]]);
+            }
+        } else {
+            put_group_line(&t, p, grp);
+        }
+        if (grp->root) {
+            const kf__node *root = &p->graph->nodes[grp->root];
+            snprintf(out->root, sizeof out->root, "%s", root->op->name);
+            out->matmul = root->op->op_class == KF_OP_CLASS_MATMUL;
+        }
+        out->bytes = c ? c->bytes : 0;
+        for (int k = 0; c && k < 3; k++) {
+            out->grid[k] = c->grid[k];
+        }
+    }
+    /* put_group_line ends each group with a newline: one line here */
+    size_t n = 0;
+    for (size_t i = 0; t.buf && i < t.len && n + 1 < sizeof out->label; i++) {
+        if (t.buf[i] != '\n') {
+            out->label[n++] = t.buf[i];
+        }
+    }
+    out->label[n] = '\0';
+    free(t.buf);
+    return KF_OK;
+}

@@ -452,6 +452,23 @@ static void fold_matmul_transposes(kf_plan *p) {
     }
 }
 
+/* An operator node no output depends on (autodiff's seed once a sum's gradient is a constant
+ * broadcast in the kernel that reads it: docs/training.md) is planned into no group, like a
+ * folded transpose; what it read loses the use. Ids are topological: one pass from the end. */
+static void fold_dead_nodes(kf_plan *p) {
+    const kf_graph *g = p->graph;
+    for (uint32_t id = g->node_count - 1; id > 0; id--) {
+        const kf__node *n = &g->nodes[id];
+        if (n->kind != KF__NODE_OP || p->uses[id] || p->is_output[id] || p->folded[id]) {
+            continue;
+        }
+        p->folded[id] = true;
+        for (uint32_t i = 0; i < n->input_count; i++) {
+            p->uses[n->inputs[i]]--;
+        }
+    }
+}
+
 static void plan_vertical(kf_plan *p) {
     const kf_graph *g = p->graph;
     for (uint32_t id = 1; id < g->node_count && p->status == KF_OK; id++) {
@@ -904,6 +921,7 @@ kf_status kf_graph_compile(kf_context *ctx, const kf_graph *g, const kf_compile_
     set_binding_budget(p, opts);
     if (!p->no_fuse) {
         fold_matmul_transposes(p);
+        fold_dead_nodes(p);
     }
     plan_vertical(p);
     if (!p->no_fuse && p->status == KF_OK) {

@@ -458,6 +458,10 @@ const kf_plan *kf_trainer_plan(const kf_trainer *t) {
     return t ? t->plan : NULL;
 }
 
+kf_optimizer *kf_trainer_optimizer(const kf_trainer *t) {
+    return t ? t->opt : NULL;
+}
+
 uint32_t kf_trainer_dispatches_per_step(const kf_trainer *t) {
     return t ? t->plan->dispatch_count + kf_optimizer_dispatch_count(t->opt) + 1 : 0;
 }

@@ -459,3 +459,235 @@ kf_status kf_context_time(kf_context *ctx, const kf_dispatch *dispatches, uint32
     free(steps);
     return st;
 }
+
+/* --- timing each dispatch (kf_context_time_each) --- */
+
+#define KF__EACH_MAX 2048u /* a query set holds at most 4096 timestamps */
+
+typedef struct each_queries {
+    wg_query_set set;
+    wg_buffer resolve, readback;
+    uint64_t bytes;
+} each_queries;
+
+static void each_destroy(kf_context *ctx, each_queries *q) {
+    if (q->set) {
+        ctx->api.query_set_destroy(q->set);
+        ctx->api.query_set_release(q->set);
+    }
+    wg_buffer *buffers[2] = {&q->resolve, &q->readback};
+    for (int i = 0; i < 2; i++) {
+        if (*buffers[i]) {
+            ctx->api.buffer_destroy(*buffers[i]);
+            ctx->api.buffer_release(*buffers[i]);
+        }
+    }
+    memset(q, 0, sizeof *q);
+}
+
+static kf_status each_create(kf_context *ctx, uint32_t count, each_queries *q) {
+    memset(q, 0, sizeof *q);
+    q->bytes = 16ull * count;
+    kf__context_scope_push(ctx);
+    wg_query_set_desc qd = {
+        NULL, {"kfuse timestamps each", WG_STRLEN}, WG_QUERY_TIMESTAMP, 2 * count};
+    q->set = ctx->api.device_create_query_set(ctx->device, &qd);
+    wg_buffer_desc rd = {NULL,
+                         {"kfuse timestamp each resolve", WG_STRLEN},
+                         WG_USAGE_QUERY_RESOLVE | WG_USAGE_COPY_SRC,
+                         q->bytes,
+                         0};
+    q->resolve = ctx->api.device_create_buffer(ctx->device, &rd);
+    wg_buffer_desc bd = {NULL,
+                         {"kfuse timestamp each readback", WG_STRLEN},
+                         WG_USAGE_MAP_READ | WG_USAGE_COPY_DST,
+                         q->bytes,
+                         0};
+    q->readback = ctx->api.device_create_buffer(ctx->device, &bd);
+    kf_status st = kf__context_scope_pop(ctx, KF_ERROR_VALIDATION, "creating timestamp queries");
+    if (st != KF_OK) {
+        each_destroy(ctx, q);
+    }
+    return st;
+}
+
+/* One submission: dispatch i in a pass of its own writing timestamps 2i and 2i + 1. */
+static kf_status record_each(kf_context *ctx, const planned *steps, uint32_t count,
+                             const each_queries *q, wg_command_buffer *out) {
+    *out = NULL;
+    uint32_t most = 1;
+    for (uint32_t i = 0; i < count; i++) {
+        most = steps[i].d->buffer_count > most ? steps[i].d->buffer_count : most;
+    }
+    wg_bind_group_entry *e = calloc(most, sizeof *e);
+    if (!e) {
+        return kf__context_fail(ctx, KF_ERROR_OUT_OF_MEMORY, "out of host memory");
+    }
+    kf__context_scope_push(ctx);
+    wg_command_encoder enc = ctx->api.device_create_command_encoder(ctx->device, NULL);
+    for (uint32_t i = 0; i < count; i++) {
+        const kf_dispatch *d = steps[i].d;
+        const kf_pipeline *p = d->pipeline;
+        wg_pass_timestamp_writes writes = {NULL, q->set, 2 * i, 2 * i + 1};
+        wg_compute_pass_desc pd = {NULL, {"kfuse pass", WG_STRLEN}, &writes};
+        wg_compute_pass pass = ctx->api.command_encoder_begin_compute_pass(enc, &pd);
+        for (uint32_t b = 0; b < d->buffer_count; b++) {
+            memset(&e[b], 0, sizeof e[b]);
+            e[b].binding = b;
+            e[b].buffer = kf__buffer_handle(d->buffers[b], &e[b].offset);
+            e[b].size = d->buffers[b]->alloc_size;
+        }
+        wg_bind_group_desc bd = {
+            NULL, {"kfuse bind group", WG_STRLEN}, p->bind_group_layout, d->buffer_count, e};
+        wg_bind_group group = ctx->api.device_create_bind_group(ctx->device, &bd);
+        ctx->api.compute_pass_set_pipeline(pass, p->handle);
+        ctx->api.compute_pass_set_bind_group(pass, 0, group, 0, NULL);
+        ctx->api.compute_pass_dispatch(pass, steps[i].groups[0], steps[i].groups[1],
+                                       steps[i].groups[2]);
+        if (group) {
+            ctx->api.bind_group_release(group);
+        }
+        ctx->api.compute_pass_end(pass);
+        ctx->api.compute_pass_release(pass);
+    }
+    ctx->api.command_encoder_resolve_query_set(enc, q->set, 0, 2 * count, q->resolve, 0);
+    ctx->api.command_encoder_copy_buffer_to_buffer(enc, q->resolve, 0, q->readback, 0, q->bytes);
+    wg_command_buffer commands = ctx->api.command_encoder_finish(enc, NULL);
+    ctx->api.command_encoder_release(enc);
+    free(e);
+    kf_status st = kf__context_scope_pop(ctx, KF_ERROR_VALIDATION, "recording dispatches");
+    if (st != KF_OK) {
+        if (commands) {
+            ctx->api.command_buffer_release(commands);
+        }
+        return st;
+    }
+    ctx->stats.dispatches += count;
+    *out = commands;
+    return KF_OK;
+}
+
+/* Each dispatch's device time of the last submission into ms; *ok false when a pair of
+ * timestamps makes no sense (some drivers return zeros). */
+static kf_status read_each(kf_context *ctx, const each_queries *q, uint32_t count, double *ms,
+                           bool *ok) {
+    map_done *m = kf__callback_alloc(sizeof *m);
+    if (!m) {
+        return kf__context_fail(ctx, KF_ERROR_OUT_OF_MEMORY, "reading timestamps: out of memory");
+    }
+    wg_map_callback_info info = {NULL, WG_CALLBACK_WAIT_ANY_ONLY, on_mapped, m, NULL};
+    kf_status st = kf__context_wait(
+        ctx, ctx->api.buffer_map_async(q->readback, WG_MAP_READ, 0, q->bytes, info),
+        "reading timestamps");
+    uint32_t status = m->status;
+    kf__callback_release(ctx, m, st == KF_OK);
+    if (st != KF_OK) {
+        return st;
+    }
+    if (status != WG_REQUEST_SUCCESS) {
+        st = kf__context_check(ctx);
+        return st != KF_OK ? st
+                           : kf__context_fail(ctx, KF_ERROR_INTERNAL,
+                                              "mapping the timestamp buffer failed");
+    }
+    const uint64_t *t = ctx->api.buffer_get_const_mapped_range(q->readback, 0, q->bytes);
+    *ok = t != NULL;
+    for (uint32_t i = 0; t && i < count; i++) {
+        ms[i] = t[2 * i + 1] >= t[2 * i] ? (double)(t[2 * i + 1] - t[2 * i]) * 1e-6 : -1.0;
+        *ok &= t[2 * i + 1] >= t[2 * i] && t[2 * i + 1] != 0;
+    }
+    ctx->api.buffer_unmap(q->readback);
+    return KF_OK;
+}
+
+static double median_of(double *v, uint32_t n) {
+    qsort(v, n, sizeof *v, compare_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+kf_status kf_context_time_each(kf_context *ctx, const kf_dispatch *dispatches, uint32_t count,
+                               uint32_t repeat, double *ms, kf_timing *sum) {
+    if (!ctx || !ms || !sum) {
+        return kf__context_fail(ctx, KF_ERROR_INVALID_ARGUMENT, "kf_context_time_each: %s is NULL",
+                                !ctx  ? "ctx"
+                                : !ms ? "ms"
+                                      : "sum");
+    }
+    memset(sum, 0, sizeof *sum);
+    kf_status st = kf__context_check(ctx);
+    if (st != KF_OK) {
+        return st;
+    }
+    if (count > KF__EACH_MAX) {
+        return kf__context_fail(ctx, KF_ERROR_LIMIT,
+                                "kf_context_time_each: %u dispatches, at most %u are timed one by "
+                                "one",
+                                count, KF__EACH_MAX);
+    }
+    repeat = repeat ? repeat : 10;
+    planned *steps;
+    st = plan(ctx, dispatches, count, &steps);
+    if (st != KF_OK) {
+        return st;
+    }
+    /* samples[r * count + i]: dispatch i in submission r; sums[r] their sum; column: repeat */
+    double *samples = calloc((size_t)repeat * count + 2u * repeat, sizeof *samples);
+    if (!samples) {
+        free(steps);
+        return kf__context_fail(ctx, KF_ERROR_OUT_OF_MEMORY,
+                                "kf_context_time_each: out of host memory");
+    }
+    double *sums = samples + (size_t)repeat * count, *column = sums + repeat;
+    st = ctx->check_bounds ? run_checked(ctx, steps, count) : KF_OK;
+    double warm_start = now_ms();
+    for (uint32_t w = 0; st == KF_OK && w < 200 && (w < 1 || now_ms() - warm_start < 50.0); w++) {
+        st = run_planned(ctx, steps, count, false);
+    }
+    each_queries q = {0};
+    bool timestamps =
+        st == KF_OK && ctx->info.has_timestamps && each_create(ctx, count, &q) == KF_OK;
+    bool ok = timestamps;
+    for (uint32_t r = 0; st == KF_OK && ok && r < repeat; r++) {
+        wg_command_buffer commands;
+        st = record_each(ctx, steps, count, &q, &commands);
+        if (st == KF_OK) {
+            st = kf__context_submit_wait(ctx, commands, "timing dispatches");
+            ctx->api.command_buffer_release(commands);
+        }
+        if (st == KF_OK) {
+            st = read_each(ctx, &q, count, samples + (size_t)r * count, &ok);
+        }
+    }
+    each_destroy(ctx, &q);
+    if (st == KF_OK && !ok) {
+        /* no usable timestamps: each dispatch alone, the wall clock around its submission */
+        timestamps = false;
+        for (uint32_t i = 0; st == KF_OK && i < count; i++) {
+            bool unused;
+            st = measure(ctx, steps + i, 1, repeat, false, column, &unused);
+            for (uint32_t r = 0; st == KF_OK && r < repeat; r++) {
+                samples[(size_t)r * count + i] = column[r];
+            }
+        }
+    }
+    for (uint32_t r = 0; st == KF_OK && r < repeat; r++) {
+        sums[r] = 0;
+        for (uint32_t i = 0; i < count; i++) {
+            sums[r] += samples[(size_t)r * count + i];
+        }
+    }
+    for (uint32_t i = 0; st == KF_OK && i < count; i++) {
+        for (uint32_t r = 0; r < repeat; r++) {
+            column[r] = samples[(size_t)r * count + i];
+        }
+        ms[i] = median_of(column, repeat);
+    }
+    if (st == KF_OK) {
+        sum->median_ms = median_of(sums, repeat);
+        sum->min_ms = sums[0];
+        sum->gpu_timestamps = timestamps;
+    }
+    free(samples);
+    free(steps);
+    return st;
+}

@@ -183,7 +183,8 @@ KT_TEST(fusion, gpt_block_backward_reads_are_kept_or_side_outputs_no_save_dispat
     snprintf(line, sizeof line, "attention#%u f32[2x2x13x12] (2496 B): kept: dispatch ", att);
     const char *want[] = {
         /* the graph's inputs (x, the weights) are not listed: they are never overwritten */
-        "backward reads from forward: 12 values, 27.9 KiB; 10 kept where the forward writes "
+        /* (the loss sum(sum(h2 * r)) gives h2 the gradient r: nothing of it is read back) */
+        "backward reads from forward: 9 values, 21.3 KiB; 7 kept where the forward writes "
         "them, 2 side outputs of forward kernels, 0 recomputed, 0 copied (0 save dispatches)",
         "  block 1 attention:\n    rmsnorm#",
         line,
@@ -246,6 +247,68 @@ KT_TEST(fusion, explain_names_i32_and_lists_each_read_once) {
     KT_CHECK(strstr(text, "permute |> reshape |> matmul"), "the view is a prologue:\n%s", text);
     char bad[2048];
     KT_CHECK(reads_are_clean(text, bad, sizeof bad), "%s", bad);
+    kf_free(text);
+    kf_plan_destroy(p);
+    kf_graph_destroy(g);
+}
+
+/* kf_plan_dispatch_info_get, the per-dispatch rows of kfuse_bench_gpt: each dispatch's line is
+ * explain's, its bytes add up to the plan's, and its root says what it is (the block's dense
+ * products, attention forward and backward, the rest). */
+KT_TEST(fusion, gpt_block_dispatch_info_matches_explain) {
+    KT_NEED_GPU(ctx);
+    kf_graph *g = parse(block_text);
+    kf_compile_options opts = {.no_prime = true};
+    kf_plan *p = NULL;
+    KT_CHECK_OK(kf_graph_compile(ctx, g, &opts, &p));
+    char *text = kf_plan_explain(p, false);
+    KT_CHECK(text, "explain");
+    kf_plan_summary sum;
+    KT_CHECK_OK(kf_plan_summary_get(p, &sum));
+    uint64_t bytes = 0;
+    uint32_t matmuls = 0, attention = 0, groups_with_matmul_root = 0;
+    for (uint32_t d = 0; d < p->dispatch_count; d++) {
+        kf_plan_dispatch_info info;
+        memset(&info, 0x55, sizeof info);
+        KT_CHECK_OK(kf_plan_dispatch_info_get(p, d, &info));
+        KT_CHECK(info.label[0] && !strchr(info.label, '\n') && strlen(info.label) < 256,
+                 "dispatch %u: label '%.255s'", d + 1, info.label);
+        const kf__group *grp = &p->groups[p->order[d]];
+        if (grp->kind != KF__GROUP_HORIZONTAL) {
+            char head[128];
+            snprintf(head, sizeof head, "\ndispatch %u  %.60s", d + 1, info.label);
+            KT_CHECK(strstr(text, head), "dispatch %u: '%s' is not explain's line:\n%s", d + 1,
+                     info.label, text);
+        } else {
+            KT_CHECK(!strncmp(info.label, "horizontal: ", 12) && strstr(info.label, "; "),
+                     "dispatch %u: a horizontal group lists its members: '%s'", d + 1, info.label);
+        }
+        const kf__compiled *c = grp->compiled;
+        KT_CHECK(info.bytes == c->bytes && info.bytes > 0, "dispatch %u: %llu bytes, explain %llu",
+                 d + 1, (unsigned long long)info.bytes, (unsigned long long)c->bytes);
+        KT_CHECK(info.grid[0] == c->grid[0] && info.grid[1] == c->grid[1] &&
+                     info.grid[2] == c->grid[2],
+                 "dispatch %u: grid", d + 1);
+        bool mm = grp->root && p->graph->nodes[grp->root].op->op_class == KF_OP_CLASS_MATMUL;
+        KT_CHECK(info.matmul == mm &&
+                     (!grp->root || !strcmp(info.root, p->graph->nodes[grp->root].op->name)),
+                 "dispatch %u: root '%s', matmul %d", d + 1, info.root, info.matmul);
+        KT_CHECK(grp->root || !info.root[0], "dispatch %u: element-wise with root '%s'", d + 1,
+                 info.root);
+        groups_with_matmul_root += mm;
+        matmuls += info.matmul;
+        attention += !strncmp(info.root, "attention", 9);
+        bytes += info.bytes;
+    }
+    /* forward 4 products, backward 8 (dX and dW of each); attention forward and its gradients */
+    KT_CHECK(matmuls == 12 && groups_with_matmul_root == 12, "%u matmul dispatches:\n%s", matmuls,
+             text);
+    KT_CHECK(attention >= 2, "%u attention dispatches:\n%s", attention, text);
+    KT_CHECK(bytes == sum.bytes, "dispatch bytes add up to %llu, the plan's %llu",
+             (unsigned long long)bytes, (unsigned long long)sum.bytes);
+    kf_plan_dispatch_info info;
+    KT_CHECK(kf_plan_dispatch_info_get(p, p->dispatch_count, &info) == KF_ERROR_INVALID_ARGUMENT,
+             "an index past the dispatches");
     kf_free(text);
     kf_plan_destroy(p);
     kf_graph_destroy(g);

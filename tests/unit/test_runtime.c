@@ -741,6 +741,45 @@ static void check_timing(kf_context *ctx, bool expect_timestamps) {
     float y[4];
     KT_CHECK_OK(kf_buffer_download(by, 0, y, sizeof y));
     KT_CHECK(y[1] == 4.0f, "the timed kernel computed %g, expected 4", (double)y[1]);
+
+    /* One by one: y = 3x + i % 7, then z = 3y + i % 7 over a sixteenth of it, in that order. */
+    kf_buffer *bz = NULL;
+    KT_CHECK_OK(kf_buffer_create(ctx, N * 4, &bz));
+    KT_CHECK_OK(kf_buffer_fill_u32(bz, POISON));
+    kf_buffer *io2[2] = {by, bz};
+    kf_dispatch two[2] = {d, {p, io2, 2, {N / 64 / 16, 1, 1}}};
+    double each[2] = {-1.0, -1.0};
+    KT_CHECK_OK(kf_context_time_each(ctx, two, 2, 5, each, &t));
+    KT_CHECK(each[0] > 0.0 && each[1] > 0.0, "dispatch times %g, %g ms not positive", each[0],
+             each[1]);
+    KT_CHECK(t.min_ms > 0.0 && t.min_ms <= t.median_ms && t.median_ms >= 0.5 * (each[0] + each[1]),
+             "sums %g / %g ms for dispatches of %g + %g ms", t.min_ms, t.median_ms, each[0],
+             each[1]);
+    KT_CHECK(t.gpu_timestamps == expect_timestamps, "each: gpu_timestamps %d, expected %d",
+             t.gpu_timestamps, expect_timestamps);
+    float *z = malloc((N / 16 + 1) * sizeof *z);
+    KT_CHECK(z, "out of memory");
+    KT_CHECK_OK(kf_buffer_download(bz, 0, z, (N / 16 + 1) * sizeof *z));
+    for (uint32_t i = 0; i < N / 16; i++) {
+        float want = 3.0f * (3.0f + (float)(i % 7u)) + (float)(i % 7u);
+        KT_CHECK(z[i] == want, "z[%u] = %g after the timed pair, expected %g", i, (double)z[i],
+                 (double)want);
+    }
+    uint32_t past;
+    memcpy(&past, &z[N / 16], 4);
+    KT_CHECK(past == POISON, "z[%u] written past the second dispatch's grid", N / 16);
+    free(z);
+    kf_dispatch *many = calloc(2049, sizeof *many);
+    double *many_ms = calloc(2049, sizeof *many_ms);
+    KT_CHECK(many && many_ms, "out of memory");
+    for (uint32_t i = 0; i < 2049; i++) {
+        many[i] = d;
+    }
+    KT_CHECK(kf_context_time_each(ctx, many, 2049, 1, many_ms, &t) == KF_ERROR_LIMIT,
+             "2049 dispatches timed one by one: %s", kf_context_last_error(ctx));
+    free(many);
+    free(many_ms);
+    kf_buffer_destroy(bz);
     kf_buffer_destroy(bx);
     kf_buffer_destroy(by);
 }

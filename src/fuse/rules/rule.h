@@ -44,6 +44,7 @@ extern const uint32_t kf__fusion_rule_count;
 extern const kf__fusion_rule kf__rule_matmul_epilogue;
 extern const kf__fusion_rule kf__rule_reduction_tail;
 extern const kf__fusion_rule kf__rule_layout;
+extern const kf__fusion_rule kf__rule_gather_tail;
 extern const kf__fusion_rule kf__rule_elementwise;
 extern const kf__fusion_rule kf__rule_horizontal;
 extern const kf__fusion_rule kf__rule_prologue;

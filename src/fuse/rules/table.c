@@ -5,6 +5,7 @@
 const kf__fusion_rule *const kf__fusion_rules[] = {
     &kf__rule_matmul_epilogue, /* matmul |> element-wise, in the matmul's store phase */
     &kf__rule_reduction_tail,  /* row reduction |> element-wise */
+    &kf__rule_gather_tail,     /* embedding |> element-wise, in the gather's store phase */
     &kf__rule_layout,          /* transpose: a group of its own */
     &kf__rule_elementwise,     /* element-wise chains and trees */
     &kf__rule_activation_save, /* a pre-activation backward reads: saved or recomputed */
