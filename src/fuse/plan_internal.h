@@ -97,6 +97,9 @@ typedef struct kf__group {
 struct kf_plan {
     kf_context *ctx;
     kf_graph *graph; /* the plan's own copy */
+    /* where nodes a rule appended (kf__fusion_rule.rewrite) begin: the graph's count before
+     * them (after split_k's renumbering) */
+    uint32_t graph_nodes;
     bool no_fuse;
     kf_status status;
     char error[4096]; /* as long as a context's: a compile lists each failing pipeline */
