@@ -979,6 +979,7 @@ void kf_plan_destroy(kf_plan *p) {
     free(p->dispatches);
     free(p->order);
     kf_graph_destroy(p->graph);
+    kf_graph_destroy(p->source);
     kf_context *ctx = p->ctx;
     free(p);
     kf__context_let_go(ctx);

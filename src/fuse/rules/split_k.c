@@ -172,6 +172,10 @@ static void split_k_rewrite(kf_plan *p) {
         }
     }
     if (s.nodes && !s.failed) {
+        p->source = kf__graph_copy(g);
+        if (!p->source) {
+            kf__plan_fail(p, KF_ERROR_OUT_OF_MEMORY, "out of memory planning split-K");
+        }
         for (uint32_t o = 0; o < g->output_count; o++) {
             g->outputs[o].node = map[g->outputs[o].node];
         }
