@@ -818,8 +818,10 @@ kf_status kf__plan_make_dispatches(kf_plan *p) {
     return KF_OK;
 }
 
-static void count_bytes(kf_plan *p) {
-    const kf_graph *g = p->graph;
+/* The unfused counts are the caller's graph's (g: without what the rules rewrote or appended),
+ * the fused ones the plan's groups'. */
+static void count_bytes(kf_plan *p, const kf_graph *caller) {
+    const kf_graph *g = caller;
     for (uint32_t id = 1; id < g->node_count; id++) {
         const kf__node *n = &g->nodes[id];
         if (n->kind != KF__NODE_OP) {
@@ -838,6 +840,7 @@ static void count_bytes(kf_plan *p) {
             }
         }
     }
+    g = p->graph;
     for (uint32_t gi = 0; gi < p->group_count; gi++) {
         kf__group *grp = &p->groups[gi];
         if (grp->kind == KF__GROUP_DEAD || grp->absorbed || !grp->compiled) {
@@ -892,7 +895,19 @@ kf_status kf_graph_compile(kf_context *ctx, const kf_graph *g, const kf_compile_
     p->no_fuse = opts && opts->no_fuse;
     p->activations = opts ? opts->activations : KF_ACTIVATIONS_AUTO;
     p->graph = kf__graph_copy(g);
-    uint32_t nn = g->node_count;
+    p->graph_nodes = g->node_count;
+    for (uint32_t r = 0; p->graph && !p->no_fuse && r < kf__fusion_rule_count; r++) {
+        if (kf__fusion_rules[r]->rewrite) {
+            kf__fusion_rules[r]->rewrite(p);
+        }
+    }
+    if (p->graph && p->graph->status != KF_OK) {
+        kf_status st = p->graph->status;
+        kf__context_set_error(ctx, st, "kf_graph_compile: planning: %s", p->graph->error);
+        kf_plan_destroy(p);
+        return st;
+    }
+    uint32_t nn = p->graph ? p->graph->node_count : g->node_count;
     p->group_of = malloc(sizeof *p->group_of * nn);
     p->uses = calloc(nn, sizeof *p->uses);
     p->is_output = calloc(nn, sizeof *p->is_output);
@@ -910,13 +925,13 @@ kf_status kf_graph_compile(kf_context *ctx, const kf_graph *g, const kf_compile_
         p->group_of[i] = -1;
     }
     for (uint32_t id = 1; id < nn; id++) {
-        const kf__node *n = &g->nodes[id];
+        const kf__node *n = &p->graph->nodes[id]; /* the rules' nodes too */
         for (uint32_t i = 0; i < n->input_count; i++) {
             p->uses[n->inputs[i]]++;
         }
     }
-    for (uint32_t o = 0; o < g->output_count; o++) {
-        p->is_output[g->outputs[o].node] = true;
+    for (uint32_t o = 0; o < p->graph->output_count; o++) {
+        p->is_output[p->graph->outputs[o].node] = true; /* renumbered by a rewrite */
     }
     set_binding_budget(p, opts);
     if (!p->no_fuse) {
@@ -955,7 +970,7 @@ kf_status kf_graph_compile(kf_context *ctx, const kf_graph *g, const kf_compile_
         kf_plan_destroy(p);
         return st;
     }
-    count_bytes(p);
+    count_bytes(p, g);
     *out = p;
     return KF_OK;
 }
@@ -982,6 +997,7 @@ void kf_plan_destroy(kf_plan *p) {
     free(p->dispatches);
     free(p->order);
     kf_graph_destroy(p->graph);
+    kf_graph_destroy(p->source);
     kf_context *ctx = p->ctx;
     free(p);
     kf__context_let_go(ctx);

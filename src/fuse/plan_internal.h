@@ -97,6 +97,12 @@ typedef struct kf__group {
 struct kf_plan {
     kf_context *ctx;
     kf_graph *graph; /* the plan's own copy */
+    /* where nodes a rule appended (kf__fusion_rule.rewrite) begin: the graph's count before
+     * them (after split_k's renumbering) */
+    uint32_t graph_nodes;
+    /* The caller's graph where a rewrite replaced its nodes (split_k), or NULL: kf_plan_verify
+     * checks the outputs against its specs too, so a wrong rewrite fails there. */
+    kf_graph *source;
     bool no_fuse;
     kf_status status;
     char error[4096]; /* as long as a context's: a compile lists each failing pipeline */

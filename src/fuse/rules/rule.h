@@ -22,6 +22,12 @@ typedef struct kf__fusion_rule {
      * (made with kf__plan_open_group); NULL when the rule does not apply (or on failure, with the
      * plan's status set). NULL hook: the rule opens no groups (a plan-wide rule). */
     kf__group *(*open)(kf_plan *p, uint32_t node);
+    /* Before planning, on the plan's own copy of the graph (p->graph; no groups or per-node
+     * arrays yet): rewrites or appends nodes this rule will plan (split_k's partial products),
+     * keeping ids in evaluation order (inputs before their readers) and the caller's inputs and
+     * outputs by name; kf_plan.graph_nodes is where nodes appended for a pass begin. Skipped when
+     * fusion is off. NULL: none. */
+    void (*rewrite)(kf_plan *p);
     /* Legality: may `node` join grp, whose result is one of node's operands? The planner has
      * already checked what every rule needs (the operand is the group's result, read by nothing
      * else, not an output, of node's shape and dtype) and counts the binding budget itself
@@ -53,6 +59,7 @@ extern const kf__fusion_rule kf__rule_bias_grad;
 extern const kf__fusion_rule kf__rule_activation_save;
 extern const kf__fusion_rule kf__rule_companion;
 extern const kf__fusion_rule kf__rule_rmsnorm_matmul;
+extern const kf__fusion_rule kf__rule_split_k;
 
 /* ---- planning helpers (plan.c) ---- */
 

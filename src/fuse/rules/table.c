@@ -3,6 +3,7 @@
 #include "fuse/rules/rule.h"
 
 const kf__fusion_rule *const kf__fusion_rules[] = {
+    &kf__rule_split_k,         /* few output tiles, long K: partial products and their sum */
     &kf__rule_matmul_epilogue, /* matmul |> element-wise, in the matmul's store phase */
     &kf__rule_reduction_tail,  /* row reduction |> element-wise */
     &kf__rule_gather_tail,     /* embedding |> element-wise, in the gather's store phase */
