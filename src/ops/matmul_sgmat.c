@@ -15,10 +15,13 @@
  * into the tile (the driver's wide stores), where the shape is a multiple of the tile (else 1);
  * 3, as 0 (the halves in lane order, which a compiler can merge into one 8-byte store) with the
  * rows each subgroup covers chosen by the bank model for such 8-byte stores.
+ * The configuration's `layout` 1 keeps a's tile k-major (as a^T's) where a is stored [m, k]:
+ * each invocation fetches 4x4 blocks of a and stores them transposed.
  * The next tiles are fetched while the current ones are multiplied, and with two stages the
- * tiles are double-buffered (one barrier per step). Each subgroup owns a block of tm x tn result
- * matrices (16x16, f32) and, per 16-deep slice of the tile, loads tm left and tn right matrices
- * from workgroup memory and runs tm * tn multiply-accumulates.
+ * tiles are double-buffered (one barrier per step); `order` 1 then keeps the registers a step
+ * ahead of the tiles (the tiles of step k + 1 stored at the top of step k). Each subgroup owns a
+ * block of tm x tn result matrices (16x16, f32) and, per 16-deep slice of the tile, loads tm left
+ * and tn right matrices from workgroup memory and runs tm * tn multiply-accumulates.
  *
  * The store phase: subgroup matrices cannot be read element by element, so each subgroup stores
  * its results, a row of tn matrices at a time (or one, where workgroup memory is short), into
@@ -47,9 +50,18 @@ static uint32_t threads_of(const kf__sgmat_config *c, uint32_t sg) {
     return c->wm * c->wn * sg;
 }
 
-/* Halves of one stage of a's tile and of b's, in their stored orientation. */
-static uint32_t tile_halves_a(const kf__sgmat_config *c, bool ta) {
-    return ta ? c->bk * (c->bm + PAD) : c->bm * (c->bk + PAD);
+/* Whether a's tile is kept k-major although a is stored [m, k] (the configuration's layout 1):
+ * where a is staged and each invocation's vec4s of it make whole 4x4 blocks, and bm is a
+ * multiple of 32 (the block order below covers 8 blocks of rows a subgroup half). */
+static bool kmajor_a(const kf__sgmat_config *c, uint32_t sg, bool ta, bool direct) {
+    uint32_t loads = c->bm * c->bk / (LANES * threads_of(c, sg));
+    return c->layout == 1 && !ta && !direct && c->bm % 32 == 0 && loads % 4 == 0;
+}
+
+/* Halves of one stage of a's tile and of b's, in the tile's orientation (ka: a's tile
+ * k-major, as for a^T). */
+static uint32_t tile_halves_a(const kf__sgmat_config *c, bool ka) {
+    return ka ? c->bk * (c->bm + PAD) : c->bm * (c->bk + PAD);
 }
 static uint32_t tile_halves_b(const kf__sgmat_config *c, bool tb) {
     return tb ? c->bn * (c->bk + PAD) : c->bk * (c->bn + PAD);
@@ -88,7 +100,8 @@ bool kf__sgmat_config_valid(const kf__sgmat_config *c, uint32_t sg) {
     if (!c || !sg || (sg & (sg - 1)) || sg > 128) {
         return false;
     }
-    if (!c->bm || !c->bn || !c->bk || !c->wm || !c->wn || c->stages > 2 || c->staging > 3) {
+    if (!c->bm || !c->bn || !c->bk || !c->wm || !c->wn || c->stages > 2 || c->staging > 3 ||
+        c->layout > 1 || c->order > 1) {
         return false;
     }
     if (c->scratch && (c->scratch > c->bn / c->wn / MAT || (c->bn / c->wn / MAT) % c->scratch)) {
@@ -114,7 +127,8 @@ bool kf__sgmat_config_valid(const kf__sgmat_config *c, uint32_t sg) {
     }
     /* Two stages that do not fit are refused here; a kernel falls back to one only where the
      * configuration stages less than both tiles on an aligned shape. */
-    uint32_t per_stage = tile_halves_a(c, false) + tile_halves_b(c, false);
+    uint32_t per_stage =
+        tile_halves_a(c, kmajor_a(c, sg, false, c->direct & 1u)) + tile_halves_b(c, false);
     uint32_t stages = c->stages ? c->stages : 1;
     if (stages == 2 && !c->direct && !store_cols(c, 2 * per_stage)) {
         return false;
@@ -133,9 +147,9 @@ const kf__sgmat_config *kf__sgmat_default_config(uint32_t m, uint32_t k, uint32_
      * Tint wraps every subgroup-matrix load in a bounds test, and fewer matrices per subgroup do
      * better: 128x128 double-buffered 73 TFLOP/s, 128x256 53. Below 2048x2048 outputs, 64x64
      * tiles keep every multiprocessor busy (1024^3: 80 TFLOP/s, against 49 for 128x128). */
-    static const kf__sgmat_config big = {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, 0};
-    static const kf__sgmat_config big_checked = {128, 128, 32, 2, 4, 2, 8, 0, 0, 0, 0};
-    static const kf__sgmat_config small = {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0};
+    static const kf__sgmat_config big = {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, 0, 0, 0};
+    static const kf__sgmat_config big_checked = {128, 128, 32, 2, 4, 2, 8, 0, 0, 0, 0, 0, 0};
+    static const kf__sgmat_config small = {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0};
     (void)k;
     if ((uint64_t)m * n < 2048ull * 2048ull) {
         return &small;
@@ -276,11 +290,13 @@ typedef struct operand {
     uint32_t trows, tcols, ld, stage; /* stage: halves per stage */
     bool k_on_rows;                   /* the tile's rows walk K (else its columns do) */
     bool wide, checked, direct;
+    bool transposing; /* a stored [m, k], its tile k-major: 4x4 blocks stored transposed */
     uint32_t staging; /* 0, 1 or 2, as the configuration's (2 only where it applies) */
     uint32_t loads;   /* vec4s per invocation (staging 0 and 1) */
     uint32_t blocks;  /* 16x16 blocks per subgroup (staging 2) */
     spread sp;
     kf_val row[MAX_LOADS], col[MAX_LOADS], swap[MAX_LOADS], shift[MAX_LOADS];
+    kf_val block_base[MAX_LOADS / 4]; /* transposing: where each 4x4 block starts in the tile */
     kf_var next[MAX_LOADS];
     kf_val block_tile[MAX_BLOCKS], block_at[MAX_BLOCKS];
     kf_sgmat block[MAX_BLOCKS];
@@ -314,7 +330,33 @@ static void operand_init(kf_kernel *k, operand *o, const char *name, kf_val loca
     }
     const uint32_t per_row = o->tcols / LANES;
     const bool permuted = o->sp.perm[0] != 0 || o->sp.perm[1] != 1 || o->sp.perm[2] != 2;
-    for (uint32_t v = 0; v < o->loads; v++) {
+    /* Transposing: block f of the tile (4 rows of a by 4 of K) is rows 4 mg.., K 4 kg.., with
+     * mg's low 3 bits and kg's low 2 bits from f's low 5. The 16 invocations of a subgroup half
+     * then store 8-byte rows of their blocks into 16 distinct pairs of banks (tile rows 4 kg + q
+     * lie 16 kg words apart modulo 32 at bm + 8 halves a row) and each fetch reads 32 bytes
+     * from each of 8 rows of a (whole sectors). */
+    for (uint32_t v = 0; o->transposing && v < o->loads / 4; v++) {
+        const uint32_t k_hi = o->trows / 16; /* values of kg above its low 2 bits */
+        kf_val f = kf_add(k, local, u32(k, v * threads));
+        kf_val rest = kf_binary(k, KF_OP_SHR, f, u32(k, 5));
+        kf_val mg = kf_add(k, kf_binary(k, KF_OP_BIT_AND, f, u32(k, 7)),
+                           kf_mul(k, kf_div(k, rest, u32(k, k_hi)), u32(k, 8)));
+        kf_val kg =
+            kf_add(k, kf_binary(k, KF_OP_BIT_AND, kf_binary(k, KF_OP_SHR, f, u32(k, 3)), u32(k, 3)),
+                   kf_mul(k, kf_binary(k, KF_OP_MOD, rest, u32(k, k_hi)), u32(k, 4)));
+        snprintf(nm, sizeof nm, "%s_m", name);
+        kf_val m4 = kf_let(k, nm, kf_mul(k, mg, u32(k, LANES)));
+        snprintf(nm, sizeof nm, "%s_k", name);
+        kf_val k4 = kf_let(k, nm, kf_mul(k, kg, u32(k, LANES)));
+        for (uint32_t q = 0; q < LANES; q++) {
+            o->row[4 * v + q] = q ? kf_add(k, m4, u32(k, q)) : m4;
+            o->col[4 * v + q] = k4;
+            o->swap[4 * v + q] = (kf_val){0};
+        }
+        snprintf(nm, sizeof nm, "%s_at", name);
+        o->block_base[v] = kf_let(k, nm, kf_add(k, kf_mul(k, k4, u32(k, o->ld)), m4));
+    }
+    for (uint32_t v = 0; !o->transposing && v < o->loads; v++) {
         kf_val flat = kf_add(k, local, u32(k, v * threads));
         kf_val q = kf_div(k, flat, u32(k, per_row));
         if (permuted) {
@@ -374,6 +416,25 @@ static void operand_fetch(kf_kernel *k, const operand *o, kf_val k0, kf_val oute
 
 /* Registers -> the tile of the stage starting at half `at0`. */
 static void operand_store(kf_kernel *k, const operand *o, kf_val at0) {
+    if (o->transposing) {
+        /* row q of each block is a vec4 along K; the tile takes its column q' (four rows of a
+         * at one k) as four halves in lane order */
+        for (uint32_t v = 0; v < o->loads / 4; v++) {
+            kf_val got[LANES];
+            for (uint32_t q = 0; q < LANES; q++) {
+                got[q] = kf_read(k, o->next[4 * v + q]);
+            }
+            kf_val base = kf_add(k, at0, o->block_base[v]);
+            for (uint32_t q2 = 0; q2 < LANES; q2++) {
+                kf_val at = q2 ? kf_add(k, base, u32(k, q2 * o->ld)) : base;
+                for (uint32_t q = 0; q < LANES; q++) {
+                    kf_shared_store(k, o->tile, q ? kf_add(k, at, u32(k, q)) : at,
+                                    kf_extract(k, got[q], q2));
+                }
+            }
+        }
+        return;
+    }
     if (o->staging == 2) {
         for (uint32_t i = 0; i < o->blocks; i++) {
             kf_sgmat_store(k, o->tile, kf_add(k, at0, o->block_tile[i]), o->block[i], false,
@@ -433,11 +494,15 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t kdim, uint32_t n,
     /* Operands read straight from their buffers (no tile): only where no tile crosses an edge. */
     const bool whole =
         !ragged_m && !ragged_n && !ragged_k && kdim % 8 == 0 && n % 8 == 0 && count <= 1;
+    const bool a_direct = whole && !ta && (cfg->direct & 1u);
+    /* a's tile k-major: a^T's as stored, or a's transposed while staged (layout 1) */
+    const bool transposing = kmajor_a(cfg, sg, ta, a_direct), ka = ta || transposing;
     operand A = {.rows = ta ? kdim : m,
                  .cols = ta ? m : kdim,
-                 .trows = ta ? bk : bm,
-                 .tcols = ta ? bm : bk,
+                 .trows = ka ? bk : bm,
+                 .tcols = ka ? bm : bk,
                  .k_on_rows = ta,
+                 .transposing = transposing,
                  .checked = ragged_m || ragged_k};
     operand B = {.rows = tb ? n : kdim,
                  .cols = tb ? kdim : n,
@@ -445,7 +510,7 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t kdim, uint32_t n,
                  .tcols = tb ? bk : bn,
                  .k_on_rows = !tb,
                  .checked = ragged_k || ragged_n};
-    A.direct = whole && !ta && (cfg->direct & 1u);
+    A.direct = a_direct;
     B.direct = whole && !tb && (cfg->direct & 2u);
     operand *ops[2] = {&A, &B};
     uint32_t per_stage = 0;
@@ -454,7 +519,7 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t kdim, uint32_t n,
         o->ld = o->tcols + PAD;
         o->stage = o->direct ? 0 : o->trows * o->ld;
         per_stage += o->stage;
-        o->staging = cfg->staging;
+        o->staging = o->transposing ? 0 : cfg->staging;
         uint32_t blocks = (o->trows / MAT) * (o->tcols / MAT);
         if (o->staging == 2 && (ragged_m || ragged_n || ragged_k || o->cols % 8 != 0 ||
                                 blocks % subgroups || blocks / subgroups > MAX_BLOCKS)) {
@@ -481,11 +546,12 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t kdim, uint32_t n,
 
     char name[160];
     const char *staging_name[4] = {"", "_spread", "_sgcopy", "_rows"};
-    snprintf(name, sizeof name, "matmul_sgmat_%ux%ux%u_%ux%u%s%s%s%s%s%s%s%s", bm, bn, bk, wm, wn,
-             stages == 2 && staged ? "_db" : "", A.direct ? "_direct_a" : "",
+    snprintf(name, sizeof name, "matmul_sgmat_%ux%ux%u_%ux%u%s%s%s%s%s%s%s%s%s%s", bm, bn, bk, wm,
+             wn, stages == 2 && staged ? "_db" : "",
+             cfg->order == 1 && stages == 2 && staged ? "_ahead" : "", A.direct ? "_direct_a" : "",
              B.direct ? "_direct_b" : "",
-             staging_name[A.staging > B.staging ? A.staging : B.staging], ta ? "_ta" : "",
-             tb ? "_tb" : "", count > 1 ? "_batched" : "",
+             staging_name[A.staging > B.staging ? A.staging : B.staging], transposing ? "_ka" : "",
+             ta ? "_ta" : "", tb ? "_tb" : "", count > 1 ? "_batched" : "",
              cfg->probe == 1   ? "_probe_staged_once"
              : cfg->probe == 2 ? "_probe_loaded_once"
              : cfg->probe == 3 ? "_probe_mma_only"
@@ -597,21 +663,29 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t kdim, uint32_t n,
     /* probe (measuring only, wrong results): 1 stages the tiles once, before the loop; 2 loads
      * the matrices once, before the loop (so the loop multiplies and stages only) */
     const bool probe_stage = cfg->probe & 1u, probe_loads = cfg->probe & 2u;
+    /* ahead (order 1, two stages): the registers run a step ahead of the tiles. Step k stores
+     * the tiles of step k + 1 (fetched during step k - 1) into the stage step k - 1 read, fetches
+     * those of step k + 2, then multiplies: a global load has a whole step to arrive, and the
+     * step's one barrier also orders the next step's stores after this step's reads. */
+    const bool ahead = cfg->order == 1 && stages == 2 && staged;
     FETCH(u32(k, 0));
     if ((stages == 2 && staged) || cfg->probe) {
         STORE_TILES(u32(k, 0), u32(k, 0));
+        if (ahead && kdim > bk) {
+            FETCH(u32(k, bk));
+        }
         kf_barrier(k);
     }
     if (probe_loads) {
-        kf_val a0 = ta ? sub_row : kf_mul(k, sub_row, u32(k, A.ld));
+        kf_val a0 = ka ? sub_row : kf_mul(k, sub_row, u32(k, A.ld));
         kf_val b0 = tb ? kf_mul(k, sub_col, u32(k, B.ld)) : sub_col;
         for (uint32_t j = 0; j < tn; j++) {
             kf_sgmat_load(k, right[j], B.tile, kf_add(k, b0, u32(k, tb ? j * MAT * B.ld : j * MAT)),
                           tb, u32(k, B.ld));
         }
         for (uint32_t i = 0; i < tm; i++) {
-            kf_sgmat_load(k, left[i], A.tile, kf_add(k, a0, u32(k, ta ? i * MAT : i * MAT * A.ld)),
-                          ta, u32(k, A.ld));
+            kf_sgmat_load(k, left[i], A.tile, kf_add(k, a0, u32(k, ka ? i * MAT : i * MAT * A.ld)),
+                          ka, u32(k, A.ld));
         }
     }
     kf_val k0 = kf_for(k, "k0", u32(k, 0), u32(k, kdim), u32(k, bk));
@@ -630,7 +704,14 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t kdim, uint32_t n,
             kf_barrier(k);
         }
         /* The next tiles travel while this one is multiplied. */
-        if (staged && !probe_stage) {
+        if (ahead && !probe_stage) {
+            kf_if(k, more);
+            STORE_TILES(kf_sub(k, u32(k, A.stage), oa), kf_sub(k, u32(k, B.stage), ob));
+            kf_if(k, kf_binary(k, KF_OP_LT, kf_add(k, k0, u32(k, 2 * bk)), u32(k, kdim)));
+            FETCH(kf_add(k, k0, u32(k, 2 * bk)));
+            kf_end(k);
+            kf_end(k);
+        } else if (staged && !probe_stage) {
             kf_if(k, more);
             FETCH(kf_add(k, k0, u32(k, bk)));
             kf_end(k);
@@ -643,7 +724,7 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t kdim, uint32_t n,
             a_stride = kdim;
             a_base = kf_let(k, "a_base",
                             kf_add(k, kf_mul(k, kf_add(k, row0, sub_row), u32(k, kdim)), k0));
-        } else if (ta) {
+        } else if (ka) {
             a_base = kf_let(k, "a_base", kf_add(k, oa, sub_row));
         } else {
             a_base = kf_let(k, "a_base", kf_add(k, oa, kf_mul(k, sub_row, u32(k, A.ld))));
@@ -668,19 +749,19 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t kdim, uint32_t n,
                 }
             }
             for (uint32_t i = 0; i < tm; i++) {
-                uint32_t rel = ta ? kk * a_stride + i * MAT : i * MAT * a_stride + kk;
+                uint32_t rel = ka ? kk * a_stride + i * MAT : i * MAT * a_stride + kk;
                 kf_val at = kf_add(k, a_base, u32(k, rel));
                 if (A.direct) {
                     kf_sgmat_load_storage(k, left[i], A.bind, at, false, u32(k, a_stride));
                 } else if (!probe_loads) {
-                    kf_sgmat_load(k, left[i], A.tile, at, ta, u32(k, a_stride));
+                    kf_sgmat_load(k, left[i], A.tile, at, ka, u32(k, a_stride));
                 }
                 for (uint32_t j = 0; j < tn; j++) {
                     kf_sgmat_mma(k, acc[i * tn + j], left[i], right[j]);
                 }
             }
         }
-        if (stages == 2 && staged && !probe_stage) {
+        if (stages == 2 && staged && !probe_stage && !ahead) {
             kf_if(k, more);
             STORE_TILES(kf_sub(k, u32(k, A.stage), oa), kf_sub(k, u32(k, B.stage), ob));
             kf_end(k);
@@ -790,11 +871,11 @@ bool kf__sgmat_usable(kf_context *ctx, uint32_t *sg) {
 bool kf__sgmat_config_parse(const char *text, kf__sgmat_config *out) {
     kf__sgmat_config c = {0};
     char end = 0;
-    int got =
-        text ? sscanf(text, "%ux%ux%u/%ux%u/%u/%u/%u/%u/%u/%u%c", &c.bm, &c.bn, &c.bk, &c.wm, &c.wn,
-                      &c.stages, &c.group_m, &c.direct, &c.staging, &c.scratch, &c.probe, &end)
-             : 0;
-    if (got < 7 || got > 11) {
+    int got = text ? sscanf(text, "%ux%ux%u/%ux%u/%u/%u/%u/%u/%u/%u/%u/%u%c", &c.bm, &c.bn, &c.bk,
+                            &c.wm, &c.wn, &c.stages, &c.group_m, &c.direct, &c.staging, &c.scratch,
+                            &c.probe, &c.layout, &c.order, &end)
+                   : 0;
+    if (got < 7 || got > 13) {
         return false;
     }
     *out = c;
