@@ -13,12 +13,12 @@
 # ragged shape with its tail again and the default transposed products.
 # limits (session 6): the probes on the default and on a k-major a tile (layout 1), the variants
 # (k-major a, staging 3, 16 subgroups, 48-deep tiles, 128x128 single-buffered, two stages with the
-# registers a step ahead: order 1), the store phase's share (K of 128 and 256), each at the sizes
-# of the targets; PyTorch eager alone at 4096^3 and 8192^3 for the ratio. 140 s of limits in all.
+# registers a step ahead: order 1, 16-byte fetches: vector 1), the store phase's share (K of 128 and 256), each at the sizes
+# of the targets; PyTorch eager alone at 4096^3 and 8192^3 for the ratio. 139 s of limits in all.
 #
 # Needs what bench/h200.sh needs: the kfuse binary ($KFUSE, default build/release/kfuse), Dawn's
 # library (deps/dawn, or $KF_WEBGPU_LIB), the Vulkan loader and the NVIDIA driver, python3 with
-# torch. Each part has its own time limit: sweep 236 s in all, confirm 194 s, limits 140 s.
+# torch. Each part has its own time limit: sweep 236 s in all, confirm 194 s, limits 139 s.
 # Writes three files under $OUT: sgmm-sweep.txt (every kfuse sgmat table and each part's exit
 # status), sgmm-bench.jsonl (kfuse bench's cases) and sgmm-compare.md (those beside PyTorch).
 # Environment: OUT, KFUSE, PYTHON, REPEAT (runs per kernel, median; 10), WARMUP_MS (200).
@@ -120,17 +120,19 @@ confirm() {
 # Session 6: where the K loop's time goes, and the variants built to move it. No torch run but
 # eager alone at the two large sizes (for the ratio in the same run); 140 s of limits in all.
 limits() {
-    local d=128x256x32/2x4/1/8/0/0/0 # the default; /P/L/O: probe, a's layout, order
+    local d=128x256x32/2x4/1/8/0/0/0 # the default; then /P/L/O/V: probe, layout, order, vector
     # Bounds (probes: wrong results, times only): tiles staged once (/1), matrices loaded once
     # (/2), both (/3: multiplies and barriers only), on the default and on the k-major a tile.
-    sgmat 16 "4096^3 bounds" --shape 4096x4096x4096 --no-tail \
+    sgmat 15 "4096^3 bounds" --shape 4096x4096x4096 --no-tail \
         --config $d --config $d/1 --config $d/2 --config $d/3 \
         --config $d/0/1 --config $d/1/1 --config $d/2/1 --config $d/3/1
     # The variants: staging 3 (both layouts); 16 subgroups; one result matrix a store round so
     # 48-deep tiles fit (and the same round at 32 deep); 128x128 single-buffered (two
     # workgroups a multiprocessor); two stages with the registers a step ahead (O 1) beside the
-    # order before (O 0), with and without the k-major a.
-    sgmat 32 "4096^3 variants" --shape 4096x4096x4096 --no-tail \
+    # order before (O 0), with and without the k-major a; 16-byte fetches (V 1; b's only where a
+    # is k-major).
+    sgmat 36 "4096^3 variants" --shape 4096x4096x4096 --no-tail \
+        --config $d/0/0/0/1 --config $d/0/1/0/1 \
         --config 128x256x32/2x4/1/8/0/3/0 --config 128x256x32/2x4/1/8/0/3/0/0/1 \
         --config 128x256x32/4x4/1/8/0/0/0 --config 128x256x32/2x8/1/8/0/0/0 \
         --config 256x128x32/4x4/1/8/0/0/0 --config 256x128x32/4x4/1/8/0/0/0/0/1 \
@@ -141,13 +143,14 @@ limits() {
         --config 128x128x32/2x4/2/8/0/0/0 --config 128x128x32/2x4/2/8/0/0/0/0/0/1 \
         --config 128x128x32/2x4/2/8/0/0/0/0/1/1 --config 64x256x32/1x4/2/8/0/0/0/0/1/1
     # The store phase and the tail: K of 4 and 8 steps (the store phase and launch are the rest).
-    sgmat 10 "store phase (K 128, 256)" --shape 4096x128x4096 --shape 4096x256x4096 --config $d
+    sgmat 9 "store phase (K 128, 256)" --shape 4096x128x4096 --shape 4096x256x4096 --config $d
     sgmat 28 "8192^3" --shape 8192x8192x8192 --no-tail --config $d --config $d/0/1 \
+        --config $d/0/0/0/1 \
         --config $d/3 --config 128x256x32/4x4/1/8/0/0/0 --config 128x256x48/2x4/1/8/0/0/1 \
         --config 128x256x16/2x4/2/8/0/0/0/0/0/1 --config 128x128x32/2x4/2/8/0/0/0/0/1/1
-    sgmat 22 "ragged (MxKxN 4095x4093x4097)" --shape 4095x4093x4097 --config $d --config $d/0/1 \
+    sgmat 20 "ragged (MxKxN 4095x4093x4097)" --shape 4095x4093x4097 --config $d --config $d/0/1 \
         --config 128x128x32/2x4/2/8/0/0/0/0/1/1
-    sgmat 10 "1024^3" --shape 1024x1024x1024 --config 64x64x32/2x2/2/0/0/0 \
+    sgmat 9 "1024^3" --shape 1024x1024x1024 --config 64x64x32/2x2/2/0/0/0 \
         --config 64x64x32/2x2/2/0/0/0/0/0/1 --config 64x64x32/2x2/2/0/0/0/0/0/1/1 \
         --config 64x64x32/2x2/2/0/0/0/0/0/0/1
     echo "## torch_compare.py (eager f16 alone, 4096^3 and 8192^3): $OUT/sgmm-compare.md" >>"$SWEEP"

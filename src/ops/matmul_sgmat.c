@@ -101,7 +101,7 @@ bool kf__sgmat_config_valid(const kf__sgmat_config *c, uint32_t sg) {
         return false;
     }
     if (!c->bm || !c->bn || !c->bk || !c->wm || !c->wn || c->stages > 2 || c->staging > 3 ||
-        c->layout > 1 || c->order > 1) {
+        c->layout > 1 || c->order > 1 || c->vector > 1) {
         return false;
     }
     if (c->scratch && (c->scratch > c->bn / c->wn / MAT || (c->bn / c->wn / MAT) % c->scratch)) {
@@ -147,9 +147,9 @@ const kf__sgmat_config *kf__sgmat_default_config(uint32_t m, uint32_t k, uint32_
      * Tint wraps every subgroup-matrix load in a bounds test, and fewer matrices per subgroup do
      * better: 128x128 double-buffered 73 TFLOP/s, 128x256 53. Below 2048x2048 outputs, 64x64
      * tiles keep every multiprocessor busy (1024^3: 80 TFLOP/s, against 49 for 128x128). */
-    static const kf__sgmat_config big = {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, 0, 0, 0};
-    static const kf__sgmat_config big_checked = {128, 128, 32, 2, 4, 2, 8, 0, 0, 0, 0, 0, 0};
-    static const kf__sgmat_config small = {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0};
+    static const kf__sgmat_config big = {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, 0, 0, 0, 0};
+    static const kf__sgmat_config big_checked = {128, 128, 32, 2, 4, 2, 8, 0, 0, 0, 0, 0, 0, 0};
+    static const kf__sgmat_config small = {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0};
     (void)k;
     if ((uint64_t)m * n < 2048ull * 2048ull) {
         return &small;
@@ -291,6 +291,7 @@ typedef struct operand {
     bool k_on_rows;                   /* the tile's rows walk K (else its columns do) */
     bool wide, checked, direct;
     bool transposing; /* a stored [m, k], its tile k-major: 4x4 blocks stored transposed */
+    uint32_t width;   /* halves per fetch: 4 (vec4<f16>), or 8 (vec4<u32>, the vector field) */
     uint32_t staging; /* 0, 1 or 2, as the configuration's (2 only where it applies) */
     uint32_t loads;   /* vec4s per invocation (staging 0 and 1) */
     uint32_t blocks;  /* 16x16 blocks per subgroup (staging 2) */
@@ -328,7 +329,7 @@ static void operand_init(kf_kernel *k, operand *o, const char *name, kf_val loca
         }
         return;
     }
-    const uint32_t per_row = o->tcols / LANES;
+    const uint32_t per_row = o->tcols / o->width;
     const bool permuted = o->sp.perm[0] != 0 || o->sp.perm[1] != 1 || o->sp.perm[2] != 2;
     /* Transposing: block f of the tile (4 rows of a by 4 of K) is rows 4 mg.., K 4 kg.., with
      * mg's low 3 bits and kg's low 2 bits from f's low 5. The 16 invocations of a subgroup half
@@ -375,7 +376,7 @@ static void operand_init(kf_kernel *k, operand *o, const char *name, kf_val loca
         o->row[v] = kf_let(k, nm, q);
         kf_val j = kf_binary(k, KF_OP_MOD, flat, u32(k, per_row));
         snprintf(nm, sizeof nm, "%s_c", name);
-        o->col[v] = kf_let(k, nm, kf_mul(k, j, u32(k, LANES)));
+        o->col[v] = kf_let(k, nm, kf_mul(k, j, u32(k, o->width)));
         o->swap[v] = (kf_val){0};
         if (o->sp.swap_bit >= 0) {
             kf_val of = o->sp.swap_on_row ? o->row[v] : j;
@@ -388,9 +389,10 @@ static void operand_init(kf_kernel *k, operand *o, const char *name, kf_val loca
             o->shift[v] = kf_let(k, nm, kf_select(k, u32(k, 0), u32(k, 2), o->swap[v]));
         }
     }
+    kf_type u4 = kf_type_vec(KF_SCALAR_U32, LANES);
     for (uint32_t v = 0; v < o->loads; v++) {
         snprintf(nm, sizeof nm, "next_%s", name);
-        o->next[v] = kf_declare(k, nm, h4, (kf_val){0});
+        o->next[v] = kf_declare(k, nm, o->width == 8 ? u4 : h4, (kf_val){0});
     }
 }
 
@@ -409,6 +411,11 @@ static void operand_fetch(kf_kernel *k, const operand *o, kf_val k0, kf_val oute
     for (uint32_t v = 0; v < o->loads; v++) {
         kf_val r = kf_add(k, o->k_on_rows ? k0 : outer0, o->row[v]);
         kf_val c = kf_add(k, o->k_on_rows ? outer0 : k0, o->col[v]);
+        if (o->width == 8) { /* 16 bytes, never checked (whole tiles only) */
+            kf_val at = kf_add(k, kf_mul(k, r, u32(k, o->cols)), c);
+            kf_assign(k, o->next[v], kf_load(k, o->bind, kf_div(k, at, u32(k, 8))));
+            continue;
+        }
         fetch4(k, o->bind, o->offset, o->wide, o->checked, interior, r, c, o->rows, o->cols,
                o->next[v]);
     }
@@ -439,6 +446,23 @@ static void operand_store(kf_kernel *k, const operand *o, kf_val at0) {
         for (uint32_t i = 0; i < o->blocks; i++) {
             kf_sgmat_store(k, o->tile, kf_add(k, at0, o->block_tile[i]), o->block[i], false,
                            u32(k, o->ld));
+        }
+        return;
+    }
+    if (o->width == 8) {
+        /* each u32 of the fetch is two halves: eight stores in lane order */
+        kf_type h2 = kf_type_vec(KF_SCALAR_F16, 2);
+        for (uint32_t v = 0; v < o->loads; v++) {
+            kf_val got = kf_read(k, o->next[v]);
+            kf_val at = kf_add(k, at0, kf_add(k, kf_mul(k, o->row[v], u32(k, o->ld)), o->col[v]));
+            for (uint32_t w = 0; w < LANES; w++) {
+                kf_val pair = kf_bitcast(k, h2, kf_extract(k, got, w));
+                for (uint32_t l = 0; l < 2; l++) {
+                    uint32_t h = 2 * w + l;
+                    kf_shared_store(k, o->tile, h ? kf_add(k, at, u32(k, h)) : at,
+                                    kf_extract(k, pair, l));
+                }
+            }
         }
         return;
     }
@@ -526,7 +550,14 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t kdim, uint32_t n,
             o->staging = 1; /* blocks that cross an edge, or misaligned rows */
         }
         o->blocks = o->direct || o->staging != 2 ? 0 : blocks / subgroups;
-        o->loads = o->direct || o->staging == 2 ? 0 : o->trows * o->tcols / (LANES * threads);
+        /* 16-byte fetches (the vector field) where the operand is staged in lane order, no
+         * fetch crosses an edge, its rows are whole 8-half vectors and the fetches divide */
+        o->width = cfg->vector == 1 && !o->direct && o->staging == 0 && !o->transposing &&
+                           !o->checked && o->cols % 8 == 0 && count <= 1 &&
+                           (o->trows * o->tcols) % (8 * threads) == 0
+                       ? 8
+                       : LANES;
+        o->loads = o->direct || o->staging == 2 ? 0 : o->trows * o->tcols / (o->width * threads);
         o->wide = !o->direct && o->staging != 2 && o->cols % LANES == 0;
         o->sp = (spread){{0, 1, 2}, -1, false};
         if (o->staging == 1 || o->staging == 3) {
@@ -546,12 +577,13 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t kdim, uint32_t n,
 
     char name[160];
     const char *staging_name[4] = {"", "_spread", "_sgcopy", "_rows"};
-    snprintf(name, sizeof name, "matmul_sgmat_%ux%ux%u_%ux%u%s%s%s%s%s%s%s%s%s%s", bm, bn, bk, wm,
+    snprintf(name, sizeof name, "matmul_sgmat_%ux%ux%u_%ux%u%s%s%s%s%s%s%s%s%s%s%s", bm, bn, bk, wm,
              wn, stages == 2 && staged ? "_db" : "",
              cfg->order == 1 && stages == 2 && staged ? "_ahead" : "", A.direct ? "_direct_a" : "",
              B.direct ? "_direct_b" : "",
              staging_name[A.staging > B.staging ? A.staging : B.staging], transposing ? "_ka" : "",
-             ta ? "_ta" : "", tb ? "_tb" : "", count > 1 ? "_batched" : "",
+             A.width == 8 || B.width == 8 ? "_v8" : "", ta ? "_ta" : "", tb ? "_tb" : "",
+             count > 1 ? "_batched" : "",
              cfg->probe == 1   ? "_probe_staged_once"
              : cfg->probe == 2 ? "_probe_loaded_once"
              : cfg->probe == 3 ? "_probe_mma_only"
@@ -561,8 +593,9 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t kdim, uint32_t n,
     if (!k) {
         return NULL;
     }
-    A.bind = kf_kernel_storage(k, "a", A.wide ? h4 : h, KF_ACCESS_READ);
-    B.bind = kf_kernel_storage(k, "b", B.wide ? h4 : h, KF_ACCESS_READ);
+    kf_type u4 = kf_type_vec(KF_SCALAR_U32, LANES);
+    A.bind = kf_kernel_storage(k, "a", A.width == 8 ? u4 : A.wide ? h4 : h, KF_ACCESS_READ);
+    B.bind = kf_kernel_storage(k, "b", B.width == 8 ? u4 : B.wide ? h4 : h, KF_ACCESS_READ);
     if (!A.direct) {
         A.tile = kf_kernel_workgroup(k, "tile_a", h, stages * A.stage);
     }
@@ -871,11 +904,11 @@ bool kf__sgmat_usable(kf_context *ctx, uint32_t *sg) {
 bool kf__sgmat_config_parse(const char *text, kf__sgmat_config *out) {
     kf__sgmat_config c = {0};
     char end = 0;
-    int got = text ? sscanf(text, "%ux%ux%u/%ux%u/%u/%u/%u/%u/%u/%u/%u/%u%c", &c.bm, &c.bn, &c.bk,
-                            &c.wm, &c.wn, &c.stages, &c.group_m, &c.direct, &c.staging, &c.scratch,
-                            &c.probe, &c.layout, &c.order, &end)
+    int got = text ? sscanf(text, "%ux%ux%u/%ux%u/%u/%u/%u/%u/%u/%u/%u/%u/%u%c", &c.bm, &c.bn,
+                            &c.bk, &c.wm, &c.wn, &c.stages, &c.group_m, &c.direct, &c.staging,
+                            &c.scratch, &c.probe, &c.layout, &c.order, &c.vector, &end)
                    : 0;
-    if (got < 7 || got > 13) {
+    if (got < 7 || got > 14) {
         return false;
     }
     *out = c;

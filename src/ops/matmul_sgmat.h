@@ -33,7 +33,10 @@
  * step and stores them into the other stage after the multiplies; 1 keeps the registers a step
  * ahead: a step first stores the tiles fetched during the step before into the other stage,
  * then fetches those of two steps on, then multiplies (a global load has a whole step to
- * arrive; one barrier a step either way). */
+ * arrive; one barrier a step either way). vector 1 fetches 16 bytes at a time (a and b bound as
+ * array<vec4<u32>>, each u32 two halves) where an operand is staged in lane order (staging 0,
+ * not a k-major a), its rows are whole 8-half vectors, no tile crosses an edge and the product
+ * is not batched; elsewhere 8 bytes (vec4<f16>). */
 typedef struct kf__sgmat_config {
     uint32_t bm, bn, bk;
     uint32_t wm, wn;
@@ -45,6 +48,7 @@ typedef struct kf__sgmat_config {
     uint32_t probe;
     uint32_t layout;
     uint32_t order;
+    uint32_t vector;
 } kf__sgmat_config;
 
 /* The configuration for a product of this shape on a device whose bounds checks (Dawn's
@@ -84,8 +88,9 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t k, uint32_t n,
  * *sg is the subgroup size. */
 bool kf__sgmat_usable(kf_context *ctx, uint32_t *sg);
 
-/* "BMxBNxBK/WMxWN/S/G[/D[/T[/R[/P[/L[/O]]]]]]" (kfuse sgmat's notation; T the staging, R the
- * scratch, P the probe, L the layout, O the order) into *out; false if it does not parse. */
+/* "BMxBNxBK/WMxWN/S/G[/D[/T[/R[/P[/L[/O[/V]]]]]]]" (kfuse sgmat's notation; T the staging, R
+ * the scratch, P the probe, L the layout, O the order, V the vector) into *out; false if it does
+ * not parse. */
 bool kf__sgmat_config_parse(const char *text, kf__sgmat_config *out);
 
 /* The kernel an f16 product c[m,n] = a[m,k] * b[k,n] (no transposes) runs on ctx: the
