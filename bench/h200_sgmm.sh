@@ -141,7 +141,8 @@ limits() {
         --config 128x128x64/2x4/1/8/0/0/0/0/1 \
         --config 128x256x16/2x4/2/8/0/0/0 --config 128x256x16/2x4/2/8/0/0/0/0/0/1 \
         --config 128x128x32/2x4/2/8/0/0/0 --config 128x128x32/2x4/2/8/0/0/0/0/0/1 \
-        --config 128x128x32/2x4/2/8/0/0/0/0/1/1 --config 64x256x32/1x4/2/8/0/0/0/0/1/1
+        --config 128x128x32/2x4/2/8/0/0/0/0/1/1 --config 64x256x32/1x4/2/8/0/0/0/0/1/1 \
+        --config 128x256x16/2x4/2/8/0/0/0/0/0/1/1 --config 128x128x32/2x4/2/8/0/0/0/0/0/1/1
     # The store phase and the tail: K of 4 and 8 steps (the store phase and launch are the rest).
     sgmat 9 "store phase (K 128, 256)" --shape 4096x128x4096 --shape 4096x256x4096 --config $d
     sgmat 28 "8192^3" --shape 8192x8192x8192 --no-tail --config $d --config $d/0/1 \
