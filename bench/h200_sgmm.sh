@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The f16 subgroup-matrix matmul on one GPU (issue 15 item 2), in two parts:
 #
-#   OUT=bench-out bench/h200_sgmm.sh [sweep|confirm|limits]      (default: confirm)
+#   OUT=bench-out bench/h200_sgmm.sh [sweep|confirm|limits|staging]   (default: confirm)
 #
 # sweep: the tile configurations and the three ways of filling the workgroup tiles (staging 0
 # halves stored in lane order, 1 rows and store order chosen against bank conflicts, 2 16x16
@@ -15,10 +15,13 @@
 # (k-major a, staging 3, 16 subgroups, 48-deep tiles, 128x128 single-buffered, two stages with the
 # registers a step ahead: order 1, 16-byte fetches: vector 1), the store phase's share (K of 128 and 256), each at the sizes
 # of the targets; PyTorch eager alone at 4096^3 and 8192^3 for the ratio. 139 s of limits in all.
+# staging (session 6, after limits): the staging split (fetches against stores), 16-byte fetches,
+# 16 subgroups in four shapes, at the four sizes; the plan at 4096^3 by default and with 2x8 subgroups
+# forced. 139 s of limits, no PyTorch (its eager times are in limits' run).
 #
 # Needs what bench/h200.sh needs: the kfuse binary ($KFUSE, default build/release/kfuse), Dawn's
 # library (deps/dawn, or $KF_WEBGPU_LIB), the Vulkan loader and the NVIDIA driver, python3 with
-# torch. Each part has its own time limit: sweep 236 s in all, confirm 194 s, limits 139 s.
+# torch. Each part has its own time limit: sweep 236 s in all, confirm 194 s, limits 139 s, staging 139 s.
 # Writes three files under $OUT: sgmm-sweep.txt (every kfuse sgmat table and each part's exit
 # status), sgmm-bench.jsonl (kfuse bench's cases) and sgmm-compare.md (those beside PyTorch).
 # Environment: OUT, KFUSE, PYTHON, REPEAT (runs per kernel, median; 10), WARMUP_MS (200).
@@ -161,8 +164,47 @@ limits() {
     echo "## exit $?" >>"$SWEEP"
 }
 
+# Session 6, second run: run 1 (limits) put 44% of the default's time in staging (tiles staged
+# once: 0.616 -> 0.347 ms at 4096^3), 14% in the matrix loads, and the multiplies with their
+# barriers at 508 TF/s; 16 subgroups of 64x32 (2x8) were the fastest variant (241.7 against
+# 223.2). This splits the staging (probe 4: fetches kept, one store; 8: stores kept, fetched
+# once), times 16-byte fetches (V 1) and other 16-subgroup shapes, and the plan with 2x8 at
+# 4096^3. (32 subgroups do not fit: the store phase's scratch holds a matrix per subgroup.)
+staging() {
+    local d=128x256x32/2x4/1/8/0/0/0 e=128x256x32/2x8/1/8/0/0/0 # the default; 2x8 subgroups
+    sgmat 40 "4096^3 staging split, vectors, subgroups" --shape 4096x4096x4096 --no-tail \
+        --config $d --config $d/4 --config $d/8 --config $d/0/0/0/1 --config $d/4/0/0/1 \
+        --config $d/8/0/0/1 --config $e --config $e/1 --config $e/2 --config $e/3 \
+        --config $e/4 --config $e/8 --config $e/0/0/0/1 --config $e/4/0/0/1 \
+        --config 128x256x32/2x8/1/8/0/0/1 --config 128x256x32/2x8/1/8/0/3/0 \
+        --config 256x128x32/8x2/1/8/0/0/0 --config 128x256x32/2x8/1/8/0/0/1/0/0/0/1 \
+        --config 256x128x32/4x4/1/8/0/0/0/0/0/0/1 --config 128x128x32/4x4/1/8/0/0/0 \
+        --config 128x256x16/2x8/2/8/0/0/0/0/0/1 --config 128x256x16/2x8/2/8/0/0/0/0/0/1/1
+    sgmat 30 "8192^3" --shape 8192x8192x8192 --no-tail --config $d --config $d/0/0/0/1 \
+        --config $e --config $e/0/0/0/1 --config 256x128x32/8x2/1/8/0/0/0 \
+        --config 256x128x32/4x4/1/8/0/0/0 --config 128x256x16/2x8/2/8/0/0/0/0/0/1
+    sgmat 25 "ragged (MxKxN 4095x4093x4097)" --shape 4095x4093x4097 --config $d --config $e \
+        --config 256x128x32/8x2/1/8/0/0/0 --config 256x128x32/4x4/1/8/0/0/0 \
+        --config 128x256x16/2x8/2/8/0/0/0/0/0/1
+    sgmat 8 "1024^3" --shape 1024x1024x1024 --config 64x64x32/2x2/2/0/0/0 \
+        --config 64x64x32/2x2/2/0/0/0/0/0/0/0/1 --config 64x64x32/2x4/2/0/0/0
+    # The plan (kfuse bench: matmul + bias + GELU fused, f16) by default and with 2x8 forced.
+    for cfg in default $e; do
+        echo "## kfuse bench --size full --filter '^matmul_bias_gelu_f16_4096' ($cfg)" >>"$SWEEP"
+        if [ "$cfg" = default ]; then
+            timeout 18 "$KFUSE" bench --size full --filter '^matmul_bias_gelu_f16_4096' \
+                --repeat "$REPEAT" >>"$SWEEP" 2>&1
+        else
+            KF_SGMAT_CONFIG=$cfg timeout 18 "$KFUSE" bench --size full \
+                --filter '^matmul_bias_gelu_f16_4096' --repeat "$REPEAT" >>"$SWEEP" 2>&1
+        fi
+        echo "## exit $?" >>"$SWEEP"
+    done
+}
+
 case ${1:-confirm} in
 limits) limits ;;
+staging) staging ;;
 sweep)
     sweep
     versus_torch 25 25

@@ -122,8 +122,12 @@ bool kf__sgmat_config_valid(const kf__sgmat_config *c, uint32_t sg) {
         loads_a / (LANES * threads) > MAX_LOADS || loads_b / (LANES * threads) > MAX_LOADS) {
         return false; /* whole vec4s per invocation, at most 16 of each tile */
     }
-    if (c->direct > 3 || c->probe > 3 || (c->probe && c->direct)) {
+    if (c->direct > 3 || (c->probe > 3 && c->probe != 4 && c->probe != 8) ||
+        (c->probe && c->direct)) {
         return false;
+    }
+    if ((c->probe == 4 || c->probe == 8) && (c->stages > 1 || c->staging == 2 || c->layout)) {
+        return false; /* the staging probes split a single stage's stores in lane order */
     }
     /* Two stages that do not fit are refused here; a kernel falls back to one only where the
      * configuration stages less than both tiles on an aligned shape. */
@@ -490,6 +494,27 @@ static void operand_store(kf_kernel *k, const operand *o, kf_val at0) {
     }
 }
 
+/* Probe 4 (measuring only): the registers of the step folded (xor) into one vector, stored where
+ * the first goes, so the step keeps its fetches and pays one store. */
+static void operand_store_folded(kf_kernel *k, const operand *o, kf_val at0) {
+    kf_type u2 = kf_type_vec(KF_SCALAR_U32, 2), h2 = kf_type_vec(KF_SCALAR_F16, 2);
+    kf_type h4 = kf_type_vec(KF_SCALAR_F16, LANES);
+    const bool w8 = o->width == 8;
+    kf_val fold = {0};
+    for (uint32_t v = 0; v < o->loads; v++) {
+        kf_val got = kf_read(k, o->next[v]);
+        got = w8 ? got : kf_bitcast(k, u2, got);
+        fold = v ? kf_binary(k, KF_OP_BIT_XOR, fold, got) : got;
+    }
+    kf_val at = kf_add(k, at0, kf_add(k, kf_mul(k, o->row[0], u32(k, o->ld)), o->col[0]));
+    kf_val halves = w8 ? (kf_val){0} : kf_bitcast(k, h4, fold);
+    for (uint32_t h = 0; h < o->width; h++) {
+        kf_val x = w8 ? kf_extract(k, kf_bitcast(k, h2, kf_extract(k, fold, h / 2)), h % 2)
+                      : kf_extract(k, halves, h);
+        kf_shared_store(k, o->tile, h ? kf_add(k, at, u32(k, h)) : at, x);
+    }
+}
+
 kf_kernel *kf__matmul_sgmat(uint32_t m, uint32_t kdim, uint32_t n, const kf__sgmat_config *cfg,
                             uint32_t sg) {
     return kf__matmul_sgmat_transposed(m, kdim, n, cfg, sg, NULL, false, false);
@@ -587,6 +612,8 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t kdim, uint32_t n,
              cfg->probe == 1   ? "_probe_staged_once"
              : cfg->probe == 2 ? "_probe_loaded_once"
              : cfg->probe == 3 ? "_probe_mma_only"
+             : cfg->probe == 4 ? "_probe_fetch_only"
+             : cfg->probe == 8 ? "_probe_store_only"
                                : "");
     kf_kernel_desc desc = {.name = name, .workgroup_size = {threads, 1, 1}, .output = h};
     kf_kernel *k = kf_kernel_create(&desc);
@@ -694,8 +721,12 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t kdim, uint32_t n,
         }                                                                                          \
     } while (0)
     /* probe (measuring only, wrong results): 1 stages the tiles once, before the loop; 2 loads
-     * the matrices once, before the loop (so the loop multiplies and stages only) */
-    const bool probe_stage = cfg->probe & 1u, probe_loads = cfg->probe & 2u;
+     * the matrices once, before the loop (so the loop multiplies and stages only); 4 fetches
+     * every step but stores one vector an operand (the fetched ones folded into it); 8 stores
+     * every step what was fetched once */
+    const bool probe_stage = cfg->probe == 1 || cfg->probe == 3;
+    const bool probe_loads = cfg->probe == 2 || cfg->probe == 3;
+    const bool probe_fold = cfg->probe == 4, probe_nofetch = cfg->probe == 8;
     /* ahead (order 1, two stages): the registers run a step ahead of the tiles. Step k stores
      * the tiles of step k + 1 (fetched during step k - 1) into the stage step k - 1 read, fetches
      * those of step k + 2, then multiplies: a global load has a whole step to arrive, and the
@@ -731,7 +762,10 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t kdim, uint32_t n,
             oa = kf_let(k, "oa", kf_mul(k, cur, u32(k, A.stage)));
             ob = kf_let(k, "ob", kf_mul(k, cur, u32(k, B.stage)));
         } else if (staged) {
-            if (!probe_stage) {
+            if (probe_fold) { /* no direct operand with a probe */
+                operand_store_folded(k, &A, oa);
+                operand_store_folded(k, &B, ob);
+            } else if (!probe_stage) {
                 STORE_TILES(oa, ob);
             }
             kf_barrier(k);
@@ -744,7 +778,7 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t kdim, uint32_t n,
             FETCH(kf_add(k, k0, u32(k, 2 * bk)));
             kf_end(k);
             kf_end(k);
-        } else if (staged && !probe_stage) {
+        } else if (staged && !probe_stage && !probe_nofetch) {
             kf_if(k, more);
             FETCH(kf_add(k, k0, u32(k, bk)));
             kf_end(k);

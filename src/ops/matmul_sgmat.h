@@ -24,7 +24,9 @@
  * divisor of its row of bn / wn / 16; 0 the most that fit in workgroup memory. probe, for
  * measuring what limits the kernel only (its results are not the product): 1 stages the tiles
  * once before the K loop (the loop keeps its barriers, loads and multiplies), 2 loads the
- * matrices once before it (the loop stages and multiplies), 3 both; not with direct. layout 1
+ * matrices once before it (the loop stages and multiplies), 3 both; 4 fetches every step but
+ * stores one vector an operand (the others folded into it), 8 stores every step what was fetched
+ * once (4 and 8: single stage, staging 0, 1 or 3, layout 0); not with direct. layout 1
  * keeps a's tile k-major (bk x bm, its matrices loaded column-major, as for a^T) where a is
  * stored [m, k]: each invocation fetches a 4x4 block of a (four vec4s along K from four rows)
  * and stores it transposed, four halves of consecutive rows at a time; where bm is not a

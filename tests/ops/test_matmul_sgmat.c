@@ -458,6 +458,32 @@ KT_CPU_TEST(ops, matmul_sgmat_wgsl) {
         kf_free(pw);
         kf_kernel_destroy(pk);
     }
+    /* the staging probes: 4 keeps the fetches in the loop and folds them into one store an
+     * operand, 8 keeps the stores and fetches once (16-byte fetches too) */
+    for (uint32_t probe = 4; probe <= 8; probe += 4) {
+        for (uint32_t vector = 0; vector < 2; vector++) {
+            const kf__sgmat_config pc = {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, probe, 0, 0, vector};
+            kf_kernel *pk = kf__matmul_sgmat(4096, 4096, 4096, &pc, 32);
+            char *pw = kf_kernel_emit_wgsl(pk);
+            const char *loop = pw ? strstr(pw, "for (var k0") : NULL;
+            const char *after = loop ? strstr(loop, "let scratch0") : NULL;
+            const char *fetch = loop ? strstr(loop, "= a[") : NULL;
+            const char *fold = loop ? strstr(loop, " ^ ") : NULL;
+            bool ok = after && strstr(loop, "subgroupMatrixMultiplyAccumulate") < after &&
+                      strstr(loop, "tile_b[") < after;
+            ok = ok && (probe == 4 ? fetch && fetch < after && fold && fold < after
+                                   : (!fetch || fetch > after) && (!fold || fold > after));
+            KT_CHECK(ok && strstr(pw, probe == 4 ? "_probe_fetch_only" : "_probe_store_only"),
+                     "probe %u kernel:\n%s", probe, pw ? pw : "");
+            kf_free(pw);
+            kf_kernel_destroy(pk);
+        }
+    }
+    /* and they run (their results are not the product) */
+    const kf__sgmat_config fold = {64, 64, 32, 2, 2, 1, 0, 0, 0, 0, 4, 0, 0, 0};
+    kf_kernel *fk = kf__matmul_sgmat(64, 96, 64, &fold, 32);
+    KT_CHECK(fk && kf_kernel_status(fk) == KF_OK, "fold probe");
+    kf_kernel_destroy(fk);
     kf_free(w);
     kf_free(w2);
     kf_free(w3);
@@ -490,7 +516,8 @@ KT_CPU_TEST(ops, matmul_sgmat_refuses_bad_configs) {
         {32, 256, 16, 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0},  /* 16 right matrices per subgroup */
         {64, 64, 32, 2, 2, 2, 0, 0, 4, 0, 0, 0, 0, 0},   /* no such staging */
         {64, 64, 32, 2, 2, 2, 0, 1, 0, 0, 1, 0, 0, 0},   /* a probe of a direct operand */
-        {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 4, 0, 0, 0},   /* no such probe */
+        {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 4, 0, 0, 0},   /* the staging probes need one stage */
+        {64, 64, 32, 2, 2, 1, 0, 0, 0, 0, 5, 0, 0, 0},   /* no such probe */
         {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 2, 0, 0},   /* no such layout */
         {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 0, 2, 0},   /* no such order */
         {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 2},   /* no such vector */
