@@ -21,7 +21,8 @@
 #
 # Needs what bench/h200.sh needs: the kfuse binary ($KFUSE, default build/release/kfuse), Dawn's
 # library (deps/dawn, or $KF_WEBGPU_LIB), the Vulkan loader and the NVIDIA driver, python3 with
-# torch. Each part has its own time limit: sweep 236 s in all, confirm 194 s, limits 139 s, staging 139 s.
+# torch. Each part has its own time limit: sweep 236 s in all, confirm 194 s, limits 139 s,
+# staging 139 s.
 # Writes three files under $OUT: sgmm-sweep.txt (every kfuse sgmat table and each part's exit
 # status), sgmm-bench.jsonl (kfuse bench's cases) and sgmm-compare.md (those beside PyTorch).
 # Environment: OUT, KFUSE, PYTHON, REPEAT (runs per kernel, median; 10), WARMUP_MS (200).
@@ -168,7 +169,8 @@ limits() {
 # once: 0.616 -> 0.347 ms at 4096^3), 14% in the matrix loads, and the multiplies with their
 # barriers at 508 TF/s; 16 subgroups of 64x32 (2x8) were the fastest variant (241.7 against
 # 223.2). This splits the staging (probe 4: fetches kept, one store; 8: stores kept, fetched
-# once), times 16-byte fetches (V 1) and other 16-subgroup shapes, and the plan with 2x8 at
+# once), times 16-byte fetches (V 1), no branch around the staging (B 1: the driver may then
+# schedule it among the multiplies), other 16-subgroup shapes, and the plan with 2x8 at
 # 4096^3. (32 subgroups do not fit: the store phase's scratch holds a matrix per subgroup.)
 staging() {
     local d=128x256x32/2x4/1/8/0/0/0 e=128x256x32/2x8/1/8/0/0/0 # the default; 2x8 subgroups
@@ -179,13 +181,17 @@ staging() {
         --config 128x256x32/2x8/1/8/0/0/1 --config 128x256x32/2x8/1/8/0/3/0 \
         --config 256x128x32/8x2/1/8/0/0/0 --config 128x256x32/2x8/1/8/0/0/1/0/0/0/1 \
         --config 256x128x32/4x4/1/8/0/0/0/0/0/0/1 --config 128x128x32/4x4/1/8/0/0/0 \
-        --config 128x256x16/2x8/2/8/0/0/0/0/0/1 --config 128x256x16/2x8/2/8/0/0/0/0/0/1/1
+        --config 128x256x16/2x8/2/8/0/0/0/0/0/1 --config 128x256x16/2x8/2/8/0/0/0/0/0/1/1 \
+        --config $d/0/0/0/0/1 --config $e/0/0/0/0/1 --config $e/0/0/0/1/1 \
+        --config 128x256x16/2x8/2/8/0/0/0/0/0/1/0/1 --config 128x256x16/2x4/2/8/0/0/0/0/0/1/0/1 \
+        --config 128x128x32/2x4/2/8/0/0/0/0/0/0/0/1
     sgmat 30 "8192^3" --shape 8192x8192x8192 --no-tail --config $d --config $d/0/0/0/1 \
         --config $e --config $e/0/0/0/1 --config 256x128x32/8x2/1/8/0/0/0 \
-        --config 256x128x32/4x4/1/8/0/0/0 --config 128x256x16/2x8/2/8/0/0/0/0/0/1
+        --config 256x128x32/4x4/1/8/0/0/0 --config 128x256x16/2x8/2/8/0/0/0/0/0/1 \
+        --config $e/0/0/0/0/1 --config 128x256x16/2x8/2/8/0/0/0/0/0/1/0/1
     sgmat 25 "ragged (MxKxN 4095x4093x4097)" --shape 4095x4093x4097 --config $d --config $e \
         --config 256x128x32/8x2/1/8/0/0/0 --config 256x128x32/4x4/1/8/0/0/0 \
-        --config 128x256x16/2x8/2/8/0/0/0/0/0/1
+        --config 128x256x16/2x8/2/8/0/0/0/0/0/1 --config $e/0/0/0/0/1
     sgmat 8 "1024^3" --shape 1024x1024x1024 --config 64x64x32/2x2/2/0/0/0 \
         --config 64x64x32/2x2/2/0/0/0/0/0/0/0/1 --config 64x64x32/2x4/2/0/0/0
     # The plan (kfuse bench: matmul + bias + GELU fused, f16) by default and with 2x8 forced.

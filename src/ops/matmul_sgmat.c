@@ -101,7 +101,7 @@ bool kf__sgmat_config_valid(const kf__sgmat_config *c, uint32_t sg) {
         return false;
     }
     if (!c->bm || !c->bn || !c->bk || !c->wm || !c->wn || c->stages > 2 || c->staging > 3 ||
-        c->layout > 1 || c->order > 1 || c->vector > 1) {
+        c->layout > 1 || c->order > 1 || c->vector > 1 || c->straight > 1) {
         return false;
     }
     if (c->scratch && (c->scratch > c->bn / c->wn / MAT || (c->bn / c->wn / MAT) % c->scratch)) {
@@ -151,9 +151,9 @@ const kf__sgmat_config *kf__sgmat_default_config(uint32_t m, uint32_t k, uint32_
      * Tint wraps every subgroup-matrix load in a bounds test, and fewer matrices per subgroup do
      * better: 128x128 double-buffered 73 TFLOP/s, 128x256 53. Below 2048x2048 outputs, 64x64
      * tiles keep every multiprocessor busy (1024^3: 80 TFLOP/s, against 49 for 128x128). */
-    static const kf__sgmat_config big = {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, 0, 0, 0, 0};
-    static const kf__sgmat_config big_checked = {128, 128, 32, 2, 4, 2, 8, 0, 0, 0, 0, 0, 0, 0};
-    static const kf__sgmat_config small = {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0};
+    static const kf__sgmat_config big = {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, 0, 0, 0, 0, 0};
+    static const kf__sgmat_config big_checked = {128, 128, 32, 2, 4, 2, 8, 0, 0, 0, 0, 0, 0, 0, 0};
+    static const kf__sgmat_config small = {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     (void)k;
     if ((uint64_t)m * n < 2048ull * 2048ull) {
         return &small;
@@ -494,6 +494,12 @@ static void operand_store(kf_kernel *k, const operand *o, kf_val at0) {
     }
 }
 
+/* The K offset `ahead` steps on from k0; straight: no further than the last step's, klast. */
+static kf_val next_k(kf_kernel *k, kf_val k0, uint32_t ahead, uint32_t klast, bool straight) {
+    kf_val at = kf_add(k, k0, u32(k, ahead));
+    return straight ? kf_call2(k, KF_FN_MIN, at, u32(k, klast)) : at;
+}
+
 /* Probe 4 (measuring only): the registers of the step folded (xor) into one vector, stored where
  * the first goes, so the step keeps its fetches and pays one store. */
 static void operand_store_folded(kf_kernel *k, const operand *o, kf_val at0) {
@@ -602,8 +608,8 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t kdim, uint32_t n,
 
     char name[160];
     const char *staging_name[4] = {"", "_spread", "_sgcopy", "_rows"};
-    snprintf(name, sizeof name, "matmul_sgmat_%ux%ux%u_%ux%u%s%s%s%s%s%s%s%s%s%s%s", bm, bn, bk, wm,
-             wn, stages == 2 && staged ? "_db" : "",
+    snprintf(name, sizeof name, "matmul_sgmat_%ux%ux%u_%ux%u%s%s%s%s%s%s%s%s%s%s%s%s", bm, bn, bk,
+             wm, wn, stages == 2 && staged ? "_db" : "", cfg->straight ? "_straight" : "",
              cfg->order == 1 && stages == 2 && staged ? "_ahead" : "", A.direct ? "_direct_a" : "",
              B.direct ? "_direct_b" : "",
              staging_name[A.staging > B.staging ? A.staging : B.staging], transposing ? "_ka" : "",
@@ -732,6 +738,8 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t kdim, uint32_t n,
      * those of step k + 2, then multiplies: a global load has a whole step to arrive, and the
      * step's one barrier also orders the next step's stores after this step's reads. */
     const bool ahead = cfg->order == 1 && stages == 2 && staged;
+    const bool straight = cfg->straight == 1;
+    const uint32_t klast = (kdim - 1) / bk * bk; /* where the last step starts */
     FETCH(u32(k, 0));
     if ((stages == 2 && staged) || cfg->probe) {
         STORE_TILES(u32(k, 0), u32(k, 0));
@@ -770,18 +778,31 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t kdim, uint32_t n,
             }
             kf_barrier(k);
         }
-        /* The next tiles travel while this one is multiplied. */
+        /* The next tiles travel while this one is multiplied. Straight: no branch around the
+         * staging, so the driver can schedule it among the multiplies; the fetches past the
+         * last step read the last tile again and the stores past it fill a stage no step
+         * reads. */
         if (ahead && !probe_stage) {
-            kf_if(k, more);
+            if (!straight) {
+                kf_if(k, more);
+            }
             STORE_TILES(kf_sub(k, u32(k, A.stage), oa), kf_sub(k, u32(k, B.stage), ob));
-            kf_if(k, kf_binary(k, KF_OP_LT, kf_add(k, k0, u32(k, 2 * bk)), u32(k, kdim)));
-            FETCH(kf_add(k, k0, u32(k, 2 * bk)));
-            kf_end(k);
-            kf_end(k);
+            if (!straight) {
+                kf_if(k, kf_binary(k, KF_OP_LT, kf_add(k, k0, u32(k, 2 * bk)), u32(k, kdim)));
+            }
+            FETCH(next_k(k, k0, 2 * bk, klast, straight));
+            if (!straight) {
+                kf_end(k);
+                kf_end(k);
+            }
         } else if (staged && !probe_stage && !probe_nofetch) {
-            kf_if(k, more);
-            FETCH(kf_add(k, k0, u32(k, bk)));
-            kf_end(k);
+            if (!straight) {
+                kf_if(k, more);
+            }
+            FETCH(next_k(k, k0, bk, klast, straight));
+            if (!straight) {
+                kf_end(k);
+            }
         }
         /* Where this subgroup's matrices start: in the tiles, or in a and b themselves. In a
          * transposed operand's tile the matrices lie column-major. */
@@ -829,9 +850,13 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t kdim, uint32_t n,
             }
         }
         if (stages == 2 && staged && !probe_stage && !ahead) {
-            kf_if(k, more);
+            if (!straight) {
+                kf_if(k, more);
+            }
             STORE_TILES(kf_sub(k, u32(k, A.stage), oa), kf_sub(k, u32(k, B.stage), ob));
-            kf_end(k);
+            if (!straight) {
+                kf_end(k);
+            }
         }
         if (staged) {
             kf_barrier(k);
@@ -938,11 +963,11 @@ bool kf__sgmat_usable(kf_context *ctx, uint32_t *sg) {
 bool kf__sgmat_config_parse(const char *text, kf__sgmat_config *out) {
     kf__sgmat_config c = {0};
     char end = 0;
-    int got = text ? sscanf(text, "%ux%ux%u/%ux%u/%u/%u/%u/%u/%u/%u/%u/%u/%u%c", &c.bm, &c.bn,
+    int got = text ? sscanf(text, "%ux%ux%u/%ux%u/%u/%u/%u/%u/%u/%u/%u/%u/%u/%u%c", &c.bm, &c.bn,
                             &c.bk, &c.wm, &c.wn, &c.stages, &c.group_m, &c.direct, &c.staging,
-                            &c.scratch, &c.probe, &c.layout, &c.order, &c.vector, &end)
+                            &c.scratch, &c.probe, &c.layout, &c.order, &c.vector, &c.straight, &end)
                    : 0;
-    if (got < 7 || got > 14) {
+    if (got < 7 || got > 15) {
         return false;
     }
     *out = c;

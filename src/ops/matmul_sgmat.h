@@ -38,7 +38,9 @@
  * arrive; one barrier a step either way). vector 1 fetches 16 bytes at a time (a and b bound as
  * array<vec4<u32>>, each u32 two halves) where an operand is staged in lane order (staging 0,
  * not a k-major a), its rows are whole 8-half vectors, no tile crosses an edge and the product
- * is not batched; elsewhere 8 bytes (vec4<f16>). */
+ * is not batched; elsewhere 8 bytes (vec4<f16>). straight 1 puts no branch around the K loop's
+ * staging (the fetches past the last step read the last tile again, the stores past it fill a
+ * stage no step reads), so the driver may schedule fetches and stores among the multiplies. */
 typedef struct kf__sgmat_config {
     uint32_t bm, bn, bk;
     uint32_t wm, wn;
@@ -51,6 +53,7 @@ typedef struct kf__sgmat_config {
     uint32_t layout;
     uint32_t order;
     uint32_t vector;
+    uint32_t straight;
 } kf__sgmat_config;
 
 /* The configuration for a product of this shape on a device whose bounds checks (Dawn's
@@ -90,9 +93,9 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t k, uint32_t n,
  * *sg is the subgroup size. */
 bool kf__sgmat_usable(kf_context *ctx, uint32_t *sg);
 
-/* "BMxBNxBK/WMxWN/S/G[/D[/T[/R[/P[/L[/O[/V]]]]]]]" (kfuse sgmat's notation; T the staging, R
- * the scratch, P the probe, L the layout, O the order, V the vector) into *out; false if it does
- * not parse. */
+/* "BMxBNxBK/WMxWN/S/G[/D[/T[/R[/P[/L[/O[/V[/B]]]]]]]]" (kfuse sgmat's notation; T the
+ * staging, R the scratch, P the probe, L the layout, O the order, V the vector, B straight) into
+ * *out; false if it does not parse. */
 bool kf__sgmat_config_parse(const char *text, kf__sgmat_config *out);
 
 /* The kernel an f16 product c[m,n] = a[m,k] * b[k,n] (no transposes) runs on ctx: the

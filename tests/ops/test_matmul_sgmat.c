@@ -12,48 +12,52 @@
 #include "core/half.h"
 
 static const kf__sgmat_config configs[] = {
-    {32, 32, 16, 2, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0}, /* one matrix per subgroup, single-buffered */
-    {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0}, /* the small default */
-    {64, 128, 32, 1, 4, 1, 2, 0, 0, 0, 0, 0, 0,
+    {32, 32, 16, 2, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0}, /* one matrix per subgroup, single-buffered */
+    {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0}, /* the small default */
+    {64, 128, 32, 1, 4, 1, 2, 0, 0, 0, 0, 0, 0, 0,
      0}, /* 4x2 matrices per subgroup, grouped tile order */
-    {128, 64, 64, 4, 1, 1, 3, 0, 0, 0, 0, 0, 0,
+    {128, 64, 64, 4, 1, 1, 3, 0, 0, 0, 0, 0, 0, 0,
      0}, /* 2x4 matrices per subgroup; a row of them per round */
-    {128, 128, 32, 2, 4, 2, 8, 0, 0, 0, 0, 0, 0,
+    {128, 128, 32, 2, 4, 2, 8, 0, 0, 0, 0, 0, 0, 0,
      0}, /* double-buffered; one matrix per store round */
-    {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, 0, 0, 0,
+    {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, 0, 0, 0, 0,
      0}, /* the large tile, two matrices per store round */
-    {32, 32, 16, 2, 2, 2, 0, 3, 0, 0, 0, 0, 0,
+    {32, 32, 16, 2, 2, 2, 0, 3, 0, 0, 0, 0, 0, 0,
      0}, /* a and b read directly where the shape allows */
-    {64, 64, 32, 2, 2, 1, 2, 1, 0, 0, 0, 0, 0, 0}, /* a read directly, b staged */
-    {64, 64, 32, 2, 2, 2, 0, 2, 0, 0, 0, 0, 0, 0}, /* b read directly, a staged */
+    {64, 64, 32, 2, 2, 1, 2, 1, 0, 0, 0, 0, 0, 0, 0}, /* a read directly, b staged */
+    {64, 64, 32, 2, 2, 2, 0, 2, 0, 0, 0, 0, 0, 0, 0}, /* b read directly, a staged */
     /* staging 1: rows and store order against bank conflicts */
-    {64, 64, 32, 2, 2, 2, 0, 0, 1, 0, 0, 0, 0, 0}, /* double-buffered */
-    {128, 256, 32, 2, 4, 1, 8, 0, 1, 0, 0, 0, 0,
+    {64, 64, 32, 2, 2, 2, 0, 0, 1, 0, 0, 0, 0, 0, 0}, /* double-buffered */
+    {128, 256, 32, 2, 4, 1, 8, 0, 1, 0, 0, 0, 0, 0,
      0}, /* the large tile: rows permuted in a, stores swapped */
-    {64, 128, 16, 1, 4, 2, 2, 0, 1, 0, 0, 0, 0, 0}, /* 16 deep */
+    {64, 128, 16, 1, 4, 2, 2, 0, 1, 0, 0, 0, 0, 0, 0}, /* 16 deep */
     /* staging 2: 16x16 blocks copied by subgroup matrices where the shape is whole */
-    {64, 64, 32, 2, 2, 2, 0, 0, 2, 0, 0, 0, 0, 0},  /* double-buffered */
-    {128, 64, 64, 4, 1, 1, 3, 0, 2, 0, 0, 0, 0, 0}, /* a's 8 blocks over 4 subgroups, b's 16 */
-    {32, 32, 16, 2, 2, 1, 0, 1, 2, 0, 0, 0, 0, 0},  /* b copied by matrices, a read directly */
+    {64, 64, 32, 2, 2, 2, 0, 0, 2, 0, 0, 0, 0, 0, 0},  /* double-buffered */
+    {128, 64, 64, 4, 1, 1, 3, 0, 2, 0, 0, 0, 0, 0, 0}, /* a's 8 blocks over 4 subgroups, b's 16 */
+    {32, 32, 16, 2, 2, 1, 0, 1, 2, 0, 0, 0, 0, 0, 0},  /* b copied by matrices, a read directly */
     /* staging 3: lane order, rows chosen against conflicts of 8-byte stores */
-    {128, 256, 32, 2, 4, 1, 8, 0, 3, 0, 0, 0, 0, 0},
+    {128, 256, 32, 2, 4, 1, 8, 0, 3, 0, 0, 0, 0, 0, 0},
     /* scratch: result matrices per subgroup per store round */
-    {128, 256, 32, 2, 4, 1, 8, 0, 0, 1, 0, 0, 0, 0}, /* one of four (the large default) */
-    {64, 128, 32, 1, 4, 1, 2, 0, 1, 2, 0, 0, 0, 0},  /* the whole row of two */
-    {128, 64, 64, 4, 1, 1, 3, 0, 2, 2, 0, 0, 0, 0},  /* two of four */
+    {128, 256, 32, 2, 4, 1, 8, 0, 0, 1, 0, 0, 0, 0, 0}, /* one of four (the large default) */
+    {64, 128, 32, 1, 4, 1, 2, 0, 1, 2, 0, 0, 0, 0, 0},  /* the whole row of two */
+    {128, 64, 64, 4, 1, 1, 3, 0, 2, 2, 0, 0, 0, 0, 0},  /* two of four */
     /* layout 1: a's tile k-major, 4x4 blocks of a stored transposed */
-    {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, 0, 1, 0, 0}, /* the large tile */
-    {64, 64, 32, 2, 2, 2, 0, 0, 3, 0, 0, 1, 0, 0},   /* double-buffered, b's rows by staging 3 */
-    {64, 128, 64, 2, 2, 1, 2, 0, 2, 0, 0, 1, 0,
+    {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, 0, 1, 0, 0, 0}, /* the large tile */
+    {64, 64, 32, 2, 2, 2, 0, 0, 3, 0, 0, 1, 0, 0, 0},   /* double-buffered, b's rows by staging 3 */
+    {64, 128, 64, 2, 2, 1, 2, 0, 2, 0, 0, 1, 0, 0,
      0}, /* 8 blocks an invocation; b copied by matrices */
-    {32, 32, 16, 2, 2, 1, 0, 0, 0, 0, 0, 1, 0,
+    {32, 32, 16, 2, 2, 1, 0, 0, 0, 0, 0, 1, 0, 0,
      0}, /* one vec4 of a an invocation: a stays row-major */
     /* order 1: the registers a step ahead of the two stages */
-    {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 1, 1, 0},  /* with a k-major */
-    {64, 128, 16, 1, 4, 2, 2, 0, 1, 0, 0, 0, 1, 0}, /* 16 deep, staging 1 */
+    {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 1, 1, 0, 0},  /* with a k-major */
+    {64, 128, 16, 1, 4, 2, 2, 0, 1, 0, 0, 0, 1, 0, 0}, /* 16 deep, staging 1 */
     /* vector 1: 16-byte fetches where the tiles are whole (else 8) */
-    {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, 0, 0, 0, 1}, /* the large tile */
-    {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 1, 1, 1},   /* b only (a k-major), registers ahead */
+    {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, 0, 0, 0, 1, 0}, /* the large tile */
+    {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 1, 1, 1, 0},   /* b only (a k-major), registers ahead */
+    /* straight 1: no branch around the staging */
+    {128, 256, 32, 2, 8, 1, 8, 0, 0, 0, 0, 0, 0, 0, 1}, /* one stage, 16 subgroups */
+    {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 1},   /* two stages */
+    {64, 128, 16, 1, 4, 2, 2, 0, 0, 0, 0, 0, 1, 1, 1},  /* two stages, registers ahead */
 };
 
 static const uint32_t shapes[][3] = {
@@ -243,6 +247,11 @@ KT_CPU_TEST(ops, matmul_sgmat_interpreter) {
     /* 16-byte fetches on whole tiles over several steps */
     KT_CHECK(run_case(NULL, 32, 128, 96, 256, &configs[25], true), "vector 1, large tile");
     KT_CHECK(run_case(NULL, 32, 128, 160, 64, &configs[26], false), "vector 1, small tile");
+    /* no branch around the staging: whole and ragged K over several steps */
+    KT_CHECK(run_case(NULL, 32, 128, 96, 256, &configs[27], false), "straight, one stage");
+    KT_CHECK(run_case(NULL, 32, 70, 200, 50, &configs[28], true), "straight, two stages");
+    KT_CHECK(run_case(NULL, 32, 64, 80, 128, &configs[29], false), "straight, ahead, whole");
+    KT_CHECK(run_case(NULL, 32, 65, 83, 129, &configs[29], true), "straight, ahead, ragged");
     /* the grouped tile order with a last group of one tile row (9 rows of tiles, groups of 8) */
     KT_CHECK(run_case(NULL, 32, 1100, 20, 20, &configs[4], false), "grouped order");
     /* subgroups of 16: the same kernel shape on another subgroup size */
@@ -380,7 +389,7 @@ KT_CPU_TEST(ops, matmul_sgmat_wgsl) {
     KT_CHECK(w2 && strstr(w2, "var<storage, read> a: array<vec4<f16>>;") && !strstr(w2, "select("),
              "aligned kernel:\n%s", w2 ? w2 : "");
     /* both operands read directly: no tiles, no barrier before the store phase */
-    const kf__sgmat_config direct = {32, 32, 16, 2, 2, 2, 0, 3, 0, 0, 0, 0, 0, 0};
+    const kf__sgmat_config direct = {32, 32, 16, 2, 2, 2, 0, 3, 0, 0, 0, 0, 0, 0, 0};
     kf_kernel *dk = kf__matmul_sgmat(64, 64, 64, &direct, 32);
     char *w3 = kf_kernel_emit_wgsl(dk);
     KT_CHECK(w3 && strstr(w3, "// matmul_sgmat_32x32x16_2x2_direct_a_direct_b:") &&
@@ -393,7 +402,7 @@ KT_CPU_TEST(ops, matmul_sgmat_wgsl) {
              "a barrier before the store phase");
     /* staging 1: a's rows permuted against bank conflicts (bits 1 and 2 swapped, so a subgroup
      * stores rows 0, 1, 4, 5), odd rows storing the vec4's second word first */
-    const kf__sgmat_config spread = {128, 256, 32, 2, 4, 1, 8, 0, 1, 0, 0, 0, 0, 0};
+    const kf__sgmat_config spread = {128, 256, 32, 2, 4, 1, 8, 0, 1, 0, 0, 0, 0, 0, 0};
     kf_kernel *sk = kf__matmul_sgmat(4096, 4096, 4096, &spread, 32);
     char *w4 = kf_kernel_emit_wgsl(sk);
     KT_CHECK(w4 && strstr(w4, "// matmul_sgmat_128x256x32_2x4_spread:") &&
@@ -402,7 +411,7 @@ KT_CPU_TEST(ops, matmul_sgmat_wgsl) {
                  strstr(w4, "= select(next_a_v.x, next_a_v.z, a_swap);"),
              "spread kernel:\n%s", w4 ? w4 : "");
     /* staging 2: blocks copied by subgroup matrices from scalar bindings into the tiles */
-    const kf__sgmat_config copy = {128, 256, 32, 2, 4, 1, 8, 0, 2, 0, 0, 0, 0, 0};
+    const kf__sgmat_config copy = {128, 256, 32, 2, 4, 1, 8, 0, 2, 0, 0, 0, 0, 0, 0};
     kf_kernel *ck = kf__matmul_sgmat(4096, 4096, 4096, &copy, 32);
     char *w5 = kf_kernel_emit_wgsl(ck);
     KT_CHECK(w5 && strstr(w5, "// matmul_sgmat_128x256x32_2x4_sgcopy:") &&
@@ -419,7 +428,7 @@ KT_CPU_TEST(ops, matmul_sgmat_wgsl) {
                  strstr(w6, "(&tile_a, a_base + 0u, true, 136u);"),
              "transposed kernel:\n%s", w6 ? w6 : "");
     /* staging 3: a's rows permuted as in staging 1, its halves stored in lane order */
-    const kf__sgmat_config rows = {128, 256, 32, 2, 4, 1, 8, 0, 3, 0, 0, 0, 0, 0};
+    const kf__sgmat_config rows = {128, 256, 32, 2, 4, 1, 8, 0, 3, 0, 0, 0, 0, 0, 0};
     kf_kernel *rk = kf__matmul_sgmat(4096, 4096, 4096, &rows, 32);
     char *w7 = kf_kernel_emit_wgsl(rk);
     KT_CHECK(w7 && strstr(w7, "// matmul_sgmat_128x256x32_2x4_rows:") &&
@@ -430,7 +439,7 @@ KT_CPU_TEST(ops, matmul_sgmat_wgsl) {
     kf_kernel_destroy(rk);
     /* layout 1: a's tile k-major (as a^T's), a 4x4 block of a per invocation stored transposed:
      * four halves of four rows of a at one k in lane order */
-    const kf__sgmat_config kmajor = {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, 0, 1, 0, 0};
+    const kf__sgmat_config kmajor = {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, 0, 1, 0, 0, 0};
     kf_kernel *kk = kf__matmul_sgmat(4096, 4096, 4096, &kmajor, 32);
     char *w8 = kf_kernel_emit_wgsl(kk);
     KT_CHECK(w8 && strstr(w8, "// matmul_sgmat_128x256x32_2x4_ka:") &&
@@ -443,7 +452,7 @@ KT_CPU_TEST(ops, matmul_sgmat_wgsl) {
     /* the probes (measuring only): the K loop keeps its barriers and multiplies but neither
      * stages (1) nor loads matrices (2) */
     for (uint32_t probe = 1; probe <= 3; probe++) {
-        const kf__sgmat_config pc = {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, probe, 0, 0, 0};
+        const kf__sgmat_config pc = {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, probe, 0, 0, 0, 0};
         kf_kernel *pk = kf__matmul_sgmat(4096, 4096, 4096, &pc, 32);
         char *pw = kf_kernel_emit_wgsl(pk);
         const char *loop = pw ? strstr(pw, "for (var k0") : NULL;
@@ -462,7 +471,7 @@ KT_CPU_TEST(ops, matmul_sgmat_wgsl) {
      * operand, 8 keeps the stores and fetches once (16-byte fetches too) */
     for (uint32_t probe = 4; probe <= 8; probe += 4) {
         for (uint32_t vector = 0; vector < 2; vector++) {
-            const kf__sgmat_config pc = {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, probe, 0, 0, vector};
+            const kf__sgmat_config pc = {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, probe, 0, 0, vector, 0};
             kf_kernel *pk = kf__matmul_sgmat(4096, 4096, 4096, &pc, 32);
             char *pw = kf_kernel_emit_wgsl(pk);
             const char *loop = pw ? strstr(pw, "for (var k0") : NULL;
@@ -480,7 +489,7 @@ KT_CPU_TEST(ops, matmul_sgmat_wgsl) {
         }
     }
     /* and they run (their results are not the product) */
-    const kf__sgmat_config fold = {64, 64, 32, 2, 2, 1, 0, 0, 0, 0, 4, 0, 0, 0};
+    const kf__sgmat_config fold = {64, 64, 32, 2, 2, 1, 0, 0, 0, 0, 4, 0, 0, 0, 0};
     kf_kernel *fk = kf__matmul_sgmat(64, 96, 64, &fold, 32);
     KT_CHECK(fk && kf_kernel_status(fk) == KF_OK, "fold probe");
     kf_kernel_destroy(fk);
@@ -500,32 +509,35 @@ KT_CPU_TEST(ops, matmul_sgmat_wgsl) {
 
 KT_CPU_TEST(ops, matmul_sgmat_refuses_bad_configs) {
     kf__sgmat_config bad[] = {
-        {0, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0},
-        {64, 64, 24, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0},
-        {48, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0},
-        {64, 64, 32, 2, 2, 3, 0, 0, 0, 0, 0, 0, 0, 0},
-        {256, 256, 64, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0},
-        {512, 512, 32, 4, 4, 1, 0, 0, 0, 0, 0, 0, 0, 0},
-        {16, 16, 16, 2, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0}, /* 16 rows cannot be split over two subgroups
-                                                        */
-        {16, 64, 16, 1, 4, 1, 0, 0, 0, 0, 0, 0, 0, 0}, /* 128 invocations, a's 16x16 tile is 64
-                                                        * vec4s
-                                                        */
-        {64, 64, 32, 2, 2, 2, 0, 4, 0, 0, 0, 0, 0, 0}, /* no such operand */
-        {256, 32, 16, 1, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0},  /* 16 left matrices per subgroup */
-        {32, 256, 16, 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0},  /* 16 right matrices per subgroup */
-        {64, 64, 32, 2, 2, 2, 0, 0, 4, 0, 0, 0, 0, 0},   /* no such staging */
-        {64, 64, 32, 2, 2, 2, 0, 1, 0, 0, 1, 0, 0, 0},   /* a probe of a direct operand */
-        {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 4, 0, 0, 0},   /* the staging probes need one stage */
-        {64, 64, 32, 2, 2, 1, 0, 0, 0, 0, 5, 0, 0, 0},   /* no such probe */
-        {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 2, 0, 0},   /* no such layout */
-        {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 0, 2, 0},   /* no such order */
-        {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 2},   /* no such vector */
-        {128, 256, 32, 2, 4, 1, 8, 0, 0, 3, 0, 0, 0, 0}, /* 3 does not divide a row of 4 matrices */
-        {128, 256, 32, 2, 4, 1, 8, 0, 0, 8, 0, 0, 0, 0}, /* more than a row */
-        {128, 256, 32, 2, 4, 1, 8, 0, 0, 4, 0, 0, 0, 0}, /* a whole row's scratch does not fit
-                                                          * beside the tiles
-                                                          */
+        {0, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {64, 64, 24, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {48, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {64, 64, 32, 2, 2, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {256, 256, 64, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {512, 512, 32, 4, 4, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {16, 16, 16, 2, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0,
+         0}, /* 16 rows cannot be split over two subgroups
+              */
+        {16, 64, 16, 1, 4, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},  /* 128 invocations, a's 16x16 tile is 64
+                                                            * vec4s
+                                                            */
+        {64, 64, 32, 2, 2, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0},  /* no such operand */
+        {256, 32, 16, 1, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0}, /* 16 left matrices per subgroup */
+        {32, 256, 16, 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0}, /* 16 right matrices per subgroup */
+        {64, 64, 32, 2, 2, 2, 0, 0, 4, 0, 0, 0, 0, 0, 0},  /* no such staging */
+        {64, 64, 32, 2, 2, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0},  /* a probe of a direct operand */
+        {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 4, 0, 0, 0, 0},  /* the staging probes need one stage */
+        {64, 64, 32, 2, 2, 1, 0, 0, 0, 0, 5, 0, 0, 0, 0},  /* no such probe */
+        {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 2, 0, 0, 0},  /* no such layout */
+        {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 0, 2, 0, 0},  /* no such order */
+        {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 2, 0},  /* no such vector */
+        {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 2},  /* no such straight */
+        {128, 256, 32, 2, 4, 1, 8, 0, 0, 3, 0, 0, 0, 0,
+         0}, /* 3 does not divide a row of 4 matrices */
+        {128, 256, 32, 2, 4, 1, 8, 0, 0, 8, 0, 0, 0, 0, 0}, /* more than a row */
+        {128, 256, 32, 2, 4, 1, 8, 0, 0, 4, 0, 0, 0, 0, 0}, /* a whole row's scratch does not fit
+                                                             * beside the tiles
+                                                             */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         KT_CHECK(!kf__sgmat_config_valid(&bad[i], 32), "config %zu accepted", i);

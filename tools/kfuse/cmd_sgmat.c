@@ -19,21 +19,21 @@
  * small default. Reading a or b straight from their buffers (direct 1, 2, 3) measured slower and
  * is left out. */
 static const kf__sgmat_config candidates[] = {
-    {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, 0, 0, 0, 0},
-    {128, 256, 32, 2, 4, 1, 8, 0, 0, 1, 0, 0, 0, 0},
-    {128, 256, 32, 2, 4, 1, 8, 0, 1, 0, 0, 0, 0, 0},
-    {128, 256, 32, 2, 4, 1, 8, 0, 2, 0, 0, 0, 0, 0},
-    {128, 256, 32, 2, 4, 1, 8, 0, 3, 0, 0, 0, 0, 0},
-    {256, 128, 32, 4, 2, 1, 8, 0, 0, 0, 0, 0, 0, 0},
-    {256, 128, 32, 4, 2, 1, 8, 0, 3, 0, 0, 0, 0, 0},
-    {128, 128, 32, 2, 4, 2, 8, 0, 0, 0, 0, 0, 0, 0},
-    {128, 256, 16, 2, 4, 2, 8, 0, 1, 0, 0, 0, 0, 0},
-    {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0},
+    {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, 0, 0, 0, 0, 0},
+    {128, 256, 32, 2, 4, 1, 8, 0, 0, 1, 0, 0, 0, 0, 0},
+    {128, 256, 32, 2, 4, 1, 8, 0, 1, 0, 0, 0, 0, 0, 0},
+    {128, 256, 32, 2, 4, 1, 8, 0, 2, 0, 0, 0, 0, 0, 0},
+    {128, 256, 32, 2, 4, 1, 8, 0, 3, 0, 0, 0, 0, 0, 0},
+    {256, 128, 32, 4, 2, 1, 8, 0, 0, 0, 0, 0, 0, 0, 0},
+    {256, 128, 32, 4, 2, 1, 8, 0, 3, 0, 0, 0, 0, 0, 0},
+    {128, 128, 32, 2, 4, 2, 8, 0, 0, 0, 0, 0, 0, 0, 0},
+    {128, 256, 16, 2, 4, 2, 8, 0, 1, 0, 0, 0, 0, 0, 0},
+    {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0},
 };
 
 static void usage(FILE *f) {
     fprintf(f, "usage: kfuse sgmat [--shape MxKxN]... [--config "
-               "BMxBNxBK/WMxWN/S/G[/D[/T[/R[/P[/L[/O[/V]]]]]]]]...\n"
+               "BMxBNxBK/WMxWN/S/G[/D[/T[/R[/P[/L[/O[/V[/B]]]]]]]]]...\n"
                "                   [--repeat N] [--warmup-ms MS] [--no-tail] [--transpose-a]\n"
                "                   [--transpose-b]\n\n"
                "Times the subgroup-matrix f16 matmul (f32 accumulation) per tile configuration,\n"
@@ -49,7 +49,8 @@ static void usage(FILE *f) {
                "once before the K loop, 2 matrices loaded once before it, 3 both;\n"
                "L a's tile layout: 0 as stored, 1 k-major, transposed while staged;\n"
                "O with two stages: 1 keeps the fetched registers a step ahead of the tiles;\n"
-               "V 1 fetches 16 bytes at a time where the tiles are whole).\n"
+               "V 1 fetches 16 bytes at a time where the tiles are whole;\n"
+               "B 1 puts no branch around the K loop's staging).\n"
                "--transpose-a / --transpose-b: a stored KxM / b stored NxK (the backward's\n"
                "products). Each kernel first runs for MS ms (default 400) so the clocks are up.\n"
                "Needs subgroup matrices and shader-f16 (on NVIDIA with the pinned Dawn: the\n"
@@ -129,7 +130,7 @@ int kf_cmd_sgmat(int argc, char **argv) {
             if (!kf__sgmat_config_parse(argv[++i], &configs[nconfigs++])) {
                 fprintf(stderr,
                         "kfuse sgmat: bad config '%s' "
-                        "(BMxBNxBK/WMxWN/S/G[/D[/T[/R[/P[/L[/O[/V]]]]]]])\n",
+                        "(BMxBNxBK/WMxWN/S/G[/D[/T[/R[/P[/L[/O[/V[/B]]]]]]]])\n",
                         argv[i]);
                 return 2;
             }
@@ -220,10 +221,11 @@ int kf_cmd_sgmat(int argc, char **argv) {
         for (uint32_t ci = 0; ok && ci < nconfigs; ci++) {
             const kf__sgmat_config *cfg = &configs[ci];
             char cname[64], sname[48];
-            /* P, L, O, V: as far as the last one set */
+            /* P, L, O, V, B: as far as the last one set */
             char tail_fields[24] = "";
-            const uint32_t extra[4] = {cfg->probe, cfg->layout, cfg->order, cfg->vector};
-            int last = 3;
+            const uint32_t extra[5] = {cfg->probe, cfg->layout, cfg->order, cfg->vector,
+                                       cfg->straight};
+            int last = 4;
             while (last >= 0 && !extra[last]) {
                 last--;
             }
