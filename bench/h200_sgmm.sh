@@ -8,9 +8,8 @@
 # blocks copied by subgroup matrices), alone and with a fused bias + GELU, at 1024^3, 4096^3,
 # 8192^3 and 4095x4097x4093; the transposed products (a^T b, a b^T: the backward's); then the
 # default plan (`kfuse bench`) beside PyTorch eager f16 (session 5's first H200 run).
-# confirm: the default plan at all four sizes beside PyTorch eager f16 first, then the probes
-# (tiles staged once, matrices loaded once, both: what limits the K loop) and staging 3, the
-# ragged shape with its tail again and the default transposed products.
+# confirm (session 6): the registers two steps ahead (order 2) beside the defaults at 4096^3,
+# 8192^3 and the ragged shape, then the default plan at all four sizes beside PyTorch eager f16.
 # limits (session 6): the probes on the default and on a k-major a tile (layout 1), the variants
 # (k-major a, staging 3, 16 subgroups, 48-deep tiles, 128x128 single-buffered, two stages with the
 # registers a step ahead: order 1, 16-byte fetches: vector 1), the store phase's share (K of 128 and 256), each at the sizes
@@ -21,7 +20,7 @@
 #
 # Needs what bench/h200.sh needs: the kfuse binary ($KFUSE, default build/release/kfuse), Dawn's
 # library (deps/dawn, or $KF_WEBGPU_LIB), the Vulkan loader and the NVIDIA driver, python3 with
-# torch. Each part has its own time limit: sweep 236 s in all, confirm 194 s, limits 139 s,
+# torch. Each part has its own time limit: sweep 236 s in all, confirm 90 s, limits 139 s,
 # staging 139 s.
 # Writes three files under $OUT: sgmm-sweep.txt (every kfuse sgmat table and each part's exit
 # status), sgmm-bench.jsonl (kfuse bench's cases) and sgmm-compare.md (those beside PyTorch).
@@ -104,21 +103,15 @@ versus_torch() {
 }
 
 confirm() {
-    versus_torch 70 35
-    # What limits the K loop: the default, then with its tiles staged once (/1), its matrices
-    # loaded once (/2), both (/3); the probes' results are not the product. Then staging 3 (lane
-    # order, rows chosen against conflicts of 8-byte stores) on the two large tiles.
-    sgmat 40 "probes, staging 3" --shape 4096x4096x4096 --shape 8192x8192x8192 --no-tail \
-        --config 128x256x32/2x4/1/8/0/0/0 --config 128x256x32/2x4/1/8/0/0/0/1 \
-        --config 128x256x32/2x4/1/8/0/0/0/2 --config 128x256x32/2x4/1/8/0/0/0/3 \
-        --config 128x256x32/2x4/1/8/0/3/0 --config 256x128x32/4x2/1/8/0/3/0
-    sgmat 25 "ragged again (MxKxN 4095x4093x4097)" --shape 4095x4093x4097 \
-        --config 128x256x32/2x4/1/8/0/0/0 --config 128x256x32/2x4/1/8/0/3/0 \
-        --config 128x256x32/2x4/1/8/0/1/0
-    for t in --transpose-a --transpose-b; do
-        sgmat 12 "default transposed ($t)" "$t" --shape 4096x4096x4096 \
-            --config 128x256x32/2x4/1/8/0/0/0
-    done
+    # The registers two steps ahead (order 2) beside the defaults (2x8; 256x128 of 4x4 on the
+    # ragged shape), then the default plan at all four sizes beside PyTorch eager in one run.
+    local e=128x256x32/2x8/1/8/0/0/0 r=256x128x32/4x4/1/8/0/0/0
+    sgmat 8 "4096^3, order 2" --shape 4096x4096x4096 --no-tail --config $e --config $e/0/0/2 \
+        --config $e/0/0/2/1 --config 128x256x32/2x4/1/8/0/0/0/0/0/2 --config $r/0/0/2
+    sgmat 10 "8192^3, order 2" --shape 8192x8192x8192 --no-tail --config $e --config $e/0/0/2
+    sgmat 12 "ragged (MxKxN 4095x4093x4097), order 2" --shape 4095x4093x4097 --config $r \
+        --config $r/0/0/2 --config $e/0/0/2
+    versus_torch 40 20
 }
 
 # Session 6: where the K loop's time goes, and the variants built to move it. No torch run but

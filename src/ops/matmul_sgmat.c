@@ -101,7 +101,7 @@ bool kf__sgmat_config_valid(const kf__sgmat_config *c, uint32_t sg) {
         return false;
     }
     if (!c->bm || !c->bn || !c->bk || !c->wm || !c->wn || c->stages > 2 || c->staging > 3 ||
-        c->layout > 1 || c->order > 1 || c->vector > 1 || c->straight > 1) {
+        c->layout > 1 || c->order > 2 || c->vector > 1 || c->straight > 1) {
         return false;
     }
     if (c->scratch && (c->scratch > c->bn / c->wn / MAT || (c->bn / c->wn / MAT) % c->scratch)) {
@@ -126,6 +126,9 @@ bool kf__sgmat_config_valid(const kf__sgmat_config *c, uint32_t sg) {
         (c->probe && c->direct)) {
         return false;
     }
+    if (c->order == 2 && (c->stages > 1 || c->probe || c->direct || c->staging == 2)) {
+        return false; /* two steps of registers ahead of one stage, staged in lane order */
+    }
     if ((c->probe == 4 || c->probe == 8) && (c->stages > 1 || c->staging == 2 || c->layout)) {
         return false; /* the staging probes split a single stage's stores in lane order */
     }
@@ -141,24 +144,34 @@ bool kf__sgmat_config_valid(const kf__sgmat_config *c, uint32_t sg) {
 }
 
 const kf__sgmat_config *kf__sgmat_default_config(uint32_t m, uint32_t k, uint32_t n, bool checked) {
-    /* Measured on an H200 (bench/results/h200-sgmat-*.txt, h200-s5-sgmm-sweep.txt). Robustness
-     * off: 128x256 tiles of 2x4 subgroups (64x64 each, 16 result matrices) single-buffered, two
-     * result matrices per store round (8 rounds, the most that fit beside the tiles), reach 224
-     * TFLOP/s at 4096^3 and 234 at 8192^3 (one a round: 220, 228); 128x128 double-buffered
-     * (64x32 each) 180; two stages of 128x256x32 tiles do not fit in 48 KiB beside the scratch.
-     * Staging 1 (bank-conflict-free stores) measured 176 / 178 and staging 2 (blocks copied by
-     * subgroup matrices) 154 / 160, so the tiles keep their halves in lane order. Robustness on,
-     * Tint wraps every subgroup-matrix load in a bounds test, and fewer matrices per subgroup do
-     * better: 128x128 double-buffered 73 TFLOP/s, 128x256 53. Below 2048x2048 outputs, 64x64
-     * tiles keep every multiprocessor busy (1024^3: 80 TFLOP/s, against 49 for 128x128). */
-    static const kf__sgmat_config big = {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, 0, 0, 0, 0, 0};
+    /* Measured on an H200 (bench/results/h200-sgmat-*.txt, h200-s5-sgmm-sweep.txt,
+     * h200-s6-sgmm-*.txt). Robustness off: 128x256 tiles of 2x8 subgroups (64x32 each, 8 result
+     * matrices) single-buffered, one result matrix a store round (the most that fit beside the
+     * tiles), reach 244 TFLOP/s at 4096^3 and 251 at 8192^3 in session 6, against 227 / 237 for
+     * 2x4 subgroups of 64x64 (the default before): the staging's global fetches are the largest
+     * cost the K loop does not hide (probes: fetched once 335 TFLOP/s, stored once 245, tiles
+     * staged once 349, multiplies and barriers alone 511), and twice the warps, each with half
+     * the registers, hide more of them. Where a or b has rows that are not whole vec4s (K or N
+     * not a multiple of 4: scalar fetches), 256x128 tiles of 4x4 subgroups do best (4095 x 4097
+     * x 4093: 118.5 TFLOP/s against 110.2 for 2x8 and 93.3 for 2x4). Every variant that adds
+     * registers to the 2x4 tile loses (48-deep tiles 98 TFLOP/s); two stages lose at any depth
+     * and fetch order; staging 1 (bank-conflict-free stores) measured 176 / 178 and staging 2
+     * (blocks copied by subgroup matrices) 154 / 160, so the tiles keep their halves in lane
+     * order. Robustness on, Tint wraps every subgroup-matrix load in a bounds test, and fewer
+     * matrices per subgroup do better: 128x128 double-buffered 73 TFLOP/s, 128x256 53. Below
+     * 2048x2048 outputs, 64x64 tiles keep every multiprocessor busy (1024^3: 80 TFLOP/s, against
+     * 49 for 128x128). */
+    static const kf__sgmat_config big = {128, 256, 32, 2, 8, 1, 8, 0, 0, 0, 0, 0, 0, 0, 0};
+    static const kf__sgmat_config scalar_rows = {256, 128, 32, 4, 4, 1, 8, 0, 0, 0, 0, 0, 0, 0, 0};
     static const kf__sgmat_config big_checked = {128, 128, 32, 2, 4, 2, 8, 0, 0, 0, 0, 0, 0, 0, 0};
     static const kf__sgmat_config small = {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-    (void)k;
     if ((uint64_t)m * n < 2048ull * 2048ull) {
         return &small;
     }
-    return checked ? &big_checked : &big;
+    if (checked) {
+        return &big_checked;
+    }
+    return m % 4 || k % 4 || n % 4 ? &scalar_rows : &big;
 }
 
 static kf_val u32(kf_kernel *k, uint32_t v) {
@@ -303,6 +316,8 @@ typedef struct operand {
     kf_val row[MAX_LOADS], col[MAX_LOADS], swap[MAX_LOADS], shift[MAX_LOADS];
     kf_val block_base[MAX_LOADS / 4]; /* transposing: where each 4x4 block starts in the tile */
     kf_var next[MAX_LOADS];
+    kf_var next2[MAX_LOADS]; /* order 2: the second set of registers (the step after next's) */
+    bool deep;               /* order 2: next2 declared */
     kf_val block_tile[MAX_BLOCKS], block_at[MAX_BLOCKS];
     kf_sgmat block[MAX_BLOCKS];
     kf_shared tile;
@@ -398,6 +413,10 @@ static void operand_init(kf_kernel *k, operand *o, const char *name, kf_val loca
         snprintf(nm, sizeof nm, "next_%s", name);
         o->next[v] = kf_declare(k, nm, o->width == 8 ? u4 : h4, (kf_val){0});
     }
+    for (uint32_t v = 0; o->deep && v < o->loads; v++) {
+        snprintf(nm, sizeof nm, "later_%s", name);
+        o->next2[v] = kf_declare(k, nm, o->width == 8 ? u4 : h4, (kf_val){0});
+    }
 }
 
 /* Fetches the operand's part of the tile at step k0 into registers (or subgroup matrices).
@@ -491,6 +510,15 @@ static void operand_store(kf_kernel *k, const operand *o, kf_val at0) {
             kf_shared_store(k, o->tile, l & 1u ? kf_add(k, base, u32(k, 1)) : base,
                             kf_select(k, mine, other, s));
         }
+    }
+}
+
+/* Order 2: the other set of registers becomes the one fetched into and stored from. */
+static void swap_sets(operand *o) {
+    for (uint32_t v = 0; o->deep && v < o->loads; v++) {
+        kf_var t = o->next[v];
+        o->next[v] = o->next2[v];
+        o->next2[v] = t;
     }
 }
 
@@ -610,8 +638,10 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t kdim, uint32_t n,
     const char *staging_name[4] = {"", "_spread", "_sgcopy", "_rows"};
     snprintf(name, sizeof name, "matmul_sgmat_%ux%ux%u_%ux%u%s%s%s%s%s%s%s%s%s%s%s%s", bm, bn, bk,
              wm, wn, stages == 2 && staged ? "_db" : "", cfg->straight ? "_straight" : "",
-             cfg->order == 1 && stages == 2 && staged ? "_ahead" : "", A.direct ? "_direct_a" : "",
-             B.direct ? "_direct_b" : "",
+             cfg->order == 1 && stages == 2 && staged   ? "_ahead"
+             : cfg->order == 2 && stages == 1 && staged ? "_deep"
+                                                        : "",
+             A.direct ? "_direct_a" : "", B.direct ? "_direct_b" : "",
              staging_name[A.staging > B.staging ? A.staging : B.staging], transposing ? "_ka" : "",
              A.width == 8 || B.width == 8 ? "_v8" : "", ta ? "_ta" : "", tb ? "_tb" : "",
              count > 1 ? "_batched" : "",
@@ -677,6 +707,8 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t kdim, uint32_t n,
     kf_val sub_col =
         kf_let(k, "sub_col", kf_mul(k, kf_binary(k, KF_OP_MOD, sgi, u32(k, wn)), u32(k, bn / wn)));
 
+    const bool deep = cfg->order == 2 && stages == 1 && !A.direct && !B.direct;
+    A.deep = B.deep = deep;
     if (!A.direct) {
         operand_init(k, &A, "a", local, sgi, threads, subgroups, row0);
     }
@@ -760,109 +792,153 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t kdim, uint32_t n,
                           ka, u32(k, A.ld));
         }
     }
-    kf_val k0 = kf_for(k, "k0", u32(k, 0), u32(k, kdim), u32(k, bk));
-    {
-        kf_val more =
-            kf_let(k, "more", kf_binary(k, KF_OP_LT, kf_add(k, k0, u32(k, bk)), u32(k, kdim)));
-        kf_val oa = u32(k, 0), ob = u32(k, 0);
-        if (stages == 2 && staged) {
-            kf_val cur = kf_binary(k, KF_OP_BIT_AND, kf_div(k, k0, u32(k, bk)), u32(k, 1));
-            oa = kf_let(k, "oa", kf_mul(k, cur, u32(k, A.stage)));
-            ob = kf_let(k, "ob", kf_mul(k, cur, u32(k, B.stage)));
-        } else if (staged) {
-            if (probe_fold) { /* no direct operand with a probe */
-                operand_store_folded(k, &A, oa);
-                operand_store_folded(k, &B, ob);
-            } else if (!probe_stage) {
-                STORE_TILES(oa, ob);
+    /* The multiplies of one step: this subgroup's matrices from the tiles at oa, ob (or from a
+     * and b at k0), into its result matrices. */
+#define MULTIPLY(k0, oa, ob)                                                                       \
+    do {                                                                                           \
+        /* Where this subgroup's matrices start: in the tiles, or in a and b themselves. In a      \
+         * transposed operand's tile the matrices lie column-major. */                             \
+        kf_val a_base, b_base;                                                                     \
+        uint32_t a_stride = A.ld, b_stride = B.ld;                                                 \
+        if (A.direct) {                                                                            \
+            a_stride = kdim;                                                                       \
+            a_base = kf_let(k, "a_base",                                                           \
+                            kf_add(k, kf_mul(k, kf_add(k, row0, sub_row), u32(k, kdim)), k0));     \
+        } else if (ka) {                                                                           \
+            a_base = kf_let(k, "a_base", kf_add(k, oa, sub_row));                                  \
+        } else {                                                                                   \
+            a_base = kf_let(k, "a_base", kf_add(k, oa, kf_mul(k, sub_row, u32(k, A.ld))));         \
+        }                                                                                          \
+        if (B.direct) {                                                                            \
+            b_stride = n;                                                                          \
+            b_base = kf_let(k, "b_base",                                                           \
+                            kf_add(k, kf_mul(k, k0, u32(k, n)), kf_add(k, col0, sub_col)));        \
+        } else if (tb) {                                                                           \
+            b_base = kf_let(k, "b_base", kf_add(k, ob, kf_mul(k, sub_col, u32(k, B.ld))));         \
+        } else {                                                                                   \
+            b_base = kf_let(k, "b_base", kf_add(k, ob, sub_col));                                  \
+        }                                                                                          \
+        for (uint32_t kk = 0; kk < bk; kk += MAT) {                                                \
+            for (uint32_t j = 0; j < tn && !probe_loads; j++) {                                    \
+                uint32_t rel = tb ? j * MAT * b_stride + kk : kk * b_stride + j * MAT;             \
+                kf_val at = kf_add(k, b_base, u32(k, rel));                                        \
+                if (B.direct) {                                                                    \
+                    kf_sgmat_load_storage(k, right[j], B.bind, at, false, u32(k, b_stride));       \
+                } else {                                                                           \
+                    kf_sgmat_load(k, right[j], B.tile, at, tb, u32(k, b_stride));                  \
+                }                                                                                  \
+            }                                                                                      \
+            for (uint32_t i = 0; i < tm; i++) {                                                    \
+                uint32_t rel = ka ? kk * a_stride + i * MAT : i * MAT * a_stride + kk;             \
+                kf_val at = kf_add(k, a_base, u32(k, rel));                                        \
+                if (A.direct) {                                                                    \
+                    kf_sgmat_load_storage(k, left[i], A.bind, at, false, u32(k, a_stride));        \
+                } else if (!probe_loads) {                                                         \
+                    kf_sgmat_load(k, left[i], A.tile, at, ka, u32(k, a_stride));                   \
+                }                                                                                  \
+                for (uint32_t j = 0; j < tn; j++) {                                                \
+                    kf_sgmat_mma(k, acc[i * tn + j], left[i], right[j]);                           \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    } while (0)
+    if (deep) {
+        /* Order 2: two sets of registers, each fetched two steps before its tiles are stored
+         * (a global load has two steps to arrive); the loop takes the steps in pairs, one set
+         * each, and an odd last step after it. */
+        swap_sets(&A);
+        swap_sets(&B);
+        FETCH(u32(k, bk < kdim ? bk : klast));
+        swap_sets(&A);
+        swap_sets(&B);
+        const uint32_t steps = (kdim + bk - 1) / bk;
+        kf_val kp = kf_for(k, "k0", u32(k, 0), u32(k, steps / 2 * 2 * bk), u32(k, 2 * bk));
+        for (uint32_t half = 0; half < 2; half++) {
+            if (half) {
+                swap_sets(&A);
+                swap_sets(&B);
             }
+            kf_val zero = u32(k, 0), kh = half ? kf_add(k, kp, u32(k, bk)) : kp;
+            STORE_TILES(zero, zero);
+            kf_barrier(k);
+            FETCH(next_k(k, kh, 2 * bk, klast, true));
+            MULTIPLY(kh, zero, zero);
+            kf_barrier(k);
+            if (half) {
+                swap_sets(&A);
+                swap_sets(&B);
+            }
+        }
+        kf_end(k);
+        if (steps % 2) {
+            kf_val zero = u32(k, 0), klv = u32(k, klast);
+            STORE_TILES(zero, zero);
+            kf_barrier(k);
+            MULTIPLY(klv, zero, zero);
             kf_barrier(k);
         }
-        /* The next tiles travel while this one is multiplied. Straight: no branch around the
-         * staging, so the driver can schedule it among the multiplies; the fetches past the
-         * last step read the last tile again and the stores past it fill a stage no step
-         * reads. */
-        if (ahead && !probe_stage) {
-            if (!straight) {
-                kf_if(k, more);
+    } else {
+        kf_val k0 = kf_for(k, "k0", u32(k, 0), u32(k, kdim), u32(k, bk));
+        {
+            kf_val more =
+                kf_let(k, "more", kf_binary(k, KF_OP_LT, kf_add(k, k0, u32(k, bk)), u32(k, kdim)));
+            kf_val oa = u32(k, 0), ob = u32(k, 0);
+            if (stages == 2 && staged) {
+                kf_val cur = kf_binary(k, KF_OP_BIT_AND, kf_div(k, k0, u32(k, bk)), u32(k, 1));
+                oa = kf_let(k, "oa", kf_mul(k, cur, u32(k, A.stage)));
+                ob = kf_let(k, "ob", kf_mul(k, cur, u32(k, B.stage)));
+            } else if (staged) {
+                if (probe_fold) { /* no direct operand with a probe */
+                    operand_store_folded(k, &A, oa);
+                    operand_store_folded(k, &B, ob);
+                } else if (!probe_stage) {
+                    STORE_TILES(oa, ob);
+                }
+                kf_barrier(k);
             }
-            STORE_TILES(kf_sub(k, u32(k, A.stage), oa), kf_sub(k, u32(k, B.stage), ob));
-            if (!straight) {
-                kf_if(k, kf_binary(k, KF_OP_LT, kf_add(k, k0, u32(k, 2 * bk)), u32(k, kdim)));
-            }
-            FETCH(next_k(k, k0, 2 * bk, klast, straight));
-            if (!straight) {
-                kf_end(k);
-                kf_end(k);
-            }
-        } else if (staged && !probe_stage && !probe_nofetch) {
-            if (!straight) {
-                kf_if(k, more);
-            }
-            FETCH(next_k(k, k0, bk, klast, straight));
-            if (!straight) {
-                kf_end(k);
-            }
-        }
-        /* Where this subgroup's matrices start: in the tiles, or in a and b themselves. In a
-         * transposed operand's tile the matrices lie column-major. */
-        kf_val a_base, b_base;
-        uint32_t a_stride = A.ld, b_stride = B.ld;
-        if (A.direct) {
-            a_stride = kdim;
-            a_base = kf_let(k, "a_base",
-                            kf_add(k, kf_mul(k, kf_add(k, row0, sub_row), u32(k, kdim)), k0));
-        } else if (ka) {
-            a_base = kf_let(k, "a_base", kf_add(k, oa, sub_row));
-        } else {
-            a_base = kf_let(k, "a_base", kf_add(k, oa, kf_mul(k, sub_row, u32(k, A.ld))));
-        }
-        if (B.direct) {
-            b_stride = n;
-            b_base =
-                kf_let(k, "b_base", kf_add(k, kf_mul(k, k0, u32(k, n)), kf_add(k, col0, sub_col)));
-        } else if (tb) {
-            b_base = kf_let(k, "b_base", kf_add(k, ob, kf_mul(k, sub_col, u32(k, B.ld))));
-        } else {
-            b_base = kf_let(k, "b_base", kf_add(k, ob, sub_col));
-        }
-        for (uint32_t kk = 0; kk < bk; kk += MAT) {
-            for (uint32_t j = 0; j < tn && !probe_loads; j++) {
-                uint32_t rel = tb ? j * MAT * b_stride + kk : kk * b_stride + j * MAT;
-                kf_val at = kf_add(k, b_base, u32(k, rel));
-                if (B.direct) {
-                    kf_sgmat_load_storage(k, right[j], B.bind, at, false, u32(k, b_stride));
-                } else {
-                    kf_sgmat_load(k, right[j], B.tile, at, tb, u32(k, b_stride));
+            /* The next tiles travel while this one is multiplied. Straight: no branch around the
+             * staging, so the driver can schedule it among the multiplies; the fetches past the
+             * last step read the last tile again and the stores past it fill a stage no step
+             * reads. */
+            if (ahead && !probe_stage) {
+                if (!straight) {
+                    kf_if(k, more);
+                }
+                STORE_TILES(kf_sub(k, u32(k, A.stage), oa), kf_sub(k, u32(k, B.stage), ob));
+                if (!straight) {
+                    kf_if(k, kf_binary(k, KF_OP_LT, kf_add(k, k0, u32(k, 2 * bk)), u32(k, kdim)));
+                }
+                FETCH(next_k(k, k0, 2 * bk, klast, straight));
+                if (!straight) {
+                    kf_end(k);
+                    kf_end(k);
+                }
+            } else if (staged && !probe_stage && !probe_nofetch) {
+                if (!straight) {
+                    kf_if(k, more);
+                }
+                FETCH(next_k(k, k0, bk, klast, straight));
+                if (!straight) {
+                    kf_end(k);
                 }
             }
-            for (uint32_t i = 0; i < tm; i++) {
-                uint32_t rel = ka ? kk * a_stride + i * MAT : i * MAT * a_stride + kk;
-                kf_val at = kf_add(k, a_base, u32(k, rel));
-                if (A.direct) {
-                    kf_sgmat_load_storage(k, left[i], A.bind, at, false, u32(k, a_stride));
-                } else if (!probe_loads) {
-                    kf_sgmat_load(k, left[i], A.tile, at, ka, u32(k, a_stride));
+            MULTIPLY(k0, oa, ob);
+            if (stages == 2 && staged && !probe_stage && !ahead) {
+                if (!straight) {
+                    kf_if(k, more);
                 }
-                for (uint32_t j = 0; j < tn; j++) {
-                    kf_sgmat_mma(k, acc[i * tn + j], left[i], right[j]);
+                STORE_TILES(kf_sub(k, u32(k, A.stage), oa), kf_sub(k, u32(k, B.stage), ob));
+                if (!straight) {
+                    kf_end(k);
                 }
             }
-        }
-        if (stages == 2 && staged && !probe_stage && !ahead) {
-            if (!straight) {
-                kf_if(k, more);
-            }
-            STORE_TILES(kf_sub(k, u32(k, A.stage), oa), kf_sub(k, u32(k, B.stage), ob));
-            if (!straight) {
-                kf_end(k);
+            if (staged) {
+                kf_barrier(k);
             }
         }
-        if (staged) {
-            kf_barrier(k);
-        }
+        kf_end(k);
     }
-    kf_end(k);
+#undef MULTIPLY
 #undef STORE_TILES
 #undef FETCH
 

@@ -58,6 +58,10 @@ static const kf__sgmat_config configs[] = {
     {128, 256, 32, 2, 8, 1, 8, 0, 0, 0, 0, 0, 0, 0, 1}, /* one stage, 16 subgroups */
     {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 1},   /* two stages */
     {64, 128, 16, 1, 4, 2, 2, 0, 0, 0, 0, 0, 1, 1, 1},  /* two stages, registers ahead */
+    /* order 2: one stage, two sets of registers two steps ahead */
+    {64, 64, 32, 2, 2, 1, 0, 0, 0, 0, 0, 0, 2, 0, 0},   /* small */
+    {128, 256, 32, 2, 8, 1, 8, 0, 0, 0, 0, 0, 2, 1, 0}, /* 16 subgroups, 16-byte fetches */
+    {64, 64, 16, 2, 2, 1, 0, 0, 3, 0, 0, 1, 2, 0, 0},   /* a k-major, b's rows by staging 3 */
 };
 
 static const uint32_t shapes[][3] = {
@@ -252,6 +256,12 @@ KT_CPU_TEST(ops, matmul_sgmat_interpreter) {
     KT_CHECK(run_case(NULL, 32, 70, 200, 50, &configs[28], true), "straight, two stages");
     KT_CHECK(run_case(NULL, 32, 64, 80, 128, &configs[29], false), "straight, ahead, whole");
     KT_CHECK(run_case(NULL, 32, 65, 83, 129, &configs[29], true), "straight, ahead, ragged");
+    /* two steps of registers ahead: even and odd step counts, ragged K, one step */
+    KT_CHECK(run_case(NULL, 32, 70, 200, 50, &configs[30], true), "order 2, 7 steps, ragged");
+    KT_CHECK(run_case(NULL, 32, 64, 256, 64, &configs[30], false), "order 2, 8 steps");
+    KT_CHECK(run_case(NULL, 32, 33, 17, 31, &configs[30], false), "order 2, 1 step");
+    KT_CHECK(run_case(NULL, 32, 128, 96, 256, &configs[31], true), "order 2, 16 subgroups");
+    KT_CHECK(run_case(NULL, 32, 65, 80, 70, &configs[32], false), "order 2, a k-major");
     /* the grouped tile order with a last group of one tile row (9 rows of tiles, groups of 8) */
     KT_CHECK(run_case(NULL, 32, 1100, 20, 20, &configs[4], false), "grouped order");
     /* subgroups of 16: the same kernel shape on another subgroup size */
@@ -358,7 +368,17 @@ KT_CPU_TEST(ops, matmul_sgmat_batched_interpreter) {
 }
 
 KT_CPU_TEST(ops, matmul_sgmat_wgsl) {
-    kf_kernel *k = kf__matmul_sgmat(4095, 4093, 4097, NULL, 32);
+    /* the defaults: 2x8 subgroups on whole vec4 rows, 256x128 tiles of 4x4 where rows are
+     * scalar, 64x64 below 2048x2048 outputs */
+    const kf__sgmat_config *d1 = kf__sgmat_default_config(4096, 4096, 4096, false);
+    const kf__sgmat_config *d2 = kf__sgmat_default_config(4095, 4093, 4097, false);
+    const kf__sgmat_config *d3 = kf__sgmat_default_config(1024, 1024, 1024, false);
+    KT_CHECK(d1->bm == 128 && d1->bn == 256 && d1->wm == 2 && d1->wn == 8, "default 4096^3");
+    KT_CHECK(d2->bm == 256 && d2->bn == 128 && d2->wm == 4 && d2->wn == 4, "default ragged");
+    KT_CHECK(d3->bm == 64 && d3->bn == 64, "default 1024^3");
+    /* the 2x4 tile (the default before session 6) on the ragged shape */
+    const kf__sgmat_config two_by_four = {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, 0, 0, 0, 0, 0};
+    kf_kernel *k = kf__matmul_sgmat(4095, 4093, 4097, &two_by_four, 32);
     KT_CHECK(k && kf_kernel_status(k) == KF_OK, "%s", k ? kf_kernel_error(k) : "NULL");
     char *w = kf_kernel_emit_wgsl(k);
     KT_CHECK(w != NULL, "%s", kf_kernel_error(k));
@@ -423,7 +443,7 @@ KT_CPU_TEST(ops, matmul_sgmat_wgsl) {
     /* a transposed: its tile is bk x bm, its matrices loaded column-major */
     kf_kernel *tk = kf__matmul_sgmat_transposed(4096, 4096, 4096, NULL, 32, NULL, true, false);
     char *w6 = kf_kernel_emit_wgsl(tk);
-    KT_CHECK(w6 && strstr(w6, "// matmul_sgmat_128x256x32_2x4_ta:") &&
+    KT_CHECK(w6 && strstr(w6, "// matmul_sgmat_128x256x32_2x8_ta:") &&
                  strstr(w6, "var<workgroup> tile_a: array<f16, 4352>;") && /* 32 x (128 + 8) */
                  strstr(w6, "(&tile_a, a_base + 0u, true, 136u);"),
              "transposed kernel:\n%s", w6 ? w6 : "");
@@ -532,6 +552,8 @@ KT_CPU_TEST(ops, matmul_sgmat_refuses_bad_configs) {
         {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 0, 2, 0, 0},  /* no such order */
         {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 2, 0},  /* no such vector */
         {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 2},  /* no such straight */
+        {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 0, 2, 0, 0},  /* order 2 of two stages */
+        {64, 64, 32, 2, 2, 1, 0, 0, 0, 0, 0, 0, 3, 0, 0},  /* no such order */
         {128, 256, 32, 2, 4, 1, 8, 0, 0, 3, 0, 0, 0, 0,
          0}, /* 3 does not divide a row of 4 matrices */
         {128, 256, 32, 2, 4, 1, 8, 0, 0, 8, 0, 0, 0, 0, 0}, /* more than a row */
