@@ -227,6 +227,13 @@ static bool run_transposed(kf_context *ctx, uint32_t sg) {
 
 KT_CPU_TEST(ops, matmul_sgmat_transposed_interpreter) {
     KT_CHECK(run_transposed(NULL, 32), "transposed operands");
+    /* the large defaults (2x8 subgroups; 256x128 of 4x4 for scalar rows) with each transpose */
+    const kf__sgmat_config *big = kf__sgmat_default_config(4096, 4096, 4096, false);
+    const kf__sgmat_config *rows = kf__sgmat_default_config(4095, 4093, 4097, false);
+    for (uint32_t t = 1; t < 4; t++) {
+        KT_CHECK(run_case_t(NULL, 32, 200, 48, 300, big, t == 2, t & 1u, t & 2u), "2x8, %u", t);
+        KT_CHECK(run_case_t(NULL, 32, 261, 37, 129, rows, t == 1, t & 1u, t & 2u), "4x4, %u", t);
+    }
 }
 
 KT_CPU_TEST(ops, matmul_sgmat_interpreter) {
@@ -361,6 +368,8 @@ KT_CPU_TEST(ops, matmul_sgmat_batched_interpreter) {
     KT_CHECK(run_batched(NULL, 32, 33, 17, 31, &configs[0]), "33x17x31");
     KT_CHECK(run_batched(NULL, 32, 64, 64, 64, &configs[6]), "64x64x64, direct configuration");
     KT_CHECK(run_batched(NULL, 32, 70, 40, 50, &configs[2]), "70x40x50, grouped order");
+    KT_CHECK(run_batched(NULL, 32, 33, 17, 31, kf__sgmat_default_config(4096, 4096, 4096, false)),
+             "33x17x31, the large default");
     /* transposed operands in a batch, ragged and whole (blocks copied by subgroup matrices) */
     KT_CHECK(run_batched_t(NULL, 32, 33, 17, 31, &configs[9], true, false), "a^T 33x17x31");
     KT_CHECK(run_batched_t(NULL, 32, 64, 64, 64, &configs[12], false, true), "b^T 64x64x64");
