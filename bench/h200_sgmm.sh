@@ -214,4 +214,5 @@ confirm) confirm ;;
     exit 2
     ;;
 esac
-cat "$SWEEP" "$OUT/sgmm-compare.md"
+cat "$SWEEP"
+[ ! -f "$OUT/sgmm-compare.md" ] || cat "$OUT/sgmm-compare.md"
