@@ -9,7 +9,8 @@
 # 8192^3 and 4095x4097x4093; the transposed products (a^T b, a b^T: the backward's); then the
 # default plan (`kfuse bench`) beside PyTorch eager f16 (session 5's first H200 run).
 # confirm (session 6): the registers two steps ahead (order 2) beside the defaults at 4096^3,
-# 8192^3 and the ragged shape, then the default plan at all four sizes beside PyTorch eager f16.
+# 8192^3 and the ragged shape, the transposed products on the new tile against the old, then the
+# default plan at all four sizes beside PyTorch eager f16.
 # limits (session 6): the probes on the default and on a k-major a tile (layout 1), the variants
 # (k-major a, staging 3, 16 subgroups, 48-deep tiles, 128x128 single-buffered, two stages with the
 # registers a step ahead: order 1, 16-byte fetches: vector 1), the store phase's share (K of 128 and 256), each at the sizes
@@ -104,14 +105,18 @@ versus_torch() {
 
 confirm() {
     # The registers two steps ahead (order 2) beside the defaults (2x8; 256x128 of 4x4 on the
-    # ragged shape), then the default plan at all four sizes beside PyTorch eager in one run.
-    local e=128x256x32/2x8/1/8/0/0/0 r=256x128x32/4x4/1/8/0/0/0
-    sgmat 8 "4096^3, order 2" --shape 4096x4096x4096 --no-tail --config $e --config $e/0/0/2 \
-        --config $e/0/0/2/1 --config 128x256x32/2x4/1/8/0/0/0/0/0/2 --config $r/0/0/2
+    # ragged shape), the backward's transposed products on 2x8 against 2x4, then the default
+    # plan at all four sizes beside PyTorch eager in one run.
+    local d=128x256x32/2x4/1/8/0/0/0 e=128x256x32/2x8/1/8/0/0/0 r=256x128x32/4x4/1/8/0/0/0
+    sgmat 7 "4096^3, order 2" --shape 4096x4096x4096 --no-tail --config $e --config $e/0/0/2 \
+        --config $e/0/0/2/1 --config $r/0/0/2
     sgmat 10 "8192^3, order 2" --shape 8192x8192x8192 --no-tail --config $e --config $e/0/0/2
-    sgmat 12 "ragged (MxKxN 4095x4093x4097), order 2" --shape 4095x4093x4097 --config $r \
-        --config $r/0/0/2 --config $e/0/0/2
-    versus_torch 40 20
+    sgmat 10 "ragged (MxKxN 4095x4093x4097), order 2" --shape 4095x4093x4097 --config $r \
+        --config $r/0/0/2
+    for t in --transpose-a --transpose-b; do
+        sgmat 5 "transposed ($t)" "$t" --no-tail --shape 4096x4096x4096 --config $d --config $e
+    done
+    versus_torch 35 18
 }
 
 # Session 6: where the K loop's time goes, and the variants built to move it. No torch run but
