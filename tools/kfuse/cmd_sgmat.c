@@ -13,21 +13,19 @@
 #include "ops/matmul_sgmat.h"
 #include "core/half.h"
 
-/* The default (the fastest on an H200 in session 5, bench/results/h200-s5-sgmm-sweep.txt) and
- * the default before it (one result matrix per store round), then the large tiles with the
- * other ways of filling their tiles (staging 1, 2 measured slower; 3 not yet measured), then the
- * small default. Reading a or b straight from their buffers (direct 1, 2, 3) measured slower and
- * is left out. */
+/* The default (the fastest on an H200 in session 6, bench/results/h200-s6-sgmm-*.txt: 2x8
+ * subgroups), the default before it (2x4), the default for scalar rows (256x128 of 4x4), then
+ * variants of session 6 (two steps of registers ahead, 16-byte fetches, two stages with the
+ * registers a step ahead, staging 3) and the small default. Staging 1 and 2 and reading a or b
+ * straight from their buffers measured slower in session 5 and are left out. */
 static const kf__sgmat_config candidates[] = {
+    {128, 256, 32, 2, 8, 1, 8, 0, 0, 0, 0, 0, 0, 0, 0},
     {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, 0, 0, 0, 0, 0},
-    {128, 256, 32, 2, 4, 1, 8, 0, 0, 1, 0, 0, 0, 0, 0},
-    {128, 256, 32, 2, 4, 1, 8, 0, 1, 0, 0, 0, 0, 0, 0},
-    {128, 256, 32, 2, 4, 1, 8, 0, 2, 0, 0, 0, 0, 0, 0},
-    {128, 256, 32, 2, 4, 1, 8, 0, 3, 0, 0, 0, 0, 0, 0},
-    {256, 128, 32, 4, 2, 1, 8, 0, 0, 0, 0, 0, 0, 0, 0},
-    {256, 128, 32, 4, 2, 1, 8, 0, 3, 0, 0, 0, 0, 0, 0},
-    {128, 128, 32, 2, 4, 2, 8, 0, 0, 0, 0, 0, 0, 0, 0},
-    {128, 256, 16, 2, 4, 2, 8, 0, 1, 0, 0, 0, 0, 0, 0},
+    {256, 128, 32, 4, 4, 1, 8, 0, 0, 0, 0, 0, 0, 0, 0},
+    {128, 256, 32, 2, 8, 1, 8, 0, 0, 0, 0, 0, 2, 0, 0},
+    {128, 256, 32, 2, 8, 1, 8, 0, 0, 0, 0, 0, 0, 1, 0},
+    {128, 256, 16, 2, 8, 2, 8, 0, 0, 0, 0, 0, 1, 0, 0},
+    {128, 256, 32, 2, 8, 1, 8, 0, 3, 0, 0, 0, 0, 0, 0},
     {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0},
 };
 
