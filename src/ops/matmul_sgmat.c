@@ -15,10 +15,13 @@
  * into the tile (the driver's wide stores), where the shape is a multiple of the tile (else 1);
  * 3, as 0 (the halves in lane order, which a compiler can merge into one 8-byte store) with the
  * rows each subgroup covers chosen by the bank model for such 8-byte stores.
+ * The configuration's `layout` 1 keeps a's tile k-major (as a^T's) where a is stored [m, k]:
+ * each invocation fetches 4x4 blocks of a and stores them transposed.
  * The next tiles are fetched while the current ones are multiplied, and with two stages the
- * tiles are double-buffered (one barrier per step). Each subgroup owns a block of tm x tn result
- * matrices (16x16, f32) and, per 16-deep slice of the tile, loads tm left and tn right matrices
- * from workgroup memory and runs tm * tn multiply-accumulates.
+ * tiles are double-buffered (one barrier per step); `order` 1 then keeps the registers a step
+ * ahead of the tiles (the tiles of step k + 1 stored at the top of step k). Each subgroup owns a
+ * block of tm x tn result matrices (16x16, f32) and, per 16-deep slice of the tile, loads tm left
+ * and tn right matrices from workgroup memory and runs tm * tn multiply-accumulates.
  *
  * The store phase: subgroup matrices cannot be read element by element, so each subgroup stores
  * its results, a row of tn matrices at a time (or one, where workgroup memory is short), into
@@ -47,9 +50,18 @@ static uint32_t threads_of(const kf__sgmat_config *c, uint32_t sg) {
     return c->wm * c->wn * sg;
 }
 
-/* Halves of one stage of a's tile and of b's, in their stored orientation. */
-static uint32_t tile_halves_a(const kf__sgmat_config *c, bool ta) {
-    return ta ? c->bk * (c->bm + PAD) : c->bm * (c->bk + PAD);
+/* Whether a's tile is kept k-major although a is stored [m, k] (the configuration's layout 1):
+ * where a is staged and each invocation's vec4s of it make whole 4x4 blocks, and bm is a
+ * multiple of 32 (the block order below covers 8 blocks of rows a subgroup half). */
+static bool kmajor_a(const kf__sgmat_config *c, uint32_t sg, bool ta, bool direct) {
+    uint32_t loads = c->bm * c->bk / (LANES * threads_of(c, sg));
+    return c->layout == 1 && !ta && !direct && c->bm % 32 == 0 && loads % 4 == 0;
+}
+
+/* Halves of one stage of a's tile and of b's, in the tile's orientation (ka: a's tile
+ * k-major, as for a^T). */
+static uint32_t tile_halves_a(const kf__sgmat_config *c, bool ka) {
+    return ka ? c->bk * (c->bm + PAD) : c->bm * (c->bk + PAD);
 }
 static uint32_t tile_halves_b(const kf__sgmat_config *c, bool tb) {
     return tb ? c->bn * (c->bk + PAD) : c->bk * (c->bn + PAD);
@@ -88,7 +100,8 @@ bool kf__sgmat_config_valid(const kf__sgmat_config *c, uint32_t sg) {
     if (!c || !sg || (sg & (sg - 1)) || sg > 128) {
         return false;
     }
-    if (!c->bm || !c->bn || !c->bk || !c->wm || !c->wn || c->stages > 2 || c->staging > 3) {
+    if (!c->bm || !c->bn || !c->bk || !c->wm || !c->wn || c->stages > 2 || c->staging > 3 ||
+        c->layout > 1 || c->order > 2 || c->vector > 1 || c->straight > 1) {
         return false;
     }
     if (c->scratch && (c->scratch > c->bn / c->wn / MAT || (c->bn / c->wn / MAT) % c->scratch)) {
@@ -109,12 +122,20 @@ bool kf__sgmat_config_valid(const kf__sgmat_config *c, uint32_t sg) {
         loads_a / (LANES * threads) > MAX_LOADS || loads_b / (LANES * threads) > MAX_LOADS) {
         return false; /* whole vec4s per invocation, at most 16 of each tile */
     }
-    if (c->direct > 3 || c->probe > 3 || (c->probe && c->direct)) {
+    if (c->direct > 3 || (c->probe > 3 && c->probe != 4 && c->probe != 8) ||
+        (c->probe && c->direct)) {
         return false;
+    }
+    if (c->order == 2 && (c->stages > 1 || c->probe || c->direct || c->staging == 2)) {
+        return false; /* two steps of registers ahead of one stage, staged in lane order */
+    }
+    if ((c->probe == 4 || c->probe == 8) && (c->stages > 1 || c->staging == 2 || c->layout)) {
+        return false; /* the staging probes split a single stage's stores in lane order */
     }
     /* Two stages that do not fit are refused here; a kernel falls back to one only where the
      * configuration stages less than both tiles on an aligned shape. */
-    uint32_t per_stage = tile_halves_a(c, false) + tile_halves_b(c, false);
+    uint32_t per_stage =
+        tile_halves_a(c, kmajor_a(c, sg, false, c->direct & 1u)) + tile_halves_b(c, false);
     uint32_t stages = c->stages ? c->stages : 1;
     if (stages == 2 && !c->direct && !store_cols(c, 2 * per_stage)) {
         return false;
@@ -123,24 +144,34 @@ bool kf__sgmat_config_valid(const kf__sgmat_config *c, uint32_t sg) {
 }
 
 const kf__sgmat_config *kf__sgmat_default_config(uint32_t m, uint32_t k, uint32_t n, bool checked) {
-    /* Measured on an H200 (bench/results/h200-sgmat-*.txt, h200-s5-sgmm-sweep.txt). Robustness
-     * off: 128x256 tiles of 2x4 subgroups (64x64 each, 16 result matrices) single-buffered, two
-     * result matrices per store round (8 rounds, the most that fit beside the tiles), reach 224
-     * TFLOP/s at 4096^3 and 234 at 8192^3 (one a round: 220, 228); 128x128 double-buffered
-     * (64x32 each) 180; two stages of 128x256x32 tiles do not fit in 48 KiB beside the scratch.
-     * Staging 1 (bank-conflict-free stores) measured 176 / 178 and staging 2 (blocks copied by
-     * subgroup matrices) 154 / 160, so the tiles keep their halves in lane order. Robustness on,
-     * Tint wraps every subgroup-matrix load in a bounds test, and fewer matrices per subgroup do
-     * better: 128x128 double-buffered 73 TFLOP/s, 128x256 53. Below 2048x2048 outputs, 64x64
-     * tiles keep every multiprocessor busy (1024^3: 80 TFLOP/s, against 49 for 128x128). */
-    static const kf__sgmat_config big = {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, 0};
-    static const kf__sgmat_config big_checked = {128, 128, 32, 2, 4, 2, 8, 0, 0, 0, 0};
-    static const kf__sgmat_config small = {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0};
-    (void)k;
+    /* Measured on an H200 (bench/results/h200-sgmat-*.txt, h200-s5-sgmm-sweep.txt,
+     * h200-s6-sgmm-*.txt). Robustness off: 128x256 tiles of 2x8 subgroups (64x32 each, 8 result
+     * matrices) single-buffered, one result matrix a store round (the most that fit beside the
+     * tiles), reach 244 TFLOP/s at 4096^3 and 251 at 8192^3 in session 6, against 227 / 237 for
+     * 2x4 subgroups of 64x64 (the default before): the staging's global fetches are the largest
+     * cost the K loop does not hide (probes: fetched once 335 TFLOP/s, stored once 245, tiles
+     * staged once 349, multiplies and barriers alone 511), and twice the warps, each with half
+     * the registers, hide more of them. Where a or b has rows that are not whole vec4s (K or N
+     * not a multiple of 4: scalar fetches), 256x128 tiles of 4x4 subgroups do best (4095 x 4097
+     * x 4093: 118.5 TFLOP/s against 110.2 for 2x8 and 93.3 for 2x4). Every variant that adds
+     * registers to the 2x4 tile loses (48-deep tiles 98 TFLOP/s); two stages lose at any depth
+     * and fetch order; staging 1 (bank-conflict-free stores) measured 176 / 178 and staging 2
+     * (blocks copied by subgroup matrices) 154 / 160, so the tiles keep their halves in lane
+     * order. Robustness on, Tint wraps every subgroup-matrix load in a bounds test, and fewer
+     * matrices per subgroup do better: 128x128 double-buffered 73 TFLOP/s, 128x256 53. Below
+     * 2048x2048 outputs, 64x64 tiles keep every multiprocessor busy (1024^3: 80 TFLOP/s, against
+     * 49 for 128x128). */
+    static const kf__sgmat_config big = {128, 256, 32, 2, 8, 1, 8, 0, 0, 0, 0, 0, 0, 0, 0};
+    static const kf__sgmat_config scalar_rows = {256, 128, 32, 4, 4, 1, 8, 0, 0, 0, 0, 0, 0, 0, 0};
+    static const kf__sgmat_config big_checked = {128, 128, 32, 2, 4, 2, 8, 0, 0, 0, 0, 0, 0, 0, 0};
+    static const kf__sgmat_config small = {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     if ((uint64_t)m * n < 2048ull * 2048ull) {
         return &small;
     }
-    return checked ? &big_checked : &big;
+    if (checked) {
+        return &big_checked;
+    }
+    return m % 4 || k % 4 || n % 4 ? &scalar_rows : &big;
 }
 
 static kf_val u32(kf_kernel *k, uint32_t v) {
@@ -276,12 +307,17 @@ typedef struct operand {
     uint32_t trows, tcols, ld, stage; /* stage: halves per stage */
     bool k_on_rows;                   /* the tile's rows walk K (else its columns do) */
     bool wide, checked, direct;
+    bool transposing; /* a stored [m, k], its tile k-major: 4x4 blocks stored transposed */
+    uint32_t width;   /* halves per fetch: 4 (vec4<f16>), or 8 (vec4<u32>, the vector field) */
     uint32_t staging; /* 0, 1 or 2, as the configuration's (2 only where it applies) */
     uint32_t loads;   /* vec4s per invocation (staging 0 and 1) */
     uint32_t blocks;  /* 16x16 blocks per subgroup (staging 2) */
     spread sp;
     kf_val row[MAX_LOADS], col[MAX_LOADS], swap[MAX_LOADS], shift[MAX_LOADS];
+    kf_val block_base[MAX_LOADS / 4]; /* transposing: where each 4x4 block starts in the tile */
     kf_var next[MAX_LOADS];
+    kf_var next2[MAX_LOADS]; /* order 2: the second set of registers (the step after next's) */
+    bool deep;               /* order 2: next2 declared */
     kf_val block_tile[MAX_BLOCKS], block_at[MAX_BLOCKS];
     kf_sgmat block[MAX_BLOCKS];
     kf_shared tile;
@@ -312,9 +348,35 @@ static void operand_init(kf_kernel *k, operand *o, const char *name, kf_val loca
         }
         return;
     }
-    const uint32_t per_row = o->tcols / LANES;
+    const uint32_t per_row = o->tcols / o->width;
     const bool permuted = o->sp.perm[0] != 0 || o->sp.perm[1] != 1 || o->sp.perm[2] != 2;
-    for (uint32_t v = 0; v < o->loads; v++) {
+    /* Transposing: block f of the tile (4 rows of a by 4 of K) is rows 4 mg.., K 4 kg.., with
+     * mg's low 3 bits and kg's low 2 bits from f's low 5. The 16 invocations of a subgroup half
+     * then store 8-byte rows of their blocks into 16 distinct pairs of banks (tile rows 4 kg + q
+     * lie 16 kg words apart modulo 32 at bm + 8 halves a row) and each fetch reads 32 bytes
+     * from each of 8 rows of a (whole sectors). */
+    for (uint32_t v = 0; o->transposing && v < o->loads / 4; v++) {
+        const uint32_t k_hi = o->trows / 16; /* values of kg above its low 2 bits */
+        kf_val f = kf_add(k, local, u32(k, v * threads));
+        kf_val rest = kf_binary(k, KF_OP_SHR, f, u32(k, 5));
+        kf_val mg = kf_add(k, kf_binary(k, KF_OP_BIT_AND, f, u32(k, 7)),
+                           kf_mul(k, kf_div(k, rest, u32(k, k_hi)), u32(k, 8)));
+        kf_val kg =
+            kf_add(k, kf_binary(k, KF_OP_BIT_AND, kf_binary(k, KF_OP_SHR, f, u32(k, 3)), u32(k, 3)),
+                   kf_mul(k, kf_binary(k, KF_OP_MOD, rest, u32(k, k_hi)), u32(k, 4)));
+        snprintf(nm, sizeof nm, "%s_m", name);
+        kf_val m4 = kf_let(k, nm, kf_mul(k, mg, u32(k, LANES)));
+        snprintf(nm, sizeof nm, "%s_k", name);
+        kf_val k4 = kf_let(k, nm, kf_mul(k, kg, u32(k, LANES)));
+        for (uint32_t q = 0; q < LANES; q++) {
+            o->row[4 * v + q] = q ? kf_add(k, m4, u32(k, q)) : m4;
+            o->col[4 * v + q] = k4;
+            o->swap[4 * v + q] = (kf_val){0};
+        }
+        snprintf(nm, sizeof nm, "%s_at", name);
+        o->block_base[v] = kf_let(k, nm, kf_add(k, kf_mul(k, k4, u32(k, o->ld)), m4));
+    }
+    for (uint32_t v = 0; !o->transposing && v < o->loads; v++) {
         kf_val flat = kf_add(k, local, u32(k, v * threads));
         kf_val q = kf_div(k, flat, u32(k, per_row));
         if (permuted) {
@@ -333,7 +395,7 @@ static void operand_init(kf_kernel *k, operand *o, const char *name, kf_val loca
         o->row[v] = kf_let(k, nm, q);
         kf_val j = kf_binary(k, KF_OP_MOD, flat, u32(k, per_row));
         snprintf(nm, sizeof nm, "%s_c", name);
-        o->col[v] = kf_let(k, nm, kf_mul(k, j, u32(k, LANES)));
+        o->col[v] = kf_let(k, nm, kf_mul(k, j, u32(k, o->width)));
         o->swap[v] = (kf_val){0};
         if (o->sp.swap_bit >= 0) {
             kf_val of = o->sp.swap_on_row ? o->row[v] : j;
@@ -346,9 +408,14 @@ static void operand_init(kf_kernel *k, operand *o, const char *name, kf_val loca
             o->shift[v] = kf_let(k, nm, kf_select(k, u32(k, 0), u32(k, 2), o->swap[v]));
         }
     }
+    kf_type u4 = kf_type_vec(KF_SCALAR_U32, LANES);
     for (uint32_t v = 0; v < o->loads; v++) {
         snprintf(nm, sizeof nm, "next_%s", name);
-        o->next[v] = kf_declare(k, nm, h4, (kf_val){0});
+        o->next[v] = kf_declare(k, nm, o->width == 8 ? u4 : h4, (kf_val){0});
+    }
+    for (uint32_t v = 0; o->deep && v < o->loads; v++) {
+        snprintf(nm, sizeof nm, "later_%s", name);
+        o->next2[v] = kf_declare(k, nm, o->width == 8 ? u4 : h4, (kf_val){0});
     }
 }
 
@@ -367,6 +434,11 @@ static void operand_fetch(kf_kernel *k, const operand *o, kf_val k0, kf_val oute
     for (uint32_t v = 0; v < o->loads; v++) {
         kf_val r = kf_add(k, o->k_on_rows ? k0 : outer0, o->row[v]);
         kf_val c = kf_add(k, o->k_on_rows ? outer0 : k0, o->col[v]);
+        if (o->width == 8) { /* 16 bytes, never checked (whole tiles only) */
+            kf_val at = kf_add(k, kf_mul(k, r, u32(k, o->cols)), c);
+            kf_assign(k, o->next[v], kf_load(k, o->bind, kf_div(k, at, u32(k, 8))));
+            continue;
+        }
         fetch4(k, o->bind, o->offset, o->wide, o->checked, interior, r, c, o->rows, o->cols,
                o->next[v]);
     }
@@ -374,10 +446,46 @@ static void operand_fetch(kf_kernel *k, const operand *o, kf_val k0, kf_val oute
 
 /* Registers -> the tile of the stage starting at half `at0`. */
 static void operand_store(kf_kernel *k, const operand *o, kf_val at0) {
+    if (o->transposing) {
+        /* row q of each block is a vec4 along K; the tile takes its column q' (four rows of a
+         * at one k) as four halves in lane order */
+        for (uint32_t v = 0; v < o->loads / 4; v++) {
+            kf_val got[LANES];
+            for (uint32_t q = 0; q < LANES; q++) {
+                got[q] = kf_read(k, o->next[4 * v + q]);
+            }
+            kf_val base = kf_add(k, at0, o->block_base[v]);
+            for (uint32_t q2 = 0; q2 < LANES; q2++) {
+                kf_val at = q2 ? kf_add(k, base, u32(k, q2 * o->ld)) : base;
+                for (uint32_t q = 0; q < LANES; q++) {
+                    kf_shared_store(k, o->tile, q ? kf_add(k, at, u32(k, q)) : at,
+                                    kf_extract(k, got[q], q2));
+                }
+            }
+        }
+        return;
+    }
     if (o->staging == 2) {
         for (uint32_t i = 0; i < o->blocks; i++) {
             kf_sgmat_store(k, o->tile, kf_add(k, at0, o->block_tile[i]), o->block[i], false,
                            u32(k, o->ld));
+        }
+        return;
+    }
+    if (o->width == 8) {
+        /* each u32 of the fetch is two halves: eight stores in lane order */
+        kf_type h2 = kf_type_vec(KF_SCALAR_F16, 2);
+        for (uint32_t v = 0; v < o->loads; v++) {
+            kf_val got = kf_read(k, o->next[v]);
+            kf_val at = kf_add(k, at0, kf_add(k, kf_mul(k, o->row[v], u32(k, o->ld)), o->col[v]));
+            for (uint32_t w = 0; w < LANES; w++) {
+                kf_val pair = kf_bitcast(k, h2, kf_extract(k, got, w));
+                for (uint32_t l = 0; l < 2; l++) {
+                    uint32_t h = 2 * w + l;
+                    kf_shared_store(k, o->tile, h ? kf_add(k, at, u32(k, h)) : at,
+                                    kf_extract(k, pair, l));
+                }
+            }
         }
         return;
     }
@@ -402,6 +510,42 @@ static void operand_store(kf_kernel *k, const operand *o, kf_val at0) {
             kf_shared_store(k, o->tile, l & 1u ? kf_add(k, base, u32(k, 1)) : base,
                             kf_select(k, mine, other, s));
         }
+    }
+}
+
+/* Order 2: the other set of registers becomes the one fetched into and stored from. */
+static void swap_sets(operand *o) {
+    for (uint32_t v = 0; o->deep && v < o->loads; v++) {
+        kf_var t = o->next[v];
+        o->next[v] = o->next2[v];
+        o->next2[v] = t;
+    }
+}
+
+/* The K offset `ahead` steps on from k0; straight: no further than the last step's, klast. */
+static kf_val next_k(kf_kernel *k, kf_val k0, uint32_t ahead, uint32_t klast, bool straight) {
+    kf_val at = kf_add(k, k0, u32(k, ahead));
+    return straight ? kf_call2(k, KF_FN_MIN, at, u32(k, klast)) : at;
+}
+
+/* Probe 4 (measuring only): the registers of the step folded (xor) into one vector, stored where
+ * the first goes, so the step keeps its fetches and pays one store. */
+static void operand_store_folded(kf_kernel *k, const operand *o, kf_val at0) {
+    kf_type u2 = kf_type_vec(KF_SCALAR_U32, 2), h2 = kf_type_vec(KF_SCALAR_F16, 2);
+    kf_type h4 = kf_type_vec(KF_SCALAR_F16, LANES);
+    const bool w8 = o->width == 8;
+    kf_val fold = {0};
+    for (uint32_t v = 0; v < o->loads; v++) {
+        kf_val got = kf_read(k, o->next[v]);
+        got = w8 ? got : kf_bitcast(k, u2, got);
+        fold = v ? kf_binary(k, KF_OP_BIT_XOR, fold, got) : got;
+    }
+    kf_val at = kf_add(k, at0, kf_add(k, kf_mul(k, o->row[0], u32(k, o->ld)), o->col[0]));
+    kf_val halves = w8 ? (kf_val){0} : kf_bitcast(k, h4, fold);
+    for (uint32_t h = 0; h < o->width; h++) {
+        kf_val x = w8 ? kf_extract(k, kf_bitcast(k, h2, kf_extract(k, fold, h / 2)), h % 2)
+                      : kf_extract(k, halves, h);
+        kf_shared_store(k, o->tile, h ? kf_add(k, at, u32(k, h)) : at, x);
     }
 }
 
@@ -433,11 +577,15 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t kdim, uint32_t n,
     /* Operands read straight from their buffers (no tile): only where no tile crosses an edge. */
     const bool whole =
         !ragged_m && !ragged_n && !ragged_k && kdim % 8 == 0 && n % 8 == 0 && count <= 1;
+    const bool a_direct = whole && !ta && (cfg->direct & 1u);
+    /* a's tile k-major: a^T's as stored, or a's transposed while staged (layout 1) */
+    const bool transposing = kmajor_a(cfg, sg, ta, a_direct), ka = ta || transposing;
     operand A = {.rows = ta ? kdim : m,
                  .cols = ta ? m : kdim,
-                 .trows = ta ? bk : bm,
-                 .tcols = ta ? bm : bk,
+                 .trows = ka ? bk : bm,
+                 .tcols = ka ? bm : bk,
                  .k_on_rows = ta,
+                 .transposing = transposing,
                  .checked = ragged_m || ragged_k};
     operand B = {.rows = tb ? n : kdim,
                  .cols = tb ? kdim : n,
@@ -445,7 +593,7 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t kdim, uint32_t n,
                  .tcols = tb ? bk : bn,
                  .k_on_rows = !tb,
                  .checked = ragged_k || ragged_n};
-    A.direct = whole && !ta && (cfg->direct & 1u);
+    A.direct = a_direct;
     B.direct = whole && !tb && (cfg->direct & 2u);
     operand *ops[2] = {&A, &B};
     uint32_t per_stage = 0;
@@ -454,14 +602,21 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t kdim, uint32_t n,
         o->ld = o->tcols + PAD;
         o->stage = o->direct ? 0 : o->trows * o->ld;
         per_stage += o->stage;
-        o->staging = cfg->staging;
+        o->staging = o->transposing ? 0 : cfg->staging;
         uint32_t blocks = (o->trows / MAT) * (o->tcols / MAT);
         if (o->staging == 2 && (ragged_m || ragged_n || ragged_k || o->cols % 8 != 0 ||
                                 blocks % subgroups || blocks / subgroups > MAX_BLOCKS)) {
             o->staging = 1; /* blocks that cross an edge, or misaligned rows */
         }
         o->blocks = o->direct || o->staging != 2 ? 0 : blocks / subgroups;
-        o->loads = o->direct || o->staging == 2 ? 0 : o->trows * o->tcols / (LANES * threads);
+        /* 16-byte fetches (the vector field) where the operand is staged in lane order, no
+         * fetch crosses an edge, its rows are whole 8-half vectors and the fetches divide */
+        o->width = cfg->vector == 1 && !o->direct && o->staging == 0 && !o->transposing &&
+                           !o->checked && o->cols % 8 == 0 && count <= 1 &&
+                           (o->trows * o->tcols) % (8 * threads) == 0
+                       ? 8
+                       : LANES;
+        o->loads = o->direct || o->staging == 2 ? 0 : o->trows * o->tcols / (o->width * threads);
         o->wide = !o->direct && o->staging != 2 && o->cols % LANES == 0;
         o->sp = (spread){{0, 1, 2}, -1, false};
         if (o->staging == 1 || o->staging == 3) {
@@ -481,22 +636,29 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t kdim, uint32_t n,
 
     char name[160];
     const char *staging_name[4] = {"", "_spread", "_sgcopy", "_rows"};
-    snprintf(name, sizeof name, "matmul_sgmat_%ux%ux%u_%ux%u%s%s%s%s%s%s%s%s", bm, bn, bk, wm, wn,
-             stages == 2 && staged ? "_db" : "", A.direct ? "_direct_a" : "",
-             B.direct ? "_direct_b" : "",
-             staging_name[A.staging > B.staging ? A.staging : B.staging], ta ? "_ta" : "",
-             tb ? "_tb" : "", count > 1 ? "_batched" : "",
+    snprintf(name, sizeof name, "matmul_sgmat_%ux%ux%u_%ux%u%s%s%s%s%s%s%s%s%s%s%s%s", bm, bn, bk,
+             wm, wn, stages == 2 && staged ? "_db" : "", cfg->straight ? "_straight" : "",
+             cfg->order == 1 && stages == 2 && staged   ? "_ahead"
+             : cfg->order == 2 && stages == 1 && staged ? "_deep"
+                                                        : "",
+             A.direct ? "_direct_a" : "", B.direct ? "_direct_b" : "",
+             staging_name[A.staging > B.staging ? A.staging : B.staging], transposing ? "_ka" : "",
+             A.width == 8 || B.width == 8 ? "_v8" : "", ta ? "_ta" : "", tb ? "_tb" : "",
+             count > 1 ? "_batched" : "",
              cfg->probe == 1   ? "_probe_staged_once"
              : cfg->probe == 2 ? "_probe_loaded_once"
              : cfg->probe == 3 ? "_probe_mma_only"
+             : cfg->probe == 4 ? "_probe_fetch_only"
+             : cfg->probe == 8 ? "_probe_store_only"
                                : "");
     kf_kernel_desc desc = {.name = name, .workgroup_size = {threads, 1, 1}, .output = h};
     kf_kernel *k = kf_kernel_create(&desc);
     if (!k) {
         return NULL;
     }
-    A.bind = kf_kernel_storage(k, "a", A.wide ? h4 : h, KF_ACCESS_READ);
-    B.bind = kf_kernel_storage(k, "b", B.wide ? h4 : h, KF_ACCESS_READ);
+    kf_type u4 = kf_type_vec(KF_SCALAR_U32, LANES);
+    A.bind = kf_kernel_storage(k, "a", A.width == 8 ? u4 : A.wide ? h4 : h, KF_ACCESS_READ);
+    B.bind = kf_kernel_storage(k, "b", B.width == 8 ? u4 : B.wide ? h4 : h, KF_ACCESS_READ);
     if (!A.direct) {
         A.tile = kf_kernel_workgroup(k, "tile_a", h, stages * A.stage);
     }
@@ -545,6 +707,8 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t kdim, uint32_t n,
     kf_val sub_col =
         kf_let(k, "sub_col", kf_mul(k, kf_binary(k, KF_OP_MOD, sgi, u32(k, wn)), u32(k, bn / wn)));
 
+    const bool deep = cfg->order == 2 && stages == 1 && !A.direct && !B.direct;
+    A.deep = B.deep = deep;
     if (!A.direct) {
         operand_init(k, &A, "a", local, sgi, threads, subgroups, row0);
     }
@@ -595,101 +759,186 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t kdim, uint32_t n,
         }                                                                                          \
     } while (0)
     /* probe (measuring only, wrong results): 1 stages the tiles once, before the loop; 2 loads
-     * the matrices once, before the loop (so the loop multiplies and stages only) */
-    const bool probe_stage = cfg->probe & 1u, probe_loads = cfg->probe & 2u;
+     * the matrices once, before the loop (so the loop multiplies and stages only); 4 fetches
+     * every step but stores one vector an operand (the fetched ones folded into it); 8 stores
+     * every step what was fetched once */
+    const bool probe_stage = cfg->probe == 1 || cfg->probe == 3;
+    const bool probe_loads = cfg->probe == 2 || cfg->probe == 3;
+    const bool probe_fold = cfg->probe == 4, probe_nofetch = cfg->probe == 8;
+    /* ahead (order 1, two stages): the registers run a step ahead of the tiles. Step k stores
+     * the tiles of step k + 1 (fetched during step k - 1) into the stage step k - 1 read, fetches
+     * those of step k + 2, then multiplies: a global load has a whole step to arrive, and the
+     * step's one barrier also orders the next step's stores after this step's reads. */
+    const bool ahead = cfg->order == 1 && stages == 2 && staged;
+    const bool straight = cfg->straight == 1;
+    const uint32_t klast = (kdim - 1) / bk * bk; /* where the last step starts */
     FETCH(u32(k, 0));
     if ((stages == 2 && staged) || cfg->probe) {
         STORE_TILES(u32(k, 0), u32(k, 0));
+        if (ahead && kdim > bk) {
+            FETCH(u32(k, bk));
+        }
         kf_barrier(k);
     }
     if (probe_loads) {
-        kf_val a0 = ta ? sub_row : kf_mul(k, sub_row, u32(k, A.ld));
+        kf_val a0 = ka ? sub_row : kf_mul(k, sub_row, u32(k, A.ld));
         kf_val b0 = tb ? kf_mul(k, sub_col, u32(k, B.ld)) : sub_col;
         for (uint32_t j = 0; j < tn; j++) {
             kf_sgmat_load(k, right[j], B.tile, kf_add(k, b0, u32(k, tb ? j * MAT * B.ld : j * MAT)),
                           tb, u32(k, B.ld));
         }
         for (uint32_t i = 0; i < tm; i++) {
-            kf_sgmat_load(k, left[i], A.tile, kf_add(k, a0, u32(k, ta ? i * MAT : i * MAT * A.ld)),
-                          ta, u32(k, A.ld));
+            kf_sgmat_load(k, left[i], A.tile, kf_add(k, a0, u32(k, ka ? i * MAT : i * MAT * A.ld)),
+                          ka, u32(k, A.ld));
         }
     }
-    kf_val k0 = kf_for(k, "k0", u32(k, 0), u32(k, kdim), u32(k, bk));
-    {
-        kf_val more =
-            kf_let(k, "more", kf_binary(k, KF_OP_LT, kf_add(k, k0, u32(k, bk)), u32(k, kdim)));
-        kf_val oa = u32(k, 0), ob = u32(k, 0);
-        if (stages == 2 && staged) {
-            kf_val cur = kf_binary(k, KF_OP_BIT_AND, kf_div(k, k0, u32(k, bk)), u32(k, 1));
-            oa = kf_let(k, "oa", kf_mul(k, cur, u32(k, A.stage)));
-            ob = kf_let(k, "ob", kf_mul(k, cur, u32(k, B.stage)));
-        } else if (staged) {
-            if (!probe_stage) {
-                STORE_TILES(oa, ob);
+    /* The multiplies of one step: this subgroup's matrices from the tiles at oa, ob (or from a
+     * and b at k0), into its result matrices. */
+#define MULTIPLY(k0, oa, ob)                                                                       \
+    do {                                                                                           \
+        /* Where this subgroup's matrices start: in the tiles, or in a and b themselves. In a      \
+         * transposed operand's tile the matrices lie column-major. */                             \
+        kf_val a_base, b_base;                                                                     \
+        uint32_t a_stride = A.ld, b_stride = B.ld;                                                 \
+        if (A.direct) {                                                                            \
+            a_stride = kdim;                                                                       \
+            a_base = kf_let(k, "a_base",                                                           \
+                            kf_add(k, kf_mul(k, kf_add(k, row0, sub_row), u32(k, kdim)), k0));     \
+        } else if (ka) {                                                                           \
+            a_base = kf_let(k, "a_base", kf_add(k, oa, sub_row));                                  \
+        } else {                                                                                   \
+            a_base = kf_let(k, "a_base", kf_add(k, oa, kf_mul(k, sub_row, u32(k, A.ld))));         \
+        }                                                                                          \
+        if (B.direct) {                                                                            \
+            b_stride = n;                                                                          \
+            b_base = kf_let(k, "b_base",                                                           \
+                            kf_add(k, kf_mul(k, k0, u32(k, n)), kf_add(k, col0, sub_col)));        \
+        } else if (tb) {                                                                           \
+            b_base = kf_let(k, "b_base", kf_add(k, ob, kf_mul(k, sub_col, u32(k, B.ld))));         \
+        } else {                                                                                   \
+            b_base = kf_let(k, "b_base", kf_add(k, ob, sub_col));                                  \
+        }                                                                                          \
+        for (uint32_t kk = 0; kk < bk; kk += MAT) {                                                \
+            for (uint32_t j = 0; j < tn && !probe_loads; j++) {                                    \
+                uint32_t rel = tb ? j * MAT * b_stride + kk : kk * b_stride + j * MAT;             \
+                kf_val at = kf_add(k, b_base, u32(k, rel));                                        \
+                if (B.direct) {                                                                    \
+                    kf_sgmat_load_storage(k, right[j], B.bind, at, false, u32(k, b_stride));       \
+                } else {                                                                           \
+                    kf_sgmat_load(k, right[j], B.tile, at, tb, u32(k, b_stride));                  \
+                }                                                                                  \
+            }                                                                                      \
+            for (uint32_t i = 0; i < tm; i++) {                                                    \
+                uint32_t rel = ka ? kk * a_stride + i * MAT : i * MAT * a_stride + kk;             \
+                kf_val at = kf_add(k, a_base, u32(k, rel));                                        \
+                if (A.direct) {                                                                    \
+                    kf_sgmat_load_storage(k, left[i], A.bind, at, false, u32(k, a_stride));        \
+                } else if (!probe_loads) {                                                         \
+                    kf_sgmat_load(k, left[i], A.tile, at, ka, u32(k, a_stride));                   \
+                }                                                                                  \
+                for (uint32_t j = 0; j < tn; j++) {                                                \
+                    kf_sgmat_mma(k, acc[i * tn + j], left[i], right[j]);                           \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    } while (0)
+    if (deep) {
+        /* Order 2: two sets of registers, each fetched two steps before its tiles are stored
+         * (a global load has two steps to arrive); the loop takes the steps in pairs, one set
+         * each, and an odd last step after it. */
+        swap_sets(&A);
+        swap_sets(&B);
+        FETCH(u32(k, bk < kdim ? bk : klast));
+        swap_sets(&A);
+        swap_sets(&B);
+        const uint32_t steps = (kdim + bk - 1) / bk;
+        kf_val kp = kf_for(k, "k0", u32(k, 0), u32(k, steps / 2 * 2 * bk), u32(k, 2 * bk));
+        for (uint32_t half = 0; half < 2; half++) {
+            if (half) {
+                swap_sets(&A);
+                swap_sets(&B);
             }
+            kf_val zero = u32(k, 0), kh = half ? kf_add(k, kp, u32(k, bk)) : kp;
+            STORE_TILES(zero, zero);
+            kf_barrier(k);
+            FETCH(next_k(k, kh, 2 * bk, klast, true));
+            MULTIPLY(kh, zero, zero);
+            kf_barrier(k);
+            if (half) {
+                swap_sets(&A);
+                swap_sets(&B);
+            }
+        }
+        kf_end(k);
+        if (steps % 2) {
+            kf_val zero = u32(k, 0), klv = u32(k, klast);
+            STORE_TILES(zero, zero);
+            kf_barrier(k);
+            MULTIPLY(klv, zero, zero);
             kf_barrier(k);
         }
-        /* The next tiles travel while this one is multiplied. */
-        if (staged && !probe_stage) {
-            kf_if(k, more);
-            FETCH(kf_add(k, k0, u32(k, bk)));
-            kf_end(k);
-        }
-        /* Where this subgroup's matrices start: in the tiles, or in a and b themselves. In a
-         * transposed operand's tile the matrices lie column-major. */
-        kf_val a_base, b_base;
-        uint32_t a_stride = A.ld, b_stride = B.ld;
-        if (A.direct) {
-            a_stride = kdim;
-            a_base = kf_let(k, "a_base",
-                            kf_add(k, kf_mul(k, kf_add(k, row0, sub_row), u32(k, kdim)), k0));
-        } else if (ta) {
-            a_base = kf_let(k, "a_base", kf_add(k, oa, sub_row));
-        } else {
-            a_base = kf_let(k, "a_base", kf_add(k, oa, kf_mul(k, sub_row, u32(k, A.ld))));
-        }
-        if (B.direct) {
-            b_stride = n;
-            b_base =
-                kf_let(k, "b_base", kf_add(k, kf_mul(k, k0, u32(k, n)), kf_add(k, col0, sub_col)));
-        } else if (tb) {
-            b_base = kf_let(k, "b_base", kf_add(k, ob, kf_mul(k, sub_col, u32(k, B.ld))));
-        } else {
-            b_base = kf_let(k, "b_base", kf_add(k, ob, sub_col));
-        }
-        for (uint32_t kk = 0; kk < bk; kk += MAT) {
-            for (uint32_t j = 0; j < tn && !probe_loads; j++) {
-                uint32_t rel = tb ? j * MAT * b_stride + kk : kk * b_stride + j * MAT;
-                kf_val at = kf_add(k, b_base, u32(k, rel));
-                if (B.direct) {
-                    kf_sgmat_load_storage(k, right[j], B.bind, at, false, u32(k, b_stride));
-                } else {
-                    kf_sgmat_load(k, right[j], B.tile, at, tb, u32(k, b_stride));
+    } else {
+        kf_val k0 = kf_for(k, "k0", u32(k, 0), u32(k, kdim), u32(k, bk));
+        {
+            kf_val more =
+                kf_let(k, "more", kf_binary(k, KF_OP_LT, kf_add(k, k0, u32(k, bk)), u32(k, kdim)));
+            kf_val oa = u32(k, 0), ob = u32(k, 0);
+            if (stages == 2 && staged) {
+                kf_val cur = kf_binary(k, KF_OP_BIT_AND, kf_div(k, k0, u32(k, bk)), u32(k, 1));
+                oa = kf_let(k, "oa", kf_mul(k, cur, u32(k, A.stage)));
+                ob = kf_let(k, "ob", kf_mul(k, cur, u32(k, B.stage)));
+            } else if (staged) {
+                if (probe_fold) { /* no direct operand with a probe */
+                    operand_store_folded(k, &A, oa);
+                    operand_store_folded(k, &B, ob);
+                } else if (!probe_stage) {
+                    STORE_TILES(oa, ob);
+                }
+                kf_barrier(k);
+            }
+            /* The next tiles travel while this one is multiplied. Straight: no branch around the
+             * staging, so the driver can schedule it among the multiplies; the fetches past the
+             * last step read the last tile again and the stores past it fill a stage no step
+             * reads. */
+            if (ahead && !probe_stage) {
+                if (!straight) {
+                    kf_if(k, more);
+                }
+                STORE_TILES(kf_sub(k, u32(k, A.stage), oa), kf_sub(k, u32(k, B.stage), ob));
+                if (!straight) {
+                    kf_if(k, kf_binary(k, KF_OP_LT, kf_add(k, k0, u32(k, 2 * bk)), u32(k, kdim)));
+                }
+                FETCH(next_k(k, k0, 2 * bk, klast, straight));
+                if (!straight) {
+                    kf_end(k);
+                    kf_end(k);
+                }
+            } else if (staged && !probe_stage && !probe_nofetch) {
+                if (!straight) {
+                    kf_if(k, more);
+                }
+                FETCH(next_k(k, k0, bk, klast, straight));
+                if (!straight) {
+                    kf_end(k);
                 }
             }
-            for (uint32_t i = 0; i < tm; i++) {
-                uint32_t rel = ta ? kk * a_stride + i * MAT : i * MAT * a_stride + kk;
-                kf_val at = kf_add(k, a_base, u32(k, rel));
-                if (A.direct) {
-                    kf_sgmat_load_storage(k, left[i], A.bind, at, false, u32(k, a_stride));
-                } else if (!probe_loads) {
-                    kf_sgmat_load(k, left[i], A.tile, at, ta, u32(k, a_stride));
+            MULTIPLY(k0, oa, ob);
+            if (stages == 2 && staged && !probe_stage && !ahead) {
+                if (!straight) {
+                    kf_if(k, more);
                 }
-                for (uint32_t j = 0; j < tn; j++) {
-                    kf_sgmat_mma(k, acc[i * tn + j], left[i], right[j]);
+                STORE_TILES(kf_sub(k, u32(k, A.stage), oa), kf_sub(k, u32(k, B.stage), ob));
+                if (!straight) {
+                    kf_end(k);
                 }
             }
+            if (staged) {
+                kf_barrier(k);
+            }
         }
-        if (stages == 2 && staged && !probe_stage) {
-            kf_if(k, more);
-            STORE_TILES(kf_sub(k, u32(k, A.stage), oa), kf_sub(k, u32(k, B.stage), ob));
-            kf_end(k);
-        }
-        if (staged) {
-            kf_barrier(k);
-        }
+        kf_end(k);
     }
-    kf_end(k);
+#undef MULTIPLY
 #undef STORE_TILES
 #undef FETCH
 
@@ -790,11 +1039,11 @@ bool kf__sgmat_usable(kf_context *ctx, uint32_t *sg) {
 bool kf__sgmat_config_parse(const char *text, kf__sgmat_config *out) {
     kf__sgmat_config c = {0};
     char end = 0;
-    int got =
-        text ? sscanf(text, "%ux%ux%u/%ux%u/%u/%u/%u/%u/%u/%u%c", &c.bm, &c.bn, &c.bk, &c.wm, &c.wn,
-                      &c.stages, &c.group_m, &c.direct, &c.staging, &c.scratch, &c.probe, &end)
-             : 0;
-    if (got < 7 || got > 11) {
+    int got = text ? sscanf(text, "%ux%ux%u/%ux%u/%u/%u/%u/%u/%u/%u/%u/%u/%u/%u%c", &c.bm, &c.bn,
+                            &c.bk, &c.wm, &c.wn, &c.stages, &c.group_m, &c.direct, &c.staging,
+                            &c.scratch, &c.probe, &c.layout, &c.order, &c.vector, &c.straight, &end)
+                   : 0;
+    if (got < 7 || got > 15) {
         return false;
     }
     *out = c;

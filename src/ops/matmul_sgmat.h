@@ -24,7 +24,23 @@
  * divisor of its row of bn / wn / 16; 0 the most that fit in workgroup memory. probe, for
  * measuring what limits the kernel only (its results are not the product): 1 stages the tiles
  * once before the K loop (the loop keeps its barriers, loads and multiplies), 2 loads the
- * matrices once before it (the loop stages and multiplies), 3 both; not with direct. */
+ * matrices once before it (the loop stages and multiplies), 3 both; 4 fetches every step but
+ * stores one vector an operand (the others folded into it), 8 stores every step what was fetched
+ * once (4 and 8: single stage, staging 0, 1 or 3, layout 0); not with direct. layout 1
+ * keeps a's tile k-major (bk x bm, its matrices loaded column-major, as for a^T) where a is
+ * stored [m, k]: each invocation fetches a 4x4 block of a (four vec4s along K from four rows)
+ * and stores it transposed, four halves of consecutive rows at a time; where bm is not a
+ * multiple of 32 or an invocation's vec4s of a are not a multiple of four, a's tile stays
+ * row-major. order, with two stages: 0 fetches the next tiles into registers at the top of a
+ * step and stores them into the other stage after the multiplies; 1 keeps the registers a step
+ * ahead: a step first stores the tiles fetched during the step before into the other stage,
+ * then fetches those of two steps on, then multiplies (a global load has a whole step to
+ * arrive; one barrier a step either way). vector 1 fetches 16 bytes at a time (a and b bound as
+ * array<vec4<u32>>, each u32 two halves) where an operand is staged in lane order (staging 0,
+ * not a k-major a), its rows are whole 8-half vectors, no tile crosses an edge and the product
+ * is not batched; elsewhere 8 bytes (vec4<f16>). straight 1 puts no branch around the K loop's
+ * staging (the fetches past the last step read the last tile again, the stores past it fill a
+ * stage no step reads), so the driver may schedule fetches and stores among the multiplies. */
 typedef struct kf__sgmat_config {
     uint32_t bm, bn, bk;
     uint32_t wm, wn;
@@ -34,6 +50,10 @@ typedef struct kf__sgmat_config {
     uint32_t staging;
     uint32_t scratch;
     uint32_t probe;
+    uint32_t layout;
+    uint32_t order;
+    uint32_t vector;
+    uint32_t straight;
 } kf__sgmat_config;
 
 /* The configuration for a product of this shape on a device whose bounds checks (Dawn's
@@ -73,8 +93,9 @@ kf_kernel *kf__matmul_sgmat_transposed(uint32_t m, uint32_t k, uint32_t n,
  * *sg is the subgroup size. */
 bool kf__sgmat_usable(kf_context *ctx, uint32_t *sg);
 
-/* "BMxBNxBK/WMxWN/S/G[/D[/T[/R[/P]]]]" (kfuse sgmat's notation; T the staging, R the scratch,
- * P the probe) into *out; false if it does not parse. */
+/* "BMxBNxBK/WMxWN/S/G[/D[/T[/R[/P[/L[/O[/V[/B]]]]]]]]" (kfuse sgmat's notation; T the
+ * staging, R the scratch, P the probe, L the layout, O the order, V the vector, B straight) into
+ * *out; false if it does not parse. */
 bool kf__sgmat_config_parse(const char *text, kf__sgmat_config *out);
 
 /* The kernel an f16 product c[m,n] = a[m,k] * b[k,n] (no transposes) runs on ctx: the

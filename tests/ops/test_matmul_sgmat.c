@@ -12,29 +12,56 @@
 #include "core/half.h"
 
 static const kf__sgmat_config configs[] = {
-    {32, 32, 16, 2, 2, 1, 0, 0, 0, 0, 0},   /* one matrix per subgroup, single-buffered */
-    {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0},   /* the small default */
-    {64, 128, 32, 1, 4, 1, 2, 0, 0, 0, 0},  /* 4x2 matrices per subgroup, grouped tile order */
-    {128, 64, 64, 4, 1, 1, 3, 0, 0, 0, 0},  /* 2x4 matrices per subgroup; a row of them per round */
-    {128, 128, 32, 2, 4, 2, 8, 0, 0, 0, 0}, /* double-buffered; one matrix per store round */
-    {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, 0}, /* the large tile, two matrices per store round */
-    {32, 32, 16, 2, 2, 2, 0, 3, 0, 0, 0},   /* a and b read directly where the shape allows */
-    {64, 64, 32, 2, 2, 1, 2, 1, 0, 0, 0},   /* a read directly, b staged */
-    {64, 64, 32, 2, 2, 2, 0, 2, 0, 0, 0},   /* b read directly, a staged */
+    {32, 32, 16, 2, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0}, /* one matrix per subgroup, single-buffered */
+    {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0}, /* the small default */
+    {64, 128, 32, 1, 4, 1, 2, 0, 0, 0, 0, 0, 0, 0,
+     0}, /* 4x2 matrices per subgroup, grouped tile order */
+    {128, 64, 64, 4, 1, 1, 3, 0, 0, 0, 0, 0, 0, 0,
+     0}, /* 2x4 matrices per subgroup; a row of them per round */
+    {128, 128, 32, 2, 4, 2, 8, 0, 0, 0, 0, 0, 0, 0,
+     0}, /* double-buffered; one matrix per store round */
+    {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, 0, 0, 0, 0,
+     0}, /* the large tile, two matrices per store round */
+    {32, 32, 16, 2, 2, 2, 0, 3, 0, 0, 0, 0, 0, 0,
+     0}, /* a and b read directly where the shape allows */
+    {64, 64, 32, 2, 2, 1, 2, 1, 0, 0, 0, 0, 0, 0, 0}, /* a read directly, b staged */
+    {64, 64, 32, 2, 2, 2, 0, 2, 0, 0, 0, 0, 0, 0, 0}, /* b read directly, a staged */
     /* staging 1: rows and store order against bank conflicts */
-    {64, 64, 32, 2, 2, 2, 0, 0, 1, 0, 0},   /* double-buffered */
-    {128, 256, 32, 2, 4, 1, 8, 0, 1, 0, 0}, /* the large tile: rows permuted in a, stores swapped */
-    {64, 128, 16, 1, 4, 2, 2, 0, 1, 0, 0},  /* 16 deep */
+    {64, 64, 32, 2, 2, 2, 0, 0, 1, 0, 0, 0, 0, 0, 0}, /* double-buffered */
+    {128, 256, 32, 2, 4, 1, 8, 0, 1, 0, 0, 0, 0, 0,
+     0}, /* the large tile: rows permuted in a, stores swapped */
+    {64, 128, 16, 1, 4, 2, 2, 0, 1, 0, 0, 0, 0, 0, 0}, /* 16 deep */
     /* staging 2: 16x16 blocks copied by subgroup matrices where the shape is whole */
-    {64, 64, 32, 2, 2, 2, 0, 0, 2, 0, 0},  /* double-buffered */
-    {128, 64, 64, 4, 1, 1, 3, 0, 2, 0, 0}, /* a's 8 blocks over 4 subgroups, b's 16 */
-    {32, 32, 16, 2, 2, 1, 0, 1, 2, 0, 0},  /* b copied by matrices, a read directly */
+    {64, 64, 32, 2, 2, 2, 0, 0, 2, 0, 0, 0, 0, 0, 0},  /* double-buffered */
+    {128, 64, 64, 4, 1, 1, 3, 0, 2, 0, 0, 0, 0, 0, 0}, /* a's 8 blocks over 4 subgroups, b's 16 */
+    {32, 32, 16, 2, 2, 1, 0, 1, 2, 0, 0, 0, 0, 0, 0},  /* b copied by matrices, a read directly */
     /* staging 3: lane order, rows chosen against conflicts of 8-byte stores */
-    {128, 256, 32, 2, 4, 1, 8, 0, 3, 0, 0},
+    {128, 256, 32, 2, 4, 1, 8, 0, 3, 0, 0, 0, 0, 0, 0},
     /* scratch: result matrices per subgroup per store round */
-    {128, 256, 32, 2, 4, 1, 8, 0, 0, 1, 0}, /* one of four (the large default) */
-    {64, 128, 32, 1, 4, 1, 2, 0, 1, 2, 0},  /* the whole row of two */
-    {128, 64, 64, 4, 1, 1, 3, 0, 2, 2, 0},  /* two of four */
+    {128, 256, 32, 2, 4, 1, 8, 0, 0, 1, 0, 0, 0, 0, 0}, /* one of four (the large default) */
+    {64, 128, 32, 1, 4, 1, 2, 0, 1, 2, 0, 0, 0, 0, 0},  /* the whole row of two */
+    {128, 64, 64, 4, 1, 1, 3, 0, 2, 2, 0, 0, 0, 0, 0},  /* two of four */
+    /* layout 1: a's tile k-major, 4x4 blocks of a stored transposed */
+    {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, 0, 1, 0, 0, 0}, /* the large tile */
+    {64, 64, 32, 2, 2, 2, 0, 0, 3, 0, 0, 1, 0, 0, 0},   /* double-buffered, b's rows by staging 3 */
+    {64, 128, 64, 2, 2, 1, 2, 0, 2, 0, 0, 1, 0, 0,
+     0}, /* 8 blocks an invocation; b copied by matrices */
+    {32, 32, 16, 2, 2, 1, 0, 0, 0, 0, 0, 1, 0, 0,
+     0}, /* one vec4 of a an invocation: a stays row-major */
+    /* order 1: the registers a step ahead of the two stages */
+    {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 1, 1, 0, 0},  /* with a k-major */
+    {64, 128, 16, 1, 4, 2, 2, 0, 1, 0, 0, 0, 1, 0, 0}, /* 16 deep, staging 1 */
+    /* vector 1: 16-byte fetches where the tiles are whole (else 8) */
+    {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, 0, 0, 0, 1, 0}, /* the large tile */
+    {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 1, 1, 1, 0},   /* b only (a k-major), registers ahead */
+    /* straight 1: no branch around the staging */
+    {128, 256, 32, 2, 8, 1, 8, 0, 0, 0, 0, 0, 0, 0, 1}, /* one stage, 16 subgroups */
+    {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 1},   /* two stages */
+    {64, 128, 16, 1, 4, 2, 2, 0, 0, 0, 0, 0, 1, 1, 1},  /* two stages, registers ahead */
+    /* order 2: one stage, two sets of registers two steps ahead */
+    {64, 64, 32, 2, 2, 1, 0, 0, 0, 0, 0, 0, 2, 0, 0},   /* small */
+    {128, 256, 32, 2, 8, 1, 8, 0, 0, 0, 0, 0, 2, 1, 0}, /* 16 subgroups, 16-byte fetches */
+    {64, 64, 16, 2, 2, 1, 0, 0, 3, 0, 0, 1, 2, 0, 0},   /* a k-major, b's rows by staging 3 */
 };
 
 static const uint32_t shapes[][3] = {
@@ -200,6 +227,13 @@ static bool run_transposed(kf_context *ctx, uint32_t sg) {
 
 KT_CPU_TEST(ops, matmul_sgmat_transposed_interpreter) {
     KT_CHECK(run_transposed(NULL, 32), "transposed operands");
+    /* the large defaults (2x8 subgroups; 256x128 of 4x4 for scalar rows) with each transpose */
+    const kf__sgmat_config *big = kf__sgmat_default_config(4096, 4096, 4096, false);
+    const kf__sgmat_config *rows = kf__sgmat_default_config(4095, 4093, 4097, false);
+    for (uint32_t t = 1; t < 4; t++) {
+        KT_CHECK(run_case_t(NULL, 32, 200, 48, 300, big, t == 2, t & 1u, t & 2u), "2x8, %u", t);
+        KT_CHECK(run_case_t(NULL, 32, 261, 37, 129, rows, t == 1, t & 1u, t & 2u), "4x4, %u", t);
+    }
 }
 
 KT_CPU_TEST(ops, matmul_sgmat_interpreter) {
@@ -218,6 +252,23 @@ KT_CPU_TEST(ops, matmul_sgmat_interpreter) {
             }
         }
     }
+    /* the registers a step ahead over seven steps of K, the last one partial */
+    KT_CHECK(run_case(NULL, 32, 70, 200, 50, &configs[23], true), "order 1, 7 steps");
+    KT_CHECK(run_case(NULL, 32, 64, 80, 128, &configs[24], false), "order 1, 5 steps");
+    /* 16-byte fetches on whole tiles over several steps */
+    KT_CHECK(run_case(NULL, 32, 128, 96, 256, &configs[25], true), "vector 1, large tile");
+    KT_CHECK(run_case(NULL, 32, 128, 160, 64, &configs[26], false), "vector 1, small tile");
+    /* no branch around the staging: whole and ragged K over several steps */
+    KT_CHECK(run_case(NULL, 32, 128, 96, 256, &configs[27], false), "straight, one stage");
+    KT_CHECK(run_case(NULL, 32, 70, 200, 50, &configs[28], true), "straight, two stages");
+    KT_CHECK(run_case(NULL, 32, 64, 80, 128, &configs[29], false), "straight, ahead, whole");
+    KT_CHECK(run_case(NULL, 32, 65, 83, 129, &configs[29], true), "straight, ahead, ragged");
+    /* two steps of registers ahead: even and odd step counts, ragged K, one step */
+    KT_CHECK(run_case(NULL, 32, 70, 200, 50, &configs[30], true), "order 2, 7 steps, ragged");
+    KT_CHECK(run_case(NULL, 32, 64, 256, 64, &configs[30], false), "order 2, 8 steps");
+    KT_CHECK(run_case(NULL, 32, 33, 17, 31, &configs[30], false), "order 2, 1 step");
+    KT_CHECK(run_case(NULL, 32, 128, 96, 256, &configs[31], true), "order 2, 16 subgroups");
+    KT_CHECK(run_case(NULL, 32, 65, 80, 70, &configs[32], false), "order 2, a k-major");
     /* the grouped tile order with a last group of one tile row (9 rows of tiles, groups of 8) */
     KT_CHECK(run_case(NULL, 32, 1100, 20, 20, &configs[4], false), "grouped order");
     /* subgroups of 16: the same kernel shape on another subgroup size */
@@ -317,6 +368,8 @@ KT_CPU_TEST(ops, matmul_sgmat_batched_interpreter) {
     KT_CHECK(run_batched(NULL, 32, 33, 17, 31, &configs[0]), "33x17x31");
     KT_CHECK(run_batched(NULL, 32, 64, 64, 64, &configs[6]), "64x64x64, direct configuration");
     KT_CHECK(run_batched(NULL, 32, 70, 40, 50, &configs[2]), "70x40x50, grouped order");
+    KT_CHECK(run_batched(NULL, 32, 33, 17, 31, kf__sgmat_default_config(4096, 4096, 4096, false)),
+             "33x17x31, the large default");
     /* transposed operands in a batch, ragged and whole (blocks copied by subgroup matrices) */
     KT_CHECK(run_batched_t(NULL, 32, 33, 17, 31, &configs[9], true, false), "a^T 33x17x31");
     KT_CHECK(run_batched_t(NULL, 32, 64, 64, 64, &configs[12], false, true), "b^T 64x64x64");
@@ -324,7 +377,17 @@ KT_CPU_TEST(ops, matmul_sgmat_batched_interpreter) {
 }
 
 KT_CPU_TEST(ops, matmul_sgmat_wgsl) {
-    kf_kernel *k = kf__matmul_sgmat(4095, 4093, 4097, NULL, 32);
+    /* the defaults: 2x8 subgroups on whole vec4 rows, 256x128 tiles of 4x4 where rows are
+     * scalar, 64x64 below 2048x2048 outputs */
+    const kf__sgmat_config *d1 = kf__sgmat_default_config(4096, 4096, 4096, false);
+    const kf__sgmat_config *d2 = kf__sgmat_default_config(4095, 4093, 4097, false);
+    const kf__sgmat_config *d3 = kf__sgmat_default_config(1024, 1024, 1024, false);
+    KT_CHECK(d1->bm == 128 && d1->bn == 256 && d1->wm == 2 && d1->wn == 8, "default 4096^3");
+    KT_CHECK(d2->bm == 256 && d2->bn == 128 && d2->wm == 4 && d2->wn == 4, "default ragged");
+    KT_CHECK(d3->bm == 64 && d3->bn == 64, "default 1024^3");
+    /* the 2x4 tile (the default before session 6) on the ragged shape */
+    const kf__sgmat_config two_by_four = {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, 0, 0, 0, 0, 0};
+    kf_kernel *k = kf__matmul_sgmat(4095, 4093, 4097, &two_by_four, 32);
     KT_CHECK(k && kf_kernel_status(k) == KF_OK, "%s", k ? kf_kernel_error(k) : "NULL");
     char *w = kf_kernel_emit_wgsl(k);
     KT_CHECK(w != NULL, "%s", kf_kernel_error(k));
@@ -355,7 +418,7 @@ KT_CPU_TEST(ops, matmul_sgmat_wgsl) {
     KT_CHECK(w2 && strstr(w2, "var<storage, read> a: array<vec4<f16>>;") && !strstr(w2, "select("),
              "aligned kernel:\n%s", w2 ? w2 : "");
     /* both operands read directly: no tiles, no barrier before the store phase */
-    const kf__sgmat_config direct = {32, 32, 16, 2, 2, 2, 0, 3, 0, 0, 0};
+    const kf__sgmat_config direct = {32, 32, 16, 2, 2, 2, 0, 3, 0, 0, 0, 0, 0, 0, 0};
     kf_kernel *dk = kf__matmul_sgmat(64, 64, 64, &direct, 32);
     char *w3 = kf_kernel_emit_wgsl(dk);
     KT_CHECK(w3 && strstr(w3, "// matmul_sgmat_32x32x16_2x2_direct_a_direct_b:") &&
@@ -368,7 +431,7 @@ KT_CPU_TEST(ops, matmul_sgmat_wgsl) {
              "a barrier before the store phase");
     /* staging 1: a's rows permuted against bank conflicts (bits 1 and 2 swapped, so a subgroup
      * stores rows 0, 1, 4, 5), odd rows storing the vec4's second word first */
-    const kf__sgmat_config spread = {128, 256, 32, 2, 4, 1, 8, 0, 1, 0, 0};
+    const kf__sgmat_config spread = {128, 256, 32, 2, 4, 1, 8, 0, 1, 0, 0, 0, 0, 0, 0};
     kf_kernel *sk = kf__matmul_sgmat(4096, 4096, 4096, &spread, 32);
     char *w4 = kf_kernel_emit_wgsl(sk);
     KT_CHECK(w4 && strstr(w4, "// matmul_sgmat_128x256x32_2x4_spread:") &&
@@ -377,7 +440,7 @@ KT_CPU_TEST(ops, matmul_sgmat_wgsl) {
                  strstr(w4, "= select(next_a_v.x, next_a_v.z, a_swap);"),
              "spread kernel:\n%s", w4 ? w4 : "");
     /* staging 2: blocks copied by subgroup matrices from scalar bindings into the tiles */
-    const kf__sgmat_config copy = {128, 256, 32, 2, 4, 1, 8, 0, 2, 0, 0};
+    const kf__sgmat_config copy = {128, 256, 32, 2, 4, 1, 8, 0, 2, 0, 0, 0, 0, 0, 0};
     kf_kernel *ck = kf__matmul_sgmat(4096, 4096, 4096, &copy, 32);
     char *w5 = kf_kernel_emit_wgsl(ck);
     KT_CHECK(w5 && strstr(w5, "// matmul_sgmat_128x256x32_2x4_sgcopy:") &&
@@ -389,12 +452,12 @@ KT_CPU_TEST(ops, matmul_sgmat_wgsl) {
     /* a transposed: its tile is bk x bm, its matrices loaded column-major */
     kf_kernel *tk = kf__matmul_sgmat_transposed(4096, 4096, 4096, NULL, 32, NULL, true, false);
     char *w6 = kf_kernel_emit_wgsl(tk);
-    KT_CHECK(w6 && strstr(w6, "// matmul_sgmat_128x256x32_2x4_ta:") &&
+    KT_CHECK(w6 && strstr(w6, "// matmul_sgmat_128x256x32_2x8_ta:") &&
                  strstr(w6, "var<workgroup> tile_a: array<f16, 4352>;") && /* 32 x (128 + 8) */
                  strstr(w6, "(&tile_a, a_base + 0u, true, 136u);"),
              "transposed kernel:\n%s", w6 ? w6 : "");
     /* staging 3: a's rows permuted as in staging 1, its halves stored in lane order */
-    const kf__sgmat_config rows = {128, 256, 32, 2, 4, 1, 8, 0, 3, 0, 0};
+    const kf__sgmat_config rows = {128, 256, 32, 2, 4, 1, 8, 0, 3, 0, 0, 0, 0, 0, 0};
     kf_kernel *rk = kf__matmul_sgmat(4096, 4096, 4096, &rows, 32);
     char *w7 = kf_kernel_emit_wgsl(rk);
     KT_CHECK(w7 && strstr(w7, "// matmul_sgmat_128x256x32_2x4_rows:") &&
@@ -403,10 +466,22 @@ KT_CPU_TEST(ops, matmul_sgmat_wgsl) {
              "rows kernel:\n%s", w7 ? w7 : "");
     kf_free(w7);
     kf_kernel_destroy(rk);
+    /* layout 1: a's tile k-major (as a^T's), a 4x4 block of a per invocation stored transposed:
+     * four halves of four rows of a at one k in lane order */
+    const kf__sgmat_config kmajor = {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, 0, 1, 0, 0, 0};
+    kf_kernel *kk = kf__matmul_sgmat(4096, 4096, 4096, &kmajor, 32);
+    char *w8 = kf_kernel_emit_wgsl(kk);
+    KT_CHECK(w8 && strstr(w8, "// matmul_sgmat_128x256x32_2x4_ka:") &&
+                 strstr(w8, "var<workgroup> tile_a: array<f16, 4352>;") &&
+                 strstr(w8, "tile_a[t_13 + 1u] = next_a_v_1.x;") &&
+                 strstr(w8, "(&tile_a, a_base + 16u, true, 136u);"),
+             "k-major kernel:\n%s", w8 ? w8 : "");
+    kf_free(w8);
+    kf_kernel_destroy(kk);
     /* the probes (measuring only): the K loop keeps its barriers and multiplies but neither
      * stages (1) nor loads matrices (2) */
     for (uint32_t probe = 1; probe <= 3; probe++) {
-        const kf__sgmat_config pc = {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, probe};
+        const kf__sgmat_config pc = {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, probe, 0, 0, 0, 0};
         kf_kernel *pk = kf__matmul_sgmat(4096, 4096, 4096, &pc, 32);
         char *pw = kf_kernel_emit_wgsl(pk);
         const char *loop = pw ? strstr(pw, "for (var k0") : NULL;
@@ -421,6 +496,32 @@ KT_CPU_TEST(ops, matmul_sgmat_wgsl) {
         kf_free(pw);
         kf_kernel_destroy(pk);
     }
+    /* the staging probes: 4 keeps the fetches in the loop and folds them into one store an
+     * operand, 8 keeps the stores and fetches once (16-byte fetches too) */
+    for (uint32_t probe = 4; probe <= 8; probe += 4) {
+        for (uint32_t vector = 0; vector < 2; vector++) {
+            const kf__sgmat_config pc = {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, probe, 0, 0, vector, 0};
+            kf_kernel *pk = kf__matmul_sgmat(4096, 4096, 4096, &pc, 32);
+            char *pw = kf_kernel_emit_wgsl(pk);
+            const char *loop = pw ? strstr(pw, "for (var k0") : NULL;
+            const char *after = loop ? strstr(loop, "let scratch0") : NULL;
+            const char *fetch = loop ? strstr(loop, "= a[") : NULL;
+            const char *fold = loop ? strstr(loop, " ^ ") : NULL;
+            bool ok = after && strstr(loop, "subgroupMatrixMultiplyAccumulate") < after &&
+                      strstr(loop, "tile_b[") < after;
+            ok = ok && (probe == 4 ? fetch && fetch < after && fold && fold < after
+                                   : (!fetch || fetch > after) && (!fold || fold > after));
+            KT_CHECK(ok && strstr(pw, probe == 4 ? "_probe_fetch_only" : "_probe_store_only"),
+                     "probe %u kernel:\n%s", probe, pw ? pw : "");
+            kf_free(pw);
+            kf_kernel_destroy(pk);
+        }
+    }
+    /* and they run (their results are not the product) */
+    const kf__sgmat_config fold = {64, 64, 32, 2, 2, 1, 0, 0, 0, 0, 4, 0, 0, 0, 0};
+    kf_kernel *fk = kf__matmul_sgmat(64, 96, 64, &fold, 32);
+    KT_CHECK(fk && kf_kernel_status(fk) == KF_OK, "fold probe");
+    kf_kernel_destroy(fk);
     kf_free(w);
     kf_free(w2);
     kf_free(w3);
@@ -437,22 +538,37 @@ KT_CPU_TEST(ops, matmul_sgmat_wgsl) {
 
 KT_CPU_TEST(ops, matmul_sgmat_refuses_bad_configs) {
     kf__sgmat_config bad[] = {
-        {0, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0},    {64, 64, 24, 2, 2, 2, 0, 0, 0, 0, 0},
-        {48, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0},   {64, 64, 32, 2, 2, 3, 0, 0, 0, 0, 0},
-        {256, 256, 64, 2, 2, 2, 0, 0, 0, 0, 0}, {512, 512, 32, 4, 4, 1, 0, 0, 0, 0, 0},
-        {16, 16, 16, 2, 2, 1, 0, 0, 0, 0, 0},   /* 16 rows cannot be split over two subgroups */
-        {16, 64, 16, 1, 4, 1, 0, 0, 0, 0, 0},   /* 128 invocations, a's 16x16 tile is 64 vec4s */
-        {64, 64, 32, 2, 2, 2, 0, 4, 0, 0, 0},   /* no such operand */
-        {256, 32, 16, 1, 2, 1, 0, 0, 0, 0, 0},  /* 16 left matrices per subgroup */
-        {32, 256, 16, 2, 1, 1, 0, 0, 0, 0, 0},  /* 16 right matrices per subgroup */
-        {64, 64, 32, 2, 2, 2, 0, 0, 4, 0, 0},   /* no such staging */
-        {64, 64, 32, 2, 2, 2, 0, 1, 0, 0, 1},   /* a probe of a direct operand */
-        {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 4},   /* no such probe */
-        {128, 256, 32, 2, 4, 1, 8, 0, 0, 3, 0}, /* 3 does not divide a row of 4 matrices */
-        {128, 256, 32, 2, 4, 1, 8, 0, 0, 8, 0}, /* more than a row */
-        {128, 256, 32, 2, 4, 1, 8, 0, 0, 4, 0}, /* a whole row's scratch does not fit beside the
-                                                 * tiles
-                                                 */
+        {0, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {64, 64, 24, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {48, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {64, 64, 32, 2, 2, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {256, 256, 64, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {512, 512, 32, 4, 4, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {16, 16, 16, 2, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0,
+         0}, /* 16 rows cannot be split over two subgroups
+              */
+        {16, 64, 16, 1, 4, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},  /* 128 invocations, a's 16x16 tile is 64
+                                                            * vec4s
+                                                            */
+        {64, 64, 32, 2, 2, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0},  /* no such operand */
+        {256, 32, 16, 1, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0}, /* 16 left matrices per subgroup */
+        {32, 256, 16, 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0}, /* 16 right matrices per subgroup */
+        {64, 64, 32, 2, 2, 2, 0, 0, 4, 0, 0, 0, 0, 0, 0},  /* no such staging */
+        {64, 64, 32, 2, 2, 2, 0, 1, 0, 0, 1, 0, 0, 0, 0},  /* a probe of a direct operand */
+        {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 4, 0, 0, 0, 0},  /* the staging probes need one stage */
+        {64, 64, 32, 2, 2, 1, 0, 0, 0, 0, 5, 0, 0, 0, 0},  /* no such probe */
+        {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 2, 0, 0, 0},  /* no such layout */
+        {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 0, 2, 0, 0},  /* no such order */
+        {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 2, 0},  /* no such vector */
+        {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 2},  /* no such straight */
+        {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 0, 2, 0, 0},  /* order 2 of two stages */
+        {64, 64, 32, 2, 2, 1, 0, 0, 0, 0, 0, 0, 3, 0, 0},  /* no such order */
+        {128, 256, 32, 2, 4, 1, 8, 0, 0, 3, 0, 0, 0, 0,
+         0}, /* 3 does not divide a row of 4 matrices */
+        {128, 256, 32, 2, 4, 1, 8, 0, 0, 8, 0, 0, 0, 0, 0}, /* more than a row */
+        {128, 256, 32, 2, 4, 1, 8, 0, 0, 4, 0, 0, 0, 0, 0}, /* a whole row's scratch does not fit
+                                                             * beside the tiles
+                                                             */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         KT_CHECK(!kf__sgmat_config_valid(&bad[i], 32), "config %zu accepted", i);

@@ -467,7 +467,8 @@ KT_CPU_TEST(unit, prologue_commutes_with_epilogue_and_composes) {
  * loaded from straight out of storage is refused, never miscompiled. */
 KT_CPU_TEST(unit, prologue_subgroup_matrix_matmul) {
     const uint32_t m = 64, kk = 64, n = 64, sg = 32;
-    const kf__sgmat_config staged = {64, 64, 32, 2, 2, 2, 0, 2, 0, 0, 0}; /* a staged, b direct */
+    const kf__sgmat_config staged = {64, 64, 32, 2, 2, 2, 0, 2,
+                                     0,  0,  0,  0, 0, 0, 0}; /* a staged, b direct */
     kf_kernel *mm = kf__matmul_sgmat(m, kk, n, &staged, sg);
     kf_kernel *pro = make_prologue(PRO_SCALE, F16, kk);
     kf_kernel *fused = kf_kernel_prologue(mm, "a", pro);

@@ -13,40 +13,46 @@
 #include "ops/matmul_sgmat.h"
 #include "core/half.h"
 
-/* The default (the fastest on an H200 in session 5, bench/results/h200-s5-sgmm-sweep.txt) and
- * the default before it (one result matrix per store round), then the large tiles with the
- * other ways of filling their tiles (staging 1, 2 measured slower; 3 not yet measured), then the
- * small default. Reading a or b straight from their buffers (direct 1, 2, 3) measured slower and
- * is left out. */
+/* The default (the fastest on an H200 in session 6, bench/results/h200-s6-sgmm-*.txt: 2x8
+ * subgroups), the default before it (2x4), the default for scalar rows (256x128 of 4x4), then
+ * variants of session 6 (two steps of registers ahead, 16-byte fetches, two stages with the
+ * registers a step ahead, staging 3) and the small default. Staging 1 and 2 and reading a or b
+ * straight from their buffers measured slower in session 5 and are left out. */
 static const kf__sgmat_config candidates[] = {
-    {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, 0}, {128, 256, 32, 2, 4, 1, 8, 0, 0, 1, 0},
-    {128, 256, 32, 2, 4, 1, 8, 0, 1, 0, 0}, {128, 256, 32, 2, 4, 1, 8, 0, 2, 0, 0},
-    {128, 256, 32, 2, 4, 1, 8, 0, 3, 0, 0}, {256, 128, 32, 4, 2, 1, 8, 0, 0, 0, 0},
-    {256, 128, 32, 4, 2, 1, 8, 0, 3, 0, 0}, {128, 128, 32, 2, 4, 2, 8, 0, 0, 0, 0},
-    {128, 256, 16, 2, 4, 2, 8, 0, 1, 0, 0}, {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0},
+    {128, 256, 32, 2, 8, 1, 8, 0, 0, 0, 0, 0, 0, 0, 0},
+    {128, 256, 32, 2, 4, 1, 8, 0, 0, 0, 0, 0, 0, 0, 0},
+    {256, 128, 32, 4, 4, 1, 8, 0, 0, 0, 0, 0, 0, 0, 0},
+    {128, 256, 32, 2, 8, 1, 8, 0, 0, 0, 0, 0, 2, 0, 0},
+    {128, 256, 32, 2, 8, 1, 8, 0, 0, 0, 0, 0, 0, 1, 0},
+    {128, 256, 16, 2, 8, 2, 8, 0, 0, 0, 0, 0, 1, 0, 0},
+    {128, 256, 32, 2, 8, 1, 8, 0, 3, 0, 0, 0, 0, 0, 0},
+    {64, 64, 32, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0},
 };
 
 static void usage(FILE *f) {
-    fprintf(
-        f,
-        "usage: kfuse sgmat [--shape MxKxN]... [--config BMxBNxBK/WMxWN/S/G[/D[/T[/R[/P]]]]]...\n"
-        "                   [--repeat N] [--warmup-ms MS] [--no-tail] [--transpose-a]\n"
-        "                   [--transpose-b]\n\n"
-        "Times the subgroup-matrix f16 matmul (f32 accumulation) per tile configuration,\n"
-        "alone and with a fused bias + GELU, in TFLOP/s (2MNK / time), and checks 512\n"
-        "sampled elements against float64. Default shapes 4096^3, 8192^3, 4095x4093x4097;\n"
-        "default configurations: a built-in list (BM x BN x BK workgroup tile, WM x WN\n"
-        "subgroups, S stages, G tile rows per group, D operands read directly: 1 a, 2 b,\n"
-        "3 both; T how the tiles are filled: 0 halves stored in lane order, 1 rows and\n"
-        "store order chosen against bank conflicts, 2 16x16 blocks copied by subgroup\n"
-        "matrices, 3 lane order with rows chosen against conflicts of 8-byte stores;\n"
-        "R result matrices per subgroup per store round, 0 the most that fit;\n"
-        "P a probe, wrong results, for measuring what limits the kernel: 1 tiles staged\n"
-        "once before the K loop, 2 matrices loaded once before it, 3 both).\n"
-        "--transpose-a / --transpose-b: a stored KxM / b stored NxK (the backward's\n"
-        "products). Each kernel first runs for MS ms (default 400) so the clocks are up.\n"
-        "Needs subgroup matrices and shader-f16 (on NVIDIA with the pinned Dawn: the\n"
-        "vendor-mask layer, tools/vkmask).\n");
+    fprintf(f, "usage: kfuse sgmat [--shape MxKxN]... [--config "
+               "BMxBNxBK/WMxWN/S/G[/D[/T[/R[/P[/L[/O[/V[/B]]]]]]]]]...\n"
+               "                   [--repeat N] [--warmup-ms MS] [--no-tail] [--transpose-a]\n"
+               "                   [--transpose-b]\n\n"
+               "Times the subgroup-matrix f16 matmul (f32 accumulation) per tile configuration,\n"
+               "alone and with a fused bias + GELU, in TFLOP/s (2MNK / time), and checks 512\n"
+               "sampled elements against float64. Default shapes 4096^3, 8192^3, 4095x4093x4097;\n"
+               "default configurations: a built-in list (BM x BN x BK workgroup tile, WM x WN\n"
+               "subgroups, S stages, G tile rows per group, D operands read directly: 1 a, 2 b,\n"
+               "3 both; T how the tiles are filled: 0 halves stored in lane order, 1 rows and\n"
+               "store order chosen against bank conflicts, 2 16x16 blocks copied by subgroup\n"
+               "matrices, 3 lane order with rows chosen against conflicts of 8-byte stores;\n"
+               "R result matrices per subgroup per store round, 0 the most that fit;\n"
+               "P a probe, wrong results, for measuring what limits the kernel: 1 tiles staged\n"
+               "once before the K loop, 2 matrices loaded once before it, 3 both;\n"
+               "L a's tile layout: 0 as stored, 1 k-major, transposed while staged;\n"
+               "O with two stages: 1 keeps the fetched registers a step ahead of the tiles;\n"
+               "V 1 fetches 16 bytes at a time where the tiles are whole;\n"
+               "B 1 puts no branch around the K loop's staging).\n"
+               "--transpose-a / --transpose-b: a stored KxM / b stored NxK (the backward's\n"
+               "products). Each kernel first runs for MS ms (default 400) so the clocks are up.\n"
+               "Needs subgroup matrices and shader-f16 (on NVIDIA with the pinned Dawn: the\n"
+               "vendor-mask layer, tools/vkmask).\n");
 }
 
 typedef struct shape3 {
@@ -121,7 +127,8 @@ int kf_cmd_sgmat(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--config") && i + 1 < argc && nconfigs < 32) {
             if (!kf__sgmat_config_parse(argv[++i], &configs[nconfigs++])) {
                 fprintf(stderr,
-                        "kfuse sgmat: bad config '%s' (BMxBNxBK/WMxWN/S/G[/D[/T[/R[/P]]]])\n",
+                        "kfuse sgmat: bad config '%s' "
+                        "(BMxBNxBK/WMxWN/S/G[/D[/T[/R[/P[/L[/O[/V[/B]]]]]]]])\n",
                         argv[i]);
                 return 2;
             }
@@ -212,13 +219,20 @@ int kf_cmd_sgmat(int argc, char **argv) {
         for (uint32_t ci = 0; ok && ci < nconfigs; ci++) {
             const kf__sgmat_config *cfg = &configs[ci];
             char cname[64], sname[48];
+            /* P, L, O, V, B: as far as the last one set */
+            char tail_fields[24] = "";
+            const uint32_t extra[5] = {cfg->probe, cfg->layout, cfg->order, cfg->vector,
+                                       cfg->straight};
+            int last = 4;
+            while (last >= 0 && !extra[last]) {
+                last--;
+            }
+            for (int e = 0, at = 0; e <= last; e++) {
+                at += snprintf(tail_fields + at, sizeof tail_fields - (size_t)at, "/%u", extra[e]);
+            }
             snprintf(cname, sizeof cname, "%ux%ux%u/%ux%u/%u/%u/%u/%u/%u%s", cfg->bm, cfg->bn,
                      cfg->bk, cfg->wm, cfg->wn, cfg->stages, cfg->group_m, cfg->direct,
-                     cfg->staging, cfg->scratch,
-                     cfg->probe == 1   ? "/1"
-                     : cfg->probe == 2 ? "/2"
-                     : cfg->probe == 3 ? "/3"
-                                       : "");
+                     cfg->staging, cfg->scratch, tail_fields);
             snprintf(sname, sizeof sname, "%ux%ux%u", s.m, s.k, s.n);
             kf_kernel *mm = kf__matmul_sgmat_transposed(s.m, s.k, s.n, cfg, sg, NULL, ta, tb);
             if (!mm) {
