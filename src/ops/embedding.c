@@ -6,12 +6,14 @@
  * id outside [0, V) makes its output row NaN (as cross_entropy's invalid labels do) and adds
  * nothing to dtable; the loads stay in bounds.
  *
- * dtable is deterministic without sorting and without atomics: one invocation per element
- * (v, c) of dtable walks every id in order and adds dy[r, c] where ids[r] == v, so each sum is
- * formed in the same order on every run and device. Its cost: V * C invocations each reading all
- * N ids (V * C * N id reads, served from cache: the ids are a few KiB) and N * C reads of dy in
- * all; for a character model (V = 65, C = 128, N = 4096) 34M id reads, for a 50k-token
- * vocabulary it is the wrong algorithm (a segmented sum over ids sorted once would be). */
+ * dtable is deterministic without sorting and without atomics: each dtable[v, c] adds the
+ * dy[r, c] with ids[r] == v in a fixed order (partial sums over the matches in increasing r,
+ * added in a fixed order at the end), the same on every run and device. A workgroup per (row v,
+ * chunk of columns) reads the ids a tile at a time and lists the tile's matches in id order, so
+ * the ids are read V * chunks * N times (chunks = 1 for C <= 256) and each row of dy once per
+ * match: for the character GPT's batch (V = 65, C = 128, N = 4096) 0.27M id reads, where the
+ * V * C * N kernel it replaced read 34M. For a 50k-token vocabulary that is still V reads of
+ * every id; a sort of the ids once would do better (not built). */
 #include "ops/ops_internal.h"
 #include "ops/rowwise.h"
 
@@ -141,10 +143,80 @@ static kf_kernel *embedding_kernel_forward(const kf_shape *in, const kf_op_param
     return k;
 }
 
-/* dtable: one invocation per (v, c), the ids walked in order (deterministic; header comment).
- * backward: the kernel_backward bindings (table, ids, out, grad_out, grad_in); else the backward
- * operator's (table, ids, dy), yielding. */
-static kf_kernel *embedding_grad_kernel(const kf_shape *in, kf_dtype dtype, bool backward) {
+/* dtable's kernel (header comment): a workgroup of `lanes` lanes per (table row v, chunk of
+ * cpl * EMB_COLS columns); lane = slice * EMB_COLS + x, slices = lanes / EMB_COLS, and the lane
+ * adds columns x + EMB_COLS * i (i < cpl) of its chunk. Per tile of lanes * per_lane ids, each
+ * lane tests per_lane consecutive ids against v and writes its count; after a barrier every lane
+ * reads all the counts (its place in the tile's list: the matches of the lanes before it) and
+ * lists its matches, in id order; after a second barrier each lane adds dy at its columns for
+ * the listed rows j = slice + slices * t, into `unroll` partial sums per column (t mod unroll:
+ * that many loads in flight). At the end the partial sums are added in order, then the slices'
+ * in slice order: a fixed order, the same on every run and device. backward: the
+ * kernel_backward bindings (table, ids, out, grad_out, grad_in); else the backward operator's
+ * (table, ids, dy), yielding.
+ *
+ * Every value read from workgroup memory is used before the next barrier. Mesa's GLSL compiler
+ * (Dawn's GLES path) moves a shared read whose value is read once, later in the same block, down
+ * to that use, past a barrier() between (tree grafting, src/compiler/glsl/opt_tree_grafting.cpp:
+ * it stops at loops and at the invocation's own writes to what the read reads, not at barriers).
+ * e31370d's scan read scan[lane - off], passed a barrier, then added it into scan[lane]: moved
+ * past the barrier, the read saw another lane's next value (llvmpipe runs a workgroup as batches
+ * of 8 lanes), one match counted 6 times. So the counts are read by every lane after one barrier
+ * and used before the next, the tile's total is handed on through found_cell (written before the
+ * list's barrier, read after it). Two barriers a tile suffice: the next tile rewrites the counts
+ * only after every lane has passed this tile's list barrier (their reads of the counts are done),
+ * and the list and found_cell only after its own count barrier (this tile's walk is done). */
+#define EMB_COLS 64u       /* lanes of a slice: each adds one column per 64 */
+#define EMB_LIST_MAX 2048u /* ids per tile at most (8 KiB of list) */
+#define EMB_CPL_MAX 4u
+#define EMB_UNROLL_MAX 8u
+
+/* The kernel's shape: lanes (a multiple of EMB_COLS: lanes / EMB_COLS slices share a column),
+ * ids each lane tests per tile, columns per lane (a workgroup adds cpl * EMB_COLS columns) and
+ * partial sums per column (loads in flight). */
+typedef struct emb_config {
+    uint32_t lanes, per_lane, cpl, unroll;
+    bool walk; /* the V * C * N kernel instead (measuring only) */
+} emb_config;
+
+/* $KF_EMBGRAD_CONFIG=lanes,per_lane,cpl,unroll picks another shape, and =walk the V * C * N
+ * kernel, for measuring them on one device (bench/embedding_grad.sh); a shape that does not fit
+ * is ignored. */
+static emb_config emb_config_of(const embed_dims *d) {
+    emb_config cfg = {64, 32, 4, 8, false};
+    const char *env = getenv("KF_EMBGRAD_CONFIG");
+    if (env && !strcmp(env, "walk")) {
+        cfg.walk = true;
+        return cfg;
+    }
+    unsigned l, pl, cpl, u;
+    if (env && sscanf(env, "%u,%u,%u,%u", &l, &pl, &cpl, &u) == 4 && l >= EMB_COLS && l <= 256 &&
+        l % EMB_COLS == 0 && pl >= 1 && l * pl <= EMB_LIST_MAX && cpl >= 1 && cpl <= EMB_CPL_MAX &&
+        u >= 1 && u <= EMB_UNROLL_MAX) {
+        cfg = (emb_config){l, pl, cpl, u, false};
+    }
+    uint32_t need = (d->cols + EMB_COLS - 1) / EMB_COLS;
+    cfg.cpl = need < cfg.cpl ? need : cfg.cpl;
+    return cfg;
+}
+
+static uint32_t emb_chunks(const embed_dims *d) {
+    uint32_t width = emb_config_of(d).cpl * EMB_COLS;
+    return (d->cols + width - 1) / width;
+}
+
+/* The grid of embedding_grad_kernel: a workgroup per (row, chunk of columns). */
+static void emb_grid(const embed_dims *d, uint32_t groups[3]) {
+    if (emb_config_of(d).walk) {
+        kf__grid_1d((uint64_t)d->vocab * d->cols, KF__WORKGROUP, groups);
+    } else {
+        kf__grid_1d((uint64_t)d->vocab * emb_chunks(d), 1, groups);
+    }
+}
+
+/* The kernel this file had before the tiled one (kept for measuring against it,
+ * $KF_EMBGRAD_CONFIG=walk): one invocation per (v, c) walking every id in order. */
+static kf_kernel *embedding_grad_walk_kernel(const kf_shape *in, kf_dtype dtype, bool backward) {
     embed_dims d = dims_of(in);
     uint64_t n = (uint64_t)d.vocab * d.cols;
     kf_kernel *k =
@@ -180,6 +252,163 @@ static kf_kernel *embedding_grad_kernel(const kf_shape *in, kf_dtype dtype, bool
     return k;
 }
 
+static kf_kernel *embedding_grad_kernel(const kf_shape *in, kf_dtype dtype, bool backward) {
+    embed_dims d = dims_of(in);
+    emb_config cfg = emb_config_of(&d);
+    if (cfg.walk) {
+        return embedding_grad_walk_kernel(in, dtype, backward);
+    }
+    uint32_t slices = cfg.lanes / EMB_COLS, tile = cfg.lanes * cfg.per_lane;
+    kf_kernel_desc desc = {0};
+    desc.name = backward ? "embedding_backward" : "embedding_grad";
+    desc.workgroup_size[0] = cfg.lanes;
+    desc.output = backward ? kf_type_scalar(KF_SCALAR_VOID) : kf__dtype_type(dtype);
+    kf_kernel *k = kf_kernel_create(&desc);
+    if (!k) {
+        return NULL;
+    }
+    uint32_t chunks = emb_chunks(&d);
+    uint64_t workgroups = (uint64_t)d.vocab * chunks;
+    uint32_t groups[3];
+    kf__grid_1d(workgroups, 1, groups);
+    kf_kernel_set_grid(k, groups);
+    kf__bind(k, "table", dtype, KF_ACCESS_READ);
+    kf_binding ids = kf__bind(k, "ids", KF_DTYPE_I32, KF_ACCESS_READ);
+    kf_binding grad_in = {0};
+    kf_binding dy;
+    if (backward) {
+        kf__bind(k, "out", dtype, KF_ACCESS_READ);
+        dy = kf__bind(k, "grad_out", dtype, KF_ACCESS_READ);
+        grad_in = kf__bind(k, "grad_in", dtype, KF_ACCESS_READ_WRITE);
+    } else {
+        dy = kf__bind(k, "dy", dtype, KF_ACCESS_READ);
+    }
+    kf_type u32 = kf_type_scalar(KF_SCALAR_U32);
+    kf_type f32 = kf_type_scalar(KF_SCALAR_F32);
+    kf_shared counts =
+        kf_kernel_workgroup(k, "counts", kf_type_vec(KF_SCALAR_U32, 4), cfg.lanes / 4);
+    kf_shared found_cell = kf_kernel_workgroup(k, "found_cell", u32, 1);
+    kf_shared list = kf_kernel_workgroup(k, "list", u32, tile);
+    kf_shared parts =
+        slices > 1 ? kf_kernel_workgroup(k, "parts", f32, cfg.lanes * cfg.cpl) : (kf_shared){0};
+    kf_val wg = kf_let(k, "wg", kf_workgroup_linear(k));
+    kf_val lane = kf_let(k, "lane", kf_builtin_get(k, KF_BUILTIN_LOCAL_INDEX));
+    kf_val slice = kf_let(k, "slice", kf_div(k, lane, kf__u32(k, EMB_COLS)));
+    /* wg is uniform over the workgroup: the barriers below stay in uniform control flow */
+    kf_if(k, kf_binary(k, KF_OP_LT, wg, kf__u32(k, workgroups)));
+    kf_val vu = kf_let(k, "vu", kf_div(k, wg, kf__u32(k, chunks)));
+    kf_val v = kf_let(k, "v", kf_cast(k, kf_type_scalar(KF_SCALAR_I32), vu));
+    kf_val c0 = kf_let(k, "c0",
+                       kf_add(k,
+                              kf_mul(k, kf_binary(k, KF_OP_MOD, wg, kf__u32(k, chunks)),
+                                     kf__u32(k, cfg.cpl * EMB_COLS)),
+                              kf_binary(k, KF_OP_MOD, lane, kf__u32(k, EMB_COLS))));
+    kf_val c[EMB_CPL_MAX], col[EMB_CPL_MAX];
+    kf_var acc[EMB_CPL_MAX][EMB_UNROLL_MAX];
+    for (uint32_t x = 0; x < cfg.cpl; x++) {
+        char name[16];
+        c[x] = kf_add(k, c0, kf__u32(k, x * EMB_COLS));
+        snprintf(name, sizeof name, "col%u", x);
+        col[x] = kf_let(k, name, kf_call2(k, KF_FN_MIN, c[x], kf__u32(k, d.cols - 1)));
+        for (uint32_t u = 0; u < cfg.unroll; u++) {
+            snprintf(name, sizeof name, "acc%u_%u", x, u);
+            acc[x][u] = kf_declare(k, name, f32, kf_lit_f32(k, 0.0f));
+        }
+    }
+    kf_val base = kf_for(k, "base", kf__u32(k, 0), kf__u32(k, d.rows), kf__u32(k, tile));
+    /* this lane's ids: base + lane * per_lane + q, matched against v */
+    kf_val first = kf_let(k, "first", kf_add(k, base, kf_mul(k, lane, kf__u32(k, cfg.per_lane))));
+    kf_val match[EMB_LIST_MAX / EMB_COLS];
+    kf_var mine = kf_declare(k, "mine", u32, kf__u32(k, 0));
+    for (uint32_t q = 0; q < cfg.per_lane; q++) {
+        char name[16];
+        kf_val r = kf_add(k, first, kf__u32(k, q));
+        kf_val in_range = kf_binary(k, KF_OP_LT, r, kf__u32(k, d.rows));
+        kf_val id = kf_load(k, ids, kf_call2(k, KF_FN_MIN, r, kf__u32(k, d.rows - 1)));
+        snprintf(name, sizeof name, "match%u", q);
+        match[q] =
+            kf_let(k, name, kf_binary(k, KF_OP_AND, in_range, kf_binary(k, KF_OP_EQ, id, v)));
+        kf_assign(
+            k, mine,
+            kf_add(k, kf_read(k, mine), kf_select(k, kf__u32(k, 0), kf__u32(k, 1), match[q])));
+    }
+    kf_shared_store_lane(k, counts, kf_div(k, lane, kf__u32(k, 4)),
+                         kf_binary(k, KF_OP_MOD, lane, kf__u32(k, 4)), kf_read(k, mine));
+    kf_barrier(k);
+    /* every lane reads all the counts: the matches of the lanes before it (its place in the
+     * list) and the tile's total, which the last lane hands on in found_cell */
+    kf_val before = kf__u32(k, 0), total = kf__u32(k, 0);
+    for (uint32_t i = 0; i < cfg.lanes / 4; i++) {
+        kf_val w = kf_let(k, "w", kf_shared_load(k, counts, kf__u32(k, i)));
+        for (uint32_t q = 0; q < 4; q++) {
+            kf_val n = kf_extract(k, w, q);
+            total = kf_add(k, total, n);
+            before = kf_add(k, before,
+                            kf_select(k, kf__u32(k, 0), n,
+                                      kf_binary(k, KF_OP_LT, kf__u32(k, 4 * i + q), lane)));
+        }
+    }
+    kf_var at = kf_declare(k, "at", u32, before);
+    kf_if(k, kf_binary(k, KF_OP_EQ, lane, kf__u32(k, cfg.lanes - 1)));
+    kf_shared_store(k, found_cell, kf__u32(k, 0), total);
+    kf_end(k);
+    for (uint32_t q = 0; q < cfg.per_lane; q++) {
+        kf_if(k, match[q]);
+        kf_shared_store(k, list, kf_read(k, at), kf_add(k, first, kf__u32(k, q)));
+        kf_assign(k, at, kf_add(k, kf_read(k, at), kf__u32(k, 1)));
+        kf_end(k);
+    }
+    kf_barrier(k);
+    kf_val found = kf_let(k, "found", kf_shared_load(k, found_cell, kf__u32(k, 0)));
+    /* the listed rows in id order, unroll of them in flight per lane; a row past found adds
+     * +0.0 (exact: no partial sum is ever -0.0) */
+    kf_val j = kf_for(k, "j", slice, found, kf__u32(k, slices * cfg.unroll));
+    for (uint32_t u = 0; u < cfg.unroll; u++) {
+        kf_val jj = kf_add(k, j, kf__u32(k, u * slices));
+        kf_val row = kf_shared_load(k, list, kf_call2(k, KF_FN_MIN, jj, kf__u32(k, tile - 1)));
+        kf_val at_row = kf_mul(k, row, kf__u32(k, d.cols));
+        kf_val keep = kf_binary(k, KF_OP_LT, jj, found);
+        for (uint32_t x = 0; x < cfg.cpl; x++) {
+            kf_val g = kf__load_f32(k, dy, kf_add(k, at_row, col[x]), dtype);
+            kf_assign(k, acc[x][u],
+                      kf_add(k, kf_read(k, acc[x][u]), kf_select(k, kf_lit_f32(k, 0.0f), g, keep)));
+        }
+    }
+    kf_end(k);
+    kf_end(k);
+    kf_val sum[EMB_CPL_MAX];
+    for (uint32_t x = 0; x < cfg.cpl; x++) {
+        sum[x] = kf_read(k, acc[x][0]);
+        for (uint32_t u = 1; u < cfg.unroll; u++) {
+            sum[x] = kf_add(k, sum[x], kf_read(k, acc[x][u]));
+        }
+        if (slices > 1) {
+            kf_shared_store(k, parts, kf_add(k, lane, kf__u32(k, x * cfg.lanes)), sum[x]);
+        }
+    }
+    if (slices > 1) {
+        kf_barrier(k);
+    }
+    /* the slices' sums in slice order */
+    kf_if(k, kf_binary(k, KF_OP_EQ, slice, kf__u32(k, 0)));
+    for (uint32_t x = 0; x < cfg.cpl; x++) {
+        kf_val whole = sum[x];
+        for (uint32_t s = 1; s < slices; s++) {
+            whole =
+                kf_add(k, whole,
+                       kf_shared_load(k, parts,
+                                      kf_add(k, lane, kf__u32(k, x * cfg.lanes + s * EMB_COLS))));
+        }
+        kf_if(k, kf_binary(k, KF_OP_LT, c[x], kf__u32(k, d.cols)));
+        kf__store_or_yield(k, grad_in, kf_add(k, kf_mul(k, vu, kf__u32(k, d.cols)), c[x]), whole,
+                           dtype);
+        kf_end(k);
+    }
+    kf_end(k);
+    kf_end(k);
+    return k;
+}
+
 static kf_kernel *embedding_kernel_backward(const kf_shape *in, const kf_op_params *p,
                                             kf_dtype dtype, uint32_t which) {
     kf_shape out;
@@ -193,8 +422,11 @@ static void embedding_grid(const kf_shape *in, const kf_op_params *p, int32_t wh
                            uint32_t groups[3]) {
     (void)p;
     embed_dims d = dims_of(in);
-    uint64_t n = which < 0 ? d.rows * d.cols : (uint64_t)d.vocab * d.cols;
-    kf__grid_1d(n, KF__WORKGROUP, groups);
+    if (which < 0) {
+        kf__grid_1d(d.rows * d.cols, KF__WORKGROUP, groups);
+    } else {
+        emb_grid(&d, groups);
+    }
 }
 
 /* ---- embedding_grad (table, ids, dy) -> dtable ---- */
@@ -221,7 +453,8 @@ static kf_kernel *embedding_grad_kernel_forward(const kf_shape *in, const kf_op_
 static void embedding_grad_grid(const kf_shape *in, const kf_op_params *p, int32_t which,
                                 uint32_t groups[3]) {
     (void)p, (void)which;
-    kf__grid_1d(kf_shape_elements(&in[0]), KF__WORKGROUP, groups);
+    embed_dims d = dims_of(in);
+    emb_grid(&d, groups);
 }
 
 #define CASES(table) .cases = table, .case_count = sizeof table / sizeof table[0]
@@ -238,6 +471,8 @@ static const kf_op_case embedding_grad_cases[] = {
     {{SHAPE2(1, 1), SHAPE0, SHAPE1(1)}, {.alpha = 0}, "one row"},
     {{SHAPE2(7, 13), SHAPE1(5), SHAPE2(5, 13)}, {.alpha = 0}, "primes"},
     {{SHAPE2(3, 5), SHAPE2(7, 11), SHAPE3(7, 11, 5)}, {.alpha = 0}, "many repeats"},
+    {{SHAPE2(1, 3), SHAPE1(4099), SHAPE2(4099, 3)}, {.alpha = 0}, "every id matches, 3 tiles"},
+    {{SHAPE2(5, 67), SHAPE2(3, 701), SHAPE3(3, 701, 67)}, {.alpha = 0}, "2 tiles, 67 columns"},
     {{SHAPE2(65, 128), SHAPE2(8, 64), SHAPE3(8, 64, 128)}, {.alpha = 0}, "moderate"},
     {{SHAPE2(1024, 4096), SHAPE1(3), SHAPE2(3, 4096)}, {.alpha = 0}, "large table"},
 };
