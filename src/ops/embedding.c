@@ -183,7 +183,7 @@ typedef struct emb_config {
  * kernel, for measuring them on one device (bench/embedding_grad.sh); a shape that does not fit
  * is ignored. */
 static emb_config emb_config_of(const embed_dims *d) {
-    emb_config cfg = {64, 32, 4, 8, false};
+    emb_config cfg = {64, 32, 4, 4, false};
     const char *env = getenv("KF_EMBGRAD_CONFIG");
     if (env && !strcmp(env, "walk")) {
         cfg.walk = true;
@@ -191,8 +191,8 @@ static emb_config emb_config_of(const embed_dims *d) {
     }
     unsigned l, pl, cpl, u;
     if (env && sscanf(env, "%u,%u,%u,%u", &l, &pl, &cpl, &u) == 4 && l >= EMB_COLS && l <= 256 &&
-        l % EMB_COLS == 0 && pl >= 1 && l * pl <= EMB_LIST_MAX && cpl >= 1 && cpl <= EMB_CPL_MAX &&
-        u >= 1 && u <= EMB_UNROLL_MAX) {
+        l % EMB_COLS == 0 && pl >= 1 && pl <= 32 && l * pl <= EMB_LIST_MAX && cpl >= 1 &&
+        cpl <= EMB_CPL_MAX && u >= 1 && u <= EMB_UNROLL_MAX) {
         cfg = (emb_config){l, pl, cpl, u, false};
     }
     uint32_t need = (d->cols + EMB_COLS - 1) / EMB_COLS;
@@ -318,20 +318,23 @@ static kf_kernel *embedding_grad_kernel(const kf_shape *in, kf_dtype dtype, bool
     kf_val base = kf_for(k, "base", kf__u32(k, 0), kf__u32(k, d.rows), kf__u32(k, tile));
     /* this lane's ids: base + lane * per_lane + q, matched against v */
     kf_val first = kf_let(k, "first", kf_add(k, base, kf_mul(k, lane, kf__u32(k, cfg.per_lane))));
-    kf_val match[EMB_LIST_MAX / EMB_COLS];
+    /* loops, not unrolled: 32 unrolled id tests took llvmpipe 5 s to compile (each kernel) */
+    kf_var bits = kf_declare(k, "bits", u32, kf__u32(k, 0));
     kf_var mine = kf_declare(k, "mine", u32, kf__u32(k, 0));
-    for (uint32_t q = 0; q < cfg.per_lane; q++) {
-        char name[16];
-        kf_val r = kf_add(k, first, kf__u32(k, q));
-        kf_val in_range = kf_binary(k, KF_OP_LT, r, kf__u32(k, d.rows));
-        kf_val id = kf_load(k, ids, kf_call2(k, KF_FN_MIN, r, kf__u32(k, d.rows - 1)));
-        snprintf(name, sizeof name, "match%u", q);
-        match[q] =
-            kf_let(k, name, kf_binary(k, KF_OP_AND, in_range, kf_binary(k, KF_OP_EQ, id, v)));
-        kf_assign(
-            k, mine,
-            kf_add(k, kf_read(k, mine), kf_select(k, kf__u32(k, 0), kf__u32(k, 1), match[q])));
-    }
+    /* the lane's ids that exist; a bound the compiler cannot unroll (compile time) */
+    kf_val have = kf_let(k, "have",
+                         kf_select(k, kf__u32(k, 0),
+                                   kf_call2(k, KF_FN_MIN, kf_sub(k, kf__u32(k, d.rows), first),
+                                            kf__u32(k, cfg.per_lane)),
+                                   kf_binary(k, KF_OP_LT, first, kf__u32(k, d.rows))));
+    kf_val qi = kf_for(k, "q", kf__u32(k, 0), have, kf__u32(k, 1));
+    kf_val r = kf_add(k, first, qi);
+    kf_val id = kf_load(k, ids, kf_call2(k, KF_FN_MIN, r, kf__u32(k, d.rows - 1)));
+    kf_val one = kf_select(k, kf__u32(k, 0), kf__u32(k, 1), kf_binary(k, KF_OP_EQ, id, v));
+    kf_assign(k, bits,
+              kf_binary(k, KF_OP_BIT_OR, kf_read(k, bits), kf_binary(k, KF_OP_SHL, one, qi)));
+    kf_assign(k, mine, kf_add(k, kf_read(k, mine), one));
+    kf_end(k);
     kf_shared_store_lane(k, counts, kf_div(k, lane, kf__u32(k, 4)),
                          kf_binary(k, KF_OP_MOD, lane, kf__u32(k, 4)), kf_read(k, mine));
     kf_barrier(k);
@@ -352,12 +355,15 @@ static kf_kernel *embedding_grad_kernel(const kf_shape *in, kf_dtype dtype, bool
     kf_if(k, kf_binary(k, KF_OP_EQ, lane, kf__u32(k, cfg.lanes - 1)));
     kf_shared_store(k, found_cell, kf__u32(k, 0), total);
     kf_end(k);
-    for (uint32_t q = 0; q < cfg.per_lane; q++) {
-        kf_if(k, match[q]);
-        kf_shared_store(k, list, kf_read(k, at), kf_add(k, first, kf__u32(k, q)));
-        kf_assign(k, at, kf_add(k, kf_read(k, at), kf__u32(k, 1)));
-        kf_end(k);
-    }
+    kf_val q2 = kf_for(k, "q", kf__u32(k, 0), have, kf__u32(k, 1));
+    kf_if(k, kf_binary(k, KF_OP_NE,
+                       kf_binary(k, KF_OP_BIT_AND, kf_binary(k, KF_OP_SHR, kf_read(k, bits), q2),
+                                 kf__u32(k, 1)),
+                       kf__u32(k, 0)));
+    kf_shared_store(k, list, kf_read(k, at), kf_add(k, first, q2));
+    kf_assign(k, at, kf_add(k, kf_read(k, at), kf__u32(k, 1)));
+    kf_end(k);
+    kf_end(k);
     kf_barrier(k);
     kf_val found = kf_let(k, "found", kf_shared_load(k, found_cell, kf__u32(k, 0)));
     /* the listed rows in id order, unroll of them in flight per lane; a row past found adds

@@ -244,3 +244,210 @@ KT_TEST(ops, views_move_nan_inf_and_signed_zero_unchanged) {
     kf_gpu_tensor_destroy(gx);
     kf_tensor_destroy(x);
 }
+
+/* ---- embedding_grad's kernel: its summation order, and no workgroup read used past a barrier */
+
+/* dtable[v, c] in f32, added in the order docs/operators.md states for the default kernel shape
+ * (src/ops/embedding.c: 64 lanes, 32 ids each a tile, 4 partial sums a column, one slice): per
+ * tile of 2048 ids, the matches j = 0, 1, ... in id order go to partial sum j mod 4; the partial
+ * sums carry over the tiles and are added ((0 + 1) + 2) + 3 at the end. */
+static void stated_order_sums(const kf_tensor *ids, const kf_tensor *dy, uint32_t vocab,
+                              uint32_t cols, float *dtable) {
+    enum { TILE = 64 * 32, UNROLL = 4 };
+    float *part = calloc((size_t)vocab * cols * UNROLL, sizeof *part);
+    uint32_t *j = calloc(vocab, sizeof *j);
+    uint64_t rows = kf_tensor_size(ids);
+    for (uint64_t r = 0; part && j && r < rows; r++) {
+        if (r % TILE == 0) {
+            memset(j, 0, sizeof *j * vocab);
+        }
+        uint32_t v = (uint32_t)ids->data[r];
+        for (uint32_t c = 0; c < cols; c++) {
+            part[((size_t)v * cols + c) * UNROLL + j[v] % UNROLL] += dy->data[r * cols + c];
+        }
+        j[v]++;
+    }
+    for (size_t e = 0; part && e < (size_t)vocab * cols; e++) {
+        float sum = part[e * UNROLL];
+        for (int u = 1; u < UNROLL; u++) {
+            sum += part[e * UNROLL + (size_t)u];
+        }
+        dtable[e] = sum;
+    }
+    free(part);
+    free(j);
+}
+
+/* The same inputs give the same bits on two runs, and those bits are the stated order's: ids
+ * skewed toward row 0 (a text's spaces: hundreds of matches a tile), 3 tiles (the last of 3 ids),
+ * 300 columns (a chunk of 256 and one of 44). */
+KT_TEST(ops, embedding_grad_sums_in_its_stated_order) {
+    KT_NEED_GPU(ctx);
+    if (getenv("KF_EMBGRAD_CONFIG")) {
+        printf(
+            "    (KF_EMBGRAD_CONFIG is set: the stated order is the default shape's; skipped)\n");
+        return;
+    }
+    const uint32_t vocab = 5, cols = 300, rows = 4099;
+    kf_shape ts = kf_shape_2d(vocab, cols), is = kf_shape_1d(rows), ds = kf_shape_2d(rows, cols);
+    kf_tensor *table = NULL, *ids = NULL, *dy = NULL, *got[2] = {NULL, NULL};
+    KT_CHECK_OK(kf_tensor_create(&ts, &table));
+    KT_CHECK_OK(kf_tensor_create(&is, &ids));
+    KT_CHECK_OK(kf_tensor_create(&ds, &dy));
+    kf_tensor_fill_random(table, kt_rand_u64(), -1.0f, 1.0f);
+    kf_tensor_fill_random(dy, kt_rand_u64(), -1.0f, 1.0f);
+    for (uint32_t r = 0; r < rows; r++) {
+        uint64_t x = kt_rand_u64() % 8;
+        ids->data[r] = (float)(x < 4 ? 0 : x - 3); /* row 0 half the time */
+    }
+    kf_gpu_tensor *gt = NULL, *gi = NULL, *gd = NULL, *go = NULL;
+    KT_CHECK_OK(kf_gpu_tensor_from(ctx, table, KF_DTYPE_F32, &gt));
+    KT_CHECK_OK(kf_gpu_tensor_from(ctx, ids, KF_DTYPE_I32, &gi));
+    KT_CHECK_OK(kf_gpu_tensor_from(ctx, dy, KF_DTYPE_F32, &gd));
+    KT_CHECK_OK(kf_gpu_tensor_create(ctx, &ts, KF_DTYPE_F32, &go));
+    const kf_gpu_tensor *in[3] = {gt, gi, gd};
+    for (int run = 0; run < 2; run++) {
+        KT_CHECK_OK(kf_op_run_forward(ctx, kf_op_find("embedding_grad"), NULL, in, go));
+        KT_CHECK_OK(kf_tensor_create(&ts, &got[run]));
+        KT_CHECK_OK(kf_gpu_tensor_to(go, got[run]));
+    }
+    KT_CHECK(!memcmp(got[0]->data, got[1]->data, sizeof(float) * vocab * cols),
+             "two runs of the same inputs differ");
+    float *stated = calloc((size_t)vocab * cols, sizeof *stated);
+    KT_CHECK(stated != NULL, "out of memory");
+    stated_order_sums(ids, dy, vocab, cols, stated);
+    for (uint32_t v = 0; v < vocab; v++) {
+        for (uint32_t c = 0; c < cols; c++) {
+            float want = stated[v * cols + c];
+            float have = got[0]->data[v * cols + c];
+            KT_CHECK(!memcmp(&want, &have, sizeof want),
+                     "dtable[%u, %u] is %.9g, the stated order gives %.9g", v, c, (double)have,
+                     (double)want);
+        }
+    }
+    kf_gpu_tensor_destroy(gt);
+    kf_gpu_tensor_destroy(gi);
+    kf_gpu_tensor_destroy(gd);
+    kf_gpu_tensor_destroy(go);
+    kf_tensor_destroy(table);
+    kf_tensor_destroy(ids);
+    kf_tensor_destroy(dy);
+    kf_tensor_destroy(got[0]);
+    kf_tensor_destroy(got[1]);
+    free(stated);
+}
+
+static bool is_name_char(char ch) {
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+           ch == '_';
+}
+
+/* Whether the line holds `name` as a whole word, followed by `next` when next is not 0. */
+static bool has_word(const char *line, const char *end, const char *name, char next) {
+    size_t n = strlen(name);
+    for (const char *at = line; at + n <= end; at++) {
+        if (!strncmp(at, name, n) && (at == line || !is_name_char(at[-1])) &&
+            (at + n == end || !is_name_char(at[n])) && (!next || (at + n < end && at[n] == next))) {
+            return true;
+        }
+    }
+    return false;
+}
+
+#define MAX_VALUES 256
+#define MAX_NAME 48
+
+/* The first `let` or `var` (in the kernel's WGSL) whose value comes from workgroup memory
+ * (directly, or through such values) and is first used after a workgroupBarrier() of its own
+ * block, in *name; false when there is none. Mesa's GLSL compiler moves such a read, when its
+ * value is read once, down to the use: past the barrier (src/ops/embedding.c). */
+static bool carried_past_barrier(const char *wgsl, char *name, size_t size) {
+    char shared[8][MAX_NAME];
+    int shared_count = 0;
+    for (const char *at = wgsl; (at = strstr(at, "var<workgroup> ")) != NULL && shared_count < 8;) {
+        at += strlen("var<workgroup> ");
+        size_t n = strcspn(at, ":");
+        snprintf(shared[shared_count++], MAX_NAME, "%.*s", (int)n, at);
+    }
+    char values[MAX_VALUES][MAX_NAME];
+    int value_count = 0;
+    for (const char *line = wgsl; *line;
+         line += strcspn(line, "\n") + (line[strcspn(line, "\n")] != 0)) {
+        const char *end = line + strcspn(line, "\n");
+        const char *s = line + strspn(line, " ");
+        bool decl = !strncmp(s, "let ", 4) || !strncmp(s, "var ", 4);
+        if (!decl || value_count == MAX_VALUES) {
+            continue;
+        }
+        const char *eq = memchr(s, '=', (size_t)(end - s));
+        if (!eq) {
+            continue;
+        }
+        bool from_shared = false;
+        for (int i = 0; i < shared_count && !from_shared; i++) {
+            from_shared = has_word(eq, end, shared[i], '[');
+        }
+        for (int i = 0; i < value_count && !from_shared; i++) {
+            from_shared = has_word(eq, end, values[i], 0);
+        }
+        if (!from_shared) {
+            continue;
+        }
+        size_t n = strcspn(s + 4, " :=");
+        snprintf(values[value_count], MAX_NAME, "%.*s", (int)n, s + 4);
+        /* its first use, within its block (depth never below the declaration's) */
+        int depth = 0;
+        bool barrier = false;
+        for (const char *l = end + (*end != 0); *l;
+             l += strcspn(l, "\n") + (l[strcspn(l, "\n")] != 0)) {
+            const char *e = l + strcspn(l, "\n");
+            if (has_word(l, e, values[value_count], 0)) {
+                if (barrier) {
+                    snprintf(name, size, "%s", values[value_count]);
+                    return true;
+                }
+                break;
+            }
+            for (const char *c = l; c < e; c++) {
+                depth += *c == '{' ? 1 : *c == '}' ? -1 : 0;
+            }
+            if (depth < 0) {
+                break; /* the block ended */
+            }
+            barrier = barrier || has_word(l, e, "workgroupBarrier", '(');
+        }
+        value_count++;
+    }
+    return false;
+}
+
+/* No GPU: e31370d's scan read scan[lane - off] before a barrier and added it into scan[lane]
+ * after it, which Mesa's GLSL compiler turned into a read after the barrier (GLES counted a match
+ * 6 times). Every value embedding_grad's kernels read from workgroup memory is used before the
+ * next barrier, forward and backward, at shapes of one tile, three tiles and two chunks. */
+KT_CPU_TEST(ops, embedding_grad_uses_workgroup_reads_before_the_next_barrier) {
+    const kf_operator *grad = kf_op_find("embedding_grad"), *fwd = kf_op_find("embedding");
+    static const uint32_t sizes[][3] = {{7, 13, 5}, {5, 300, 4099}, {65, 128, 4096}};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        kf_shape in[3] = {kf_shape_2d(sizes[s][0], sizes[s][1]), kf_shape_1d(sizes[s][2]),
+                          kf_shape_2d(sizes[s][2], sizes[s][1])};
+        for (int backward = 0; backward < 2; backward++) {
+            kf_kernel *k = backward ? fwd->kernel_backward(in, NULL, KF_DTYPE_F32, 0)
+                                    : kf_op_kernel_forward(grad, in, NULL, KF_DTYPE_F32);
+            KT_CHECK(k && kf_kernel_status(k) == KF_OK, "kernel: %s", k ? kf_kernel_error(k) : "");
+            char *wgsl = kf_kernel_emit_wgsl(k);
+            KT_CHECK(wgsl != NULL, "no WGSL");
+            KT_CHECK(strstr(wgsl, "workgroupBarrier()") != NULL,
+                     "no barrier: not the tiled kernel");
+            char name[MAX_NAME] = "";
+            bool carried = carried_past_barrier(wgsl, name, sizeof name);
+            kf_free(wgsl);
+            kf_kernel_destroy(k);
+            KT_CHECK(
+                !carried,
+                "%s %ux%u, %u ids: '%s' is read from workgroup memory and used after a barrier",
+                backward ? "embedding backward" : "embedding_grad", sizes[s][0], sizes[s][1],
+                sizes[s][2], name);
+        }
+    }
+}

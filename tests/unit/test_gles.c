@@ -83,6 +83,33 @@ KT_TEST(gles, gles_layernorm_matches_the_spec) {
     }
 }
 
+/* embedding_grad (and embedding's backward, the same kernel) past a tile of ids and a chunk of
+ * columns, and with every id matching (full lists): e31370d's tiled kernel failed 11 of verify's
+ * checks here (one match counted 6 times) while Vulkan passed, because Mesa's GLSL compiler moved
+ * its scan's workgroup reads past a barrier (src/ops/embedding.c). */
+KT_TEST(gles, gles_embedding_grad_matches_the_spec) {
+    KT_NEED_GLES(ctx);
+    static const uint32_t sizes[][3] = {{5, 300, 2103}, {1, 3, 4099}};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        for (int backward = 0; backward < (s == 0 ? 2 : 1); backward++) {
+            kf_verify_case c = {0};
+            c.op = kf_op_find(backward ? "embedding" : "embedding_grad");
+            KT_CHECK(c.op != NULL, "no embedding");
+            c.shapes[0] = kf_shape_2d(sizes[s][0], sizes[s][1]);
+            c.shapes[1] = kf_shape_1d(sizes[s][2]);
+            c.shapes[2] = kf_shape_2d(sizes[s][2], sizes[s][1]);
+            c.dtype = KF_DTYPE_F32;
+            c.backward = backward;
+            c.seed = kt_rand_u64();
+            kf_verify_result r;
+            kf_status st = kf_op_verify(ctx, &c, &r);
+            KT_CHECK(st == KF_OK, "%s %ux%u, %u ids on GLES: %s (%s)",
+                     backward ? "embedding backward" : "embedding_grad", sizes[s][0], sizes[s][1],
+                     sizes[s][2], kf_status_str(st), r.message);
+        }
+    }
+}
+
 /* ---- random programs on both paths ---- */
 
 static uint32_t pick(uint32_t n) {
