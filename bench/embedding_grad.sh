@@ -24,7 +24,7 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 : >"$TXT"
 : >"$JSON"
-CONFIGS=${CONFIGS:-"default walk 64,32,4,8 64,32,2,4 128,16,2,8 256,8,1,4 256,8,2,8 256,8,4,4"}
+CONFIGS=${CONFIGS:-"default walk cpu 64,32,4,8 128,16,2,8 256,8,1,4 256,8,2,8 256,8,4,4"}
 # V C N ids
 SIZES=${SIZES:-"65,128,4096,uniform 65,128,4096,zipf 65,256,8192,zipf 256,256,8192,uniform"}
 

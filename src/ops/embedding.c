@@ -179,20 +179,28 @@ typedef struct emb_config {
     bool walk; /* the V * C * N kernel instead (measuring only) */
 } emb_config;
 
-/* $KF_EMBGRAD_CONFIG=lanes,per_lane,cpl,unroll picks another shape, and =walk the V * C * N
- * kernel, for measuring them on one device (bench/embedding_grad.sh); a shape that does not fit
- * is ignored. */
-static emb_config emb_config_of(const embed_dims *d) {
-    emb_config cfg = {64, 32, 4, 4, false};
+/* The shapes the kernel runs with: on a CPU (llvmpipe runs a workgroup as batches of 8 lanes and
+ * pays for each barrier and each workgroup, so few of both), and on a GPU (more lanes share a
+ * row's matches: a text's space takes 1/6 of the ids, and its row's sums are the longest chain). */
+static const emb_config emb_cpu = {64, 32, 4, 4, false};
+static const emb_config emb_gpu = {256, 8, 2, 4, false};
+
+/* The shape for a CPU or a GPU. $KF_EMBGRAD_CONFIG=lanes,per_lane,cpl,unroll picks another one,
+ * =cpu or =gpu that device's, =walk the V * C * N kernel, for measuring them on one device
+ * (bench/embedding_grad.sh) and testing them on another (tests/ops/test_ops_view.c); a shape that
+ * does not fit is ignored. */
+static emb_config emb_config_of(const embed_dims *d, bool gpu) {
+    emb_config cfg = gpu ? emb_gpu : emb_cpu;
     const char *env = getenv("KF_EMBGRAD_CONFIG");
+    unsigned l, pl, cpl, u;
     if (env && !strcmp(env, "walk")) {
         cfg.walk = true;
         return cfg;
-    }
-    unsigned l, pl, cpl, u;
-    if (env && sscanf(env, "%u,%u,%u,%u", &l, &pl, &cpl, &u) == 4 && l >= EMB_COLS && l <= 256 &&
-        l % EMB_COLS == 0 && pl >= 1 && pl <= 32 && l * pl <= EMB_LIST_MAX && cpl >= 1 &&
-        cpl <= EMB_CPL_MAX && u >= 1 && u <= EMB_UNROLL_MAX) {
+    } else if (env && (!strcmp(env, "cpu") || !strcmp(env, "gpu"))) {
+        cfg = env[0] == 'g' ? emb_gpu : emb_cpu;
+    } else if (env && sscanf(env, "%u,%u,%u,%u", &l, &pl, &cpl, &u) == 4 && l >= EMB_COLS &&
+               l <= 256 && l % EMB_COLS == 0 && pl >= 1 && pl <= 32 && l * pl <= EMB_LIST_MAX &&
+               cpl >= 1 && cpl <= EMB_CPL_MAX && u >= 1 && u <= EMB_UNROLL_MAX) {
         cfg = (emb_config){l, pl, cpl, u, false};
     }
     uint32_t need = (d->cols + EMB_COLS - 1) / EMB_COLS;
@@ -200,17 +208,18 @@ static emb_config emb_config_of(const embed_dims *d) {
     return cfg;
 }
 
-static uint32_t emb_chunks(const embed_dims *d) {
-    uint32_t width = emb_config_of(d).cpl * EMB_COLS;
+static uint32_t emb_chunks(const embed_dims *d, const emb_config *cfg) {
+    uint32_t width = cfg->cpl * EMB_COLS;
     return (d->cols + width - 1) / width;
 }
 
 /* The grid of embedding_grad_kernel: a workgroup per (row, chunk of columns). */
 static void emb_grid(const embed_dims *d, uint32_t groups[3]) {
-    if (emb_config_of(d).walk) {
+    emb_config cfg = emb_config_of(d, false);
+    if (cfg.walk) {
         kf__grid_1d((uint64_t)d->vocab * d->cols, KF__WORKGROUP, groups);
     } else {
-        kf__grid_1d((uint64_t)d->vocab * emb_chunks(d), 1, groups);
+        kf__grid_1d((uint64_t)d->vocab * emb_chunks(d, &cfg), 1, groups);
     }
 }
 
@@ -252,9 +261,10 @@ static kf_kernel *embedding_grad_walk_kernel(const kf_shape *in, kf_dtype dtype,
     return k;
 }
 
-static kf_kernel *embedding_grad_kernel(const kf_shape *in, kf_dtype dtype, bool backward) {
+static kf_kernel *embedding_grad_kernel(const kf_shape *in, kf_dtype dtype, bool backward,
+                                        bool gpu) {
     embed_dims d = dims_of(in);
-    emb_config cfg = emb_config_of(&d);
+    emb_config cfg = emb_config_of(&d, gpu);
     if (cfg.walk) {
         return embedding_grad_walk_kernel(in, dtype, backward);
     }
@@ -267,7 +277,7 @@ static kf_kernel *embedding_grad_kernel(const kf_shape *in, kf_dtype dtype, bool
     if (!k) {
         return NULL;
     }
-    uint32_t chunks = emb_chunks(&d);
+    uint32_t chunks = emb_chunks(&d, &cfg);
     uint64_t workgroups = (uint64_t)d.vocab * chunks;
     uint32_t groups[3];
     kf__grid_1d(workgroups, 1, groups);
@@ -340,16 +350,27 @@ static kf_kernel *embedding_grad_kernel(const kf_shape *in, kf_dtype dtype, bool
     kf_barrier(k);
     /* every lane reads all the counts: the matches of the lanes before it (its place in the
      * list) and the tile's total, which the last lane hands on in found_cell */
+    kf_type u32x4 = kf_type_vec(KF_SCALAR_U32, 4);
+    kf_val zero4 = kf_splat(k, u32x4, kf__u32(k, 0));
+    kf_var sums[2] = {kf_declare(k, "before4", u32x4, zero4),
+                      kf_declare(k, "total4", u32x4, zero4)};
+    kf_val lane4 = kf_splat(k, u32x4, lane);
+    kf_val quad[4] = {kf__u32(k, 0), kf__u32(k, 1), kf__u32(k, 2), kf__u32(k, 3)};
+    kf_val offs = kf_vec(k, u32x4, quad, 4);
+    /* a loop: unrolled, 256 lanes' selects took llvmpipe seconds to compile */
+    kf_val i = kf_for(k, "i", kf__u32(k, 0), kf__u32(k, cfg.lanes / 4), kf__u32(k, 1));
+    kf_val w = kf_let(k, "w", kf_shared_load(k, counts, i));
+    kf_val at4 = kf_add(k, kf_splat(k, u32x4, kf_mul(k, i, kf__u32(k, 4))), offs);
+    kf_assign(
+        k, sums[0],
+        kf_add(k, kf_read(k, sums[0]), kf_select(k, zero4, w, kf_binary(k, KF_OP_LT, at4, lane4))));
+    kf_assign(k, sums[1], kf_add(k, kf_read(k, sums[1]), w));
+    kf_end(k);
     kf_val before = kf__u32(k, 0), total = kf__u32(k, 0);
-    for (uint32_t i = 0; i < cfg.lanes / 4; i++) {
-        kf_val w = kf_let(k, "w", kf_shared_load(k, counts, kf__u32(k, i)));
-        for (uint32_t q = 0; q < 4; q++) {
-            kf_val n = kf_extract(k, w, q);
-            total = kf_add(k, total, n);
-            before = kf_add(k, before,
-                            kf_select(k, kf__u32(k, 0), n,
-                                      kf_binary(k, KF_OP_LT, kf__u32(k, 4 * i + q), lane)));
-        }
+    kf_val b4 = kf_read(k, sums[0]), t4 = kf_read(k, sums[1]);
+    for (uint32_t x = 0; x < 4; x++) {
+        before = kf_add(k, before, kf_extract(k, b4, x));
+        total = kf_add(k, total, kf_extract(k, t4, x));
     }
     kf_var at = kf_declare(k, "at", u32, before);
     kf_if(k, kf_binary(k, KF_OP_EQ, lane, kf__u32(k, cfg.lanes - 1)));
@@ -421,7 +442,7 @@ static kf_kernel *embedding_kernel_backward(const kf_shape *in, const kf_op_para
     if (which != 0 || embedding_shape(in, p, &out, NULL, 0) != KF_OK) {
         return NULL; /* ids have no gradient */
     }
-    return embedding_grad_kernel(in, dtype, true);
+    return embedding_grad_kernel(in, dtype, true, false);
 }
 
 static void embedding_grid(const kf_shape *in, const kf_op_params *p, int32_t which,
@@ -453,7 +474,19 @@ static kf_kernel *embedding_grad_kernel_forward(const kf_shape *in, const kf_op_
     if (embedding_grad_shape(in, p, &out, NULL, 0) != KF_OK) {
         return NULL;
     }
-    return embedding_grad_kernel(in, dtype, false);
+    return embedding_grad_kernel(in, dtype, false, false);
+}
+
+/* The CPU or the GPU shape, by the adapter (kernel_forward, with no device, takes the CPU's). */
+static kf_kernel *embedding_grad_choose(kf_context *ctx, const kf_shape *in, const kf_op_params *p,
+                                        kf_dtype dtype) {
+    kf_shape out;
+    kf_adapter_info info;
+    if (embedding_grad_shape(in, p, &out, NULL, 0) != KF_OK) {
+        return NULL;
+    }
+    bool gpu = kf_context_adapter_info(ctx, &info) == KF_OK && strcmp(info.adapter_type, "CPU");
+    return embedding_grad_kernel(in, dtype, false, gpu);
 }
 
 static void embedding_grad_grid(const kf_shape *in, const kf_op_params *p, int32_t which,
@@ -518,6 +551,7 @@ const kf_operator kf__op_embedding_grad = {
     .shape = embedding_grad_shape,
     .spec_forward = embedding_grad_spec,
     .kernel_forward = embedding_grad_kernel_forward,
+    .kernel_choose = embedding_grad_choose,
     .tolerance_f32 = 1e-4,
     .tolerance_f16 = 2e-3,
     .input_lo = -1.0f,

@@ -247,47 +247,74 @@ KT_TEST(ops, views_move_nan_inf_and_signed_zero_unchanged) {
 
 /* ---- embedding_grad's kernel: its summation order, and no workgroup read used past a barrier */
 
-/* dtable[v, c] in f32, added in the order docs/operators.md states for the default kernel shape
- * (src/ops/embedding.c: 64 lanes, 32 ids each a tile, 4 partial sums a column, one slice): per
- * tile of 2048 ids, the matches j = 0, 1, ... in id order go to partial sum j mod 4; the partial
- * sums carry over the tiles and are added ((0 + 1) + 2) + 3 at the end. */
+/* Runs body with $KF_EMBGRAD_CONFIG set to config (NULL: unset), then puts it back. */
+#define WITH_EMBGRAD_CONFIG(config, body)                                                          \
+    do {                                                                                           \
+        const char *was_ = getenv("KF_EMBGRAD_CONFIG");                                            \
+        char saved_[64] = "";                                                                      \
+        if (was_) {                                                                                \
+            snprintf(saved_, sizeof saved_, "%s", was_);                                           \
+        }                                                                                          \
+        if (config) {                                                                              \
+            setenv("KF_EMBGRAD_CONFIG", config, 1);                                                \
+        } else {                                                                                   \
+            unsetenv("KF_EMBGRAD_CONFIG");                                                         \
+        }                                                                                          \
+        body;                                                                                      \
+        if (was_) {                                                                                \
+            setenv("KF_EMBGRAD_CONFIG", saved_, 1);                                                \
+        } else {                                                                                   \
+            unsetenv("KF_EMBGRAD_CONFIG");                                                         \
+        }                                                                                          \
+    } while (0)
+
+/* A shape of embedding_grad's kernel as its summation order sees it (src/ops/embedding.c). */
+typedef struct stated_shape {
+    const char *config; /* KF_EMBGRAD_CONFIG */
+    uint32_t tile, slices, unroll;
+} stated_shape;
+
+/* dtable[v, c] in f32, added in the order docs/operators.md states: per tile of ids, the matches
+ * j = 0, 1, ... in id order go to slice j mod slices and, in it, to partial sum
+ * (j / slices) mod unroll; the partial sums carry over the tiles; each slice adds its own in
+ * order ((0 + 1) + 2) + ..., then the slices' are added in slice order. */
 static void stated_order_sums(const kf_tensor *ids, const kf_tensor *dy, uint32_t vocab,
-                              uint32_t cols, float *dtable) {
-    enum { TILE = 64 * 32, UNROLL = 4 };
-    float *part = calloc((size_t)vocab * cols * UNROLL, sizeof *part);
+                              uint32_t cols, const stated_shape *sh, float *dtable) {
+    uint32_t parts = sh->slices * sh->unroll;
+    float *part = calloc((size_t)vocab * cols * parts, sizeof *part);
     uint32_t *j = calloc(vocab, sizeof *j);
     uint64_t rows = kf_tensor_size(ids);
     for (uint64_t r = 0; part && j && r < rows; r++) {
-        if (r % TILE == 0) {
+        if (r % sh->tile == 0) {
             memset(j, 0, sizeof *j * vocab);
         }
         uint32_t v = (uint32_t)ids->data[r];
+        uint32_t slot = (j[v] % sh->slices) * sh->unroll + (j[v] / sh->slices) % sh->unroll;
         for (uint32_t c = 0; c < cols; c++) {
-            part[((size_t)v * cols + c) * UNROLL + j[v] % UNROLL] += dy->data[r * cols + c];
+            part[((size_t)v * cols + c) * parts + slot] += dy->data[r * cols + c];
         }
         j[v]++;
     }
     for (size_t e = 0; part && e < (size_t)vocab * cols; e++) {
-        float sum = part[e * UNROLL];
-        for (int u = 1; u < UNROLL; u++) {
-            sum += part[e * UNROLL + (size_t)u];
+        float whole = 0.0f;
+        for (uint32_t s = 0; s < sh->slices; s++) {
+            const float *p = part + e * parts + s * sh->unroll;
+            float sum = p[0];
+            for (uint32_t u = 1; u < sh->unroll; u++) {
+                sum += p[u];
+            }
+            whole = s == 0 ? sum : whole + sum;
         }
-        dtable[e] = sum;
+        dtable[e] = whole;
     }
     free(part);
     free(j);
 }
 
-/* The same inputs give the same bits on two runs, and those bits are the stated order's: ids
- * skewed toward row 0 (a text's spaces: hundreds of matches a tile), 3 tiles (the last of 3 ids),
- * 300 columns (a chunk of 256 and one of 44). */
-KT_TEST(ops, embedding_grad_sums_in_its_stated_order) {
-    KT_NEED_GPU(ctx);
-    if (getenv("KF_EMBGRAD_CONFIG")) {
-        printf(
-            "    (KF_EMBGRAD_CONFIG is set: the stated order is the default shape's; skipped)\n");
-        return;
-    }
+/* The same inputs give the same bits on two runs, and those bits are the stated order's, for the
+ * CPU's kernel shape and the GPU's: ids skewed toward row 0 (a text's spaces: hundreds of matches
+ * a tile), 3 tiles (the last of 3 ids), 300 columns (chunks of 256 and 44, or 128, 128 and 44). */
+static void check_stated_order(kf_context *ctx, const stated_shape *sh) {
     const uint32_t vocab = 5, cols = 300, rows = 4099;
     kf_shape ts = kf_shape_2d(vocab, cols), is = kf_shape_1d(rows), ds = kf_shape_2d(rows, cols);
     kf_tensor *table = NULL, *ids = NULL, *dy = NULL, *got[2] = {NULL, NULL};
@@ -312,17 +339,17 @@ KT_TEST(ops, embedding_grad_sums_in_its_stated_order) {
         KT_CHECK_OK(kf_gpu_tensor_to(go, got[run]));
     }
     KT_CHECK(!memcmp(got[0]->data, got[1]->data, sizeof(float) * vocab * cols),
-             "two runs of the same inputs differ");
+             "%s shape: two runs of the same inputs differ", sh->config);
     float *stated = calloc((size_t)vocab * cols, sizeof *stated);
     KT_CHECK(stated != NULL, "out of memory");
-    stated_order_sums(ids, dy, vocab, cols, stated);
+    stated_order_sums(ids, dy, vocab, cols, sh, stated);
     for (uint32_t v = 0; v < vocab; v++) {
         for (uint32_t c = 0; c < cols; c++) {
             float want = stated[v * cols + c];
             float have = got[0]->data[v * cols + c];
             KT_CHECK(!memcmp(&want, &have, sizeof want),
-                     "dtable[%u, %u] is %.9g, the stated order gives %.9g", v, c, (double)have,
-                     (double)want);
+                     "%s shape: dtable[%u, %u] is %.9g, the stated order gives %.9g", sh->config, v,
+                     c, (double)have, (double)want);
         }
     }
     kf_gpu_tensor_destroy(gt);
@@ -335,6 +362,46 @@ KT_TEST(ops, embedding_grad_sums_in_its_stated_order) {
     kf_tensor_destroy(got[0]);
     kf_tensor_destroy(got[1]);
     free(stated);
+}
+
+KT_TEST(ops, embedding_grad_sums_in_its_stated_order) {
+    KT_NEED_GPU(ctx);
+    static const stated_shape shapes[] = {{"cpu", 64 * 32, 1, 4}, {"gpu", 256 * 8, 4, 4}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        WITH_EMBGRAD_CONFIG(shapes[s].config, check_stated_order(ctx, &shapes[s]));
+    }
+}
+
+/* Whether embedding_grad passes its verification table, but the large case. */
+static bool embedding_grad_table_passes(kf_context *ctx, char *failure, size_t size) {
+    const kf_operator *op = kf_op_find("embedding_grad");
+    uint32_t checked = 0;
+    for (uint32_t c = 0; c < op->case_count; c++) {
+        if (strstr(op->cases[c].note, "large")) {
+            continue;
+        }
+        kf_verify_case vc = {.op = op, .dtype = KF_DTYPE_F32, .seed = kt_rand_u64()};
+        memcpy(vc.shapes, op->cases[c].shapes, sizeof vc.shapes);
+        kf_verify_result r;
+        if (kf_op_verify(ctx, &vc, &r) != KF_OK || !r.passed) {
+            snprintf(failure, size, "%s: %s (seed %llu)", op->cases[c].note, r.message,
+                     (unsigned long long)vc.seed);
+            return false;
+        }
+        checked++;
+    }
+    snprintf(failure, size, "%u checks", checked);
+    return checked >= 6;
+}
+
+/* The GPU's shape of embedding_grad's kernel (256 lanes in 4 slices) over the verification
+ * table, here where kernel_choose picks the CPU's (KF_EMBGRAD_CONFIG=gpu asks for it). */
+KT_TEST(ops, embedding_grad_gpu_shape_matches_the_spec) {
+    KT_NEED_GPU(ctx);
+    char failure[512] = "";
+    bool ok = false;
+    WITH_EMBGRAD_CONFIG("gpu", ok = embedding_grad_table_passes(ctx, failure, sizeof failure));
+    KT_CHECK(ok, "the GPU shape: %s", failure);
 }
 
 static bool is_name_char(char ch) {
@@ -424,16 +491,22 @@ static bool carried_past_barrier(const char *wgsl, char *name, size_t size) {
 /* No GPU: e31370d's scan read scan[lane - off] before a barrier and added it into scan[lane]
  * after it, which Mesa's GLSL compiler turned into a read after the barrier (GLES counted a match
  * 6 times). Every value embedding_grad's kernels read from workgroup memory is used before the
- * next barrier, forward and backward, at shapes of one tile, three tiles and two chunks. */
+ * next barrier, forward and backward, at the CPU's and the GPU's kernel shapes, at one tile,
+ * three tiles and two chunks. */
 KT_CPU_TEST(ops, embedding_grad_uses_workgroup_reads_before_the_next_barrier) {
     const kf_operator *grad = kf_op_find("embedding_grad"), *fwd = kf_op_find("embedding");
     static const uint32_t sizes[][3] = {{7, 13, 5}, {5, 300, 4099}, {65, 128, 4096}};
+    static const char *const configs[] = {"cpu", "gpu"};
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
         kf_shape in[3] = {kf_shape_2d(sizes[s][0], sizes[s][1]), kf_shape_1d(sizes[s][2]),
                           kf_shape_2d(sizes[s][2], sizes[s][1])};
-        for (int backward = 0; backward < 2; backward++) {
-            kf_kernel *k = backward ? fwd->kernel_backward(in, NULL, KF_DTYPE_F32, 0)
-                                    : kf_op_kernel_forward(grad, in, NULL, KF_DTYPE_F32);
+        for (int which = 0; which < 4; which++) {
+            bool backward = which % 2 != 0;
+            const char *config = configs[which / 2];
+            kf_kernel *k = NULL;
+            WITH_EMBGRAD_CONFIG(config,
+                                k = backward ? fwd->kernel_backward(in, NULL, KF_DTYPE_F32, 0)
+                                             : kf_op_kernel_forward(grad, in, NULL, KF_DTYPE_F32));
             KT_CHECK(k && kf_kernel_status(k) == KF_OK, "kernel: %s", k ? kf_kernel_error(k) : "");
             char *wgsl = kf_kernel_emit_wgsl(k);
             KT_CHECK(wgsl != NULL, "no WGSL");
@@ -443,11 +516,11 @@ KT_CPU_TEST(ops, embedding_grad_uses_workgroup_reads_before_the_next_barrier) {
             bool carried = carried_past_barrier(wgsl, name, sizeof name);
             kf_free(wgsl);
             kf_kernel_destroy(k);
-            KT_CHECK(
-                !carried,
-                "%s %ux%u, %u ids: '%s' is read from workgroup memory and used after a barrier",
-                backward ? "embedding backward" : "embedding_grad", sizes[s][0], sizes[s][1],
-                sizes[s][2], name);
+            KT_CHECK(!carried,
+                     "%s %ux%u, %u ids, the %s shape: '%s' is read from workgroup memory and "
+                     "used after a barrier",
+                     backward ? "embedding backward" : "embedding_grad", sizes[s][0], sizes[s][1],
+                     sizes[s][2], config, name);
         }
     }
 }
