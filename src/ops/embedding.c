@@ -316,7 +316,7 @@ static kf_kernel *embedding_grad_kernel(const kf_shape *in, kf_dtype dtype, bool
     kf_val c[EMB_CPL_MAX], col[EMB_CPL_MAX];
     kf_var acc[EMB_CPL_MAX][EMB_UNROLL_MAX];
     for (uint32_t x = 0; x < cfg.cpl; x++) {
-        char name[16];
+        char name[32];
         c[x] = kf_add(k, c0, kf__u32(k, x * EMB_COLS));
         snprintf(name, sizeof name, "col%u", x);
         col[x] = kf_let(k, name, kf_call2(k, KF_FN_MIN, c[x], kf__u32(k, d.cols - 1)));
