@@ -102,6 +102,7 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
      * T 4096); at D 128 the 32-key tile of 4 subgroups was the fastest (8.4 ms). */
     const uint32_t w = cfg && cfg->subgroups ? cfg->subgroups : a->d <= 64 ? 8u : SUBGROUPS;
     const bool split = !(cfg && cfg->hi_only);
+    const uint32_t probe = cfg ? cfg->probe : 0;
     if (w > 16 || w * sg > 1024 || (cfg && cfg->keys && (cfg->keys % MAT || cfg->keys > 64))) {
         return NULL;
     }
@@ -120,6 +121,7 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
     const uint32_t qtiles = (t + rows - 1) / rows;
     const uint32_t dm = dp / MAT, cm = bc / MAT; /* matrices along D and along the tile */
     kf_type f32 = kf_type_scalar(KF_SCALAR_F32), h = kf_type_scalar(KF_SCALAR_F16);
+    kf_type u32t = kf_type_scalar(KF_SCALAR_U32);
 
     char name[64];
     snprintf(name, sizeof name, "attention_sgmat_%ux%u%s%s%s", rows, bc, split ? "" : "_hi",
@@ -264,9 +266,26 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
                     /* P scaled by 2^14 (at most 16384, below f16's 65504): the H200 flushes f16
                      * subnormals (below 2^-14), which would drop lo (2^-12 of P) for P under
                      * 0.25 and hi for P under 2^-14; scaled, only P under 2^-28 is lost */
-                    pr = kf_mul(k, pr, kf_lit_f32(k, P_SCALE));
-                    kf_val hi = kf_let(k, "p_hi", kf_cast(k, h, pr));
-                    kf_val lo = kf_cast(k, h, kf_sub(k, pr, kf_cast(k, f32, hi)));
+                    if (!(probe & KF__ATTN_PROBE_NO_SCALE)) {
+                        pr = kf_mul(k, pr, kf_lit_f32(k, P_SCALE));
+                    }
+                    kf_val hi, lo;
+                    if (!split || (probe & KF__ATTN_PROBE_LO_CAST)) {
+                        hi = kf_let(k, "p_hi", kf_cast(k, h, pr));
+                        lo = kf_cast(k, h, kf_sub(k, pr, kf_cast(k, f32, hi)));
+                    } else {
+                        /* hi: pr with the 13 low bits of its f32 mantissa cleared, 11 bits that
+                         * f16 holds exactly, so lo = pr - hi is exact in f32 whatever the
+                         * compiler makes of f16 casts. Not f16(pr) and pr - f32(f16(pr)): on
+                         * the H200 that lo was lost (session 5's failing element, o[0][3] of
+                         * the GPU test at T 15, D 8, was bit for bit the interpreter's hi-only
+                         * result: the round trip folded away), leaving P one f16 rounding */
+                        kf_val bits = kf_binary(k, KF_OP_BIT_AND, kf_bitcast(k, u32t, pr),
+                                                u32(k, 0xffffe000u));
+                        kf_val hi32 = kf_let(k, "p_hi32", kf_bitcast(k, f32, bits));
+                        hi = kf_cast(k, h, hi32);
+                        lo = kf_cast(k, h, kf_sub(k, pr, hi32));
+                    }
                     kf_val at = c ? kf_add(k, prow, u32(k, c)) : prow;
                     kf_shared_store(k, probs, at, hi);
                     if (split) {
@@ -286,7 +305,9 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
                     for (uint32_t i = 0; i < dm; i++) {
                         kf_sgmat_load(k, vr, tiles, u32(k, bc * ld + j * MAT * ld + i * MAT), false,
                                       u32(k, ld));
-                        kf_sgmat_mma(k, acc[i], pl, vr);
+                        if (!(probe & KF__ATTN_PROBE_LO_ONLY)) {
+                            kf_sgmat_mma(k, acc[i], pl, vr);
+                        }
                         if (split) {
                             kf_sgmat_mma(k, acc[i], pl_lo, vr);
                         }
@@ -357,8 +378,10 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
             kf_if(k, inside);
             kf_val value = kf_shared_load(k, scratch, kf_add(k, my_scores, flat));
             kf_val index = kf_add(k, kf_mul(k, kf_add(k, head_row0, orow), u32(k, d)), ocol);
-            kf_kernel_yield(k, kf_cast(k, h, kf_mul(k, value, kf_lit_f32(k, 1.0f / P_SCALE))),
-                            index);
+            if (!(probe & KF__ATTN_PROBE_NO_SCALE)) {
+                value = kf_mul(k, value, kf_lit_f32(k, 1.0f / P_SCALE));
+            }
+            kf_kernel_yield(k, kf_cast(k, h, value), index);
             kf_end(k);
         }
         kf_barrier(k); /* the next round overwrites the scratch */

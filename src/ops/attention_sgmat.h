@@ -27,7 +27,14 @@ kf_kernel *kf__attention_sgmat(const kf__attn_desc *a, uint32_t sg, uint32_t wg_
 typedef struct kf__attn_sgmat_config {
     uint32_t subgroups, keys;
     bool hi_only;
+    uint32_t probe; /* KF__ATTN_PROBE_* bits: variants for diagnosis only */
 } kf__attn_sgmat_config;
+/* The probe's variants (bench/attention/attention_probe.c), none correct as a kernel: */
+enum {
+    KF__ATTN_PROBE_LO_CAST = 1u, /* lo = f16(P - f32(f16(P))): the split that lost lo on the H200 */
+    KF__ATTN_PROBE_LO_ONLY = 2u, /* O += lo V alone: lo's share of o */
+    KF__ATTN_PROBE_NO_SCALE = 4u, /* P not scaled by 2^14 in its f16 matrices */
+};
 kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint32_t wg_bytes,
                                       const kf__attn_sgmat_config *cfg);
 /* "WxC" or "WxC/hi" into *out; false if it does not parse. */

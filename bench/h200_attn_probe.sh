@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The subgroup-matrix attention kernel (src/ops/attention_sgmat.c) on the H200: why it failed
+# kfuse verify's f16 checks, and whether the fix holds. Two files land in $OUT:
+#   attn-probe.txt         kfuse_probe_attention (bench/attention/attention_probe.c): its
+#                          variants (now, cast = the split before the fix, hi, lo-only, ...) on
+#                          diagnostic inputs against float64 and the interpreter; then kfuse
+#                          verify attention with KF_ATTN_SGMAT=1 and the kernel's GPU test
+#   attn-timing.txt        f16 forward at T 4096, D 64 and 128 (B 2, H 16, causal): the sgmat
+#                          kernel's configurations (KF_ATTN_SGMAT), and the FMA kernel
+#
+#   OUT=bench-out bench/h200_attn_probe.sh
+#
+# Needs a release build (BUILD, default build/release: kfuse, kfuse_tests,
+# kfuse_bench_attention, kfuse_probe_attention (built here if missing), vkmask), Dawn
+# (deps/dawn or $KF_WEBGPU_LIB), the NVIDIA Vulkan driver. About 100 s; each part stops itself.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-bench-out}
+BUILD=${BUILD:-build/release}
+REPEAT=${REPEAT:-5}
+mkdir -p "$OUT"
+LOG=$OUT/attn-probe.txt
+TIM=$OUT/attn-timing.txt
+: >"$LOG" && : >"$TIM"
+
+if ! ldconfig -p 2>/dev/null | grep -q 'libvulkan.so.1' && ls .gl/*.deb >/dev/null 2>&1; then
+    for f in .gl/*.deb; do dpkg -x "$f" /; done
+    ldconfig
+fi
+NV_ICD=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+if [ -z "${VK_DRIVER_FILES:-}${VK_ICD_FILENAMES:-}" ] && [ -f "$NV_ICD" ]; then
+    export VK_DRIVER_FILES=$NV_ICD
+fi
+export KF_WEBGPU_LIB=${KF_WEBGPU_LIB:-$PWD/deps/dawn/libwebgpu_wrapper.so}
+# kfuse's vendor-mask layer (docs/runtime.md): with it this Dawn offers shader-f16 on NVIDIA
+if [ "${VKMASK:-1}" != 0 ] && [ -f "$BUILD/vkmask/VkLayer_kfuse_vendor_mask.json" ]; then
+    export VK_LAYER_PATH=$(cd "$BUILD/vkmask" && pwd) VK_INSTANCE_LAYERS=VK_LAYER_KFUSE_vendor_mask
+fi
+if [ ! -x "$BUILD/kfuse_probe_attention" ]; then
+    cmake --build "$BUILD" --target kfuse_probe_attention -j 16 >>"$LOG" 2>&1
+fi
+
+say() { echo "== $*" | tee -a "$LOG"; }
+{ nvidia-smi -L || true; git log -1 --format='commit %h %s' || true; } >>"$LOG" 2>&1
+
+say "kfuse_probe_attention: variants x inputs against float64 and the interpreter"
+timeout 60 "$BUILD/kfuse_probe_attention" >>"$LOG" 2>&1
+echo "probe exit $?" | tee -a "$LOG"
+say "kfuse verify attention attention_lse with the sgmat kernel (KF_ATTN_SGMAT=1)"
+KF_ATTN_SGMAT=1 timeout 40 "$BUILD/kfuse" verify attention attention_lse --quick --seed 1 \
+    >>"$LOG" 2>&1
+echo "verify exit $?" | tee -a "$LOG"
+timeout 30 "$BUILD/kfuse_tests" --suite ops attention_sgmat_gpu >>"$LOG" 2>&1
+echo "attention_sgmat_gpu exit $?" | tee -a "$LOG"
+
+echo "== f16 forward, T 4096, B 2, H 16, causal: sgmat configurations (KF_ATTN_SGMAT) and FMA" >>"$TIM"
+for cfg in 1 8x16 4x16 4x32 2x64 8x16/hi; do
+    KF_ATTN_SGMAT=$cfg timeout 20 "$BUILD/kfuse_bench_attention" --T 4096 --D 64 --D 128 \
+        --B 2 --H 16 --dtype f16 --fwd-only --repeat "$REPEAT" --impl "sgmat-$cfg" >>"$TIM" 2>&1
+    echo "sgmat-$cfg exit $?" >>"$TIM"
+done
+KF_NO_SGMAT=1 timeout 30 "$BUILD/kfuse_bench_attention" --T 4096 --D 64 --D 128 --B 2 --H 16 \
+    --dtype f16 --fwd-only --repeat "$REPEAT" --impl kfuse-fma >>"$TIM" 2>&1
+echo "kfuse-fma exit $?" >>"$TIM"
+cat "$TIM" >>"$LOG"
