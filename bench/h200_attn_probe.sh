@@ -6,13 +6,14 @@
 #                          diagnostic inputs against float64 and the interpreter; then kfuse
 #                          verify attention with KF_ATTN_SGMAT=1 and the kernel's GPU test
 #   attn-timing.txt        f16 forward at T 4096, D 64 and 128 (B 2, H 16, causal): the sgmat
-#                          kernel's configurations (KF_ATTN_SGMAT), and the FMA kernel
+#                          kernel's configurations (KF_ATTN_SGMAT=WxC[/hi][/direct]; 1: the
+#                          default), and the FMA kernel
 #
 #   OUT=bench-out bench/h200_attn_probe.sh
 #
 # Needs a release build (BUILD, default build/release: kfuse, kfuse_tests,
 # kfuse_bench_attention, kfuse_probe_attention (built here if missing), vkmask), Dawn
-# (deps/dawn or $KF_WEBGPU_LIB), the NVIDIA Vulkan driver. About 100 s; each part stops itself.
+# (deps/dawn or $KF_WEBGPU_LIB), the NVIDIA Vulkan driver. About 130 s; each part stops itself.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench-out}
@@ -54,7 +55,7 @@ timeout 30 "$BUILD/kfuse_tests" --suite ops attention_sgmat_gpu >>"$LOG" 2>&1
 echo "attention_sgmat_gpu exit $?" | tee -a "$LOG"
 
 echo "== f16 forward, T 4096, B 2, H 16, causal: sgmat configurations (KF_ATTN_SGMAT) and FMA" >>"$TIM"
-for cfg in 1 8x16 4x16 4x32 2x64 8x16/hi; do
+for cfg in 1 4x16 8x16/hi 8x16/direct 4x16/direct 4x32/direct 4x64/direct 2x64/direct 1x64/direct; do
     KF_ATTN_SGMAT=$cfg timeout 20 "$BUILD/kfuse_bench_attention" --T 4096 --D 64 --D 128 \
         --B 2 --H 16 --dtype f16 --fwd-only --repeat "$REPEAT" --impl "sgmat-$cfg" >>"$TIM" 2>&1
     echo "sgmat-$cfg exit $?" >>"$TIM"

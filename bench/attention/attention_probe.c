@@ -334,12 +334,16 @@ int main(int argc, char **argv) {
         {"noscale", {.probe = KF__ATTN_PROBE_NO_SCALE}, true},
         {"4x16", {.subgroups = 4, .keys = 16}, true},
         {"2x64", {.subgroups = 2, .keys = 64}, true},
+        {"8x16/direct", {.subgroups = 8, .keys = 16, .direct = true}, true},
+        {"4x64/direct", {.subgroups = 4, .keys = 64, .direct = true}, true},
+        {"1x64/direct", {.subgroups = 1, .keys = 64, .direct = true}, true},
     };
     const probe_case all[] = {
         {15, 8, false, "rand"},  {15, 8, true, "rand"},     {15, 8, true, "flat"},
         {16, 8, false, "flat"},  {15, 16, false, "onehot"}, {64, 64, true, "onehot"},
         {64, 64, false, "rand"}, {100, 8, true, "rand"},    {100, 64, false, "rand"},
         {37, 128, true, "rand"}, {150, 40, true, "rand"},   {300, 64, true, "rand"},
+        {128, 64, true, "rand"}, {256, 128, true, "rand"},  {192, 64, false, "rand"},
     };
     size_t ncases = quick ? 4 : sizeof all / sizeof all[0];
     for (size_t i = 0; i < ncases; i++) {

@@ -49,9 +49,12 @@ static kf_val u32(kf_kernel *k, uint32_t v) {
 }
 
 /* Bytes of workgroup memory for key tiles of c columns. */
-static uint32_t memory_for(uint32_t w, uint32_t c, uint32_t dp, bool split) {
+static uint32_t memory_for(uint32_t w, uint32_t c, uint32_t dp, bool split, bool direct) {
     uint32_t ld = dp + PAD, rows = w * MAT;
     uint32_t tiles = 2 * c * ld > rows * ld ? 2 * c * ld : rows * ld; /* q is staged there first */
+    if (direct) {
+        return 2 * w * MAT * c * 4 + (split ? 2 : 1) * w * MAT * (c + PAD) * 2 + MAT * MAT * 4;
+    }
     return tiles * 2 + w * MAT * c * 4 + (split ? 2 : 1) * w * MAT * (c + PAD) * 2 + MAT * MAT * 4;
 }
 
@@ -81,12 +84,21 @@ kf_kernel *kf__attention_sgmat(const kf__attn_desc *a, uint32_t sg, uint32_t wg_
 
 bool kf__attention_sgmat_config_parse(const char *text, kf__attn_sgmat_config *out) {
     kf__attn_sgmat_config c = {0};
-    char lo[8] = {0}, end = 0;
-    int got = text ? sscanf(text, "%ux%u/%7[a-z]%c", &c.subgroups, &c.keys, lo, &end) : 0;
-    if (got < 2 || got > 3 || (got == 3 && strcmp(lo, "hi"))) {
+    int used = 0;
+    if (!text || sscanf(text, "%ux%u%n", &c.subgroups, &c.keys, &used) != 2) {
         return false;
     }
-    c.hi_only = got == 3;
+    for (const char *p = text + used; *p;) {
+        if (!strncmp(p, "/hi", 3) && (!p[3] || p[3] == '/') && !c.hi_only) {
+            c.hi_only = true;
+            p += 3;
+        } else if (!strncmp(p, "/direct", 7) && (!p[7] || p[7] == '/') && !c.direct) {
+            c.direct = true;
+            p += 7;
+        } else {
+            return false;
+        }
+    }
     *out = c;
     return true;
 }
@@ -103,6 +115,9 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
     const uint32_t w = cfg && cfg->subgroups ? cfg->subgroups : a->d <= 64 ? 8u : SUBGROUPS;
     const bool split = !(cfg && cfg->hi_only);
     const uint32_t probe = cfg ? cfg->probe : 0;
+    /* q, k and v read as matrices straight from storage (no staging, no barrier for it): whole
+     * 16-row blocks only, so T a multiple of 16 (and of the key tile) and D of 16 */
+    const bool direct = cfg && cfg->direct;
     if (w > 16 || w * sg > 1024 || (cfg && cfg->keys && (cfg->keys % MAT || cfg->keys > 64))) {
         return NULL;
     }
@@ -110,10 +125,11 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
     const uint32_t budget = wg_bytes && wg_bytes < WG_MEMORY ? wg_bytes : WG_MEMORY;
     const uint32_t lanes_per_row = sg / MAT, threads = w * sg, rows = w * MAT;
     uint32_t bc = cfg && cfg->keys ? cfg->keys : a->d <= 64 ? 16u : 64u;
-    while (bc > MAT && memory_for(w, bc, dp, split) > budget) {
+    while (bc > MAT && (memory_for(w, bc, dp, split, direct) > budget || (direct && t % bc))) {
         bc /= 2;
     }
-    if (memory_for(w, bc, dp, split) > budget || bc % lanes_per_row) {
+    if (memory_for(w, bc, dp, split, direct) > budget || bc % lanes_per_row ||
+        (direct && (t % bc || d % MAT))) {
         return NULL;
     }
     const uint32_t per = bc / lanes_per_row; /* score columns per invocation */
@@ -124,8 +140,8 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
     kf_type u32t = kf_type_scalar(KF_SCALAR_U32);
 
     char name[64];
-    snprintf(name, sizeof name, "attention_sgmat_%ux%u%s%s%s", rows, bc, split ? "" : "_hi",
-             a->causal ? "_causal" : "", a->with_lse ? "_lse" : "");
+    snprintf(name, sizeof name, "attention_sgmat_%ux%u%s%s%s%s", rows, bc, split ? "" : "_hi",
+             direct ? "_direct" : "", a->causal ? "_causal" : "", a->with_lse ? "_lse" : "");
     kf_kernel_desc desc = {.name = name, .workgroup_size = {threads, 1, 1}, .output = h};
     kf_kernel *k = kf_kernel_create(&desc);
     if (!k) {
@@ -141,8 +157,13 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
         blse = kf_kernel_storage(k, "lse", h, KF_ACCESS_READ_WRITE);
     }
     const uint32_t tiles_len = 2 * bc > rows ? 2 * bc * ld : rows * ld;
-    kf_shared tiles = kf_kernel_workgroup(k, "tiles", h, tiles_len);
-    kf_shared scratch = kf_kernel_workgroup(k, "scores", f32, w * MAT * bc);
+    kf_shared tiles = {0};
+    if (!direct) {
+        tiles = kf_kernel_workgroup(k, "tiles", h, tiles_len);
+    }
+    /* direct: two halves, a tile's scores in the one its parity picks, so the next tile's
+     * store needs no barrier after this tile's reads */
+    kf_shared scratch = kf_kernel_workgroup(k, "scores", f32, (direct ? 2 : 1) * w * MAT * bc);
     kf_shared probs = kf_kernel_workgroup(k, "probs", h, w * MAT * ldp);
     kf_shared probs_lo = {0};
     if (split) {
@@ -157,10 +178,18 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
     kf_val r0 =
         kf_let(k, "r0", kf_mul(k, kf_binary(k, KF_OP_MOD, wg, u32(k, qtiles)), u32(k, rows)));
     kf_val head_row0 = kf_let(k, "head_row0", kf_mul(k, head, u32(k, t)));
+    /* the subgroup's first row: direct, clamped to the last whole block (a subgroup past T
+     * computes the last 16 rows again and writes nothing) */
+    kf_val sub_row0 = kf_let(k, "sub_row0", kf_add(k, r0, kf_mul(k, sgi, u32(k, MAT))));
+    kf_val sub_base = sub_row0, writes = {0, 0};
+    if (direct) {
+        sub_base = kf_let(k, "sub_base", kf_call2(k, KF_FN_MIN, sub_row0, u32(k, t - MAT)));
+        writes = kf_let(k, "writes", kf_binary(k, KF_OP_LT, sub_row0, u32(k, t)));
+    }
     /* this invocation's row of the subgroup's 16, and its share of a tile's columns */
     kf_val rin = kf_let(k, "rin", kf_binary(k, KF_OP_MOD, lane, u32(k, MAT)));
     kf_val part = kf_let(k, "part", kf_div(k, lane, u32(k, MAT)));
-    kf_val row = kf_let(k, "row", kf_add(k, kf_add(k, r0, kf_mul(k, sgi, u32(k, MAT))), rin));
+    kf_val row = kf_let(k, "row", kf_add(k, sub_base, rin));
     kf_val rowc = kf_let(k, "rowc", kf_call2(k, KF_FN_MIN, row, u32(k, t - 1)));
     kf_val my_scores = kf_let(k, "my_scores", kf_mul(k, sgi, u32(k, MAT * bc)));
     kf_val score_row = kf_let(k, "score_row", kf_add(k, my_scores, kf_mul(k, rin, u32(k, bc))));
@@ -174,15 +203,24 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
         kf_shared_store(k, zeros, e, kf_lit_f32(k, 0));
         kf_end(k);
     }
-    stage(k, bq, tiles, 0, local, threads, head_row0, r0, rows, t, d, dp);
-    kf_barrier(k);
     kf_sgmat ql[MAX_D / MAT], sm[64 / MAT], pl = {0}, pl_lo = {0}, vr = {0}, kr;
-    kf_val qat = kf_let(k, "q_at", kf_mul(k, sgi, u32(k, MAT * ld)));
-    for (uint32_t i = 0; i < dm; i++) {
-        ql[i] = kf_sgmat_declare(k, "ql", KF_SGMAT_LEFT, KF_SCALAR_F16, MAT, MAT);
-        kf_sgmat_load(k, ql[i], tiles, kf_add(k, qat, u32(k, i * MAT)), false, u32(k, ld));
+    if (direct) {
+        kf_val qat = kf_let(k, "q_at", kf_mul(k, kf_add(k, head_row0, sub_base), u32(k, d)));
+        for (uint32_t i = 0; i < dm; i++) {
+            ql[i] = kf_sgmat_declare(k, "ql", KF_SGMAT_LEFT, KF_SCALAR_F16, MAT, MAT);
+            kf_sgmat_load_storage(k, ql[i], bq, kf_add(k, qat, u32(k, i * MAT)), false, u32(k, d));
+        }
+        kf_barrier(k); /* the zeros */
+    } else {
+        stage(k, bq, tiles, 0, local, threads, head_row0, r0, rows, t, d, dp);
+        kf_barrier(k);
+        kf_val qat = kf_let(k, "q_at", kf_mul(k, sgi, u32(k, MAT * ld)));
+        for (uint32_t i = 0; i < dm; i++) {
+            ql[i] = kf_sgmat_declare(k, "ql", KF_SGMAT_LEFT, KF_SCALAR_F16, MAT, MAT);
+            kf_sgmat_load(k, ql[i], tiles, kf_add(k, qat, u32(k, i * MAT)), false, u32(k, ld));
+        }
+        kf_barrier(k);
     }
-    kf_barrier(k);
     kr = kf_sgmat_declare(k, "kr", KF_SGMAT_RIGHT, KF_SCALAR_F16, MAT, MAT);
     for (uint32_t j = 0; j < cm; j++) {
         sm[j] = kf_sgmat_declare(k, "s", KF_SGMAT_RESULT, KF_SCALAR_F32, MAT, MAT);
@@ -210,11 +248,24 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
         }
         kf_val c0 = kf_for(k, pass == 1 ? "c0" : "c1", u32(k, 0), end, u32(k, bc));
         {
-            stage(k, bk, tiles, 0, local, threads, head_row0, c0, bc, t, d, dp);
-            if (pass == 2) {
-                stage(k, bv, tiles, bc * ld, local, threads, head_row0, c0, bc, t, d, dp);
+            /* where this tile's scores go (direct: the half of the scratch its parity picks) */
+            kf_val sc_at = my_scores, sc_row = score_row;
+            kf_val kv_at = {0, 0};
+            if (direct) {
+                kf_val half = kf_let(
+                    k, "half",
+                    kf_mul(k, kf_binary(k, KF_OP_BIT_AND, kf_div(k, c0, u32(k, bc)), u32(k, 1)),
+                           u32(k, w * MAT * bc)));
+                sc_at = kf_let(k, "sc_at", kf_add(k, my_scores, half));
+                sc_row = kf_let(k, "sc_row", kf_add(k, score_row, half));
+                kv_at = kf_let(k, "kv_at", kf_mul(k, kf_add(k, head_row0, c0), u32(k, d)));
+            } else {
+                stage(k, bk, tiles, 0, local, threads, head_row0, c0, bc, t, d, dp);
+                if (pass == 2) {
+                    stage(k, bv, tiles, bc * ld, local, threads, head_row0, c0, bc, t, d, dp);
+                }
+                kf_barrier(k);
             }
-            kf_barrier(k);
             /* S = q k^T, 16 x bc, into this subgroup's scratch */
             for (uint32_t j = 0; j < cm; j++) {
                 /* zeroed by a load, not by its declaration: on the H200 a result matrix declared
@@ -222,10 +273,17 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
                  * interpreter re-zeroes it at the declaration) */
                 kf_sgmat_load(k, sm[j], zeros, u32(k, 0), false, u32(k, MAT));
                 for (uint32_t i = 0; i < dm; i++) {
-                    kf_sgmat_load(k, kr, tiles, u32(k, j * MAT * ld + i * MAT), true, u32(k, ld));
+                    if (direct) {
+                        kf_sgmat_load_storage(k, kr, bk,
+                                              kf_add(k, kv_at, u32(k, j * MAT * d + i * MAT)), true,
+                                              u32(k, d));
+                    } else {
+                        kf_sgmat_load(k, kr, tiles, u32(k, j * MAT * ld + i * MAT), true,
+                                      u32(k, ld));
+                    }
                     kf_sgmat_mma(k, sm[j], ql[i], kr);
                 }
-                kf_sgmat_store(k, scratch, kf_add(k, my_scores, u32(k, j * MAT)), sm[j], false,
+                kf_sgmat_store(k, scratch, kf_add(k, sc_at, u32(k, j * MAT)), sm[j], false,
                                u32(k, bc));
             }
             kf_barrier(k);
@@ -234,7 +292,7 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
             for (uint32_t c = 0; c < per; c++) {
                 kf_val col = kf_add(k, first_col, u32(k, c));
                 kf_val key = kf_add(k, c0, col);
-                x[c] = kf_mul(k, kf_shared_load(k, scratch, kf_add(k, score_row, col)),
+                x[c] = kf_mul(k, kf_shared_load(k, scratch, kf_add(k, sc_row, col)),
                               kf_lit_f32(k, a->scale));
                 keep[c] = kf_binary(k, KF_OP_LT, key, u32(k, t));
                 if (a->causal) {
@@ -303,8 +361,14 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
                                       u32(k, ldp));
                     }
                     for (uint32_t i = 0; i < dm; i++) {
-                        kf_sgmat_load(k, vr, tiles, u32(k, bc * ld + j * MAT * ld + i * MAT), false,
-                                      u32(k, ld));
+                        if (direct) {
+                            kf_sgmat_load_storage(k, vr, bv,
+                                                  kf_add(k, kv_at, u32(k, j * MAT * d + i * MAT)),
+                                                  false, u32(k, d));
+                        } else {
+                            kf_sgmat_load(k, vr, tiles, u32(k, bc * ld + j * MAT * ld + i * MAT),
+                                          false, u32(k, ld));
+                        }
                         if (!(probe & KF__ATTN_PROBE_LO_ONLY)) {
                             kf_sgmat_mma(k, acc[i], pl, vr);
                         }
@@ -313,8 +377,11 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
                         }
                     }
                 }
-                /* the next tile overwrites k's and v's tiles and P */
-                kf_barrier(k);
+                /* the next tile overwrites k's and v's tiles and P (direct: P is stored after
+                 * the next tile's first barrier, and its scores go to the other half) */
+                if (!direct) {
+                    kf_barrier(k);
+                }
             }
         }
         kf_end(k);
@@ -345,7 +412,11 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
                                  l);
                 }
                 lse = kf_let(k, "lse", kf_add(k, mt, kf_call1(k, KF_FN_LOG, l)));
-                /* pass 2 stores its scores after its first barrier: the scratch is free then */
+                /* pass 2 stores its scores after its first barrier, when the scratch is free;
+                 * direct, it has none before that store (the race detector found it) */
+                if (direct) {
+                    kf_barrier(k);
+                }
             } else {
                 lse =
                     kf_let(k, "lse",
@@ -356,22 +427,21 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
 
     if (a->with_lse) {
         kf_if(k, kf_binary(k, KF_OP_AND, kf_binary(k, KF_OP_EQ, part, u32(k, 0)),
-                           kf_binary(k, KF_OP_LT, row, u32(k, t))));
+                           direct ? writes : kf_binary(k, KF_OP_LT, row, u32(k, t))));
         kf_store(k, blse, kf_add(k, head_row0, row), kf_cast(k, h, lse));
         kf_end(k);
     }
 
     /* the store phase: one 16x16 matrix of O per round through the scratch */
     const uint32_t elems = MAT * MAT / sg;
-    kf_val sub_row0 = kf_let(k, "sub_row0", kf_add(k, r0, kf_mul(k, sgi, u32(k, MAT))));
     for (uint32_t i = 0; i < dm; i++) {
         kf_sgmat_store(k, scratch, my_scores, acc[i], false, u32(k, MAT));
         kf_barrier(k);
         for (uint32_t e = 0; e < elems; e++) {
             kf_val flat = kf_add(k, lane, u32(k, e * sg));
             kf_val r = kf_div(k, flat, u32(k, MAT)), c = kf_binary(k, KF_OP_MOD, flat, u32(k, MAT));
-            kf_val orow = kf_add(k, sub_row0, r), ocol = kf_add(k, c, u32(k, i * MAT));
-            kf_val inside = kf_binary(k, KF_OP_LT, orow, u32(k, t));
+            kf_val orow = kf_add(k, sub_base, r), ocol = kf_add(k, c, u32(k, i * MAT));
+            kf_val inside = direct ? writes : kf_binary(k, KF_OP_LT, orow, u32(k, t));
             if ((i + 1) * MAT > d) {
                 inside = kf_binary(k, KF_OP_AND, inside, kf_binary(k, KF_OP_LT, ocol, u32(k, d)));
             }

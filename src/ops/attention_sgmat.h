@@ -27,6 +27,8 @@ kf_kernel *kf__attention_sgmat(const kf__attn_desc *a, uint32_t sg, uint32_t wg_
 typedef struct kf__attn_sgmat_config {
     uint32_t subgroups, keys;
     bool hi_only;
+    bool direct;    /* q, k, v as matrices straight from storage: T % 16 == 0 (and T % keys),
+                       D % 16 == 0; else no kernel */
     uint32_t probe; /* KF__ATTN_PROBE_* bits: variants for diagnosis only */
 } kf__attn_sgmat_config;
 /* The probe's variants (bench/attention/attention_probe.c), none correct as a kernel: */
@@ -37,7 +39,7 @@ enum {
 };
 kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint32_t wg_bytes,
                                       const kf__attn_sgmat_config *cfg);
-/* "WxC" or "WxC/hi" into *out; false if it does not parse. */
+/* "WxC", then any of "/hi", "/direct", into *out; false if it does not parse. */
 bool kf__attention_sgmat_config_parse(const char *text, kf__attn_sgmat_config *out);
 
 /* Whether kf__attention_sgmat runs on ctx (kf__sgmat_usable) and then its kernel, else NULL.
