@@ -2,19 +2,22 @@
  * GPU, in variants that isolate its parts, each against a float64 reference and against the CPU
  * interpreter running the same kernel (bench/h200_attn_probe.sh runs it on the H200):
  *
- *   kfuse_probe_attention [--cpu] [--quick]
+ *   kfuse_probe_attention [--cpu] [--quick] [--diagnose]
  *
  * Inputs: "rand" (q, k in [-2, 2), v in [-1, 1), as tests/ops/test_attention_sgmat.c), "onehot"
  * (rand q, k; v[j][e] = 1 where e = j mod D: with T <= D, o is P itself, so a wrong P shows by
  * its row and key), "flat" (q = 0: P uniform, 1/T or 1/(i+1), so P = 1 exactly in causal row 0).
- * Variants (kf__attn_sgmat_config.probe): the kernel as built now; "cast": lo = f16(P -
+ * By default the kernel's configurations: the default one ("now") and the direct ones
+ * (KF_ATTN_SGMAT=WxC/direct[/rq], where T and D are multiples of 16). --diagnose: the variants
+ * that found session 5's failure (kf__attn_sgmat_config.probe): "now"; "cast": lo = f16(P -
  * f32(f16(P))), the split before the fix; "hi": P as one f16 matrix; "lo-only", "lo-only-cast":
- * O += lo V alone (lo's share of o, 0 where lo is lost); "noscale": P not scaled by 2^14.
+ * O += lo V alone (lo's share of o, 0 where lo is lost: the H200 gave 0 for the cast split);
+ * "noscale": P not scaled by 2^14; two other tile shapes.
  * Per run: the largest error in units of the f16 tolerance (2e-3 of max(|o|, 1% of the row's
  * rms)), how many elements exceed it, which rows and columns, the rms error over the rms of o;
  * then how many elements differ from the interpreter's result and from the interpreter's
- * hi-only result (bit for bit; "= hi-only" means the device computes as if lo were 0), the
- * largest difference in f16 ulps, and with lse the largest lse error. --cpu: the interpreter on
+ * hi-only result (--diagnose; bit for bit: "= hi-only" means the device computes as if lo were 0),
+ * the largest difference in f16 ulps, and with lse the largest lse error. --cpu: the interpreter on
  * both sides (to check the tool); --quick: fewer cases. */
 #include <math.h>
 #include <stdio.h>
@@ -148,7 +151,7 @@ static void list_add(char *text, size_t size, uint32_t *count, uint32_t i) {
 }
 
 static void probe(kf_context *ctx, uint32_t sg, const probe_case *c, const variant *vars,
-                  size_t nvars) {
+                  size_t nvars, bool hi_model) {
     const uint32_t bh = 2, t = c->t, d = c->d;
     const uint64_t n = (uint64_t)bh * t * d, rows = (uint64_t)bh * t;
     const float scale = (float)(1.0 / sqrt((double)d));
@@ -177,7 +180,7 @@ static void probe(kf_context *ctx, uint32_t sg, const probe_case *c, const varia
     /* the interpreter's hi-only result, the model of a lost lo */
     kf__attn_sgmat_config hcfg = {.hi_only = true};
     kf_kernel *hk = kf__attention_sgmat_config(&a, sg, 0, &hcfg);
-    bool have_hi = hk && run(NULL, hk, sg, in, n, rows, a.with_lse, hi, cpu_lse);
+    bool have_hi = hi_model && hk && run(NULL, hk, sg, in, n, rows, a.with_lse, hi, cpu_lse);
     kf_kernel_destroy(hk);
     for (size_t vi = 0; vi < nvars; vi++) {
         const variant *v = &vars[vi];
@@ -264,13 +267,14 @@ static void probe(kf_context *ctx, uint32_t sg, const probe_case *c, const varia
             continue;
         }
         printf("  %-13s worst %.3g tol at row %llu col %llu (%.6g, want %.6g), %llu bad, rms err "
-               "%.2e; rows [%s]%s%s cols [%s]; vs interpreter: %llu differ (max %d ulp), %llu = "
-               "hi-only",
+               "%.2e; rows [%s]%s cols [%s]; vs interpreter: %llu differ (max %d ulp)",
                v->name, worst, (unsigned long long)(worst_at / d),
                (unsigned long long)(worst_at % d), kf__half_to_float(out[worst_at]), ro[worst_at],
                (unsigned long long)bad, so > 0 ? sqrt(se / so) : 0, bad_rows,
-               nrows > 12 ? "..." : "", nrows ? "" : "", bad_cols, (unsigned long long)differ,
-               max_ulp, (unsigned long long)as_hi);
+               nrows > 12 ? "..." : "", bad_cols, (unsigned long long)differ, max_ulp);
+        if (have_hi) {
+            printf(", %llu = hi-only", (unsigned long long)as_hi);
+        }
         if (a.with_lse) {
             printf("; lse err %.3g (vs interpreter %.3g)", lse_err, lse_cpu);
         }
@@ -296,14 +300,16 @@ static void probe(kf_context *ctx, uint32_t sg, const probe_case *c, const varia
 }
 
 int main(int argc, char **argv) {
-    bool on_cpu = false, quick = false;
+    bool on_cpu = false, quick = false, diagnose = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--cpu")) {
             on_cpu = true;
         } else if (!strcmp(argv[i], "--quick")) {
             quick = true;
+        } else if (!strcmp(argv[i], "--diagnose")) {
+            diagnose = true;
         } else {
-            fprintf(stderr, "usage: kfuse_probe_attention [--cpu] [--quick]\n");
+            fprintf(stderr, "usage: kfuse_probe_attention [--cpu] [--quick] [--diagnose]\n");
             return 2;
         }
     }
@@ -325,7 +331,9 @@ int main(int argc, char **argv) {
         }
     }
     printf("subgroup size %u%s\n", sg, on_cpu ? " (interpreter on both sides)" : "");
-    const variant vars[] = {
+    /* the diagnosis's variants (--diagnose; settled on the H200 in session 6's first run: the
+     * cast split's lo was 0 there) */
+    const variant diagnosis[] = {
         {"now", {0}, false},
         {"cast", {.probe = KF__ATTN_PROBE_LO_CAST}, true},
         {"hi", {.hi_only = true}, true},
@@ -334,9 +342,14 @@ int main(int argc, char **argv) {
         {"noscale", {.probe = KF__ATTN_PROBE_NO_SCALE}, true},
         {"4x16", {.subgroups = 4, .keys = 16}, true},
         {"2x64", {.subgroups = 2, .keys = 64}, true},
+    };
+    /* the configurations (direct ones only where T and D are multiples of 16) */
+    const variant configs[] = {
+        {"now", {0}, false},
         {"8x16/direct", {.subgroups = 8, .keys = 16, .direct = true}, true},
         {"4x64/direct", {.subgroups = 4, .keys = 64, .direct = true}, true},
         {"1x64/direct", {.subgroups = 1, .keys = 64, .direct = true}, true},
+        {"4x32/direct/rq", {.subgroups = 4, .keys = 32, .direct = true, .reload_q = true}, true},
     };
     const probe_case all[] = {
         {15, 8, false, "rand"},  {15, 8, true, "rand"},     {15, 8, true, "flat"},
@@ -347,7 +360,11 @@ int main(int argc, char **argv) {
     };
     size_t ncases = quick ? 4 : sizeof all / sizeof all[0];
     for (size_t i = 0; i < ncases; i++) {
-        probe(ctx, sg, &all[i], vars, sizeof vars / sizeof vars[0]);
+        if (diagnose) {
+            probe(ctx, sg, &all[i], diagnosis, sizeof diagnosis / sizeof diagnosis[0], true);
+        } else {
+            probe(ctx, sg, &all[i], configs, sizeof configs / sizeof configs[0], false);
+        }
         fflush(stdout);
     }
     kf_context_destroy(ctx);

@@ -95,6 +95,9 @@ bool kf__attention_sgmat_config_parse(const char *text, kf__attn_sgmat_config *o
         } else if (!strncmp(p, "/direct", 7) && (!p[7] || p[7] == '/') && !c.direct) {
             c.direct = true;
             p += 7;
+        } else if (!strncmp(p, "/rq", 3) && (!p[3] || p[3] == '/') && !c.reload_q) {
+            c.reload_q = true;
+            p += 3;
         } else {
             return false;
         }
@@ -118,6 +121,10 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
     /* q, k and v read as matrices straight from storage (no staging, no barrier for it): whole
      * 16-row blocks only, so T a multiple of 16 (and of the key tile) and D of 16 */
     const bool direct = cfg && cfg->direct;
+    /* direct: q's matrices loaded again for each tile instead of held (D / 16 left matrices
+     * fewer live per subgroup: at D 128 the held ones and the output's result matrices seem to
+     * spill on the H200, which takes 10x D 64's time there) */
+    const bool reload_q = direct && cfg->reload_q;
     if (w > 16 || w * sg > 1024 || (cfg && cfg->keys && (cfg->keys % MAT || cfg->keys > 64))) {
         return NULL;
     }
@@ -204,11 +211,15 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
         kf_end(k);
     }
     kf_sgmat ql[MAX_D / MAT], sm[64 / MAT], pl = {0}, pl_lo = {0}, vr = {0}, kr;
+    kf_val q_at = {0, 0};
     if (direct) {
-        kf_val qat = kf_let(k, "q_at", kf_mul(k, kf_add(k, head_row0, sub_base), u32(k, d)));
-        for (uint32_t i = 0; i < dm; i++) {
+        q_at = kf_let(k, "q_at", kf_mul(k, kf_add(k, head_row0, sub_base), u32(k, d)));
+        for (uint32_t i = 0; i < (reload_q ? 1 : dm); i++) {
             ql[i] = kf_sgmat_declare(k, "ql", KF_SGMAT_LEFT, KF_SCALAR_F16, MAT, MAT);
-            kf_sgmat_load_storage(k, ql[i], bq, kf_add(k, qat, u32(k, i * MAT)), false, u32(k, d));
+            if (!reload_q) {
+                kf_sgmat_load_storage(k, ql[i], bq, kf_add(k, q_at, u32(k, i * MAT)), false,
+                                      u32(k, d));
+            }
         }
         kf_barrier(k); /* the zeros */
     } else {
@@ -273,6 +284,10 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
                  * interpreter re-zeroes it at the declaration) */
                 kf_sgmat_load(k, sm[j], zeros, u32(k, 0), false, u32(k, MAT));
                 for (uint32_t i = 0; i < dm; i++) {
+                    if (reload_q) {
+                        kf_sgmat_load_storage(k, ql[0], bq, kf_add(k, q_at, u32(k, i * MAT)), false,
+                                              u32(k, d));
+                    }
                     if (direct) {
                         kf_sgmat_load_storage(k, kr, bk,
                                               kf_add(k, kv_at, u32(k, j * MAT * d + i * MAT)), true,
@@ -281,7 +296,7 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
                         kf_sgmat_load(k, kr, tiles, u32(k, j * MAT * ld + i * MAT), true,
                                       u32(k, ld));
                     }
-                    kf_sgmat_mma(k, sm[j], ql[i], kr);
+                    kf_sgmat_mma(k, sm[j], ql[reload_q ? 0 : i], kr);
                 }
                 kf_sgmat_store(k, scratch, kf_add(k, sc_at, u32(k, j * MAT)), sm[j], false,
                                u32(k, bc));

@@ -29,6 +29,7 @@ typedef struct kf__attn_sgmat_config {
     bool hi_only;
     bool direct;    /* q, k, v as matrices straight from storage: T % 16 == 0 (and T % keys),
                        D % 16 == 0; else no kernel */
+    bool reload_q;  /* direct: q's matrices loaded for each key tile, not held in registers */
     uint32_t probe; /* KF__ATTN_PROBE_* bits: variants for diagnosis only */
 } kf__attn_sgmat_config;
 /* The probe's variants (bench/attention/attention_probe.c), none correct as a kernel: */
@@ -39,7 +40,8 @@ enum {
 };
 kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint32_t wg_bytes,
                                       const kf__attn_sgmat_config *cfg);
-/* "WxC", then any of "/hi", "/direct", into *out; false if it does not parse. */
+/* "WxC", then any of "/hi", "/direct", "/rq" (reload_q), into *out; false if it does not
+ * parse. */
 bool kf__attention_sgmat_config_parse(const char *text, kf__attn_sgmat_config *out);
 
 /* Whether kf__attention_sgmat runs on ctx (kf__sgmat_usable) and then its kernel, else NULL.
