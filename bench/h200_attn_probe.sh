@@ -7,7 +7,8 @@
 #                    the interpreter; the kernel's GPU test (kfuse_tests attention_sgmat_gpu)
 #   attn-timing.txt  f16 forward at T 4096, D 64 and 128 (B 2, H 16, causal) for the sgmat
 #                    kernel's configurations (KF_ATTN_SGMAT=WxC[/hi][/direct][/rq]; 1: the
-#                    default; CONFIGS="..." replaces the list)
+#                    default; CONFIGS="..." replaces the list); then T 1024 (B 8), the default
+#                    against the FMA kernel
 #
 #   OUT=bench-out bench/h200_attn_probe.sh
 #
@@ -64,11 +65,16 @@ timeout 30 "$BUILD/kfuse_tests" --suite ops attention_sgmat_gpu >>"$LOG" 2>&1
 echo "attention_sgmat_gpu exit $?" | tee -a "$LOG"
 
 echo "== f16 forward, T 4096, B 2, H 16, causal: sgmat configurations (KF_ATTN_SGMAT) and FMA" >>"$TIM"
-for cfg in ${CONFIGS:-1 8x16/direct 4x16/direct 4x32/direct 1x64/direct 4x16/direct/rq 4x32/direct/rq 2x32/direct/rq}; do
+for cfg in ${CONFIGS:-1 8x16/direct 4x16/direct 4x32/direct 1x64/direct 4x16/direct/rq 4x32/direct/rq}; do
     KF_ATTN_SGMAT=$cfg timeout 20 "$BUILD/kfuse_bench_attention" --T 4096 --D 64 --D 128 \
         --B 2 --H 16 --dtype f16 --fwd-only --repeat "$REPEAT" --impl "sgmat-$cfg" >>"$TIM" 2>&1
     echo "sgmat-$cfg exit $?" >>"$TIM"
 done
+echo "== T 1024 (B 8, H 16): the default sgmat kernel and the FMA kernel" >>"$TIM"
+KF_ATTN_SGMAT=1 timeout 20 "$BUILD/kfuse_bench_attention" --T 1024 --D 64 --D 128 --B 8 --H 16 \
+    --dtype f16 --fwd-only --repeat "$REPEAT" --impl sgmat-1 >>"$TIM" 2>&1
+KF_NO_SGMAT=1 timeout 20 "$BUILD/kfuse_bench_attention" --T 1024 --D 64 --D 128 --B 8 --H 16 \
+    --dtype f16 --fwd-only --repeat "$REPEAT" --impl kfuse-fma >>"$TIM" 2>&1
 if [ "${FMA:-0}" != 0 ]; then # run 1 of s6: 5.679 / 12.753 ms
     KF_NO_SGMAT=1 timeout 30 "$BUILD/kfuse_bench_attention" --T 4096 --D 64 --D 128 --B 2 \
         --H 16 --dtype f16 --fwd-only --repeat "$REPEAT" --impl kfuse-fma >>"$TIM" 2>&1
