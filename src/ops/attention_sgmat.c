@@ -474,23 +474,23 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
     return k;
 }
 
-/* Opt-in ($KF_ATTN_SGMAT=1, or a configuration): on the H200 this kernel fails `kfuse verify
- * attention`'s f16 checks (relative errors 0.009 to 0.085 against a 2e-3 tolerance, session 5's
- * last run, bench/results/s5/attention-final.txt) although the interpreter's emulation of
- * subgroup matrices passes it, and it is slower than the register-tiled FMA kernel at T 4096
- * (11.4 against 5.7 ms at D 64). Until the difference is found, f16 attention runs on the FMA
- * kernels everywhere by default. */
+/* The default where measured faster than the FMA kernels, and correct: on the H200 (session 6,
+ * bench/h200_attn_probe.sh), f16 forward at T 4096, D 64 took 2.78 ms against the register-tiled
+ * FMA kernel's 5.68, and with the hi/lo split's fix kfuse verify attention passed 44 of 44 and
+ * the kernel's GPU test every element; at D 128 it took 26 to 36 ms against 12.8 (its matrices
+ * seem to spill), so D > 64 stays on the FMA kernels unless asked. $KF_ATTN_SGMAT: "0" never
+ * (as KF_NO_SGMAT=1), "1" every D, a configuration (WxC[/hi][/direct][/rq]) that one. */
 kf_kernel *kf__attention_sgmat_for(kf_context *ctx, const kf__attn_desc *a) {
-    const char *opt_in = getenv("KF_ATTN_SGMAT");
+    const char *env = getenv("KF_ATTN_SGMAT");
+    bool asked = env && *env && strcmp(env, "0") != 0;
     uint32_t sg = 0;
-    if (!opt_in || !*opt_in || !strcmp(opt_in, "0") || !kf__sgmat_usable(ctx, &sg)) {
+    if ((env && !strcmp(env, "0")) || (!asked && a->d > 64) || !kf__sgmat_usable(ctx, &sg)) {
         return NULL;
     }
     kf_adapter_info info;
     uint32_t bytes =
         kf_context_adapter_info(ctx, &info) == KF_OK ? info.max_compute_workgroup_storage_size : 0;
     kf__attn_sgmat_config cfg;
-    const char *env = getenv("KF_ATTN_SGMAT");
-    bool forced = env && *env && kf__attention_sgmat_config_parse(env, &cfg);
+    bool forced = asked && kf__attention_sgmat_config_parse(env, &cfg);
     return kf__attention_sgmat_config(a, sg, bytes, forced ? &cfg : NULL);
 }

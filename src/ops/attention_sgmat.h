@@ -44,8 +44,10 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
  * parse. */
 bool kf__attention_sgmat_config_parse(const char *text, kf__attn_sgmat_config *out);
 
-/* Whether kf__attention_sgmat runs on ctx (kf__sgmat_usable) and then its kernel, else NULL.
- * $KF_ATTN_SGMAT ("WxC[/hi]") replaces the default configuration, for measuring. */
+/* The kernel attention's forward takes on ctx, else NULL (the caller keeps its FMA kernels):
+ * where kf__attention_sgmat runs there (kf__sgmat_usable) and D <= 64 (measured faster than the
+ * FMA kernels on the H200; slower at D 128). $KF_ATTN_SGMAT: "0" never, "1" every D, a
+ * configuration ("WxC[/hi][/direct][/rq]") that one, for measuring. */
 kf_kernel *kf__attention_sgmat_for(kf_context *ctx, const kf__attn_desc *a);
 
 /* The register-tiled FMA kernel (attention_tiled.c) for f32 or f16 storage (f32 compute): 64
