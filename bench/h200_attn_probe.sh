@@ -8,7 +8,7 @@
 #   attn-timing.txt  f16 forward at T 4096, D 64 and 128 (B 2, H 16, causal) for the sgmat
 #                    kernel's configurations (KF_ATTN_SGMAT=WxC[/hi][/direct][/rq]; 1: the
 #                    default; CONFIGS="..." replaces the list); then T 1024 (B 8), the default
-#                    against the FMA kernel
+#                    against the FMA kernel; PyTorch's SDPA on the same cases (SDPA=0: not)
 #
 #   OUT=bench-out bench/h200_attn_probe.sh
 #
@@ -75,6 +75,13 @@ KF_ATTN_SGMAT=1 timeout 20 "$BUILD/kfuse_bench_attention" --T 1024 --D 64 --D 12
     --dtype f16 --fwd-only --repeat "$REPEAT" --impl sgmat-1 >>"$TIM" 2>&1
 KF_NO_SGMAT=1 timeout 20 "$BUILD/kfuse_bench_attention" --T 1024 --D 64 --D 128 --B 8 --H 16 \
     --dtype f16 --fwd-only --repeat "$REPEAT" --impl kfuse-fma >>"$TIM" 2>&1
+if [ "${SDPA:-1}" != 0 ]; then # PyTorch's F.scaled_dot_product_attention on the same cases
+    echo "== PyTorch SDPA, f16, T 4096 (B 2) and T 1024 (B 8), H 16, causal" >>"$TIM"
+    timeout 45 "${PYTHON:-python3}" bench/torch_attention.py --T 4096 --D 64 128 --B 2 \
+        --dtype f16 --impl sdpa --repeat "$REPEAT" >>"$TIM" 2>&1
+    timeout 30 "${PYTHON:-python3}" bench/torch_attention.py --T 1024 --D 64 128 --B 8 \
+        --dtype f16 --impl sdpa --repeat "$REPEAT" >>"$TIM" 2>&1
+fi
 if [ "${FMA:-0}" != 0 ]; then # run 1 of s6: 5.679 / 12.753 ms
     KF_NO_SGMAT=1 timeout 30 "$BUILD/kfuse_bench_attention" --T 4096 --D 64 --D 128 --B 2 \
         --H 16 --dtype f16 --fwd-only --repeat "$REPEAT" --impl kfuse-fma >>"$TIM" 2>&1
