@@ -2,7 +2,7 @@
  * GPU, in variants that isolate its parts, each against a float64 reference and against the CPU
  * interpreter running the same kernel (bench/h200_attn_probe.sh runs it on the H200):
  *
- *   kfuse_probe_attention [--cpu] [--quick] [--diagnose]
+ *   kfuse_probe_attention [--cpu] [--quick] [--diagnose] [--direct]
  *
  * Inputs: "rand" (q, k in [-2, 2), v in [-1, 1), as tests/ops/test_attention_sgmat.c), "onehot"
  * (rand q, k; v[j][e] = 1 where e = j mod D: with T <= D, o is P itself, so a wrong P shows by
@@ -18,7 +18,8 @@
  * then how many elements differ from the interpreter's result and from the interpreter's
  * hi-only result (--diagnose; bit for bit: "= hi-only" means the device computes as if lo were 0),
  * the largest difference in f16 ulps, and with lse the largest lse error. --cpu: the interpreter on
- * both sides (to check the tool); --quick: fewer cases. */
+ * both sides (to check the tool); --quick: fewer cases; --direct: only the cases a direct
+ * configuration takes (T and D multiples of 16). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -300,7 +301,7 @@ static void probe(kf_context *ctx, uint32_t sg, const probe_case *c, const varia
 }
 
 int main(int argc, char **argv) {
-    bool on_cpu = false, quick = false, diagnose = false;
+    bool on_cpu = false, quick = false, diagnose = false, direct_only = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--cpu")) {
             on_cpu = true;
@@ -308,8 +309,11 @@ int main(int argc, char **argv) {
             quick = true;
         } else if (!strcmp(argv[i], "--diagnose")) {
             diagnose = true;
+        } else if (!strcmp(argv[i], "--direct")) {
+            direct_only = true;
         } else {
-            fprintf(stderr, "usage: kfuse_probe_attention [--cpu] [--quick] [--diagnose]\n");
+            fprintf(stderr,
+                    "usage: kfuse_probe_attention [--cpu] [--quick] [--diagnose] [--direct]\n");
             return 2;
         }
     }
@@ -347,9 +351,16 @@ int main(int argc, char **argv) {
     const variant configs[] = {
         {"now", {0}, false},
         {"8x16/direct", {.subgroups = 8, .keys = 16, .direct = true}, true},
+        {"4x16/direct", {.subgroups = 4, .keys = 16, .direct = true}, true},
+        {"2x16/direct", {.subgroups = 2, .keys = 16, .direct = true}, true},
         {"4x64/direct", {.subgroups = 4, .keys = 64, .direct = true}, true},
-        {"1x64/direct", {.subgroups = 1, .keys = 64, .direct = true}, true},
         {"4x32/direct/rq", {.subgroups = 4, .keys = 32, .direct = true, .reload_q = true}, true},
+        {"8x16/direct/r2", {.subgroups = 8, .keys = 16, .direct = true, .row_blocks = 2}, true},
+        {"4x16/direct/r2", {.subgroups = 4, .keys = 16, .direct = true, .row_blocks = 2}, true},
+        {"2x16/direct/r2", {.subgroups = 2, .keys = 16, .direct = true, .row_blocks = 2}, true},
+        {"2x32/direct/r2/rq",
+         {.subgroups = 2, .keys = 32, .direct = true, .reload_q = true, .row_blocks = 2},
+         true},
     };
     const probe_case all[] = {
         {15, 8, false, "rand"},  {15, 8, true, "rand"},     {15, 8, true, "flat"},
@@ -360,6 +371,9 @@ int main(int argc, char **argv) {
     };
     size_t ncases = quick ? 4 : sizeof all / sizeof all[0];
     for (size_t i = 0; i < ncases; i++) {
+        if (direct_only && (all[i].t % 16 || all[i].d % 16)) {
+            continue;
+        }
         if (diagnose) {
             probe(ctx, sg, &all[i], diagnosis, sizeof diagnosis / sizeof diagnosis[0], true);
         } else {

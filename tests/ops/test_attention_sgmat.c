@@ -237,7 +237,11 @@ KT_CPU_TEST(ops, attention_sgmat_interpreter) {
     } direct[] = {{"4x16/direct", 80, 32, true},
                   {"2x64/direct", 80, 32, false},
                   {"1x32/direct/rq", 48, 16, true},
-                  {"2x32/direct/rq", 32, 128, false}};
+                  {"2x32/direct/rq", 32, 128, false},
+                  /* two row blocks a subgroup: T 80 and 48 leave a subgroup clamped back over
+                   * rows it must not write, and one past T */
+                  {"2x16/direct/r2", 80, 32, true},
+                  {"1x16/direct/r2/rq", 48, 64, false}};
     for (size_t c = 0; c < sizeof direct / sizeof direct[0]; c++) {
         kf__attn_sgmat_config cfg;
         KT_CHECK(kf__attention_sgmat_config_parse(direct[c].cfg, &cfg) && cfg.direct, "%s",
