@@ -353,6 +353,8 @@ int main(int argc, char **argv) {
         {"8x16/direct", {.subgroups = 8, .keys = 16, .direct = true}, true},
         {"4x16/direct", {.subgroups = 4, .keys = 16, .direct = true}, true},
         {"2x16/direct", {.subgroups = 2, .keys = 16, .direct = true}, true},
+        {"4x16/r2", {.subgroups = 4, .keys = 16, .row_blocks = 2}, true},
+        {"2x16/r2", {.subgroups = 2, .keys = 16, .row_blocks = 2}, true},
         {"8x16/direct/r2", {.subgroups = 8, .keys = 16, .direct = true, .row_blocks = 2}, true},
         {"4x16/direct/r2", {.subgroups = 4, .keys = 16, .direct = true, .row_blocks = 2}, true},
         {"2x16/direct/r2", {.subgroups = 2, .keys = 16, .direct = true, .row_blocks = 2}, true},

@@ -56,7 +56,7 @@ static uint32_t memory_for(uint32_t w, uint32_t c, uint32_t dp, bool split, bool
     if (direct) {
         return 2 * rows * c * 4 + (split ? 2 : 1) * rows * (c + PAD) * 2 + MAT * MAT * 4;
     }
-    return tiles * 2 + w * MAT * c * 4 + (split ? 2 : 1) * w * MAT * (c + PAD) * 2 + MAT * MAT * 4;
+    return tiles * 2 + rows * c * 4 + (split ? 2 : 1) * rows * (c + PAD) * 2 + MAT * MAT * 4;
 }
 
 /* Stages rows [first, first + rows) of head `head_row0` of binding b (t rows of d) as f16 into
@@ -129,8 +129,8 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
      * fewer live per subgroup: at D 128 the held ones and the output's result matrices seem to
      * spill on the H200, which takes 10x D 64's time there) */
     const bool reload_q = direct && cfg->reload_q;
-    /* direct: 16-row blocks of q per subgroup, 1 or 2 (two share each k and v matrix loaded) */
-    const uint32_t rb = direct && cfg->row_blocks == 2 ? 2 : 1, R = MAT * rb;
+    /* 16-row blocks of q per subgroup, 1 or 2 (two share each k and v matrix loaded) */
+    const uint32_t rb = cfg && cfg->row_blocks == 2 ? 2 : 1, R = MAT * rb;
     if (w > 16 || w * sg > 1024 || (cfg && cfg->keys && (cfg->keys % MAT || cfg->keys > 64))) {
         return NULL;
     }
@@ -236,10 +236,11 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
     } else {
         stage(k, bq, tiles, 0, local, threads, head_row0, r0, rows, t, d, dp);
         kf_barrier(k);
-        kf_val qat = kf_let(k, "q_at", kf_mul(k, sgi, u32(k, MAT * ld)));
-        for (uint32_t i = 0; i < dm; i++) {
+        kf_val qat = kf_let(k, "q_at", kf_mul(k, sgi, u32(k, R * ld)));
+        for (uint32_t i = 0; i < rb * dm; i++) {
             ql[i] = kf_sgmat_declare(k, "ql", KF_SGMAT_LEFT, KF_SCALAR_F16, MAT, MAT);
-            kf_sgmat_load(k, ql[i], tiles, kf_add(k, qat, u32(k, i * MAT)), false, u32(k, ld));
+            kf_sgmat_load(k, ql[i], tiles, kf_add(k, qat, u32(k, i / dm * MAT * ld + i % dm * MAT)),
+                          false, u32(k, ld));
         }
         kf_barrier(k);
     }

@@ -30,7 +30,7 @@ typedef struct kf__attn_sgmat_config {
     bool direct;         /* q, k, v as matrices straight from storage: T % 16 == 0 (and T % keys),
                             D % 16 == 0; else no kernel */
     bool reload_q;       /* direct: q's matrices loaded for each key tile, not held in registers */
-    uint32_t row_blocks; /* direct: 16-row blocks of q per subgroup, 1 (0) or 2 (T >= 32) */
+    uint32_t row_blocks; /* 16-row blocks of q per subgroup: 1 (0) or 2 (direct: T >= 32) */
     uint32_t probe;      /* KF__ATTN_PROBE_* bits: variants for diagnosis only */
 } kf__attn_sgmat_config;
 /* The probe's variants (bench/attention/attention_probe.c), none correct as a kernel: */

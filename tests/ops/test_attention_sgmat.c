@@ -220,8 +220,9 @@ KT_CPU_TEST(ops, attention_sgmat_interpreter) {
     KT_CHECK(run_case(NULL, 32, &odd), "D 24");
     kf__attn_desc sg16 = desc_of(2, 40, 64, true, true);
     KT_CHECK(run_case(NULL, 16, &sg16), "subgroups of 16");
-    /* other configurations: 2 subgroups with 64-key tiles, 1 with 16-key tiles, 8 with 16 */
-    static const char *const configs[] = {"2x64", "1x16", "8x16"};
+    /* other configurations: 2 subgroups with 64-key tiles, 1 with 16-key tiles, 8 with 16, and
+     * two 16-row blocks a subgroup (T 70: the second workgroup's last rows past T) */
+    static const char *const configs[] = {"2x64", "1x16", "8x16", "4x16/r2", "2x32/r2"};
     for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++) {
         kf__attn_sgmat_config cfg;
         KT_CHECK(kf__attention_sgmat_config_parse(configs[c], &cfg), "%s", configs[c]);
