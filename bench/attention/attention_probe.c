@@ -87,20 +87,37 @@ static void reference(uint32_t bh, const probe_case *c, float scale, const uint1
     free(s);
 }
 
+/* Bytes of one lse value of k (binding 3): f16 or f32, whichever the kernel writes. */
+static uint32_t lse_size(const kf_kernel *k) {
+    kf_binding_info bi;
+    return kf_kernel_binding_info(k, 3, &bi) == KF_OK && bi.elem.scalar == KF_SCALAR_F32 ? 4 : 2;
+}
+
+/* lse value r of a buffer of lse_size es. */
+static double lse_at(const uint8_t *lse, uint32_t es, uint64_t r) {
+    if (es == 4) {
+        float f;
+        memcpy(&f, lse + 4 * r, 4);
+        return f;
+    }
+    uint16_t h;
+    memcpy(&h, lse + 2 * r, 2);
+    return kf__half_to_float(h);
+}
+
 /* Runs k on ctx (or the interpreter when ctx is NULL): bindings q, k, v[, lse], out. */
 static bool run(kf_context *ctx, kf_kernel *k, uint32_t sg, uint16_t *const in[3], uint64_t n,
-                uint64_t rows, bool with_lse, uint16_t *out, uint16_t *lse) {
+                uint64_t rows, bool with_lse, uint16_t *out, uint8_t *lse) {
     for (uint64_t i = 0; i < n; i++) {
         out[i] = 0x7e00u;
     }
-    for (uint64_t i = 0; i < rows; i++) {
-        lse[i] = 0x7e00u;
-    }
+    const uint64_t lse_bytes = with_lse ? lse_size(k) * rows : 0;
+    memset(lse, 0xff, 4 * rows); /* NaN as f16 and as f32 */
     uint32_t count = with_lse ? 5 : 4;
     if (!ctx) {
         kf_host_buffer host[5] = {{in[0], 2 * n}, {in[1], 2 * n}, {in[2], 2 * n}};
         if (with_lse) {
-            host[3] = (kf_host_buffer){lse, 2 * rows};
+            host[3] = (kf_host_buffer){lse, lse_bytes};
         }
         host[count - 1] = (kf_host_buffer){out, 2 * n};
         kf_interp_desc d = {.buffers = host, .buffer_count = count, .subgroup_size = sg};
@@ -120,8 +137,8 @@ static bool run(kf_context *ctx, kf_kernel *k, uint32_t sg, uint16_t *const in[3
     ok = ok && kf_buffer_create(ctx, 2 * n, &bufs[o_at]) == KF_OK &&
          kf_buffer_upload(bufs[o_at], 0, out, 2 * n) == KF_OK;
     if (with_lse) {
-        ok = ok && kf_buffer_create(ctx, 2 * rows, &bufs[3]) == KF_OK &&
-             kf_buffer_upload(bufs[3], 0, lse, 2 * rows) == KF_OK;
+        ok = ok && kf_buffer_create(ctx, lse_bytes, &bufs[3]) == KF_OK &&
+             kf_buffer_upload(bufs[3], 0, lse, lse_bytes) == KF_OK;
     }
     kf_kernel_launch launch = {.buffers = bufs, .buffer_count = count};
     if (ok && kf_kernel_run(ctx, k, &launch) != KF_OK) {
@@ -130,7 +147,7 @@ static bool run(kf_context *ctx, kf_kernel *k, uint32_t sg, uint16_t *const in[3
     }
     ok = ok && kf_buffer_download(bufs[o_at], 0, out, 2 * n) == KF_OK;
     if (with_lse) {
-        ok = ok && kf_buffer_download(bufs[3], 0, lse, 2 * rows) == KF_OK;
+        ok = ok && kf_buffer_download(bufs[3], 0, lse, lse_bytes) == KF_OK;
     }
     for (uint32_t b = 0; b < count; b++) {
         kf_buffer_destroy(bufs[b]);
@@ -173,8 +190,8 @@ static void probe(kf_context *ctx, uint32_t sg, const probe_case *c, const varia
     }
     double *ro = malloc(sizeof(double) * n), *rl = malloc(sizeof(double) * rows);
     reference(bh, c, scale, in[0], in[1], in[2], ro, rl);
-    uint16_t *out = malloc(2 * n), *lse = malloc(2 * rows);
-    uint16_t *cpu = malloc(2 * n), *cpu_lse = malloc(2 * rows), *hi = malloc(2 * n);
+    uint16_t *out = malloc(2 * n), *cpu = malloc(2 * n), *hi = malloc(2 * n);
+    uint8_t *lse = malloc(4 * rows), *cpu_lse = malloc(4 * rows);
     kf__attn_desc a = {
         .bh = bh, .t = t, .d = d, .causal = c->causal, .scale = scale, .with_lse = c->causal};
     printf("T %u D %u %s %s\n", t, d, c->causal ? "causal" : "full", c->inputs);
@@ -195,6 +212,7 @@ static void probe(kf_context *ctx, uint32_t sg, const probe_case *c, const varia
         }
         bool ok = run(ctx, gk, sg, in, n, rows, a.with_lse, out, lse) &&
                   run(NULL, ck, sg, in, n, rows, a.with_lse, cpu, cpu_lse);
+        const uint32_t es = lse_size(gk);
         kf_kernel_destroy(gk);
         kf_kernel_destroy(ck);
         if (!ok) {
@@ -251,9 +269,8 @@ static void probe(kf_context *ctx, uint32_t sg, const probe_case *c, const varia
         free(col_bad);
         double lse_err = 0, lse_cpu = 0;
         for (uint64_t r = 0; a.with_lse && r < rows; r++) {
-            lse_err = fmax(lse_err, fabs(kf__half_to_float(lse[r]) - rl[r]));
-            lse_cpu =
-                fmax(lse_cpu, fabs(kf__half_to_float(lse[r]) - kf__half_to_float(cpu_lse[r])));
+            lse_err = fmax(lse_err, fabs(lse_at(lse, es, r) - rl[r]));
+            lse_cpu = fmax(lse_cpu, fabs(lse_at(lse, es, r) - lse_at(cpu_lse, es, r)));
         }
         if (lo_only) {
             /* o is lo's share alone: compare its size with the interpreter's */
