@@ -5,32 +5,29 @@
  *                              [--no-causal] [--repeat N] [--json]
  *
  * Default: T 1024 and 4096, D 64 and 128, f16 and f32, H 16, B = 8192 / T, causal (the cases of
- * kfuse_bench_attention and torch_attention.py). Per case, three plans from the graph autodiff
- * emits (g = attention_grad_prep(q, k, v, dy); dq, dk, dv = attention_grad_q / _k / _v(q, k, v,
- * g)):
+ * kfuse_bench_attention and torch_attention.py). Per case, three plans from the graph
+ * g = attention_grad_prep(q, k, v, dy); dq, dk, dv = attention_grad_q / _k / _v(q, k, v, g):
  *   bwd_ms       the whole backward as planned: prep, dq, and dk + dv in one kernel (3 dispatches)
  *   unpaired_ms  the same with dk and dv in kernels of their own (4 dispatches: what the planner
  *                did before dk + dv became companions; a binding budget of 5 keeps them apart)
  *   prep_ms      attention_grad_prep alone (a forward pass: attention.c's kernel)
- * grads_ms = bwd_ms - prep_ms is the gradient kernels' share. FLOPs as kfuse_bench_attention
- * counts them (2.5 times the forward's 4 B H T^2 D, halved when causal), over bwd_ms. Each case
- * checks 8 rows of dq and 8 of dk (keys among the last 64: the causal ones cost little) against
- * float64 on the host, so a fast wrong kernel shows: err_dk against each row's own scale,
- * err_dk_tensor against 1% of the rms of all of dk (kfuse verify's floor), and the largest |dk|
- * checked (f16 holds below 6.1e-5 as subnormals, 2^-24 apart). */
+ * grads_ms = bwd_ms - prep_ms is the gradient kernels' share; and the backward autodiff emits,
+ * from the forward's o and lse (run once before):
+ *   train_ms     attention_grad_pack, dq writing g2 = attention_grad_stats on the way, dk + dv
+ *                from g2 (3 dispatches: what a training step's backward spends on attention)
+ * with its own errors (err_dq_tr: dq's, row scale; err_dk_tr: dk's against 1% of dk's rms). FLOPs
+ * as kfuse_bench_attention counts them (2.5 times the forward's 4 B H T^2 D, halved when causal),
+ * over bwd_ms. Each case checks 8 rows of dq and 8 of dk (keys among the last 64: the causal ones
+ * cost little) against float64 on the host, so a fast wrong kernel shows: err_dk against each row's
+ * own scale, err_dk_tensor against 1% of the rms of all of dk (kfuse verify's floor), and the
+ * largest |dk| checked (f16 holds below 6.1e-5 as subnormals, 2^-24 apart). The cases, inputs and
+ * timing are attention_common.c's, shared with kfuse_bench_attention. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/half.h"
-#include "kfuse.h"
-
-typedef struct bench_case {
-    uint32_t b, h, t, d;
-    kf_dtype dtype;
-    bool causal;
-} bench_case;
+#include "attention_common.h"
 
 /* float64 dq row qi and dk row ki of one head (rows of D floats, T per head); dk sums over the
  * queries that see key ki (causal: ki .. T - 1, cheap for a key near the end). */
@@ -38,7 +35,7 @@ typedef struct bench_case {
  * *lse_err; from_g: P and delta from g's lse and delta instead (what the kernels compute from),
  * which tells the statistics' rounding in g (f16) from the kernels' own error. */
 static void reference(const float *q, const float *k, const float *v, const float *dy,
-                      const bench_case *c, uint64_t head, uint32_t qi, uint32_t ki, double *dq,
+                      const attn_case *c, uint64_t head, uint32_t qi, uint32_t ki, double *dq,
                       double *dk, const float *g, double *lse_err, bool from_g) {
     uint32_t t = c->t, d = c->d;
     double scale = 1.0 / sqrt((double)d);
@@ -99,41 +96,26 @@ static void reference(const float *q, const float *k, const float *v, const floa
     free(dp);
 }
 
-/* The worst |got - ref| / max(|ref|, floor) over a row; floor 0: 1% of the row's rms. */
-static double row_error(const float *got, const double *ref, uint32_t d, double floor) {
-    double ss = 0, worst = 0;
-    for (uint32_t e = 0; e < d; e++) {
-        ss += ref[e] * ref[e];
-    }
-    floor = floor > 0 ? floor : fmax(0.01 * sqrt(ss / d), 1e-12);
-    for (uint32_t e = 0; e < d; e++) {
-        double err = fabs(got[e] - ref[e]) / fmax(fabs(ref[e]), floor);
-        worst = err > worst || err != err ? err : worst;
-    }
-    return worst;
-}
-
-static kf_plan *compile_text(kf_context *ctx, const char *text, uint32_t max_bindings) {
-    kf_graph *g = NULL;
-    kf_spec_error err;
-    if (kf_spec_parse(text, strlen(text), &g, &err) != KF_OK) {
-        fprintf(stderr, "spec: %s\n", err.message);
-        return NULL;
-    }
-    kf_plan *p = NULL;
-    kf_compile_options o = {.max_storage_buffers = max_bindings};
-    if (kf_graph_compile(ctx, g, &o, &p) != KF_OK) {
-        fprintf(stderr, "compile: %s\n", kf_context_last_error(ctx));
-    }
-    kf_graph_destroy(g);
-    return p;
-}
-
-static bool run_case(kf_context *ctx, const bench_case *c, uint32_t repeat, bool json) {
+static bool run_case(kf_context *ctx, const attn_case *c, const attn_args *a) {
+    bool json = a->json;
     const char *dt = c->dtype == KF_DTYPE_F16 ? "f16" : "f32";
     const char *causal = c->causal ? "true" : "false";
-    char decl[128], bwd[2048], prep[1024];
+    char decl[128], lse_decl[128], bwd[2048], prep[1024], fwd[1024], train[2048];
     snprintf(decl, sizeof decl, "%s[%u, %u, %u, %u]", dt, c->b, c->h, c->t, c->d);
+    snprintf(lse_decl, sizeof lse_decl, "f32[%u, %u, %u, 1]", c->b, c->h, c->t);
+    /* the backward a training step runs (autodiff's graph, src/fuse/autodiff.c), from the
+     * forward's o and lse: pack, dq writing g2 on the way, dk + dv from g2 */
+    snprintf(fwd, sizeof fwd,
+             "q: %s\nk: %s\nv: %s\no = attention(q, k, v, causal=%s)\n"
+             "lse = attention_lse(q, k, v, causal=%s)\nout o, lse\n",
+             decl, decl, decl, causal, causal);
+    snprintf(train, sizeof train,
+             "q: %s\nk: %s\nv: %s\ndy: %s\no: %s\nlse: %s\ng = attention_grad_pack(dy, o, lse)\n"
+             "g2 = attention_grad_stats(q, k, v, g, causal=%s)\n"
+             "dq = attention_grad_q(q, k, v, g, causal=%s)\n"
+             "dk = attention_grad_k(q, k, v, g2, causal=%s)\n"
+             "dv = attention_grad_v(q, k, v, g2, causal=%s)\nout dq, dk, dv\n",
+             decl, decl, decl, decl, decl, lse_decl, causal, causal, causal, causal);
     snprintf(bwd, sizeof bwd,
              "q: %s\nk: %s\nv: %s\ndy: %s\ng = attention_grad_prep(q, k, v, dy, causal=%s)\n"
              "dq = attention_grad_q(q, k, v, g, causal=%s)\n"
@@ -144,34 +126,36 @@ static bool run_case(kf_context *ctx, const bench_case *c, uint32_t repeat, bool
              "q: %s\nk: %s\nv: %s\ndy: %s\ng = attention_grad_prep(q, k, v, dy, causal=%s)\n"
              "out g\n",
              decl, decl, decl, decl, causal);
-    kf_plan *plans[3] = {compile_text(ctx, bwd, 0), compile_text(ctx, bwd, 5),
-                         compile_text(ctx, prep, 0)};
-    kf_shape s = {4, {c->b, c->h, c->t, c->d}};
-    kf_tensor *in[4] = {0}, *dq = NULL, *dk = NULL;
+    kf_plan *plans[4] = {attn_compile(ctx, bwd, 0), attn_compile(ctx, bwd, 5),
+                         attn_compile(ctx, prep, 0), attn_compile(ctx, train, 0)};
+    kf_plan *pf = attn_compile(ctx, fwd, 0);
+    kf_shape s = {4, {c->b, c->h, c->t, c->d}}, ls = {4, {c->b, c->h, c->t, 1}};
+    kf_tensor *in[4] = {0}, *dq = NULL, *dk = NULL, *o = NULL, *lse = NULL, *dq_t = NULL,
+              *dk_t = NULL;
     static const char *const names[4] = {"q", "k", "v", "dy"};
-    bool ok = plans[0] && plans[1] && plans[2] && kf_tensor_create(&s, &dq) == KF_OK &&
-              kf_tensor_create(&s, &dk) == KF_OK;
-    for (int i = 0; ok && i < 4; i++) {
-        ok = kf_tensor_create(&s, &in[i]) == KF_OK;
-        kf_tensor_fill_random(in[i], 1234u + (uint64_t)i, -1.0f, 1.0f);
-        for (uint64_t e = 0; ok && c->dtype == KF_DTYPE_F16 && e < kf_tensor_size(in[i]); e++) {
-            in[i]->data[e] = kf__half_to_float(kf__half_from_float(in[i]->data[e]));
-        }
-        for (int p = 0; ok && p < 3; p++) {
-            ok = kf_plan_set_input(plans[p], names[i], in[i]) == KF_OK;
-        }
+    bool ok = plans[0] && plans[1] && plans[2] && plans[3] && pf &&
+              kf_tensor_create(&s, &dq) == KF_OK && kf_tensor_create(&s, &dk) == KF_OK &&
+              kf_tensor_create(&s, &o) == KF_OK && kf_tensor_create(&ls, &lse) == KF_OK &&
+              kf_tensor_create(&s, &dq_t) == KF_OK && kf_tensor_create(&s, &dk_t) == KF_OK;
+    ok = ok && attn_inputs(c, in);
+    for (int i = 0; ok && i < 3; i++) {
+        ok = kf_plan_set_input(pf, names[i], in[i]) == KF_OK;
     }
-    kf_timing tm[3] = {{0}};
-    for (int p = 0; ok && p < 3; p++) {
-        ok = kf_plan_time(plans[p], repeat, &tm[p]) == KF_OK;
-    }
+    ok = ok && kf_plan_run(pf) == KF_OK && kf_plan_get_output(pf, "o", o) == KF_OK &&
+         kf_plan_get_output(pf, "lse", lse) == KF_OK &&
+         kf_plan_set_input(plans[3], "o", o) == KF_OK &&
+         kf_plan_set_input(plans[3], "lse", lse) == KF_OK;
+    kf_timing tm[4] = {{0}};
+    ok = ok && attn_time(plans, 4, in, names, 4, NULL, a->repeat, tm);
     ok = ok && kf_plan_get_output(plans[0], "dq", dq) == KF_OK &&
-         kf_plan_get_output(plans[0], "dk", dk) == KF_OK;
+         kf_plan_get_output(plans[0], "dk", dk) == KF_OK &&
+         kf_plan_get_output(plans[3], "dq", dq_t) == KF_OK &&
+         kf_plan_get_output(plans[3], "dk", dk_t) == KF_OK;
     /* dk of the last keys of a causal head is tiny (few queries see them, with small P): in f16
      * it lies among the subnormals, so beside the row's own scale its error is also judged
      * against 1% of the rms of the whole dk (kfuse verify's floor) */
     double err_dq = 0, err_dk = 0, err_dk_tensor = 0, dk_max = 0, dk_ss = 0, lse_err = 0,
-           err_dk_g = 0;
+           err_dk_g = 0, err_dq_t = 0, err_dk_t = 0, err_dk_t_tensor = 0;
     double *rq2 = malloc(c->d * sizeof *rq2), *rk2 = malloc(c->d * sizeof *rk2);
     kf_shape gs = s;
     gs.dims[3] += 2;
@@ -197,12 +181,17 @@ static bool run_case(kf_context *ctx, const bench_case *c, uint32_t repeat, bool
             reference(in[0]->data, in[1]->data, in[2]->data, in[3]->data, c, head, qi, ki, rq2, rk2,
                       g->data, &lse_unused, true);
             err_dk_g =
-                fmax(err_dk_g, row_error(dk->data + base + (uint64_t)ki * c->d, rk2, c->d, 0));
+                fmax(err_dk_g, attn_row_error(dk->data + base + (uint64_t)ki * c->d, rk2, c->d, 0));
         }
         const float *got_dk = dk->data + base + (uint64_t)ki * c->d;
-        err_dq = fmax(err_dq, row_error(dq->data + base + (uint64_t)qi * c->d, rq, c->d, 0));
-        err_dk = fmax(err_dk, row_error(got_dk, rk, c->d, 0));
-        err_dk_tensor = fmax(err_dk_tensor, row_error(got_dk, rk, c->d, dk_floor));
+        err_dq = fmax(err_dq, attn_row_error(dq->data + base + (uint64_t)qi * c->d, rq, c->d, 0));
+        err_dk = fmax(err_dk, attn_row_error(got_dk, rk, c->d, 0));
+        err_dk_tensor = fmax(err_dk_tensor, attn_row_error(got_dk, rk, c->d, dk_floor));
+        const float *got_dk_t = dk_t->data + base + (uint64_t)ki * c->d;
+        err_dq_t =
+            fmax(err_dq_t, attn_row_error(dq_t->data + base + (uint64_t)qi * c->d, rq, c->d, 0));
+        err_dk_t = fmax(err_dk_t, attn_row_error(got_dk_t, rk, c->d, 0));
+        err_dk_t_tensor = fmax(err_dk_t_tensor, attn_row_error(got_dk_t, rk, c->d, dk_floor));
         for (uint32_t e = 0; e < c->d; e++) {
             dk_max = fmax(dk_max, fabs(rk[e]));
         }
@@ -223,97 +212,52 @@ static bool run_case(kf_context *ctx, const bench_case *c, uint32_t repeat, bool
             "\"prep_ms\": %.4f, \"grads_ms\": %.4f, \"bwd_tflops\": %.3f, "
             "\"max_rel_err_dq\": %.3g, \"max_rel_err_dk\": %.3g, \"max_rel_err_dk_tensor\": %.3g, "
             "\"dk_checked_max\": %.3g, \"lse_max_abs_err\": %.3g, \"max_rel_err_dk_from_g\": "
-            "%.3g}\n",
+            "%.3g, \"train_ms\": %.4f, \"train_tflops\": %.3f, \"max_rel_err_dq_train\": %.3g, "
+            "\"max_rel_err_dk_train\": %.3g, \"max_rel_err_dk_train_tensor\": %.3g}\n",
             dt, c->b, c->h, c->t, c->d, causal, tm[0].median_ms, tm[1].median_ms, tm[2].median_ms,
             tm[0].median_ms - tm[2].median_ms, tf, err_dq, err_dk, err_dk_tensor, dk_max, lse_err,
-            err_dk_g);
+            err_dk_g, tm[3].median_ms, flops / (tm[3].median_ms * 1e9), err_dq_t, err_dk_t,
+            err_dk_t_tensor);
     } else {
         printf("%-4s %3u %3u %5u %4u %-6s %10.3f %11.3f %9.3f %9.3f %8.2f %9.2g %9.2g %9.2g %9.2g "
-               "%9.2g %9.2g\n",
+               "%9.2g %9.2g %9.3f %9.2g %9.2g\n",
                dt, c->b, c->h, c->t, c->d, causal, tm[0].median_ms, tm[1].median_ms,
                tm[2].median_ms, tm[0].median_ms - tm[2].median_ms, tf, err_dq, err_dk,
-               err_dk_tensor, dk_max, lse_err, err_dk_g);
+               err_dk_tensor, dk_max, lse_err, err_dk_g, tm[3].median_ms, err_dq_t,
+               err_dk_t_tensor);
     }
     fflush(stdout);
-    for (int i = 0; i < 4; i++) {
-        kf_tensor_destroy(in[i]);
-    }
+    attn_inputs_destroy(in);
     kf_tensor_destroy(dq);
     kf_tensor_destroy(dk);
     kf_tensor_destroy(g);
-    for (int p = 0; p < 3; p++) {
+    kf_tensor_destroy(o);
+    kf_tensor_destroy(lse);
+    kf_tensor_destroy(dq_t);
+    kf_tensor_destroy(dk_t);
+    for (int p = 0; p < 4; p++) {
         kf_plan_destroy(plans[p]);
     }
+    kf_plan_destroy(pf);
     return ok;
 }
 
-static int usage(void) {
-    fprintf(stderr, "usage: kfuse_bench_attention_grad [--T N]... [--D N]... [--dtype f16|f32]... "
-                    "[--B N] [--H N] [--no-causal] [--repeat N] [--json]\n");
-    return 2;
+static void header(const kf_adapter_info *info) {
+    printf("%s (%s)\n%-4s %3s %3s %5s %4s %-6s %10s %11s %9s %9s %8s %9s %9s %9s %9s %9s %9s "
+           "%9s %9s %9s\n",
+           info->device, info->backend, "type", "B", "H", "T", "D", "causal", "bwd_ms",
+           "unpaired_ms", "prep_ms", "grads_ms", "bwd_TF/s", "err_dq", "err_dk", "err_dk_all",
+           "dk_max", "lse_err", "dk_from_g", "train_ms", "err_dq_tr", "err_dk_tr");
 }
 
 int main(int argc, char **argv) {
-    uint32_t ts[8] = {1024, 4096}, ds[8] = {64, 128}, nt = 0, nd = 0, b = 0, h = 16, repeat = 10;
-    kf_dtype dts[2] = {KF_DTYPE_F16, KF_DTYPE_F32};
-    uint32_t ndt = 0;
-    bool causal = true, json = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        unsigned n = 0;
-        bool num = v && sscanf(v, "%u", &n) == 1 && n > 0;
-        if (!strcmp(a, "--T") && num && nt < 8) {
-            ts[nt++] = n, i++;
-        } else if (!strcmp(a, "--D") && num && nd < 8) {
-            ds[nd++] = n, i++;
-        } else if (!strcmp(a, "--B") && num) {
-            b = n, i++;
-        } else if (!strcmp(a, "--H") && num) {
-            h = n, i++;
-        } else if (!strcmp(a, "--repeat") && num) {
-            repeat = n, i++;
-        } else if (!strcmp(a, "--dtype") && v && (!strcmp(v, "f16") || !strcmp(v, "f32")) &&
-                   ndt < 2) {
-            dts[ndt++] = v[1] == '1' ? KF_DTYPE_F16 : KF_DTYPE_F32, i++;
-        } else if (!strcmp(a, "--no-causal")) {
-            causal = false;
-        } else if (!strcmp(a, "--json")) {
-            json = true;
-        } else {
-            return usage();
-        }
+    attn_args a;
+    if (!attn_args_parse(argc, argv, 0,
+                         "usage: kfuse_bench_attention_grad [--T N]... [--D N]... "
+                         "[--dtype f16|f32]... [--B N] [--H N] [--no-causal] [--repeat N] "
+                         "[--json]\n",
+                         &a)) {
+        return 2;
     }
-    nt = nt ? nt : 2;
-    nd = nd ? nd : 2;
-    ndt = ndt ? ndt : 2;
-    kf_context *ctx = NULL;
-    kf_context_desc desc = {0};
-    if (kf_context_create(&desc, &ctx) != KF_OK) {
-        fprintf(stderr, "kfuse_bench_attention_grad: no device\n");
-        return 1;
-    }
-    kf_adapter_info info;
-    kf_context_adapter_info(ctx, &info);
-    if (!json) {
-        printf("%s (%s)\n%-4s %3s %3s %5s %4s %-6s %10s %11s %9s %9s %8s %9s %9s %9s %9s %9s %9s\n",
-               info.device, info.backend, "type", "B", "H", "T", "D", "causal", "bwd_ms",
-               "unpaired_ms", "prep_ms", "grads_ms", "bwd_TF/s", "err_dq", "err_dk", "err_dk_all",
-               "dk_max", "lse_err", "dk_from_g");
-    }
-    int rc = 0;
-    for (uint32_t x = 0; x < ndt; x++) {
-        if (dts[x] == KF_DTYPE_F16 && !info.has_f16) {
-            fprintf(stderr, "f16: the device has no shader-f16; skipped\n");
-            continue;
-        }
-        for (uint32_t y = 0; y < nt; y++) {
-            for (uint32_t z = 0; z < nd; z++) {
-                bench_case c = {
-                    b ? b : (8192 / ts[y] ? 8192 / ts[y] : 1), h, ts[y], ds[z], dts[x], causal};
-                rc |= run_case(ctx, &c, repeat, json) ? 0 : 1;
-            }
-        }
-    }
-    kf_context_destroy(ctx);
-    return rc;
+    return attn_main("kfuse_bench_attention_grad", &a, header, run_case);
 }

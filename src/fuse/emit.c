@@ -381,7 +381,8 @@ kf_kernel *kf__root_kernel(kf_plan *p, const kf__group *grp) {
     for (uint32_t i = 0; i < root->input_count; i++) {
         shapes[i] = g->nodes[root->inputs[i]].shape;
     }
-    kf_kernel *base = kf__op_kernel_for(p->ctx, root->op, shapes, &root->params, root->dtype);
+    kf_kernel *base =
+        kf__op_kernel_for(p->ctx, root->op, shapes, &root->params, kf__node_kernel_dtype(g, root));
     if (!base) {
         kf__plan_fail(p, KF_ERROR_OUT_OF_MEMORY, "%s: no kernel", root->op->name);
     }

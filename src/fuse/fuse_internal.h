@@ -44,5 +44,9 @@ struct kf_graph {
 kf_graph *kf__graph_copy(const kf_graph *g);
 const kf__node *kf__graph_node(const kf_graph *g, uint32_t id);
 bool kf__op_is_elementwise(const kf_operator *op);
+/* The dtype op node n's kernels take: its output's, or, for an operator that stores its output
+ * or some inputs as f32 whatever the dtype (kf_operator.f32_output, f32_inputs), its other
+ * inputs'. */
+kf_dtype kf__node_kernel_dtype(const kf_graph *g, const kf__node *n);
 
 #endif

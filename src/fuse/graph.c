@@ -315,7 +315,7 @@ kf_node kf_graph_op(kf_graph *g, const char *op_name, const kf_node *inputs, uin
         }
         n.inputs[i] = inputs[i].id;
         shapes[i] = in->shape;
-        if (in->kind != KF__NODE_SCALAR && !(op->index_inputs & (1u << i))) {
+        if (in->kind != KF__NODE_SCALAR && !((op->index_inputs | op->f32_inputs) & (1u << i))) {
             if (have_dtype && in->dtype != n.dtype) {
                 graph_fail(g, KF_ERROR_TYPE, "%s: inputs mix f32 and f16", op->name);
                 return none;
@@ -338,7 +338,13 @@ kf_node kf_graph_op(kf_graph *g, const char *op_name, const kf_node *inputs, uin
                        index ? "an i32 tensor of class indices" : "f32 or f16, not i32");
             return none;
         }
+        if ((op->f32_inputs & (1u << i)) && in->dtype != KF_DTYPE_F32) {
+            graph_fail(g, KF_ERROR_TYPE, "%s: input %s must be f32 (it holds row statistics)",
+                       op->name, present_input_name(op, &p, i));
+            return none;
+        }
     }
+    n.dtype = kf__op_output_dtype(op, n.dtype);
     st = kf_op_shape(op, shapes, &p, &n.shape, msg, sizeof msg);
     if (st != KF_OK) {
         graph_fail(g, st, "%s", msg[0] ? msg : kf_status_str(st));
@@ -603,6 +609,19 @@ kf_shape kf_graph_shape(const kf_graph *g, kf_node node) {
     const kf__node *n = g ? kf__graph_node(g, node.id) : NULL;
     kf_shape none = {0};
     return n ? n->shape : none;
+}
+
+kf_dtype kf__node_kernel_dtype(const kf_graph *g, const kf__node *n) {
+    if (n->kind != KF__NODE_OP || (!n->op->f32_output && !n->op->f32_inputs)) {
+        return n->dtype;
+    }
+    for (uint32_t i = 0; i < n->input_count; i++) {
+        const kf__node *in = &g->nodes[n->inputs[i]];
+        if (in->kind != KF__NODE_SCALAR && !((n->op->index_inputs | n->op->f32_inputs) >> i & 1u)) {
+            return in->dtype;
+        }
+    }
+    return n->dtype;
 }
 
 kf_dtype kf_graph_dtype(const kf_graph *g, kf_node node) {

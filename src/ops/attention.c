@@ -6,6 +6,7 @@
  *   attention_grad_pack(dy, o, lse)   -> g   [..., T, D + 2] = [dy | lse | delta]
  *   attention_grad_prep(q, k, v, dy)  -> g   (the same g, lse from a pass of its own)
  *   attention_grad_q(q, k, v, g)      -> dq  (likewise _k -> dk, _v -> dv)
+ *   attention_grad_stats(q, k, v, g)  -> g'  (g with lse and delta exact: attention_grad.c)
  *
  * q, k and v have one shape [..., T, D] (rank 2 to 4; the leading dims are batch and heads),
  * D <= 128. scale (params.alpha, 0 meaning 1/sqrt(D)) multiplies the scores; with causal (the
@@ -15,9 +16,16 @@
  *   dP_ij = do_i . v_j,  delta_i = sum_j P_ij dP_ij = do_i . o_i,  dS_ij = P_ij (dP_ij - delta_i)
  *   dq_i = scale sum_j dS_ij k_j,  dk_j = scale sum_i dS_ij q_i,  dv_j = sum_i P_ij do_i
  * (FlashAttention-2's backward). The gradient kernels recompute P_ij = exp(s_ij - lse_i) tile by
- * tile from the saved row statistics instead of reading a T x T matrix. dq uses g's lse and delta
- * only as shifts and normalises P itself, so the statistics' rounding in g (f16) cancels from it;
- * dk and dv use them as given (f16: lse to 2^-11 of |lse|, a relative error of P of that size).
+ * tile from the saved row statistics instead of reading a T x T matrix.
+ *
+ * The statistics are stored in f32 whatever q, k and v are (lse, g and g' are f32 tensors in an
+ * f16 graph: kf_operator.f32_output, f32_inputs): in f16, lse (about log T + the largest score)
+ * would carry 2^-11 of itself, a relative error of every P of that size, which put dk and dv
+ * 40-60% of their rms off at T 1024 against a float64 gradient. g's delta = dy . o is from o as
+ * the forward stored it (f16: 2^-12 of each element), still 1.4% of dk's rms off; so dq, which
+ * sums P and dP over all of its row's keys anyway, uses g's lse and delta only as shifts
+ * (normalising P itself) and writes g' with the row's exact lse and delta on the way, which dk
+ * and dv read (autodiff; src/fuse/autodiff.c).
  *
  * Where the statistics come from: an operator has at most 4 inputs, so the gradient kernels,
  * which need q, k, v, dy, lse and delta, take dy, lse and delta packed in one tensor g. In a
@@ -30,15 +38,16 @@
  * The forward's other kernels: attention_sgmat.c (f16 on subgroup matrices) and
  * attention_tiled.c (register tiles, from T 128), chosen by attention_choose.
  *
- * The kernel (one generator, five roles): a workgroup of 16 x 16 invocations owns 16 rows (queries
- * for o, prep and dq; keys for dk and dv) of one (batch, head), 16 invocations per row. It walks
- * the other side in tiles of C = 16 columns (8 when D > 64, so the tiles stay in 16 KB of
- * workgroup memory), staged in workgroup memory with a padded stride (D + 1, no bank conflicts):
- *   1. the tile's two operands (k and v, or q and do) are loaded, clamped to the last row;
- *   2. each invocation computes a slice of the dot products of its row with one column (16 / C
+ * This file's kernel (one generator, two roles: o, with lse beside it or alone, and
+ * attention_grad_prep's g; the gradients' kernels are attention_grad.c's): a workgroup of 16 x 16
+ * invocations owns 16 query rows of one (batch, head), 16 invocations per row. It walks the keys
+ * in tiles of C = 16 columns (8 when D > 64, so the tiles stay in 16 KB of workgroup memory),
+ * staged in workgroup memory with a padded stride (D + 1, no bank conflicts):
+ *   1. the tile's k and v are loaded, clamped to the last row;
+ *   2. each invocation computes a slice of the dot products of its row with one key (16 / C
  *      invocations share a dot product, each over D * C / 16 terms);
- *   3. one invocation per (row, column) turns the scores into P (the forward's running max and
- *      sum: online softmax) or dS;
+ *   3. one invocation per (row, key) turns the scores into P (the running max and sum: online
+ *      softmax);
  *   4. each invocation accumulates D / 16 of its row's output columns over the tile.
  * Causal tiles past the diagonal are never visited: the loop bounds depend only on the
  * workgroup, so the barriers stay in uniform control flow. Rows past T are computed as row T - 1
@@ -60,7 +69,9 @@
 #define NEG_BIG -3.0e38f /* the running max before any key: exp(NEG_BIG - m) is 0 */
 #define MAX_COL_REGS (ATTN_MAX_D / LANES)
 
-typedef enum attn_role { ROLE_OUT = 0, ROLE_PREP, ROLE_DQ, ROLE_DK, ROLE_DV } attn_role;
+/* What attn_kernel computes: o (attention; attention_lse: lse alone), or g (attention_grad_prep).
+ */
+typedef enum attn_role { ROLE_OUT = 0, ROLE_PREP } attn_role;
 
 const kf__param kf__attn_params[KF__ATTN_PARAM_COUNT] = {
     {.name = "causal",
@@ -380,9 +391,7 @@ static kf_val operand_load(kf_kernel *k, attn_operand o, kf_val row, kf_val d, k
 }
 
 static const char *role_name(attn_role role) {
-    static const char *const names[] = {"attention", "attention_grad_prep", "attention_grad_q",
-                                        "attention_grad_k", "attention_grad_v"};
-    return names[role];
+    return role == ROLE_PREP ? "attention_grad_prep" : "attention";
 }
 
 /* What the forward (ROLE_OUT) writes of the row statistics: nothing, lse beside o (a binding
@@ -400,16 +409,17 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
     const uint32_t tiles = (t + ROWS - 1) / ROWS;
     const bool causal = attn_causal(p);
     const float scale = (float)attn_scale(p, d);
-    const bool keys_are_rows = role == ROLE_DK || role == ROLE_DV;
-    const bool needs_dp = role == ROLE_DQ || role == ROLE_DK;
-    const bool online = role == ROLE_OUT || role == ROLE_PREP;
+    /* what the kernel yields is row statistics, stored in f32 whatever q is (the header says
+     * why): prep's g, attention_lse's lse */
+    const bool stats = role == ROLE_PREP || lse_mode == LSE_ONLY;
+    const kf_dtype out_dtype = stats ? KF_DTYPE_F32 : dtype;
 
     kf_kernel_desc desc = {.name = lse_mode == LSE_ONLY   ? "attention_lse"
                                    : lse_mode == LSE_SIDE ? "attention_with_lse"
                                                           : role_name(role),
                            .workgroup_size = {LANES, ROWS, 1},
                            .input = kf_type_scalar(KF_SCALAR_VOID),
-                           .output = kf__dtype_type(dtype)};
+                           .output = kf__dtype_type(stats ? KF_DTYPE_F32 : dtype)};
     kf_kernel *k = kf_kernel_create(&desc);
     if (!k) {
         return NULL;
@@ -421,38 +431,19 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
     kf_binding bv = kf__bind(k, "v", dtype, KF_ACCESS_READ);
     kf_binding b4 = {0}, blse = {0};
     if (lse_mode == LSE_SIDE) {
-        blse = kf__bind(k, "lse", dtype, KF_ACCESS_READ_WRITE);
+        blse = kf__bind(k, "lse", KF_DTYPE_F32, KF_ACCESS_READ_WRITE);
     }
     if (role == ROLE_PREP) {
         b4 = kf__bind(k, "dy", dtype, KF_ACCESS_READ);
-    } else if (role != ROLE_OUT) {
-        b4 = kf__bind(k, "g", dtype, KF_ACCESS_READ);
     }
-    attn_operand oq = {bq, d, 0}, ok = {bk, d, 0}, ov = {bv, d, 0};
-    attn_operand odo = {b4, d + 2, 0};
-    attn_operand olse = {b4, d + 2, d}, odelta = {b4, d + 2, d + 1};
-    /* the row's operands (dot products with the tile's a and b), the tile's operands */
-    attn_operand row1 = keys_are_rows ? ok : oq, row2 = keys_are_rows ? ov : odo;
-    attn_operand tile_a = keys_are_rows ? oq : ok, tile_b = keys_are_rows ? odo : ov;
+    /* the row's operand (dot products with the tile's a), the tile's operands */
+    attn_operand row1 = {bq, d, 0}, tile_a = {bk, d, 0}, tile_b = {bv, d, 0};
 
     kf_type f32 = kf_type_scalar(KF_SCALAR_F32);
     kf_shared sa = kf_kernel_workgroup(k, "tile_a", f32, bc * stride);
     kf_shared sb = kf_kernel_workgroup(k, "tile_b", f32, bc * stride);
     kf_shared s_dot = kf_kernel_workgroup(k, "dots", f32, ROWS * LANES);
-    kf_shared s_dot2 = {0};
-    if (needs_dp) {
-        s_dot2 = kf_kernel_workgroup(k, "dots_dp", f32, ROWS * LANES);
-    }
     kf_shared s_p = kf_kernel_workgroup(k, "probs", f32, ROWS * bc);
-    kf_shared s_p2 = {0}; /* dq: P beside P dP */
-    if (role == ROLE_DQ) {
-        s_p2 = kf_kernel_workgroup(k, "probs_only", f32, ROWS * bc);
-    }
-    kf_shared s_lse = {0}, s_delta = {0};
-    if (keys_are_rows) {
-        s_lse = kf_kernel_workgroup(k, "tile_lse", f32, bc);
-        s_delta = kf_kernel_workgroup(k, "tile_delta", f32, bc);
-    }
 
     kf_val local = kf_builtin_get(k, KF_BUILTIN_LOCAL_ID);
     kf_val lx = kf_let(k, "lx", kf_extract(k, local, 0));
@@ -473,31 +464,9 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
     /* the (row, column) pair this invocation turns into P or dS: lanes below bc */
     kf_val pcol = kf_let(k, "pcol", kf_call2(k, KF_FN_MIN, lx, kf__u32(k, bc - 1)));
 
-    /* the row's statistics and running state. dq reads its row's lse and delta from g only as
-     * shifts: with P' = exp(s - lse) and dP' = dP - delta it sums P' (psum), P' dP' (shift) and,
-     * per column, P' dP' k and P' k over the keys, and at the end takes
-     *   dq = scale (sum P' dP' k - (shift / psum) sum P' k) / psum,
-     * which is exact whatever lse and delta are: so their rounding in g (f16: 2^-11 of them)
-     * cancels, where dq would otherwise carry delta's error times the row's mean key */
-    kf_val row_lse = {0, 0}, row_delta = {0, 0};
-    kf_var psum_run = {0}, delta_run = {0};
-    kf_var acc_pk[MAX_COL_REGS];
-    if (role == ROLE_DQ) {
-        row_lse = kf_let(k, "row_lse", operand_load(k, olse, my_row, kf__u32(k, 0), dtype));
-        row_delta = kf_let(k, "row_delta", operand_load(k, odelta, my_row, kf__u32(k, 0), dtype));
-        psum_run = kf_declare(k, "psum_run", f32, kf_lit_f32(k, 0));
-        delta_run = kf_declare(k, "delta_run", f32, kf_lit_f32(k, 0));
-        for (uint32_t c = 0; c < ncols; c++) {
-            char name[16];
-            snprintf(name, sizeof name, "acc_pk%u", c);
-            acc_pk[c] = kf_declare(k, name, f32, kf_lit_f32(k, 0));
-        }
-    }
-    kf_var m_run = {0}, l_run = {0};
-    if (online) {
-        m_run = kf_declare(k, "m_run", f32, kf_lit_f32(k, NEG_BIG));
-        l_run = kf_declare(k, "l_run", f32, kf_lit_f32(k, 0));
-    }
+    /* the row's running state: the online softmax's max and sum */
+    kf_var m_run = kf_declare(k, "m_run", f32, kf_lit_f32(k, NEG_BIG));
+    kf_var l_run = kf_declare(k, "l_run", f32, kf_lit_f32(k, 0));
     kf_var acc[MAX_COL_REGS];
     for (uint32_t c = 0; c < ncols; c++) {
         char name[16];
@@ -507,9 +476,7 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
 
     /* the columns this workgroup visits */
     kf_val start = kf__u32(k, 0), end = kf__u32(k, t);
-    if (causal && keys_are_rows) {
-        start = kf_let(k, "start", kf_mul(k, kf_div(k, r0, kf__u32(k, bc)), kf__u32(k, bc)));
-    } else if (causal) {
+    if (causal) {
         end = kf_let(k, "end",
                      kf_call2(k, KF_FN_MIN, kf_add(k, r0, kf__u32(k, ROWS)), kf__u32(k, t)));
     }
@@ -526,22 +493,10 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
         kf_shared_store(k, sa, at, operand_load(k, tile_a, trow, td, dtype));
         kf_shared_store(k, sb, at, operand_load(k, tile_b, trow, td, dtype));
         kf_end(k);
-        if (keys_are_rows) {
-            kf_if(k, kf_binary(k, KF_OP_LT, lid, kf__u32(k, bc)));
-            kf_val srow =
-                kf_add(k, head_row0, kf_call2(k, KF_FN_MIN, kf_add(k, c0, lid), kf__u32(k, t - 1)));
-            kf_shared_store(k, s_lse, lid, operand_load(k, olse, srow, kf__u32(k, 0), dtype));
-            kf_shared_store(k, s_delta, lid, operand_load(k, odelta, srow, kf__u32(k, 0), dtype));
-            kf_end(k);
-        }
         kf_barrier(k);
 
         /* 2. this invocation's slice of (row . column jcol) */
         kf_var dot = kf_declare(k, "dot", f32, kf_lit_f32(k, 0));
-        kf_var dot2 = {0};
-        if (needs_dp) {
-            dot2 = kf_declare(k, "dot2", f32, kf_lit_f32(k, 0));
-        }
         kf_val first = kf_let(k, "first", kf_mul(k, part, kf__u32(k, per)));
         kf_val dd = kf_for(k, "dd", kf__u32(k, 0), kf__u32(k, per), kf__u32(k, 1));
         kf_val dim = kf_let(k, "dim", kf_add(k, first, dd));
@@ -552,28 +507,18 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
         kf_assign(k, dot,
                   kf_call3(k, KF_FN_FMA, operand_load(k, row1, my_row, dim, dtype),
                            kf_shared_load(k, sa, at2), kf_read(k, dot)));
-        if (needs_dp) {
-            kf_assign(k, dot2,
-                      kf_call3(k, KF_FN_FMA, operand_load(k, row2, my_row, dim, dtype),
-                               kf_shared_load(k, sb, at2), kf_read(k, dot2)));
-        }
         if (per * split != d) {
             kf_end(k);
         }
         kf_end(k);
         kf_shared_store(k, s_dot, slot, kf_read(k, dot));
-        if (needs_dp) {
-            kf_shared_store(k, s_dot2, slot, kf_read(k, dot2));
-        }
         kf_barrier(k);
 
-        /* 3. scores -> P (online softmax) or dS; column j of the tile is key / query c0 + j */
+        /* 3. scores -> P (online softmax); column j of the tile is key c0 + j */
         kf_val row_at = kf_mul(k, ly, kf__u32(k, LANES));
-        kf_val alpha = {0, 0};
-        /* the score of column j, whether it counts, and (dq, dk) its dP */
+        /* the score of column j and whether it counts */
         kf_val score[LANES] = {{0, 0}}, keep[LANES] = {{0, 0}};
-        uint32_t want_cols = online ? bc : 0;
-        for (uint32_t j = 0; j < want_cols; j++) {
+        for (uint32_t j = 0; j < bc; j++) {
             kf_val s = kf_lit_f32(k, 0);
             for (uint32_t h = 0; h < split; h++) {
                 s = kf_add(k, s,
@@ -586,54 +531,36 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
                 keep[j] = kf_binary(k, KF_OP_AND, keep[j], kf_binary(k, KF_OP_LE, col, rowc));
             }
         }
-        if (online) {
-            kf_val m_tile = kf_read(k, m_run);
-            for (uint32_t j = 0; j < bc; j++) {
-                m_tile = kf_call2(k, KF_FN_MAX, m_tile,
-                                  kf_select(k, kf_lit_f32(k, NEG_BIG), score[j], keep[j]));
-            }
-            kf_val m_new = kf_let(k, "m_new", m_tile);
-            alpha = kf_let(k, "alpha", kf_call1(k, KF_FN_EXP, kf_sub(k, kf_read(k, m_run), m_new)));
-            kf_assign(k, m_run, m_new);
+        kf_val m_tile = kf_read(k, m_run);
+        for (uint32_t j = 0; j < bc; j++) {
+            m_tile = kf_call2(k, KF_FN_MAX, m_tile,
+                              kf_select(k, kf_lit_f32(k, NEG_BIG), score[j], keep[j]));
         }
+        kf_val m_new = kf_let(k, "m_new", m_tile);
+        kf_val alpha =
+            kf_let(k, "alpha", kf_call1(k, KF_FN_EXP, kf_sub(k, kf_read(k, m_run), m_new)));
+        kf_assign(k, m_run, m_new);
         kf_if(k, kf_binary(k, KF_OP_LT, lx, kf__u32(k, bc)));
         {
-            kf_val s = kf_lit_f32(k, 0), dp = kf_lit_f32(k, 0);
+            kf_val s = kf_lit_f32(k, 0);
             for (uint32_t h = 0; h < split; h++) {
                 kf_val at3 = kf_add(k, row_at, kf_add(k, kf__u32(k, h * bc), pcol));
                 s = kf_add(k, s, kf_shared_load(k, s_dot, at3));
-                if (needs_dp) {
-                    dp = kf_add(k, dp, kf_shared_load(k, s_dot2, at3));
-                }
             }
             s = kf_let(k, "s", kf_mul(k, s, kf_lit_f32(k, scale)));
             kf_val col = kf_add(k, c0, pcol);
             kf_val mine = kf_binary(k, KF_OP_LT, col, kf__u32(k, t));
             if (causal) {
-                kf_val ok2 = keys_are_rows ? kf_binary(k, KF_OP_GE, col, rowc)
-                                           : kf_binary(k, KF_OP_LE, col, rowc);
-                mine = kf_binary(k, KF_OP_AND, mine, ok2);
+                mine = kf_binary(k, KF_OP_AND, mine, kf_binary(k, KF_OP_LE, col, rowc));
             }
-            kf_val lse = keys_are_rows ? kf_shared_load(k, s_lse, pcol)
-                         : online      ? kf_read(k, m_run)
-                                       : row_lse;
-            kf_val pr = kf_call1(k, KF_FN_EXP, kf_sub(k, s, lse));
-            kf_val value = pr;
+            kf_val pr = kf_call1(k, KF_FN_EXP, kf_sub(k, s, kf_read(k, m_run)));
             kf_val pslot = kf_add(k, kf_mul(k, ly, kf__u32(k, bc)), pcol);
-            if (role == ROLE_DK) {
-                value = kf_mul(k, pr, kf_sub(k, dp, kf_shared_load(k, s_delta, pcol)));
-            } else if (role == ROLE_DQ) {
-                value = kf_mul(k, pr, kf_sub(k, dp, row_delta));
-                kf_shared_store(k, s_p2, pslot, kf_select(k, kf_lit_f32(k, 0), pr, mine));
-            }
-            value = kf_select(k, kf_lit_f32(k, 0), value, mine);
-            kf_shared_store(k, s_p, pslot, value);
+            kf_shared_store(k, s_p, pslot, kf_select(k, kf_lit_f32(k, 0), pr, mine));
         }
         kf_end(k);
         kf_barrier(k);
 
         /* 4. accumulate the row's output columns over the tile */
-        kf_shared src = (role == ROLE_OUT || role == ROLE_PREP || role == ROLE_DV) ? sb : sa;
         kf_val prow = kf_mul(k, ly, kf__u32(k, bc));
         kf_val ps[LANES];
         kf_val psum = kf_lit_f32(k, 0);
@@ -641,36 +568,17 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
             ps[j] = kf_shared_load(k, s_p, kf_add(k, prow, kf__u32(k, j)));
             psum = kf_add(k, psum, ps[j]);
         }
-        if (online) {
-            kf_assign(k, l_run, kf_call3(k, KF_FN_FMA, kf_read(k, l_run), alpha, psum));
-        }
-        kf_val pk[LANES];
-        if (role == ROLE_DQ) {
-            kf_val only = kf_lit_f32(k, 0);
-            for (uint32_t j = 0; j < bc; j++) {
-                pk[j] = kf_shared_load(k, s_p2, kf_add(k, prow, kf__u32(k, j)));
-                only = kf_add(k, only, pk[j]);
-            }
-            kf_assign(k, psum_run, kf_add(k, kf_read(k, psum_run), only));
-            kf_assign(k, delta_run, kf_add(k, kf_read(k, delta_run), psum));
-        }
+        kf_assign(k, l_run, kf_call3(k, KF_FN_FMA, kf_read(k, l_run), alpha, psum));
         for (uint32_t c = 0; c < (lse_mode == LSE_ONLY ? 0 : ncols); c++) {
             uint32_t colc = c * LANES;
             kf_val col = kf_call2(k, KF_FN_MIN, kf_add(k, lx, kf__u32(k, colc)), kf__u32(k, d - 1));
-            kf_val sum = kf_lit_f32(k, 0), sum_pk = kf_lit_f32(k, 0);
+            kf_val sum = kf_lit_f32(k, 0);
             for (uint32_t j = 0; j < bc; j++) {
-                kf_val x = kf_shared_load(k, src, kf_add(k, kf__u32(k, j * stride), col));
+                kf_val x = kf_shared_load(k, sb, kf_add(k, kf__u32(k, j * stride), col));
                 sum = kf_call3(k, KF_FN_FMA, ps[j], x, sum);
-                if (role == ROLE_DQ) {
-                    sum_pk = kf_call3(k, KF_FN_FMA, pk[j], x, sum_pk);
-                }
-            }
-            if (role == ROLE_DQ) {
-                kf_assign(k, acc_pk[c], kf_add(k, kf_read(k, acc_pk[c]), sum_pk));
             }
             kf_val prev = kf_read(k, acc[c]);
-            kf_assign(k, acc[c],
-                      online ? kf_call3(k, KF_FN_FMA, prev, alpha, sum) : kf_add(k, prev, sum));
+            kf_assign(k, acc[c], kf_call3(k, KF_FN_FMA, prev, alpha, sum));
         }
         /* the next tile overwrites the tiles, the dots and P */
         kf_barrier(k);
@@ -680,31 +588,11 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
     /* the results: row `row` of the output, D columns (prep: D + 2) */
     uint32_t out_cols = role == ROLE_PREP ? d + 2 : lse_mode == LSE_ONLY ? 1 : d;
     kf_val out_row = kf_mul(k, kf_add(k, head_row0, row), kf__u32(k, out_cols));
-    kf_val inv_l = {0, 0};
-    if (online) {
-        inv_l = kf_let(k, "inv_l", kf_div(k, kf_lit_f32(k, 1), kf_read(k, l_run)));
-    }
-    kf_val inv_p = {0, 0}, mean_dp = {0, 0};
-    if (role == ROLE_DQ) {
-        inv_p = kf_let(k, "inv_p", kf_div(k, kf_lit_f32(k, 1), kf_read(k, psum_run)));
-        mean_dp = kf_let(k, "delta", kf_mul(k, kf_read(k, delta_run), inv_p));
-    }
+    kf_val inv_l = kf_let(k, "inv_l", kf_div(k, kf_lit_f32(k, 1), kf_read(k, l_run)));
     kf_val delta_part = kf_lit_f32(k, 0);
     kf_val yields[MAX_COL_REGS], inside[MAX_COL_REGS], cols[MAX_COL_REGS];
     for (uint32_t c = 0; c < ncols; c++) {
-        kf_val v = kf_read(k, acc[c]);
-        if (role == ROLE_DQ) {
-            /* (sum P' dP' k - (shift / psum) sum P' k) / psum */
-            v = kf_mul(k, kf_sub(k, v, kf_mul(k, mean_dp, kf_read(k, acc_pk[c]))), inv_p);
-            /* a row that sees one key has P = 1 whatever q is: dq is exactly 0, where the form
-             * above keeps rounding (the first causal row, T = 1) */
-            if (t == 1) {
-                v = kf_lit_f32(k, 0);
-            } else if (causal) {
-                v = kf_select(k, v, kf_lit_f32(k, 0), kf_binary(k, KF_OP_EQ, row, kf__u32(k, 0)));
-            }
-        }
-        v = online ? kf_mul(k, v, inv_l) : role == ROLE_DV ? v : kf_mul(k, v, kf_lit_f32(k, scale));
+        kf_val v = kf_mul(k, kf_read(k, acc[c]), inv_l);
         cols[c] = kf_let(k, "ocol", kf_add(k, lx, kf__u32(k, c * LANES)));
         inside[c] =
             (c + 1) * LANES <= d ? (kf_val){0, 0} : kf_binary(k, KF_OP_LT, cols[c], kf__u32(k, d));
@@ -740,9 +628,9 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
         kf_if(k, kf_binary(k, KF_OP_EQ, lx, kf__u32(k, 0)));
         kf_val lse = kf_add(k, kf_read(k, m_run), kf_call1(k, KF_FN_LOG, kf_read(k, l_run)));
         if (lse_mode == LSE_SIDE) {
-            kf__store_f32(k, blse, kf_add(k, head_row0, row), lse, dtype);
+            kf__store_f32(k, blse, kf_add(k, head_row0, row), lse, KF_DTYPE_F32);
         } else {
-            kf__yield_f32(k, lse, out_row, dtype);
+            kf__yield_f32(k, lse, out_row, KF_DTYPE_F32);
         }
         kf_end(k);
     }
@@ -750,7 +638,7 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
         if (inside[c].id) {
             kf_if(k, inside[c]);
         }
-        kf__yield_f32(k, yields[c], kf_add(k, out_row, cols[c]), dtype);
+        kf__yield_f32(k, yields[c], kf_add(k, out_row, cols[c]), out_dtype);
         if (inside[c].id) {
             kf_end(k);
         }
@@ -758,8 +646,8 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
     if (role == ROLE_PREP) {
         kf_if(k, kf_binary(k, KF_OP_EQ, lx, kf__u32(k, 0)));
         kf_val lse = kf_add(k, kf_read(k, m_run), kf_call1(k, KF_FN_LOG, kf_read(k, l_run)));
-        kf__yield_f32(k, lse, kf_add(k, out_row, kf__u32(k, d)), dtype);
-        kf__yield_f32(k, delta, kf_add(k, out_row, kf__u32(k, d + 1)), dtype);
+        kf__yield_f32(k, lse, kf_add(k, out_row, kf__u32(k, d)), out_dtype);
+        kf__yield_f32(k, delta, kf_add(k, out_row, kf__u32(k, d + 1)), out_dtype);
         kf_end(k);
     }
     kf_end(k);
@@ -829,7 +717,7 @@ static kf_kernel *pack_kernel(const kf_shape *in, const kf_op_params *p, kf_dtyp
     const uint32_t d = a.d, rows = a.bh * a.t;
     kf_kernel_desc desc = {.name = "attention_grad_pack",
                            .workgroup_size = {PACK_LANES, PACK_ROWS, 1},
-                           .output = kf__dtype_type(dtype)};
+                           .output = kf__dtype_type(KF_DTYPE_F32)}; /* g is f32 */
     kf_kernel *k = kf_kernel_create(&desc);
     if (!k) {
         return NULL;
@@ -839,7 +727,7 @@ static kf_kernel *pack_kernel(const kf_shape *in, const kf_op_params *p, kf_dtyp
     kf_kernel_set_grid(k, groups);
     kf_binding bdy = kf__bind(k, "dy", dtype, KF_ACCESS_READ);
     kf_binding bo = kf__bind(k, "o", dtype, KF_ACCESS_READ);
-    kf_binding blse = kf__bind(k, "lse", dtype, KF_ACCESS_READ);
+    kf_binding blse = kf__bind(k, "lse", KF_DTYPE_F32, KF_ACCESS_READ);
     kf_shared parts =
         kf_kernel_workgroup(k, "parts", kf_type_scalar(KF_SCALAR_F32), PACK_ROWS * PACK_LANES);
     kf_val local = kf_builtin_get(k, KF_BUILTIN_LOCAL_ID);
@@ -858,7 +746,7 @@ static kf_kernel *pack_kernel(const kf_shape *in, const kf_op_params *p, kf_dtyp
         kf_assign(k, part,
                   kf_call3(k, KF_FN_FMA, dyv, kf__load_f32(k, bo, at, dtype), kf_read(k, part)));
         kf_if(k, valid);
-        kf__yield_f32(k, dyv, kf_add(k, out_row, c), dtype);
+        kf__yield_f32(k, dyv, kf_add(k, out_row, c), KF_DTYPE_F32);
         kf_end(k);
     }
     kf_end(k);
@@ -872,8 +760,9 @@ static kf_kernel *pack_kernel(const kf_shape *in, const kf_op_params *p, kf_dtyp
         sum = kf_add(k, sum, kf_shared_load(k, parts, i ? kf_add(k, first, kf__u32(k, i)) : first));
     }
     kf_val delta = kf_let(k, "delta", sum);
-    kf__yield_f32(k, kf__load_f32(k, blse, rowc, dtype), kf_add(k, out_row, kf__u32(k, d)), dtype);
-    kf__yield_f32(k, delta, kf_add(k, out_row, kf__u32(k, d + 1)), dtype);
+    kf__yield_f32(k, kf__load_f32(k, blse, rowc, KF_DTYPE_F32), kf_add(k, out_row, kf__u32(k, d)),
+                  KF_DTYPE_F32);
+    kf__yield_f32(k, delta, kf_add(k, out_row, kf__u32(k, d + 1)), KF_DTYPE_F32);
     kf_end(k);
     return k;
 }
@@ -994,6 +883,7 @@ const kf_operator kf__op_attention_grad_prep = {
     KF__PARAMS(kf__attn_params),
     .shape = prep_shape,
     .spec_forward = prep_spec,
+    .f32_output = true,
     .kernel_forward = prep_kernel,
     .tolerance_f32 = 2e-4,
     .tolerance_f16 = 2e-3,
@@ -1024,6 +914,7 @@ const kf_operator kf__op_attention_lse = {
     KF__PARAMS(kf__attn_params),
     .shape = lse_shape,
     .spec_forward = lse_spec,
+    .f32_output = true,
     .kernel_forward = lse_kernel,
     .tolerance_f32 = 2e-4,
     .tolerance_f16 = 2e-3,
@@ -1044,6 +935,8 @@ const kf_operator kf__op_attention_grad_pack = {
     KF__INPUTS(pack_inputs),
     .shape = pack_shape,
     .spec_forward = pack_spec,
+    .f32_inputs = 1u << 2, /* lse */
+    .f32_output = true,
     .kernel_forward = pack_kernel,
     .tolerance_f32 = 2e-4,
     .tolerance_f16 = 2e-3,

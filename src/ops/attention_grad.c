@@ -4,7 +4,10 @@
  *   attention_grad_q(q, k, v, g)  -> dq
  *   attention_grad_k(q, k, v, g)  -> dk   (with attention_grad_v as its companion: both)
  *   attention_grad_v(q, k, v, g)  -> dv
+ *   attention_grad_stats(q, k, v, g) -> g' (g with each row's exact lse and delta; dq's
+ *                                        kernel writes it on the way: its companion)
  *
+ * g and g' are f32 whatever q, k and v are (attention.c's header says why).
  * One generator, FlashAttention-2's backward on FMA units with register tiles. A workgroup owns
  * br rows of one (batch, head): queries for dq, keys for dk and dv. It stages its rows' two
  * operands once (q and dy, or k and v) and walks the other side bc columns at a time (k and v,
@@ -13,12 +16,16 @@
  *   1. every invocation owns rr rows x rc columns of the tile's scores: rr + rc vec4 loads give
  *      rr rc dot products of 4 terms (twice: s = row . col, and dP with the second operands);
  *   2. it turns them into P = exp(scale s - lse) and dS = P (dP - delta), zero where the query
- *      does not see the key, into workgroup memory;
+ *      does not see the key, into workgroup memory, transposed: a column's values for the
+ *      invocation's rr rows side by side (one vec4 when rr is 4);
  *   3. it accumulates its rows' results over the tile's columns, vec4 columns tx, tx + wx, ...:
- *      dk += dS q and dv += P dy (or dq's two sums), a scalar P or dS times a vec4 of the tile.
- * The tiling (rr, rc, wx, wy) is the largest of a short list whose workgroup memory fits the
+ *      dk += dS q and dv += P dy (or dq's two sums), a scalar P or dS times a vec4 of the tile;
+ *      per column one load of P (and of dS) for its rr rows, and each vec4 of the tile loaded
+ *      feeds rr FMAs.
+ * The tiling (rr, rc, wx, wy) is the first of a short list whose workgroup memory fits the
  * device's (kernel_choose; kernel_forward assumes WebGPU's 16 KB): on lavapipe (32 KB) 32 x 16
- *  for D <= 64 and 16 x 8 for D <= 128; with 48 KB 32 x 32 and 32 x 8. dk and dv need the
+ * for D <= 64 and 16 x 8 for D <= 128; with 48 KB 32 x 32 and 32 x 8; $KF_ATTN_GRAD_TILES
+ * picks another for measuring. dk and dv need the
  * same P, so attention_grad_k's kernel_with_companion computes both (FlashAttention-2 does the
  * same), and the planner pairs the two operators when they read the same inputs
  * (src/fuse/rules/companion.c): one pass over the scores instead of two. Causal column tiles a
@@ -184,6 +191,44 @@ kf_status kf__attn_spec_backward(const kf_tensor *const *in, const kf_tensor *dy
     }
 
 GRAD_SPEC(attention_grad_q, 0)
+
+/* g' = [dy | lse | delta] with lse and delta exact, from q, k, v and g's dy alone (g's lse and
+ * delta are not read): attention_grad_prep's g for the dy that g holds. */
+static kf_status attention_grad_stats_spec(const kf_tensor *const *in, const kf_op_params *p,
+                                           kf_tensor *out) {
+    kf_status st = kf__spec_check_out(&kf__op_attention_grad_stats, in, p, out);
+    if (st != KF_OK) {
+        return st;
+    }
+    kf__attn_dims a = kf__attn_dims_of(&in[0]->shape);
+    double scale = kf__attn_scale(p, a.d);
+    bool causal = kf__attn_causal(p);
+    double *prob = malloc(a.t * sizeof *prob);
+    if (!prob) {
+        return KF_ERROR_OUT_OF_MEMORY;
+    }
+    for (uint32_t h = 0; h < a.bh; h++) {
+        uint64_t head = (uint64_t)h * a.t * a.d, ghead = (uint64_t)h * a.t * (a.d + 2);
+        const float *q = in[0]->data + head, *k = in[1]->data + head, *v = in[2]->data + head;
+        for (uint32_t i = 0; i < a.t; i++) {
+            const float *dy = in[3]->data + ghead + (uint64_t)i * (a.d + 2);
+            float *row = out->data + ghead + (uint64_t)i * (a.d + 2);
+            double lse = kf__attn_spec_row(q, k, a, scale, causal, i, prob), delta = 0;
+            for (uint32_t j = 0; j <= last_key(i, a.t, causal); j++) {
+                double dp = 0;
+                for (uint32_t d = 0; d < a.d; d++) {
+                    dp += (double)dy[d] * v[(uint64_t)j * a.d + d];
+                }
+                delta += prob[j] * dp;
+            }
+            memcpy(row, dy, a.d * sizeof *row);
+            row[a.d] = (float)lse;
+            row[a.d + 1] = (float)delta;
+        }
+    }
+    free(prob);
+    return KF_OK;
+}
 GRAD_SPEC(attention_grad_k, 1)
 GRAD_SPEC(attention_grad_v, 2)
 
@@ -198,14 +243,15 @@ typedef struct grad_tiles {
     uint32_t rr, rc, wx, wy;
 } grad_tiles;
 
-/* Preferred first. */
+/* Preferred first: 4 rows an invocation where the memory allows (P and dS are read back as one
+ * vec4 of the 4 rows, and each tile value loaded feeds 4 rows' FMAs). */
 static const grad_tiles tile_choices[] = {
-    {2, 2, 16, 16}, /* 32 x 32 */
-    {2, 2, 8, 16},  /* 32 x 16 */
-    {2, 1, 8, 16},  /* 32 x 8 */
-    {2, 1, 8, 8},   /* 16 x 8 */
-    {1, 1, 4, 8},   /* 8 x 4 */
-    {1, 1, 2, 4},   /* 4 x 2 */
+    {4, 4, 8, 8}, /* 32 x 32, 64 invocations */
+    {4, 2, 8, 8}, /* 32 x 16 */
+    {4, 1, 8, 8}, /* 32 x 8 */
+    {4, 1, 8, 4}, /* 16 x 8, 32 invocations */
+    {1, 1, 4, 8}, /* 8 x 4 */
+    {1, 1, 2, 4}, /* 4 x 2 */
 };
 
 /* vec4 columns of a staged row (D rounded up to 4); rows are staged one vec4 apart more, so rows
@@ -219,8 +265,17 @@ static uint64_t tiles_bytes(const grad_tiles *c, uint32_t d) {
     return 16u * (2u * br * sr + 2u * bc * sr) + 4u * (2u * br * bc + 2u * bc);
 }
 
+/* $KF_ATTN_GRAD_TILES ("rr,rc,wx,wy"), for measuring other tilings on one device: used where it
+ * parses, fits `budget` and the kernel's limits (rr 1, 2 or 4; rc up to MAX_RC; at most MAX_M
+ * vec4 columns an invocation). */
+static bool tiles_from_env(uint32_t d, uint32_t budget, grad_tiles *out);
+
 /* The largest tiling whose workgroup memory fits `budget` bytes. */
 static const grad_tiles *tiles_for(uint32_t d, uint32_t budget) {
+    static grad_tiles forced;
+    if (tiles_from_env(d, budget, &forced)) {
+        return &forced;
+    }
     size_t n = sizeof tile_choices / sizeof tile_choices[0];
     for (size_t i = 0; i + 1 < n; i++) {
         if (tiles_bytes(&tile_choices[i], d) <= budget) {
@@ -232,30 +287,39 @@ static const grad_tiles *tiles_for(uint32_t d, uint32_t budget) {
 
 #define PORTABLE_BUDGET 16384u /* workgroup memory every WebGPU device offers */
 
-/* What a kernel computes: dq, dk, dv, or the pair (dk yielded, dv stored into the binding "dv"
- * declared after the inputs). */
-typedef enum grad_role { ROLE_DQ = 0, ROLE_DK, ROLE_DV, ROLE_DKV } grad_role;
+/* What a kernel computes: dq, dk, dv, the pair (dk yielded, dv stored into the binding "dv"
+ * declared after the inputs), g' (attention_grad_stats), or dq with g' stored into the binding
+ * "stats" declared after the inputs. */
+typedef enum grad_role {
+    ROLE_DQ = 0,
+    ROLE_DK,
+    ROLE_DV,
+    ROLE_DKV,
+    ROLE_STATS,
+    ROLE_DQ_STATS
+} grad_role;
 
-/* A row-major operand read through its binding: element (row, d) at row * stride + offset + d,
- * row counted over all heads (head * T + row). */
+/* A row-major operand read through its binding (stored as dtype): element (row, d) at
+ * row * stride + offset + d, row counted over all heads (head * T + row). */
 typedef struct attn_operand {
     kf_binding b;
     uint32_t stride, offset;
+    kf_dtype dtype;
 } attn_operand;
 
-static kf_val operand_load(kf_kernel *k, attn_operand o, kf_val row, kf_val d, kf_dtype dtype) {
+static kf_val operand_load(kf_kernel *k, attn_operand o, kf_val row, kf_val d) {
     kf_val at = kf_add(k, kf_mul(k, row, kf__u32(k, o.stride)), d);
     if (o.offset) {
         at = kf_add(k, at, kf__u32(k, o.offset));
     }
-    return kf__load_f32(k, o.b, at, dtype);
+    return kf__load_f32(k, o.b, at, o.dtype);
 }
 
 /* Stages rows first .. first + count - 1 of one head (clamped to its last row) of operand o as
  * vec4 rows (zero past D) at stride sr into s; every invocation takes a share. */
 static void stage_rows(kf_kernel *k, kf_shared s, attn_operand o, kf_val head_row0, kf_val first,
                        uint32_t count, uint32_t t, uint32_t d, uint32_t sr, kf_val lid,
-                       uint32_t threads, kf_dtype dtype) {
+                       uint32_t threads) {
     uint32_t d4 = vec_cols(d);
     kf_val e = kf_for(k, "e", lid, kf__u32(k, count * d4), kf__u32(k, threads));
     kf_val r = kf_let(k, "sr_row", kf_div(k, e, kf__u32(k, d4)));
@@ -268,11 +332,10 @@ static void stage_rows(kf_kernel *k, kf_shared s, attn_operand o, kf_val head_ro
         kf_val dim = kf_add(k, kf_mul(k, c4, kf__u32(k, 4)), kf__u32(k, i));
         if (d % 4) {
             kf_val inside = kf_binary(k, KF_OP_LT, dim, kf__u32(k, d));
-            kf_val v =
-                operand_load(k, o, row, kf_call2(k, KF_FN_MIN, dim, kf__u32(k, d - 1)), dtype);
+            kf_val v = operand_load(k, o, row, kf_call2(k, KF_FN_MIN, dim, kf__u32(k, d - 1)));
             lanes[i] = kf_select(k, kf_lit_f32(k, 0), v, inside);
         } else {
-            lanes[i] = operand_load(k, o, row, dim, dtype);
+            lanes[i] = operand_load(k, o, row, dim);
         }
     }
     kf_val at = kf_add(k, kf_mul(k, r, kf__u32(k, sr)), c4);
@@ -280,13 +343,26 @@ static void stage_rows(kf_kernel *k, kf_shared s, attn_operand o, kf_val head_ro
     kf_end(k);
 }
 
-#define MAX_RR 2u
-#define MAX_RC 2u
+#define MAX_RR 4u
+#define MAX_RC 4u
 #define MAX_M 16u /* vec4 columns an invocation owns: 32 / wx, wx >= 2 */
 
+static bool tiles_from_env(uint32_t d, uint32_t budget, grad_tiles *out) {
+    const char *e = getenv("KF_ATTN_GRAD_TILES");
+    unsigned rr, rc, wx, wy;
+    if (!e || sscanf(e, "%u,%u,%u,%u", &rr, &rc, &wx, &wy) != 4 ||
+        (rr != 1 && rr != 2 && rr != 4) || rc < 1 || rc > MAX_RC || wx < 2 || wy < 1 ||
+        wx * wy > 256 || (vec_cols(d) + wx - 1) / wx > MAX_M) {
+        return false;
+    }
+    *out = (grad_tiles){rr, rc, wx, wy};
+    return tiles_bytes(out, d) <= budget;
+}
+
 static const char *grad_name(grad_role role) {
-    static const char *const names[] = {"attention_grad_q", "attention_grad_k", "attention_grad_v",
-                                        "attention_grad_kv"};
+    static const char *const names[] = {"attention_grad_q",     "attention_grad_k",
+                                        "attention_grad_v",     "attention_grad_kv",
+                                        "attention_grad_stats", "attention_grad_q_stats"};
     return names[role];
 }
 
@@ -300,7 +376,9 @@ static kf_kernel *grad_kernel(grad_role role, const grad_tiles *c, const kf_shap
     const uint32_t tiles = (t + br - 1) / br;
     const bool causal = kf__attn_causal(p);
     const float scale = (float)kf__attn_scale(p, d);
-    const bool dq = role == ROLE_DQ;
+    /* dq: the kernel walks keys for its query rows (dq, g', or both) */
+    const bool dq = role == ROLE_DQ || role == ROLE_STATS || role == ROLE_DQ_STATS;
+    const bool want_stats = role == ROLE_STATS || role == ROLE_DQ_STATS;
     const bool want_dk = role == ROLE_DK || role == ROLE_DKV;
     const bool want_dv = role == ROLE_DV || role == ROLE_DKV;
     const bool needs_dp = dq || want_dk;
@@ -308,7 +386,7 @@ static kf_kernel *grad_kernel(grad_role role, const grad_tiles *c, const kf_shap
     kf_kernel_desc desc = {.name = grad_name(role),
                            .workgroup_size = {threads, 1, 1},
                            .input = kf_type_scalar(KF_SCALAR_VOID),
-                           .output = kf__dtype_type(dtype)};
+                           .output = kf__dtype_type(role == ROLE_STATS ? KF_DTYPE_F32 : dtype)};
     kf_kernel *k = kf_kernel_create(&desc);
     if (!k) {
         return NULL;
@@ -318,13 +396,17 @@ static kf_kernel *grad_kernel(grad_role role, const grad_tiles *c, const kf_shap
     kf_binding bq = kf__bind(k, "q", dtype, KF_ACCESS_READ);
     kf_binding bk = kf__bind(k, "k", dtype, KF_ACCESS_READ);
     kf_binding bv = kf__bind(k, "v", dtype, KF_ACCESS_READ);
-    kf_binding bg = kf__bind(k, "g", dtype, KF_ACCESS_READ);
-    kf_binding bdv = {0};
+    kf_binding bg = kf__bind(k, "g", KF_DTYPE_F32, KF_ACCESS_READ); /* f32 whatever q is */
+    kf_binding bdv = {0}, bstats = {0};
     if (role == ROLE_DKV) {
         bdv = kf__bind(k, "dv", dtype, KF_ACCESS_READ_WRITE);
     }
-    attn_operand oq = {bq, d, 0}, ok = {bk, d, 0}, ov = {bv, d, 0};
-    attn_operand odo = {bg, d + 2, 0}, olse = {bg, d + 2, d}, odelta = {bg, d + 2, d + 1};
+    if (role == ROLE_DQ_STATS) {
+        bstats = kf__bind(k, "stats", KF_DTYPE_F32, KF_ACCESS_READ_WRITE);
+    }
+    attn_operand oq = {bq, d, 0, dtype}, ok = {bk, d, 0, dtype}, ov = {bv, d, 0, dtype};
+    attn_operand odo = {bg, d + 2, 0, KF_DTYPE_F32}, olse = {bg, d + 2, d, KF_DTYPE_F32};
+    attn_operand odelta = {bg, d + 2, d + 1, KF_DTYPE_F32};
     /* the owned rows' operands (scores with tile a, dP with tile b) and the walked side's */
     attn_operand r1 = dq ? oq : ok, r2 = dq ? odo : ov;
     attn_operand t1 = dq ? ok : oq, t2 = dq ? ov : odo;
@@ -337,10 +419,13 @@ static kf_kernel *grad_kernel(grad_role role, const grad_tiles *c, const kf_shap
     }
     kf_shared s_t1 = kf_kernel_workgroup(k, "tile_a", v4, bc * sr);
     kf_shared s_t2 = kf_kernel_workgroup(k, "tile_b", v4, bc * sr);
-    kf_shared s_p = kf_kernel_workgroup(k, "probs", f32, br * bc);
+    /* P and dS transposed, the rr rows of an invocation side by side: column j's values of the
+     * rows ty rr .. ty rr + rr - 1 are one vector at j wy + ty, one load in step 4 */
+    kf_type vr = rr == 1 ? f32 : kf_type_vec(KF_SCALAR_F32, rr);
+    kf_shared s_p = kf_kernel_workgroup(k, "probs", vr, bc * wy);
     kf_shared s_ds = {0};
     if (needs_dp) {
-        s_ds = kf_kernel_workgroup(k, "dscores", f32, br * bc);
+        s_ds = kf_kernel_workgroup(k, "dscores", vr, bc * wy);
     }
     kf_shared s_lse = {0}, s_delta = {0};
     if (!dq) {
@@ -379,30 +464,30 @@ static kf_kernel *grad_kernel(grad_role role, const grad_tiles *c, const kf_shap
      * dS' = P' (dP - delta) it sums, per row, P' (psum) and dS' (shift) and, per column, dS' k
      * (acc1) and P' k (acc2), and at the end takes
      *   dq = scale (acc1 - (shift / psum) acc2) / psum,
-     * exact whatever lse and delta are, so their rounding in g (f16: 2^-11 of them) cancels,
-     * where dq would otherwise carry delta's error times the row's mean key */
+     * exact whatever lse and delta are (so g's delta, from the forward's o stored in f16,
+     * does not carry into dq); and the row's exact statistics on the way, g' of
+     * attention_grad_stats: lse' = lse + log psum, delta' = delta + shift / psum */
     kf_val row_lse[MAX_RR] = {{0, 0}}, row_delta[MAX_RR] = {{0, 0}};
     kf_var psum[MAX_RR] = {{0}}, shift[MAX_RR] = {{0}};
     kf_var acc1[MAX_RR][MAX_M], acc2[MAX_RR][MAX_M]; /* dq: dS' k, P' k; else dk, dv */
     for (uint32_t i = 0; i < rr; i++) {
         if (dq) {
             kf_val at = kf_add(k, head_row0, kf_call2(k, KF_FN_MIN, row[i], kf__u32(k, t - 1)));
-            row_lse[i] = kf_let(k, "row_lse", operand_load(k, olse, at, kf__u32(k, 0), dtype));
-            row_delta[i] =
-                kf_let(k, "row_delta", operand_load(k, odelta, at, kf__u32(k, 0), dtype));
+            row_lse[i] = kf_let(k, "row_lse", operand_load(k, olse, at, kf__u32(k, 0)));
+            row_delta[i] = kf_let(k, "row_delta", operand_load(k, odelta, at, kf__u32(k, 0)));
             psum[i] = kf_declare(k, "psum", f32, kf_lit_f32(k, 0));
             shift[i] = kf_declare(k, "shift", f32, kf_lit_f32(k, 0));
         }
-        for (uint32_t m = 0; m < m_cols; m++) {
+        for (uint32_t m = 0; role != ROLE_STATS && m < m_cols; m++) {
             acc1[i][m] = kf_declare(k, "acc1", v4, kf_splat(k, v4, kf_lit_f32(k, 0)));
             acc2[i][m] = kf_declare(k, "acc2", v4, kf_splat(k, v4, kf_lit_f32(k, 0)));
         }
     }
 
     /* the owned rows' operands, once */
-    stage_rows(k, s_r1, r1, head_row0, r0, br, t, d, sr, lid, threads, dtype);
+    stage_rows(k, s_r1, r1, head_row0, r0, br, t, d, sr, lid, threads);
     if (needs_dp) {
-        stage_rows(k, s_r2, r2, head_row0, r0, br, t, d, sr, lid, threads, dtype);
+        stage_rows(k, s_r2, r2, head_row0, r0, br, t, d, sr, lid, threads);
     }
 
     /* the columns this workgroup visits: a causal key block starts at the tile holding its
@@ -418,14 +503,14 @@ static kf_kernel *grad_kernel(grad_role role, const grad_tiles *c, const kf_shap
     kf_val c0 = kf_for(k, "c0", start, end, kf__u32(k, bc));
     {
         /* 1. stage the tile's operands (and, walking queries, their lse and delta) */
-        stage_rows(k, s_t1, t1, head_row0, c0, bc, t, d, sr, lid, threads, dtype);
-        stage_rows(k, s_t2, t2, head_row0, c0, bc, t, d, sr, lid, threads, dtype);
+        stage_rows(k, s_t1, t1, head_row0, c0, bc, t, d, sr, lid, threads);
+        stage_rows(k, s_t2, t2, head_row0, c0, bc, t, d, sr, lid, threads);
         if (!dq) {
             kf_if(k, kf_binary(k, KF_OP_LT, lid, kf__u32(k, bc)));
             kf_val at =
                 kf_add(k, head_row0, kf_call2(k, KF_FN_MIN, kf_add(k, c0, lid), kf__u32(k, t - 1)));
-            kf_shared_store(k, s_lse, lid, operand_load(k, olse, at, kf__u32(k, 0), dtype));
-            kf_shared_store(k, s_delta, lid, operand_load(k, odelta, at, kf__u32(k, 0), dtype));
+            kf_shared_store(k, s_lse, lid, operand_load(k, olse, at, kf__u32(k, 0)));
+            kf_shared_store(k, s_delta, lid, operand_load(k, odelta, at, kf__u32(k, 0)));
             kf_end(k);
         }
         kf_barrier(k);
@@ -481,6 +566,7 @@ static kf_kernel *grad_kernel(grad_role role, const grad_tiles *c, const kf_shap
                 lse = kf_shared_load(k, s_lse, lcol[j]);
                 delta = kf_shared_load(k, s_delta, lcol[j]);
             }
+            kf_val prs[MAX_RR], dss[MAX_RR];
             for (uint32_t i = 0; i < rr; i++) {
                 kf_val keep = col_in;
                 if (causal) {
@@ -490,14 +576,16 @@ static kf_kernel *grad_kernel(grad_role role, const grad_tiles *c, const kf_shap
                 }
                 kf_val s = kf_mul(k, kf_read(k, sc[i][j]), kf_lit_f32(k, scale));
                 kf_val pr = kf_call1(k, KF_FN_EXP, kf_sub(k, s, dq ? row_lse[i] : lse));
-                pr = kf_let(k, "p", kf_select(k, kf_lit_f32(k, 0), pr, keep));
-                kf_val slot = kf_add(k, kf_mul(k, lrow[i], kf__u32(k, bc)), lcol[j]);
-                kf_shared_store(k, s_p, slot, pr);
+                prs[i] = kf_let(k, "p", kf_select(k, kf_lit_f32(k, 0), pr, keep));
                 if (needs_dp) {
-                    kf_val ds =
-                        kf_mul(k, pr, kf_sub(k, kf_read(k, dp[i][j]), dq ? row_delta[i] : delta));
-                    kf_shared_store(k, s_ds, slot, ds);
+                    dss[i] = kf_mul(k, prs[i],
+                                    kf_sub(k, kf_read(k, dp[i][j]), dq ? row_delta[i] : delta));
                 }
+            }
+            kf_val slot = kf_add(k, kf_mul(k, lcol[j], kf__u32(k, wy)), ty);
+            kf_shared_store(k, s_p, slot, rr == 1 ? prs[0] : kf_vec(k, vr, prs, rr));
+            if (needs_dp) {
+                kf_shared_store(k, s_ds, slot, rr == 1 ? dss[0] : kf_vec(k, vr, dss, rr));
             }
         }
         kf_barrier(k);
@@ -506,7 +594,7 @@ static kf_kernel *grad_kernel(grad_role role, const grad_tiles *c, const kf_shap
         kf_val cc = kf_for(k, "cc", kf__u32(k, 0), kf__u32(k, bc), kf__u32(k, 1));
         {
             kf_val x1[MAX_M], x2[MAX_M];
-            for (uint32_t m = 0; m < m_cols; m++) {
+            for (uint32_t m = 0; role != ROLE_STATS && m < m_cols; m++) {
                 kf_val at = kf_add(k, kf_mul(k, cc, kf__u32(k, sr)), ocol_c[m]);
                 /* dq: k (tile a) for both sums; dk: q (tile a); dv: do (tile b) */
                 if (dq || want_dk) {
@@ -516,12 +604,16 @@ static kf_kernel *grad_kernel(grad_role role, const grad_tiles *c, const kf_shap
                     x2[m] = kf_let(k, "x2", kf_shared_load(k, s_t2, at));
                 }
             }
+            kf_val slot = kf_add(k, kf_mul(k, cc, kf__u32(k, wy)), ty);
+            kf_val pv = kf_let(k, "pp", kf_shared_load(k, s_p, slot)), dsv = {0, 0};
+            if (needs_dp) {
+                dsv = kf_let(k, "pds", kf_shared_load(k, s_ds, slot));
+            }
             for (uint32_t i = 0; i < rr; i++) {
-                kf_val slot = kf_add(k, kf_mul(k, lrow[i], kf__u32(k, bc)), cc);
-                kf_val pr = kf_let(k, "pp", kf_shared_load(k, s_p, slot));
+                kf_val pr = rr == 1 ? pv : kf_extract(k, pv, i);
                 kf_val ds = {0, 0};
                 if (needs_dp) {
-                    ds = kf_let(k, "pds", kf_shared_load(k, s_ds, slot));
+                    ds = rr == 1 ? dsv : kf_extract(k, dsv, i);
                 }
                 if (dq) {
                     kf_assign(k, psum[i], kf_add(k, kf_read(k, psum[i]), pr));
@@ -531,7 +623,7 @@ static kf_kernel *grad_kernel(grad_role role, const grad_tiles *c, const kf_shap
                 if (needs_dp) {
                     vds = kf_splat(k, v4, ds);
                 }
-                for (uint32_t m = 0; m < m_cols; m++) {
+                for (uint32_t m = 0; role != ROLE_STATS && m < m_cols; m++) {
                     if (dq) {
                         kf_assign(k, acc1[i][m],
                                   kf_call3(k, KF_FN_FMA, vds, x1[m], kf_read(k, acc1[i][m])));
@@ -566,7 +658,55 @@ static kf_kernel *grad_kernel(grad_role role, const grad_tiles *c, const kf_shap
         kf_val out_row =
             kf_let(k, "out_row", kf_mul(k, kf_add(k, head_row0, row[i]), kf__u32(k, d)));
         kf_if(k, kf_binary(k, KF_OP_LT, row[i], kf__u32(k, t)));
-        for (uint32_t m = 0; m < m_cols; m++) {
+        if (want_stats) {
+            /* g' = [dy | lse' | delta'], dy as g has it (rows_b) */
+            kf_val g_row =
+                kf_let(k, "g_row", kf_mul(k, kf_add(k, head_row0, row[i]), kf__u32(k, d + 2)));
+            for (uint32_t m = 0; m < m_cols; m++) {
+                kf_val owned = (m + 1) * wx <= d4 ? (kf_val){0, 0}
+                                                  : kf_binary(k, KF_OP_LT, ocol[m], kf__u32(k, d4));
+                if (owned.id) {
+                    kf_if(k, owned);
+                }
+                kf_val dyv =
+                    kf_let(k, "dy4",
+                           kf_shared_load(k, s_r2,
+                                          kf_add(k, kf_mul(k, lrow[i], kf__u32(k, sr)), ocol[m])));
+                for (uint32_t lane = 0; lane < 4; lane++) {
+                    kf_val dim = kf_add(k, kf_mul(k, ocol[m], kf__u32(k, 4)), kf__u32(k, lane));
+                    bool ragged = d % 4 && lane >= d % 4 && (m + 1) * wx * 4 > d;
+                    if (ragged) {
+                        kf_if(k, kf_binary(k, KF_OP_LT, dim, kf__u32(k, d)));
+                    }
+                    kf_val at = kf_add(k, g_row, dim), x = kf_extract(k, dyv, lane);
+                    if (role == ROLE_STATS) {
+                        kf__yield_f32(k, x, at, KF_DTYPE_F32);
+                    } else {
+                        kf__store_f32(k, bstats, at, x, KF_DTYPE_F32);
+                    }
+                    if (ragged) {
+                        kf_end(k);
+                    }
+                }
+                if (owned.id) {
+                    kf_end(k);
+                }
+            }
+            kf_if(k, kf_binary(k, KF_OP_EQ, tx, kf__u32(k, 0)));
+            kf_val lse = kf_add(k, row_lse[i], kf_call1(k, KF_FN_LOG, kf_read(k, psum[i])));
+            kf_val delta = kf_add(k, row_delta[i], mean);
+            kf_val at_lse = kf_add(k, g_row, kf__u32(k, d)),
+                   at_delta = kf_add(k, g_row, kf__u32(k, d + 1));
+            if (role == ROLE_STATS) {
+                kf__yield_f32(k, lse, at_lse, KF_DTYPE_F32);
+                kf__yield_f32(k, delta, at_delta, KF_DTYPE_F32);
+            } else {
+                kf__store_f32(k, bstats, at_lse, lse, KF_DTYPE_F32);
+                kf__store_f32(k, bstats, at_delta, delta, KF_DTYPE_F32);
+            }
+            kf_end(k);
+        }
+        for (uint32_t m = 0; role != ROLE_STATS && m < m_cols; m++) {
             kf_val owned = (m + 1) * wx <= d4 ? (kf_val){0, 0}
                                               : kf_binary(k, KF_OP_LT, ocol[m], kf__u32(k, d4));
             if (owned.id) {
@@ -635,6 +775,12 @@ kf_kernel *kf__attention_grad_kv_kernel(kf_context *ctx, const kf_shape *in, con
     return grad_kernel_for(ctx, ROLE_DKV, in, p, dtype);
 }
 
+/* attention_grad_q's kernel_with_companion: dq, and attention_grad_stats's g' into "stats". */
+static kf_kernel *grad_q_with_stats(kf_context *ctx, const kf_shape *in, const kf_op_params *p,
+                                    kf_dtype dtype) {
+    return grad_kernel_for(ctx, ROLE_DQ_STATS, in, p, dtype);
+}
+
 /* The grid of a kernel built without a context (16 KB of workgroup memory); the kernels record
  * their own grid, which plans and verification use. */
 static void grad_grid(const kf_shape *in, const kf_op_params *p, int32_t which,
@@ -663,6 +809,7 @@ static void grad_grid(const kf_shape *in, const kf_op_params *p, int32_t which,
     }
 
 GRAD_GLUE(attention_grad_q, 0, ROLE_DQ)
+GRAD_GLUE(attention_grad_stats, 3, ROLE_STATS)
 GRAD_GLUE(attention_grad_k, 1, ROLE_DK)
 GRAD_GLUE(attention_grad_v, 2, ROLE_DV)
 
@@ -712,13 +859,19 @@ static const kf_op_case grad_cases[] = {
                                        .input_lo = -1.0f,                                          \
                                        .input_hi = 1.0f,                                           \
                                        .grid = grad_grid,                                          \
+                                       .f32_inputs = 1u << 3, /* g */                              \
                                        CASES(grad_cases),                                          \
                                        __VA_ARGS__}
 
 GRAD_OP(attention_grad_q, "attention's gradient for q from attention_grad_prep's g",
-        .companion = NULL);
+        .companion = &kf__op_attention_grad_stats, .kernel_with_companion = grad_q_with_stats);
 GRAD_OP(attention_grad_k, "attention's gradient for k from attention_grad_prep's g",
         .companion = &kf__op_attention_grad_v,
         .kernel_with_companion = kf__attention_grad_kv_kernel);
 GRAD_OP(attention_grad_v, "attention's gradient for v from attention_grad_prep's g",
         .companion = NULL);
+/* g' from g: lse' and delta' from the dq kernel's sums over up to T keys (psum, shift), as dq's
+ * own; f16 inputs, f32 compute and output. */
+GRAD_OP(attention_grad_stats,
+        "attention's backward statistics made exact from g's dy: [dy | lse | delta] (f32)",
+        .companion = NULL, .f32_output = true);

@@ -171,7 +171,7 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
     kf_binding bv = kf_kernel_storage(k, "v", h, KF_ACCESS_READ);
     kf_binding blse = {0};
     if (a->with_lse) {
-        blse = kf_kernel_storage(k, "lse", h, KF_ACCESS_READ_WRITE);
+        blse = kf_kernel_storage(k, "lse", kf_type_scalar(KF_SCALAR_F32), KF_ACCESS_READ_WRITE);
     }
     const uint32_t tiles_len = 2 * bc > rows ? 2 * bc * ld : rows * ld;
     kf_shared tiles = {0};
@@ -475,7 +475,7 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
     if (a->with_lse) {
         kf_if(k, kf_binary(k, KF_OP_AND, kf_binary(k, KF_OP_EQ, part, u32(k, 0)),
                            direct ? own : kf_binary(k, KF_OP_LT, row, u32(k, t))));
-        kf_store(k, blse, kf_add(k, head_row0, row), kf_cast(k, h, lse));
+        kf_store(k, blse, kf_add(k, head_row0, row), lse); /* f32: attention.c says why */
         kf_end(k);
     }
 

@@ -1,7 +1,8 @@
 /* Attention forward kernels other than attention.c's 16-lanes-a-row one: on subgroup matrices
  * (f16, attention_sgmat.c) and on FMA units with register tiles (f32 and f16,
  * attention_tiled.c). Both take q, k, v [bh, t, d] (the bindings "q", "k", "v", then, with lse,
- * "lse" (read_write, bh * t values: the row statistics lse_i = log sum_j exp(s_ij)), then "out")
+ * "lse" (read_write, bh * t f32 values whatever the dtype: the row statistics
+ * lse_i = log sum_j exp(s_ij)), then "out")
  * and yield o through kf_kernel_yield, so element-wise tails fuse into them. */
 #ifndef KF_OPS_ATTENTION_SGMAT_H
 #define KF_OPS_ATTENTION_SGMAT_H

@@ -60,7 +60,7 @@ kf_kernel *kf__attention_tiled(const kf__attn_desc *a, kf_dtype dtype) {
     kf_binding bv = kf__bind(k, "v", dtype, KF_ACCESS_READ);
     kf_binding blse = {0};
     if (a->with_lse) {
-        blse = kf__bind(k, "lse", dtype, KF_ACCESS_READ_WRITE);
+        blse = kf__bind(k, "lse", KF_DTYPE_F32, KF_ACCESS_READ_WRITE); /* f32 whatever q is */
     }
     kf_shared sq = kf_kernel_workgroup(k, "q_chunk", f32, BR * cs);
     kf_shared sk = kf_kernel_workgroup(k, "k_chunk", f32, BC * cs);
@@ -257,7 +257,7 @@ kf_kernel *kf__attention_tiled(const kf__attn_desc *a, kf_dtype dtype) {
         kf_if(k, kf_binary(k, KF_OP_LT, kf_add(k, r0, lid), u32(k, t)));
         kf__store_f32(k, blse, kf_add(k, head_row0, stat_rowc),
                       kf_add(k, kf_read(k, m_run), kf_call1(k, KF_FN_LOG, kf_read(k, l_run))),
-                      dtype);
+                      KF_DTYPE_F32);
         kf_end(k);
     }
     kf_end(k);

@@ -17,9 +17,10 @@ kf_status kf__op_kernel_lengths(kf_kernel *k, const kf_operator *op, const kf_sh
         if (kf_kernel_binding_info(k, i, &info) != KF_OK || info.kind == KF_BINDING_UNIFORM) {
             continue;
         }
-        bool index = i < arity && ((op->index_inputs >> i) & 1u);
+        kf_dtype stored =
+            i < arity ? kf__op_input_dtype(op, i, dtype) : kf__op_output_dtype(op, dtype);
         uint64_t elements = kf_shape_elements(i < arity ? &in[i] : &out);
-        uint64_t bytes = elements * (index ? 4u : kf_dtype_size(dtype));
+        uint64_t bytes = elements * kf_dtype_size(stored);
         uint64_t stride = (info.elem.scalar == KF_SCALAR_F16 ? 2u : 4u) *
                           (info.elem.lanes == 3 ? 4u : (info.elem.lanes ? info.elem.lanes : 1u));
         kf_status st = kf_kernel_set_binding_length(k, i, bytes / stride);

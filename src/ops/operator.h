@@ -55,6 +55,10 @@ const kf__param *kf__param_find(const kf_operator *op, const char *name);
 bool kf__op_swaps_last_two(const kf_operator *op, const kf_op_params *p, uint32_t rank);
 /* The classes op's index inputs address for input shapes `in` (kf_operator.index_classes). */
 uint32_t kf__op_index_classes(const kf_operator *op, const kf_shape *in);
+/* How input i and the output of op are stored when its kernels take `dtype` (the storage type of
+ * its other inputs): index inputs i32, f32_inputs and an f32_output f32, the rest the dtype. */
+kf_dtype kf__op_input_dtype(const kf_operator *op, uint32_t i, kf_dtype dtype);
+kf_dtype kf__op_output_dtype(const kf_operator *op, kf_dtype dtype);
 /* Whether input `index` of op's described inputs is there under p; marks it there. */
 bool kf__input_present(const kf_operator *op, uint32_t index, const kf_op_params *p);
 void kf__input_set_present(const kf_operator *op, uint32_t index, kf_op_params *p);
@@ -142,6 +146,13 @@ struct kf_operator {
     /* The number of classes the index inputs address (verification draws them below it): NULL,
      * the last dim of input 0 (cross_entropy's logits); embedding's: its table's rows. */
     uint32_t (*index_classes)(const kf_shape *in);
+    /* Bit i set: input i is stored as f32 whatever the dtype the kernels take (attention's
+     * packed row statistics, which f16 would round to 2^-11 of lse: a relative error of P of
+     * that size); the dtype is the other inputs'. */
+    uint32_t f32_inputs;
+    /* The output is stored as f32 whatever the dtype of the inputs (attention_lse,
+     * attention_grad_pack, attention_grad_prep: the statistics above). */
+    bool f32_output;
     /* View operators (reshape, permute, slice, concat, slice_grad): output element `index` (a u32
      * value) is element `return value` of input `which`, an index always in bounds, where *take
      * (a bool value; {0}: always) says input `which` supplies it; an element no input takes is 0

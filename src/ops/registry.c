@@ -404,6 +404,17 @@ uint32_t kf__op_index_classes(const kf_operator *op, const kf_shape *in) {
     return in[0].rank ? in[0].dims[in[0].rank - 1] : 1;
 }
 
+kf_dtype kf__op_input_dtype(const kf_operator *op, uint32_t i, kf_dtype dtype) {
+    if ((op->index_inputs >> i) & 1u) {
+        return KF_DTYPE_I32;
+    }
+    return (op->f32_inputs >> i) & 1u ? KF_DTYPE_F32 : dtype;
+}
+
+kf_dtype kf__op_output_dtype(const kf_operator *op, kf_dtype dtype) {
+    return op->f32_output ? KF_DTYPE_F32 : dtype;
+}
+
 bool kf__input_present(const kf_operator *op, uint32_t index, const kf_op_params *p) {
     if (!op->inputs) {
         return index < op->arity;

@@ -101,7 +101,7 @@ static kf_status make_inputs(const kf_verify_case *c, uint32_t arity, kf_dtype d
         } else {
             kf_tensor_fill_random(in[i], kf__splitmix64(&state), op->input_lo, op->input_hi);
         }
-        round_tensor(in[i], dtype);
+        round_tensor(in[i], kf__op_input_dtype(op, i, dtype));
     }
     return KF_OK;
 }
@@ -222,12 +222,11 @@ static kf_status output_read(const gpu_output *o, float *out, bool *guard_ok) {
     return st;
 }
 
-/* Uploads CPU tensors as GPU tensors of the dtype (index inputs as i32). */
+/* Uploads CPU tensors as GPU tensors of the dtype (index inputs as i32, f32 inputs as f32). */
 static kf_status upload_inputs(kf_context *ctx, const kf_operator *op, kf_tensor *const *in,
                                uint32_t arity, kf_dtype dtype, kf_gpu_tensor **g) {
     for (uint32_t i = 0; i < arity; i++) {
-        kf_status st =
-            kf_gpu_tensor_from(ctx, in[i], is_index_input(op, i) ? KF_DTYPE_I32 : dtype, &g[i]);
+        kf_status st = kf_gpu_tensor_from(ctx, in[i], kf__op_input_dtype(op, i, dtype), &g[i]);
         if (st != KF_OK) {
             for (uint32_t j = 0; j < i; j++) {
                 kf_gpu_tensor_destroy(g[j]);
@@ -290,13 +289,28 @@ kf_status kf_op_run_forward(kf_context *ctx, const kf_operator *op, const kf_op_
                               op->name);
         return KF_ERROR_TYPE;
     }
+    /* the dtype the kernel takes: the output's, or (an f32 output whatever the inputs) the
+     * inputs' */
+    kf_dtype dtype = out->dtype;
+    for (uint32_t i = 0; op->f32_output && i < arity; i++) {
+        if (in[i] && !((op->index_inputs | op->f32_inputs) >> i & 1u)) {
+            dtype = in[i]->dtype;
+            break;
+        }
+    }
+    if (out->dtype != kf__op_output_dtype(op, dtype)) {
+        kf__context_set_error(ctx, KF_ERROR_TYPE, "%s: the output is %s, expected %s", op->name,
+                              kf_dtype_str(out->dtype),
+                              kf_dtype_str(kf__op_output_dtype(op, dtype)));
+        return KF_ERROR_TYPE;
+    }
     for (uint32_t i = 0; i < arity; i++) {
         if (!in[i]) {
             kf__context_set_error(ctx, KF_ERROR_INVALID_ARGUMENT, "%s: input %u is missing",
                                   op->name, i);
             return KF_ERROR_INVALID_ARGUMENT;
         }
-        kf_dtype want = is_index_input(op, i) ? KF_DTYPE_I32 : out->dtype;
+        kf_dtype want = kf__op_input_dtype(op, i, dtype);
         if (in[i]->dtype != want) {
             kf__context_set_error(ctx, KF_ERROR_TYPE, "%s: input %u is %s, expected %s", op->name,
                                   i, kf_dtype_str(in[i]->dtype), kf_dtype_str(want));
@@ -320,7 +334,7 @@ kf_status kf_op_run_forward(kf_context *ctx, const kf_operator *op, const kf_op_
                               kf_shape_str(&expect, b, sizeof b));
         return KF_ERROR_SHAPE;
     }
-    kf_kernel *k = kf__op_kernel_for(ctx, op, shapes, p, out->dtype);
+    kf_kernel *k = kf__op_kernel_for(ctx, op, shapes, p, dtype);
     st = run_kernel(ctx, op, shapes, p, -1, k, buffers, arity + 1, msg, sizeof msg);
     kf_kernel_destroy(k);
     if (st != KF_OK) {
@@ -357,7 +371,8 @@ static kf_status verify_forward(kf_context *ctx, verify_state *s, kf_verify_resu
     uint64_t n = kf_tensor_size(s->out);
     float *got = malloc((size_t)n * sizeof *got);
     gpu_output o = {0};
-    kf_status st = got ? output_create(ctx, n, c->dtype, &o) : KF_ERROR_OUT_OF_MEMORY;
+    kf_dtype out_dtype = kf__op_output_dtype(s->op, c->dtype);
+    kf_status st = got ? output_create(ctx, n, out_dtype, &o) : KF_ERROR_OUT_OF_MEMORY;
     if (st == KF_OK) {
         kf_buffer *buffers[5];
         for (uint32_t i = 0; i < s->arity; i++) {
@@ -377,7 +392,7 @@ static kf_status verify_forward(kf_context *ctx, verify_state *s, kf_verify_resu
         r->passed = true;
         /* a backward operator's output is a gradient of its last input, dy */
         double grad_floor = s->op->grad_of ? dy_floor(s->in[s->arity - 1]) : 0.0;
-        compare(got, s->out->data, n, c->dtype, r->tolerance, grad_floor, "forward", r);
+        compare(got, s->out->data, n, out_dtype, r->tolerance, grad_floor, "forward", r);
         if (!guard_ok) {
             result_fail(r, "forward: the kernel wrote past the end of out");
         }
@@ -416,7 +431,7 @@ static kf_status verify_backward(kf_context *ctx, verify_state *s, kf_verify_res
         }
     }
     if (st == KF_OK) {
-        st = kf_gpu_tensor_from(ctx, s->out, c->dtype, &g_out);
+        st = kf_gpu_tensor_from(ctx, s->out, kf__op_output_dtype(op, c->dtype), &g_out);
     }
     if (st == KF_OK) {
         st = kf_gpu_tensor_from(ctx, grad_out, c->dtype, &g_grad_out);
@@ -504,7 +519,7 @@ kf_status kf_op_verify(kf_context *ctx, const kf_verify_case *c, kf_verify_resul
     }
     if (st == KF_OK) {
         /* the backward kernel reads out as stored in the dtype; so does the spec */
-        round_tensor(s.out, c->dtype);
+        round_tensor(s.out, kf__op_output_dtype(c->op, c->dtype));
         st = upload_inputs(ctx, c->op, s.in, s.arity, c->dtype, s.g_in);
         if (st == KF_ERROR_UNSUPPORTED) {
             snprintf(out->message, sizeof out->message, "the device has no shader-f16");

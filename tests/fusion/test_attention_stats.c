@@ -84,6 +84,11 @@ KT_TEST(fusion, attention_backward_reads_the_forward_s_statistics) {
     KT_CHECK(explain && strstr(explain, "attention + attention_lse -> o") &&
                  strstr(explain, "attention_grad_pack") && !strstr(explain, "attention_grad_prep"),
              "explain: %s", explain ? explain : "");
+    /* dq's kernel writes g' (the exact statistics dk and dv read) on the way */
+    KT_CHECK(explain && strstr(explain, "attention_grad_q + attention_grad_stats") &&
+                 strstr(explain, "attention_grad_k + attention_grad_v") &&
+                 !strstr(explain, "reduction: attention_grad_stats"),
+             "explain: %s", explain ? explain : "");
     /* no kernel walks the keys for the forward but the forward's own */
     const char *lse = explain ? strstr(explain, "attention_lse") : NULL;
     KT_CHECK(lse && !strstr(lse + 1, "reduction: attention_lse"), "a dispatch of attention_lse");

@@ -15,9 +15,17 @@ static kf_shape shape4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
     return s;
 }
 
-static const char *const family[] = {
-    "attention", "attention_grad_prep", "attention_grad_q", "attention_grad_k", "attention_grad_v",
-    "rope",      "rope_grad",           "swiglu",           "swiglu_grad_a",    "swiglu_grad_b"};
+static const char *const family[] = {"attention",
+                                     "attention_grad_prep",
+                                     "attention_grad_q",
+                                     "attention_grad_k",
+                                     "attention_grad_v",
+                                     "attention_grad_stats",
+                                     "rope",
+                                     "rope_grad",
+                                     "swiglu",
+                                     "swiglu_grad_a",
+                                     "swiglu_grad_b"};
 #define FAMILY_COUNT (sizeof family / sizeof family[0])
 
 static bool large_case(const kf_op_case *c) {
@@ -103,7 +111,8 @@ static kf_tensor *random_tensor(const kf_shape *s) {
 
 /* attention_grad_prep then attention_grad_q / _k / _v give what attention's spec_backward gives
  * (itself checked against finite differences above): the helpers' specs are the gradient, up to
- * lse and delta rounded to f32 in g (1e-4 against 1% of the gradient's rms). */
+ * lse and delta rounded to f32 in g (1e-4 against 1% of the gradient's rms); and
+ * attention_grad_stats of a g whose lse and delta are wrong gives prep's g back. */
 KT_CPU_TEST(ops, attention_helpers_compose_to_the_gradient) {
     static const kf_op_params params[3] = {
         {0}, {.causal = false, .given = KF_PARAM_CAUSAL}, {.alpha = 0.7f}};
@@ -119,6 +128,20 @@ KT_CPU_TEST(ops, attention_helpers_compose_to_the_gradient) {
         KT_CHECK_OK(kf__op_attention.spec_backward(cin, out, in[3], &params[c], want));
         KT_CHECK_OK(kf_op_spec_forward(kf_op_find("attention_grad_prep"), cin, &params[c], g));
         const kf_tensor *packed[4] = {in[0], in[1], in[2], g};
+        kf_tensor *bent = random_tensor(&gs), *fixed = random_tensor(&gs);
+        for (uint64_t r = 0; r < kf_tensor_size(g) / 8; r++) {
+            memcpy(bent->data + r * 8, g->data + r * 8, 6 * sizeof(float)); /* dy; stats random */
+        }
+        const kf_tensor *bent_in[4] = {in[0], in[1], in[2], bent};
+        KT_CHECK_OK(
+            kf_op_spec_forward(kf_op_find("attention_grad_stats"), bent_in, &params[c], fixed));
+        for (uint64_t e = 0; e < kf_tensor_size(g); e++) {
+            KT_CHECK(fabs(fixed->data[e] - g->data[e]) <= 1e-6 * fmax(1.0, fabs(g->data[e])),
+                     "case %d, g' element %llu: %g, prep's g %g", c, (unsigned long long)e,
+                     fixed->data[e], g->data[e]);
+        }
+        kf_tensor_destroy(bent);
+        kf_tensor_destroy(fixed);
         static const char *const names[3] = {"attention_grad_q", "attention_grad_k",
                                              "attention_grad_v"};
         for (int w = 0; w < 3; w++) {

@@ -131,8 +131,8 @@ static void backward_lengths(kf_kernel *k, const kf_operator *op, const kf_shape
             return;
         }
         const kf_shape *s = i < arity ? &in[i] : (i < arity + 2 ? out : &in[which]);
-        bool index = i < arity && ((op->index_inputs >> i) & 1u);
-        uint64_t bytes = kf_shape_elements(s) * (index ? 4u : kf_dtype_size(dtype));
+        kf_dtype stored = i < arity ? kf__op_input_dtype(op, i, dtype) : dtype;
+        uint64_t bytes = kf_shape_elements(s) * kf_dtype_size(stored);
         uint64_t stride = (info.elem.scalar == KF_SCALAR_F16 ? 2u : 4u) *
                           (info.elem.lanes == 3 ? 4u : (info.elem.lanes ? info.elem.lanes : 1u));
         kf_kernel_set_binding_length(k, i, bytes / stride);

@@ -27,7 +27,7 @@ static void fill_input(const kf_operator *op, uint32_t i, const kf_shape *in, vo
         } else {
             v = kt_rand_f32(op->input_lo, op->input_hi);
         }
-        if (dtype == KF_DTYPE_F16) {
+        if (kf__op_input_dtype(op, i, dtype) == KF_DTYPE_F16) {
             ((uint16_t *)data)[e] = kf__half_from_float(v);
         } else {
             ((float *)data)[e] = v;
@@ -36,7 +36,7 @@ static void fill_input(const kf_operator *op, uint32_t i, const kf_shape *in, vo
 }
 
 static uint32_t elem_bytes(const kf_operator *op, uint32_t i, kf_dtype dtype) {
-    return (op->index_inputs & (1u << i)) || dtype != KF_DTYPE_F16 ? 4u : 2u;
+    return kf_dtype_size(kf__op_input_dtype(op, i, dtype));
 }
 
 /* Compares an output of `count` elements (dtype layout) from the GPU and the interpreter. */
@@ -48,9 +48,10 @@ static bool compare(const void *gpu, const void *cpu, uint64_t count, kf_dtype d
     return kt_close_f32(gpu, cpu, count, tol, 1.0, what);
 }
 
-/* One kernel over buffers bufs (the last n_out of them written); GPU vs interpreter. */
+/* One kernel over buffers bufs (the last n_out of them written); GPU vs interpreter, each
+ * written binding in its element type. */
 static bool run_both(kf_context *ctx, kf_kernel *k, kf_host_buffer *bufs, uint32_t n,
-                     const uint32_t groups[3], kf_dtype dtype, const uint64_t *counts, double tol,
+                     const uint32_t groups[3], const uint64_t *counts, double tol,
                      const char *what) {
     if (kf_kernel_status(k) != KF_OK) {
         kt_fail(__FILE__, __LINE__, "%s: %s", what, kf_kernel_error(k));
@@ -65,7 +66,8 @@ static bool run_both(kf_context *ctx, kf_kernel *k, kf_host_buffer *bufs, uint32
         if (info.kind == KF_BINDING_STORAGE_READ_WRITE) {
             char w[160];
             snprintf(w, sizeof w, "%s, '%s'", what, info.name);
-            ok = compare(gpu[i].data, bufs[i].data, counts[i], dtype, tol, w);
+            kf_dtype stored = info.elem.scalar == KF_SCALAR_F16 ? KF_DTYPE_F16 : KF_DTYPE_F32;
+            ok = compare(gpu[i].data, bufs[i].data, counts[i], stored, tol, w);
         }
     }
     kt_bufs_free(gpu, n);
@@ -109,7 +111,7 @@ static bool op_case(kf_context *ctx, const kf_operator *op, const kf_op_case *c,
     }
     uint32_t ob = dtype == KF_DTYPE_F16 ? 2 : 4;
     counts[n] = kf_shape_elements(&out_shape);
-    bufs[n].size = counts[n] * ob;
+    bufs[n].size = counts[n] * kf_dtype_size(kf__op_output_dtype(op, dtype));
     bufs[n].data = malloc(bufs[n].size);
     kt_fill_poison(bufs[n].data, bufs[n].size);
     n++;
@@ -118,7 +120,7 @@ static bool op_case(kf_context *ctx, const kf_operator *op, const kf_op_case *c,
     kf_kernel *k = op->kernel_forward(c->shapes, p, dtype);
     char fw[200];
     snprintf(fw, sizeof fw, "%s forward", what);
-    bool ok = run_both(ctx, k, bufs, n, groups, dtype, counts, tol, fw);
+    bool ok = run_both(ctx, k, bufs, n, groups, counts, tol, fw);
     kf_kernel_destroy(k);
     /* backward: inputs, out (the forward's, as the interpreter computed it), grad_out, grad_in */
     for (uint32_t which = 0; ok && backward && op->kernel_backward && which < arity; which++) {
@@ -146,7 +148,7 @@ static bool op_case(kf_context *ctx, const kf_operator *op, const kf_op_case *c,
         kf_kernel *kb = op->kernel_backward(c->shapes, p, dtype, which);
         char bw[200];
         snprintf(bw, sizeof bw, "%s backward %u", what, which);
-        ok = run_both(ctx, kb, bb, m, groups, dtype, bc, tol, bw);
+        ok = run_both(ctx, kb, bb, m, groups, bc, tol, bw);
         kf_kernel_destroy(kb);
         free(bb[m - 2].data);
         free(bb[m - 1].data);

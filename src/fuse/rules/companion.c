@@ -27,11 +27,13 @@ static uint32_t lone_root(const kf_plan *p, uint32_t gi) {
 }
 
 /* Whether node f computes node c on the way: f's operator names c's as its companion, and both
- * read the same nodes with the same params and dtype. */
+ * read the same nodes with the same params, their kernels taking one dtype (attention_lse's
+ * output is f32 whatever it is). */
 static bool computes_on_the_way(const kf_graph *g, uint32_t f, uint32_t c) {
     const kf__node *nf = &g->nodes[f], *nc = &g->nodes[c];
     if (nf->kind != KF__NODE_OP || !nf->op->companion || nf->op->companion != nc->op ||
-        !nf->op->kernel_with_companion || nf->dtype != nc->dtype ||
+        !nf->op->kernel_with_companion ||
+        kf__node_kernel_dtype(g, nf) != kf__node_kernel_dtype(g, nc) ||
         nf->input_count != nc->input_count ||
         memcmp(&nf->params, &nc->params, sizeof nf->params) != 0) {
         return false;
@@ -50,7 +52,8 @@ static kf_kernel *companion_kernel(kf_plan *p, const kf__group *grp) {
     for (uint32_t i = 0; i < root->input_count; i++) {
         shapes[i] = p->graph->nodes[root->inputs[i]].shape;
     }
-    return root->op->kernel_with_companion(p->ctx, shapes, &root->params, root->dtype);
+    return root->op->kernel_with_companion(p->ctx, shapes, &root->params,
+                                           kf__node_kernel_dtype(p->graph, root));
 }
 
 static void companion_pass(kf_plan *p) {

@@ -242,7 +242,8 @@ kf_kernel *kf__compose_prologues(kf_plan *p, kf__group *grp, kf__compiled *c, kf
         for (uint32_t i = 0; i < root->input_count; i++) {
             shapes[i] = g->nodes[root->inputs[i]].shape;
         }
-        kf_kernel *own = root->op->kernel_forward(shapes, &root->params, root->dtype);
+        kf_kernel *own =
+            root->op->kernel_forward(shapes, &root->params, kf__node_kernel_dtype(g, root));
         k = own ? compose_all(p, grp, c, own) : NULL;
     }
     if (!k) {
