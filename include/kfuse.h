@@ -822,17 +822,26 @@ typedef struct kf_interp_desc {
     uint32_t subgroup_size; /* emulated subgroup width; 0 means 32 */
     const kf_constant *constants;
     uint32_t constant_count;
+    /* Emulates a shader compiler that keeps the value of an f32 -> f16 cast in f32 until a
+     * store to memory rounds it, so f32(f16(x)) is x (the H200's Vulkan driver behaved so:
+     * src/ops/attention_sgmat.c): for testing kernels that must not rely on the round trip.
+     * false: every cast rounds, as WGSL says. */
+    bool f16_casts_unrounded;
 } kf_interp_desc;
 
 /* Runs the kernel on the CPU: the same lowered IR the WGSL emitter writes, one workgroup at a
  * time with all its invocations in lockstep (so barriers hold), workgroup memory zeroed per
  * workgroup, subgroups of `subgroup_size` consecutive local indices. f32 uses the C library's
  * float functions; every f16 operation rounds to half (ties to even); integers wrap as in WGSL.
+ * Workgroup memory is checked for data races (off with $KF_CHECK_RACES=0): two accesses of an
+ * element by different invocations, one a write, with no workgroupBarrier between, fail the run
+ * (a subgroup-matrix load or store counts as an access by its whole subgroup).
  * The read_write buffers receive the results. Refused with KF_ERROR_INVALID_ARGUMENT and a
  * message (kf_kernel_error) naming the binding and index: an out-of-bounds access (the GPU would
  * clamp or drop it), a barrier some invocations skip, a subgroup shuffle from an inactive or
- * absent lane, a loop past 2^22 iterations. Meant for small inputs (tens of thousands of
- * elements): a way to check the emitter and every fusion rewrite without a GPU. */
+ * absent lane, a loop past 2^22 iterations, a data race on workgroup memory. Meant for small inputs
+ * (tens of thousands of elements): a way to check the emitter and every fusion rewrite without a
+ * GPU. */
 KF_API kf_status kf_kernel_interpret(kf_kernel *k, const kf_interp_desc *desc);
 
 /* ======================================================================================== */

@@ -65,7 +65,27 @@ typedef struct interp {
     /* Active masks, a stack (blocks, branches and loops nest): lanes bytes each. */
     uint8_t *masks;
     size_t mask_top, mask_cap;
+    /* The race detector (off with $KF_CHECK_RACES=0): per word of workgroup memory, who last
+     * wrote it and who read it, and in which epoch (epochs end at each workgroupBarrier and
+     * at each workgroup). Lockstep hides races (every invocation finishes a statement before
+     * any starts the next), so two accesses of a word in one epoch by different invocations,
+     * one of them a write, are what the GPU may reorder; a subgroup-matrix load or store is an
+     * access by every invocation of its subgroup (WGSL has no subgroup-scoped barrier).
+     * NULL: off. */
+    struct race_cell *race;
+    uint32_t epoch;
+    /* kf_interp_desc.f16_casts_unrounded */
+    bool f16_wide;
 } interp;
+
+typedef struct race_cell {
+    uint32_t write_epoch, writer, read_epoch, reader;
+} race_cell;
+
+#define RACE_GROUP                                                                                 \
+    0x80000000u               /* an accessor: subgroup (RACE_GROUP | g), every invocation of it    \
+                               */
+#define RACE_MANY 0xffffffffu /* readers: more than one in the epoch */
 
 static float fw(uint32_t w) {
     float f;
@@ -487,6 +507,67 @@ static void write_elem(uint8_t *p, kf_type t, const uint32_t *in) {
     }
 }
 
+/* Who an accessor is, for a race's message. */
+static void race_who(const interp *ip, uint32_t who, char *out, size_t size) {
+    if (who == RACE_MANY) {
+        snprintf(out, size, "several invocations");
+    } else if (who & RACE_GROUP) {
+        snprintf(out, size, "subgroup %u (invocations %u..%u, a subgroup-matrix access)",
+                 (unsigned)(who & ~RACE_GROUP), (unsigned)((who & ~RACE_GROUP) * ip->sg),
+                 (unsigned)((who & ~RACE_GROUP) * ip->sg + ip->sg - 1));
+    } else {
+        snprintf(out, size, "invocation %u", (unsigned)who);
+    }
+}
+
+/* Records an access by `who` (an invocation, or RACE_GROUP | subgroup) to element i of
+ * workgroup array ref, words [i * ew + first, + count); false (with the error) on a race. */
+static bool race_access(interp *ip, uint32_t ref, int64_t i, uint32_t first, uint32_t count,
+                        uint32_t who, bool write) {
+    const kf__shared *sh = &ip->w->shareds[ref];
+    uint32_t ew = kf__type_words(sh->elem);
+    race_cell *cell = ip->race + ip->shared_slot[ref] + (size_t)i * ew + first;
+    for (uint32_t c = 0; c < count; c++, cell++) {
+        bool alone = !(who & RACE_GROUP);
+        uint32_t other = 0;
+        int kind = 0; /* 1: read after a write, 2: two writes, 3: a write after a read */
+        if (cell->write_epoch == ip->epoch && !(alone && cell->writer == who)) {
+            other = cell->writer;
+            kind = write ? 2 : 1;
+        } else if (write && cell->read_epoch == ip->epoch && !(alone && cell->reader == who)) {
+            other = cell->reader;
+            kind = 3;
+        }
+        if (kind) {
+            char a[80], b[80], ts[48], pair[200];
+            race_who(ip, who, a, sizeof a);
+            race_who(ip, other, b, sizeof b);
+            if (kind == 1) {
+                snprintf(pair, sizeof pair, "read by %s after %s wrote it", a, b);
+            } else if (kind == 2) {
+                snprintf(pair, sizeof pair, "written by %s and by %s", a, b);
+            } else {
+                snprintf(pair, sizeof pair, "written by %s after %s read it", a, b);
+            }
+            return fail(ip, KF_ERROR_INVALID_ARGUMENT,
+                        "data race on workgroup array '%s' (%s), element %lld: %s with no "
+                        "workgroupBarrier between (KF_CHECK_RACES=0 turns the check off)",
+                        kf__str(ip->w, sh->name), kf_type_str(sh->elem, ts, sizeof ts),
+                        (long long)i, pair);
+        }
+        if (write) {
+            cell->write_epoch = ip->epoch;
+            cell->writer = who;
+        } else if (cell->read_epoch != ip->epoch) {
+            cell->read_epoch = ip->epoch;
+            cell->reader = who;
+        } else if (cell->reader != who) {
+            cell->reader = RACE_MANY;
+        }
+    }
+    return true;
+}
+
 /* Folds an access (memory `ref`, storage or workgroup, and index i) into the run's hash. */
 static void note(interp *ip, uint32_t ref, bool shared, int64_t i) {
     uint64_t v = (uint64_t)i * 0x9e3779b97f4a7c15ull + ref * 2u + shared;
@@ -695,7 +776,9 @@ static bool compute(interp *ip, uint32_t id, const uint8_t *m) {
             const uint32_t *a = V(ip, n->args[0], l);
             uint32_t *out = V(ip, id, l);
             for (uint32_t c = 0; c < comps; c++) {
-                out[c] = convert1(s, from, a[c]);
+                out[c] = ip->f16_wide && s == KF_SCALAR_F16 && from == KF_SCALAR_F32
+                             ? a[c]
+                             : convert1(s, from, a[c]);
             }
         }
         return true;
@@ -770,6 +853,9 @@ static bool compute(interp *ip, uint32_t id, const uint8_t *m) {
                             "load from workgroup array '%s' at index %lld is out of bounds (%u "
                             "elements)%s",
                             kf__str(w, sh->name), (long long)i, (unsigned)sh->count, unguarded(ip));
+            }
+            if (ip->race && !race_access(ip, n->ref, i, 0, ew, l, false)) {
+                return false;
             }
             memcpy(V(ip, id, l), ip->shared + ip->shared_slot[n->ref] + (size_t)i * ew,
                    ew * sizeof(uint32_t));
@@ -854,6 +940,7 @@ static bool store(interp *ip, const kf__stmt *s, const uint8_t *m) {
                             kf__str(w, sh->name), (long long)i, (unsigned)sh->count, unguarded(ip));
             }
             uint32_t *dst = ip->shared + ip->shared_slot[s->ref] + (size_t)i * ew;
+            uint32_t first = 0, count = ew;
             if (s->c) { /* one lane of a vector element */
                 if (lane < 0 || lane >= (int64_t)sh->elem.lanes) {
                     return fail(ip, KF_ERROR_INVALID_ARGUMENT,
@@ -862,10 +949,17 @@ static bool store(interp *ip, const kf__stmt *s, const uint8_t *m) {
                                 (long long)lane, kf__str(w, sh->name), (unsigned)sh->elem.lanes,
                                 unguarded(ip));
                 }
-                uint32_t lw = ew / sh->elem.lanes;
-                memcpy(dst + (size_t)lane * lw, v, lw * sizeof(uint32_t));
-            } else {
-                memcpy(dst, v, ew * sizeof(uint32_t));
+                count = ew / sh->elem.lanes;
+                first = (uint32_t)lane * count;
+            }
+            if (ip->race && !race_access(ip, s->ref, i, first, count, l, true)) {
+                return false;
+            }
+            for (uint32_t c = 0; c < count; c++) {
+                /* an f16 kept wide in registers (f16_casts_unrounded) is rounded by the store */
+                dst[first + c] = ip->f16_wide && sh->elem.scalar == KF_SCALAR_F16
+                                     ? wfloat(KF_SCALAR_F16, fw(v[c]))
+                                     : v[c];
             }
         }
     }
@@ -1039,6 +1133,11 @@ static bool sgmat_access(interp *ip, const kf__stmt *s, const uint8_t *m) {
                     }
                 } else {
                     uint32_t *p = ip->shared + ip->shared_slot[s->d] + i;
+                    if (ip->race &&
+                        !race_access(ip, s->d, (int64_t)i, 0, 1, RACE_GROUP | g, !load)) {
+                        ok = false;
+                        break;
+                    }
                     if (load) {
                         *e = *p;
                     } else {
@@ -1197,6 +1296,7 @@ static bool exec_stmt(interp *ip, uint32_t sid, const uint8_t *m) {
                             (unsigned)l);
             }
         }
+        ip->epoch++;
         return true;
     default:
         return fail(ip, KF_ERROR_INTERNAL, "cannot run a statement of kind %d", (int)s->kind);
@@ -1429,6 +1529,14 @@ static kf_status setup(interp *ip, const kf_interp_desc *desc) {
     if (!ip->vals || !ip->vars || !ip->shared) {
         return KF_ERROR_OUT_OF_MEMORY;
     }
+    const char *races = getenv("KF_CHECK_RACES");
+    if (total && !(races && !strcmp(races, "0"))) {
+        ip->race = calloc(total, sizeof *ip->race);
+        if (!ip->race) {
+            return KF_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    ip->f16_wide = desc->f16_casts_unrounded;
     return KF_OK;
 }
 
@@ -1439,6 +1547,7 @@ static void run_workgroup(interp *ip, const uint8_t *all, uint32_t x, uint32_t y
     ip->wid[2] = z;
     memset(ip->state, LANE_RUN, ip->lanes);
     memset(ip->shared, 0, ip->shared_words * sizeof *ip->shared);
+    ip->epoch++; /* the last workgroup's accesses race with none of this one's */
     ip->mask_top = 0;
     exec_block(ip, 1, all);
 }
@@ -1453,6 +1562,7 @@ static void interp_free(interp *ip) {
     free(ip->vars);
     free(ip->shared_slot);
     free(ip->shared);
+    free(ip->race);
     free(ip->state);
     free(ip->words);
     free(ip->masks);

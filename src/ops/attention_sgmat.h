@@ -28,14 +28,29 @@ kf_kernel *kf__attention_sgmat(const kf__attn_desc *a, uint32_t sg, uint32_t wg_
 typedef struct kf__attn_sgmat_config {
     uint32_t subgroups, keys;
     bool hi_only;
+    bool direct;         /* q, k, v as matrices straight from storage: T % 16 == 0 (and T % keys),
+                            D % 16 == 0; else no kernel */
+    bool reload_q;       /* direct: q's matrices loaded for each key tile, not held in registers */
+    uint32_t row_blocks; /* 16-row blocks of q per subgroup: 1 (0) or 2 (direct: T >= 32) */
+    uint32_t probe;      /* KF__ATTN_PROBE_* bits: variants for diagnosis only */
 } kf__attn_sgmat_config;
+/* The probe's variants (bench/attention/attention_probe.c), none correct as a kernel: */
+enum {
+    KF__ATTN_PROBE_LO_CAST = 1u, /* lo = f16(P - f32(f16(P))): the split that lost lo on the H200 */
+    KF__ATTN_PROBE_LO_ONLY = 2u, /* O += lo V alone: lo's share of o */
+    KF__ATTN_PROBE_NO_SCALE = 4u, /* P not scaled by 2^14 in its f16 matrices */
+};
 kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint32_t wg_bytes,
                                       const kf__attn_sgmat_config *cfg);
-/* "WxC" or "WxC/hi" into *out; false if it does not parse. */
+/* "WxC", then any of "/hi", "/direct", "/rq" (reload_q), "/r2" (row_blocks 2), into *out;
+ * false if it does not parse. */
 bool kf__attention_sgmat_config_parse(const char *text, kf__attn_sgmat_config *out);
 
-/* Whether kf__attention_sgmat runs on ctx (kf__sgmat_usable) and then its kernel, else NULL.
- * $KF_ATTN_SGMAT ("WxC[/hi]") replaces the default configuration, for measuring. */
+/* The kernel attention's forward takes on ctx, else NULL (the caller keeps its FMA kernels):
+ * where kf__attention_sgmat runs there (kf__sgmat_usable), the default configuration for
+ * D <= 64 and the direct 4x16 one above where T and D are multiples of 16 (each measured faster
+ * than the FMA kernels on the H200). $KF_ATTN_SGMAT: "0" never, "1" the default configuration
+ * at every D, a configuration ("WxC[/hi][/direct][/rq][/r2]") that one, for measuring. */
 kf_kernel *kf__attention_sgmat_for(kf_context *ctx, const kf__attn_desc *a);
 
 /* The register-tiled FMA kernel (attention_tiled.c) for f32 or f16 storage (f32 compute): 64
