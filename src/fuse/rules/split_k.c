@@ -31,8 +31,8 @@
  *
  * Composition: rmsnorm_matmul folds a norm into a product that reads it directly; a split
  * product reads the norm through a reshape, so that fold does not apply to it (split-K takes
- * those dW products). bias_grad's db = sum_leading(dY) beside a split dW stays a column sum of
- * its own (the partial products read a reshape of dY). */
+ * those dW products). A product whose operand a sum_leading also reads is not split: bias_grad
+ * computes that db = sum_leading(dY) in the dW kernel, one dispatch for both. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,6 +61,13 @@ static uint32_t slices_for(const kf_graph *g, uint32_t id, uint32_t forced) {
         g->nodes[n->inputs[0]].dtype != KF_DTYPE_F32 ||
         g->nodes[n->inputs[1]].dtype != KF_DTYPE_F32) {
         return 0;
+    }
+    for (uint32_t c = 1; c < g->node_count; c++) {
+        const kf__node *r = &g->nodes[c];
+        if (r->kind == KF__NODE_OP && r->op == &kf__op_sum_leading && r->input_count == 1 &&
+            (r->inputs[0] == n->inputs[0] || r->inputs[0] == n->inputs[1])) {
+            return 0; /* db = sum_leading(dY) rides in this product's kernel (bias_grad.c) */
+        }
     }
     uint64_t k = a->dims[0], m = a->dims[1], cols = b->dims[1];
     if (forced) {
