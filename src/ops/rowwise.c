@@ -218,7 +218,7 @@ void kf__rows_yield(kf__rows *r, kf_val y, uint32_t c) {
 void kf__rows_yield_all(kf__rows *r, const kf_val *ys) {
     kf_kernel *k = r->k;
     const char *env = getenv("KF_ROWS_EXCHANGE");
-    if (r->width != 4 || !env || strcmp(env, "1") != 0) {
+    if (r->width != 4 || (env && strcmp(env, "0") == 0)) {
         kf_if(k, r->valid);
         for (uint32_t c = 0; c < r->chunks; c++) {
             kf_val inside = kf__rows_unit_inside(r, c);

@@ -111,10 +111,11 @@ kf_val kf__rows_lane(kf_kernel *k, kf_val v, uint32_t j);
  * guards it with r->valid and, for a ragged chunk, kf__rows_unit_inside. */
 void kf__rows_yield(kf__rows *r, kf_val y, uint32_t c);
 /* Yields every chunk's value (ys[c], computed by every lane, valid or not, outside any if: this
- * may place a barrier), only valid lanes and chunks inside the row yielding. Width 4 with
- * $KF_ROWS_EXCHANGE=1: the vec4s go through workgroup memory first and each lane yields
+ * may place a barrier), only valid lanes and chunks inside the row yielding. Width 4 (unless
+ * $KF_ROWS_EXCHANGE=0): the vec4s go through workgroup memory first and each lane yields
  * neighbouring lanes' elements one after another, so the tail's scalar stores (and its loads
- * of a weight) are contiguous across lanes instead of 16 bytes apart. */
+ * of a weight) are contiguous across lanes instead of 16 bytes apart (on the H200 rmsnorm * w 0.128
+ * -> 0.076 ms at 4096 x 8192). */
 void kf__rows_yield_all(kf__rows *r, const kf_val *ys);
 
 /* Combines tuples a and b of n values into out (element-wise ops only: no barriers). */
