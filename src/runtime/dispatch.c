@@ -116,6 +116,29 @@ static kf_status plan(kf_context *ctx, const kf_dispatch *dispatches, uint32_t c
     return KF_OK;
 }
 
+/* Binds one step's buffers (through the caller's entries `e`, room for its buffer count) and
+ * dispatches it into `pass`. */
+static void encode_step(kf_context *ctx, wg_compute_pass pass, const planned *step,
+                        wg_bind_group_entry *e) {
+    const kf_dispatch *d = step->d;
+    const kf_pipeline *p = d->pipeline;
+    for (uint32_t b = 0; b < d->buffer_count; b++) {
+        memset(&e[b], 0, sizeof e[b]);
+        e[b].binding = b;
+        e[b].buffer = kf__buffer_handle(d->buffers[b], &e[b].offset);
+        e[b].size = d->buffers[b]->alloc_size;
+    }
+    wg_bind_group_desc bd = {
+        NULL, {"kfuse bind group", WG_STRLEN}, p->bind_group_layout, d->buffer_count, e};
+    wg_bind_group group = ctx->api.device_create_bind_group(ctx->device, &bd);
+    ctx->api.compute_pass_set_pipeline(pass, p->handle);
+    ctx->api.compute_pass_set_bind_group(pass, 0, group, 0, NULL);
+    ctx->api.compute_pass_dispatch(pass, step->groups[0], step->groups[1], step->groups[2]);
+    if (group) {
+        ctx->api.bind_group_release(group); /* the pass keeps what it uses alive */
+    }
+}
+
 /* Records the whole sequence as one compute pass (WebGPU orders the dispatches of a pass and
  * makes each one's writes visible to the next). */
 static kf_status record(kf_context *ctx, const planned *steps, uint32_t count, bool timestamps,
@@ -135,24 +158,7 @@ static kf_status record(kf_context *ctx, const planned *steps, uint32_t count, b
     wg_compute_pass_desc pd = {NULL, {"kfuse pass", WG_STRLEN}, timestamps ? &writes : NULL};
     wg_compute_pass pass = ctx->api.command_encoder_begin_compute_pass(enc, &pd);
     for (uint32_t i = 0; i < count; i++) {
-        const kf_dispatch *d = steps[i].d;
-        const kf_pipeline *p = d->pipeline;
-        for (uint32_t b = 0; b < d->buffer_count; b++) {
-            memset(&e[b], 0, sizeof e[b]);
-            e[b].binding = b;
-            e[b].buffer = kf__buffer_handle(d->buffers[b], &e[b].offset);
-            e[b].size = d->buffers[b]->alloc_size;
-        }
-        wg_bind_group_desc bd = {
-            NULL, {"kfuse bind group", WG_STRLEN}, p->bind_group_layout, d->buffer_count, e};
-        wg_bind_group group = ctx->api.device_create_bind_group(ctx->device, &bd);
-        ctx->api.compute_pass_set_pipeline(pass, p->handle);
-        ctx->api.compute_pass_set_bind_group(pass, 0, group, 0, NULL);
-        ctx->api.compute_pass_dispatch(pass, steps[i].groups[0], steps[i].groups[1],
-                                       steps[i].groups[2]);
-        if (group) {
-            ctx->api.bind_group_release(group); /* the pass keeps what it uses alive */
-        }
+        encode_step(ctx, pass, &steps[i], e);
     }
     ctx->api.compute_pass_end(pass);
     ctx->api.compute_pass_release(pass);
@@ -526,27 +532,10 @@ static kf_status record_each(kf_context *ctx, const planned *steps, uint32_t cou
     kf__context_scope_push(ctx);
     wg_command_encoder enc = ctx->api.device_create_command_encoder(ctx->device, NULL);
     for (uint32_t i = 0; i < count; i++) {
-        const kf_dispatch *d = steps[i].d;
-        const kf_pipeline *p = d->pipeline;
         wg_pass_timestamp_writes writes = {NULL, q->set, 2 * i, 2 * i + 1};
         wg_compute_pass_desc pd = {NULL, {"kfuse pass", WG_STRLEN}, &writes};
         wg_compute_pass pass = ctx->api.command_encoder_begin_compute_pass(enc, &pd);
-        for (uint32_t b = 0; b < d->buffer_count; b++) {
-            memset(&e[b], 0, sizeof e[b]);
-            e[b].binding = b;
-            e[b].buffer = kf__buffer_handle(d->buffers[b], &e[b].offset);
-            e[b].size = d->buffers[b]->alloc_size;
-        }
-        wg_bind_group_desc bd = {
-            NULL, {"kfuse bind group", WG_STRLEN}, p->bind_group_layout, d->buffer_count, e};
-        wg_bind_group group = ctx->api.device_create_bind_group(ctx->device, &bd);
-        ctx->api.compute_pass_set_pipeline(pass, p->handle);
-        ctx->api.compute_pass_set_bind_group(pass, 0, group, 0, NULL);
-        ctx->api.compute_pass_dispatch(pass, steps[i].groups[0], steps[i].groups[1],
-                                       steps[i].groups[2]);
-        if (group) {
-            ctx->api.bind_group_release(group);
-        }
+        encode_step(ctx, pass, &steps[i], e);
         ctx->api.compute_pass_end(pass);
         ctx->api.compute_pass_release(pass);
     }
