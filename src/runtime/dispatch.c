@@ -116,6 +116,25 @@ static kf_status plan(kf_context *ctx, const kf_dispatch *dispatches, uint32_t c
     return KF_OK;
 }
 
+/* Finishes `enc` (recorded inside an error scope kf__context_scope_push opened), frees the
+ * bind-group entries `e` and hands out the command buffer of `count` dispatches. */
+static kf_status finish_recording(kf_context *ctx, wg_command_encoder enc, wg_bind_group_entry *e,
+                                  uint32_t count, wg_command_buffer *out) {
+    wg_command_buffer commands = ctx->api.command_encoder_finish(enc, NULL);
+    ctx->api.command_encoder_release(enc);
+    free(e);
+    kf_status st = kf__context_scope_pop(ctx, KF_ERROR_VALIDATION, "recording dispatches");
+    if (st != KF_OK) {
+        if (commands) {
+            ctx->api.command_buffer_release(commands);
+        }
+        return st;
+    }
+    ctx->stats.dispatches += count;
+    *out = commands;
+    return KF_OK;
+}
+
 /* Binds one step's buffers (through the caller's entries `e`, room for its buffer count) and
  * dispatches it into `pass`. */
 static void encode_step(kf_context *ctx, wg_compute_pass pass, const planned *step,
@@ -168,19 +187,7 @@ static kf_status record(kf_context *ctx, const planned *steps, uint32_t count, b
         ctx->api.command_encoder_copy_buffer_to_buffer(enc, ctx->timestamp_resolve, 0,
                                                        ctx->timestamp_readback, 0, 16);
     }
-    wg_command_buffer commands = ctx->api.command_encoder_finish(enc, NULL);
-    ctx->api.command_encoder_release(enc);
-    free(e);
-    kf_status st = kf__context_scope_pop(ctx, KF_ERROR_VALIDATION, "recording dispatches");
-    if (st != KF_OK) {
-        if (commands) {
-            ctx->api.command_buffer_release(commands);
-        }
-        return st;
-    }
-    ctx->stats.dispatches += count;
-    *out = commands;
-    return KF_OK;
+    return finish_recording(ctx, enc, e, count, out);
 }
 
 static kf_status run_planned(kf_context *ctx, const planned *steps, uint32_t count,
@@ -541,19 +548,7 @@ static kf_status record_each(kf_context *ctx, const planned *steps, uint32_t cou
     }
     ctx->api.command_encoder_resolve_query_set(enc, q->set, 0, 2 * count, q->resolve, 0);
     ctx->api.command_encoder_copy_buffer_to_buffer(enc, q->resolve, 0, q->readback, 0, q->bytes);
-    wg_command_buffer commands = ctx->api.command_encoder_finish(enc, NULL);
-    ctx->api.command_encoder_release(enc);
-    free(e);
-    kf_status st = kf__context_scope_pop(ctx, KF_ERROR_VALIDATION, "recording dispatches");
-    if (st != KF_OK) {
-        if (commands) {
-            ctx->api.command_buffer_release(commands);
-        }
-        return st;
-    }
-    ctx->stats.dispatches += count;
-    *out = commands;
-    return KF_OK;
+    return finish_recording(ctx, enc, e, count, out);
 }
 
 /* Each dispatch's device time of the last submission into ms; *ok false when a pair of
