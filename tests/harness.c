@@ -158,6 +158,7 @@ int main(int argc, char **argv) {
     const char *suite = NULL;
     const char *filter = NULL;
     const char *needs = NULL;
+    int shard = 0, shards = 1; /* --shard K/N: the K-th of N interleaved parts (0-based here) */
     const char *env_seed = getenv("KFUSE_TEST_SEED");
     g_seed = (uint64_t)time(NULL) ^ (uint64_t)clock();
     if (env_seed && !parse_seed(env_seed, &g_seed)) {
@@ -173,6 +174,16 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "kfuse_tests: --needs takes cpu or gpu, not '%s'\n", needs);
                 return 2;
             }
+        } else if (!strcmp(argv[i], "--shard") && i + 1 < argc) {
+            int k = 0, n = 0;
+            char extra = 0;
+            if (sscanf(argv[++i], "%d/%d%c", &k, &n, &extra) != 2 || n < 1 || k < 1 || k > n) {
+                fprintf(stderr, "kfuse_tests: --shard takes K/N with 1 <= K <= N, not '%s'\n",
+                        argv[i]);
+                return 2;
+            }
+            shard = k - 1;
+            shards = n;
         } else if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
             if (!parse_seed(argv[++i], &g_seed)) {
                 fprintf(stderr, "kfuse_tests: --seed takes a number, not '%s'\n", argv[i]);
@@ -186,8 +197,10 @@ int main(int argc, char **argv) {
             }
             return 0;
         } else if (!strcmp(argv[i], "--help")) {
-            printf("usage: kfuse_tests [--suite NAME] [--needs cpu|gpu] [--seed S] [--list] "
-                   "[--probe-cpu] [FILTER]\n"
+            printf("usage: kfuse_tests [--suite NAME] [--needs cpu|gpu] [--shard K/N] [--seed S] "
+                   "[--list] [--probe-cpu] [FILTER]\n"
+                   "  --shard K/N  of the selected tests, run every N-th from the K-th (CTest\n"
+                   "               splits the long suites this way)\n"
                    "  --probe-cpu  run the selected tests with the GPU context refused and list\n"
                    "               the KT_TESTs that passed: candidates for KT_CPU_TEST (run it\n"
                    "               with VK_DRIVER_FILES=/nonexistent to hide the driver too)\n");
@@ -201,7 +214,7 @@ int main(int argc, char **argv) {
     /* Every dispatch of an IR kernel, on every context the tests make, is interpreted first and
      * any out-of-bounds access fails (docs/testing.md); KF_CHECK_BOUNDS=0 turns it off. */
     setenv("KF_CHECK_BOUNDS", "1", 0);
-    int passed = 0, failed = 0, in_suite = 0, cpu_candidates = 0;
+    int passed = 0, failed = 0, in_suite = 0, cpu_candidates = 0, selected = 0;
     for (int c = 0; c < g_case_count; c++) {
         kt_case *tc = &g_cases[c];
         if (suite && strcmp(suite, tc->suite) != 0) {
@@ -212,6 +225,9 @@ int main(int argc, char **argv) {
             continue;
         }
         if (filter && !strstr(tc->name, filter)) {
+            continue;
+        }
+        if (selected++ % shards != shard) {
             continue;
         }
         g_rng = g_seed ^ hash_name(tc->name);
@@ -263,8 +279,9 @@ int main(int argc, char **argv) {
         /* A suite with no test of the need asked for is fine (CTest has an entry per suite and
          * need); a misspelt suite or a filter that matches nothing is a mistake. */
         bool empty_need = needs && !filter && in_suite > 0;
+        bool empty_shard = shards > 1 && selected > 0; /* fewer tests than shards */
         printf("no test matched%s\n", empty_need ? " (none of this suite needs that)" : "");
-        return empty_need || (!suite && !filter) ? 0 : 1;
+        return empty_need || empty_shard || (!suite && !filter) ? 0 : 1;
     }
     return failed ? 1 : 0;
 }
