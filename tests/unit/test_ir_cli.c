@@ -40,6 +40,19 @@ KT_CPU_TEST(unit, ir_cli_wgsl) {
     KT_CHECK(rc == 0 && strstr(out, "fn main("), "an operator's kernel: exit %d: %s", rc, out);
     rc = run_cli("wgsl relu --shape 0x3", out, sizeof out);
     KT_CHECK(rc == 2 && strstr(out, "--shape"), "bad shape: exit %d: %s", rc, out);
+    /* one --shape per input, any rank: the ids of embedding_grad are i32 [N] beside f32 tables */
+    rc = run_cli("wgsl embedding_grad --shape 65x128 --shape 4096 --shape 4096x128 --bounds", out,
+                 sizeof out);
+    KT_CHECK(rc == 0 && strstr(out, "load 'ids': proved: index in [0, 4095], 4096 elements"),
+             "per-input shapes: exit %d: %s", rc, out);
+    rc = run_cli("wgsl attention --shape 2x4x64x32", out, sizeof out);
+    KT_CHECK(rc == 0 && strstr(out, "var<storage, read> q: array<f32>;"), "rank 4: exit %d: %s", rc,
+             out);
+    rc = run_cli("wgsl add --shape 7x13 --shape 13x7", out, sizeof out);
+    KT_CHECK(rc == 1 && strstr(out, "try other --shape"), "mismatched shapes: exit %d: %s", rc,
+             out);
+    rc = run_cli("wgsl add --shape 7xx", out, sizeof out);
+    KT_CHECK(rc == 2 && strstr(out, "--shape wants"), "bad rank-2 shape: exit %d: %s", rc, out);
     /* the in-bounds proof: an operator's kernel for its shapes is proved whole; an example that
      * declares no lengths has guarded accesses */
     rc = run_cli("wgsl softmax --shape 5x37 --bounds", out, sizeof out);

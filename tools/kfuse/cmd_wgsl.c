@@ -9,14 +9,19 @@
 #include <string.h>
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: kfuse wgsl NAME [--shape RxC] [--bounds]\n"
-               "       kfuse wgsl list\n\n"
-               "Prints the WGSL kfuse emits for a named kernel: a built-in example (below) or an\n"
-               "operator's forward kernel (kfuse verify --list names them), built for inputs of\n"
-               "--shape (default 64x64; every input gets it, and the bindings those lengths).\n"
-               "--bounds prints the in-bounds proof instead: each access, its index's range and\n"
-               "whether it is proved or guarded (clamped load, skipped store).\n\n"
-               "Examples:\n");
+    fprintf(f,
+            "usage: kfuse wgsl NAME [--shape DIMS]... [--bounds]\n"
+            "       kfuse wgsl list\n\n"
+            "Prints the WGSL kfuse emits for a named kernel: a built-in example (below) or an\n"
+            "operator's forward kernel (kfuse verify --list names them), built for inputs of\n"
+            "--shape (N, RxC, up to %d dims, or 'scalar'; default 64x64). One --shape gives\n"
+            "every input that shape; repeated, the i-th is input i's (an operator of inputs\n"
+            "of different shapes: kfuse wgsl embedding_grad --shape 65x128 --shape 4096 --shape "
+            "4096x128).\n"
+            "--bounds prints the in-bounds proof instead: each access, its index's range and\n"
+            "whether it is proved or guarded (clamped load, skipped store).\n\n"
+            "Examples:\n",
+            KF_MAX_DIMS);
     for (uint32_t i = 0; i < kf__example_count(); i++) {
         const kf__example *e = kf__example_at(i);
         fprintf(f, "  %-18s %s\n", e->name, e->about);
@@ -32,31 +37,35 @@ static void list(void) {
     }
 }
 
+/* N, RxC, AxBxC... (up to KF_MAX_DIMS dims) or "scalar". */
 static bool parse_shape(const char *s, kf_shape *out) {
-    uint32_t r, c;
-    if (!kf_cli_dim(&s, 1, 65536, &r)) {
-        return false;
-    }
-    if (*s == '\0') {
-        *out = kf_shape_1d(r);
+    memset(out, 0, sizeof *out);
+    if (!strcmp(s, "scalar")) {
         return true;
     }
-    if (*s++ != 'x' || !kf_cli_dim(&s, 1, 65536, &c) || *s) {
-        return false;
+    for (;;) {
+        if (out->rank == KF_MAX_DIMS || !kf_cli_dim(&s, 1, 1u << 24, &out->dims[out->rank])) {
+            return false;
+        }
+        out->rank++;
+        if (*s == '\0') {
+            return true;
+        }
+        if (*s++ != 'x') {
+            return false;
+        }
     }
-    *out = kf_shape_2d(r, c);
-    return true;
 }
 
-/* An operator's forward kernel with every input of `shape` (NULL with a message when the op
- * cannot be built that way). */
-static kf_kernel *op_kernel(const kf_operator *op, const kf_shape *shape) {
+/* An operator's forward kernel with input i of shapes[i], or of the last shape given where fewer
+ * were (NULL with a message when the op cannot be built that way). */
+static kf_kernel *op_kernel(const kf_operator *op, const kf_shape *shapes, uint32_t count) {
     kf_op_params params;
     memset(&params, 0, sizeof params);
     uint32_t arity = kf_op_arity(op, &params);
     kf_shape in[4];
     for (uint32_t i = 0; i < 4; i++) {
-        in[i] = *shape;
+        in[i] = shapes[i < count ? i : count - 1];
     }
     if (arity > 4) {
         fprintf(stderr, "kfuse wgsl: operator '%s' has no forward kernel to show\n",
@@ -66,7 +75,7 @@ static kf_kernel *op_kernel(const kf_operator *op, const kf_shape *shape) {
     kf_shape out;
     char msg[256] = {0};
     if (kf_op_shape(op, in, &params, &out, msg, sizeof msg) != KF_OK) {
-        fprintf(stderr, "kfuse wgsl: %s: %s (try another --shape)\n", kf_op_name(op), msg);
+        fprintf(stderr, "kfuse wgsl: %s: %s (try other --shape)\n", kf_op_name(op), msg);
         return NULL;
     }
     kf_kernel *k = kf_op_kernel_forward(op, in, &params, KF_DTYPE_F32);
@@ -78,15 +87,22 @@ static kf_kernel *op_kernel(const kf_operator *op, const kf_shape *shape) {
 
 int kf_cmd_wgsl(int argc, char **argv) {
     const char *name = NULL;
-    kf_shape shape = kf_shape_2d(64, 64);
+    kf_shape shapes[4] = {kf_shape_2d(64, 64)};
+    uint32_t shape_count = 0;
     bool bounds = false;
     for (int i = 1; i < argc; i++) {
         if (kf_cli_is_help(argv[i])) {
             usage(stdout);
             return 0;
         } else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
-            if (!parse_shape(argv[++i], &shape)) {
-                fprintf(stderr, "kfuse wgsl: --shape wants N or RxC (e.g. 64x64), got '%s'\n",
+            if (shape_count == 4) {
+                fprintf(stderr, "kfuse wgsl: at most 4 --shape (one per input)\n");
+                return 2;
+            }
+            if (!parse_shape(argv[++i], &shapes[shape_count++])) {
+                fprintf(stderr,
+                        "kfuse wgsl: --shape wants N, RxC, AxBxC... or scalar (e.g. 64x64), got "
+                        "'%s'\n",
                         argv[i]);
                 return 2;
             }
@@ -123,7 +139,7 @@ int kf_cmd_wgsl(int argc, char **argv) {
             fprintf(stderr, "\n");
             return 2;
         }
-        k = op_kernel(op, &shape);
+        k = op_kernel(op, shapes, shape_count ? shape_count : 1);
         if (!k) {
             return 1;
         }
