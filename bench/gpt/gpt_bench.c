@@ -70,7 +70,9 @@ static int usage(void) {
 /* What dispatch d of plan p runs (p NULL: a dispatch of the optimizer's, named `other`). The
  * classes are the ones bench/torch_gpt_step.py gives PyTorch's kernels: dense products (a matmul
  * root, whatever epilogue or prologue it carries), attention (forward and backward kernels), the
- * rest (norms, element-wise, reductions, views, embedding, loss, optimizer). */
+ * rest (norms, element-wise, reductions, views, embedding, loss, optimizer). A split-K product's
+ * sum of partial products counts as the product's (cuBLAS sums its split-K slices inside its
+ * matmul kernels, which the profiler counts as matmul). */
 static void describe(const kf_plan *p, uint32_t d, const kf_dispatch *ds, const char *other,
                      drow *row) {
     memset(row, 0, sizeof *row);
@@ -79,7 +81,8 @@ static void describe(const kf_plan *p, uint32_t d, const kf_dispatch *ds, const 
         snprintf(row->root, sizeof row->root, "%s", info.root);
         snprintf(row->label, sizeof row->label, "%s", info.label);
         row->bytes = info.bytes;
-        row->cls = info.matmul                           ? D_MATMUL
+        bool split_k_sum = !strncmp(info.label, "split-K sum", 11);
+        row->cls = info.matmul || split_k_sum            ? D_MATMUL
                    : !strncmp(info.root, "attention", 9) ? D_ATTENTION
                                                          : D_OTHER;
         return;
