@@ -317,9 +317,10 @@ static kf_val gt(kf_kernel *k, kf_val a, kf_val b) {
     return kf_binary(k, KF_OP_GT, a, b);
 }
 
-/* Whether $KF_EW_NEWTON (a comma-separated list of tanh, sigmoid, gelu; for measuring, see
- * bench/sweep/chain_variants.c) names `what`: its reciprocal of 1 + exp(.) then goes through
- * newton_recip instead of a division. */
+/* Whether $KF_EW_NEWTON (a comma-separated list of tanh, sigmoid, gelu, silu; for measuring,
+ * see bench/sweep/chain_variants.c and bench/h200_s7_chain.sh) names `what`: its reciprocal of
+ * 1 + exp(.) then goes through newton_div instead of a division. silu's sigmoid is named apart
+ * from sigmoid's, as the hand-written chain that measured the mix (c8r2) has it. */
 static bool newton_for(const char *what) {
     const char *env = getenv("KF_EW_NEWTON");
     size_t n = strlen(what);
@@ -357,9 +358,10 @@ static kf_val div_one_plus(kf_kernel *k, const char *what, kf_val num, kf_val e)
     return newton_for(what) ? newton_div(k, num, d) : kf_div(k, num, d);
 }
 
-/* exp(-x) based sigmoid: exp overflows to inf for x < -88, and 1 / inf = 0 is the right limit. */
-static kf_val ir_sigmoid(kf_kernel *k, kf_val x) {
-    return div_one_plus(k, "sigmoid", lit(k, 1.0), kf_call1(k, KF_FN_EXP, neg(k, x)));
+/* exp(-x) based sigmoid: exp overflows to inf for x < -88, and 1 / inf = 0 is the right limit.
+ * `what` names the operator it serves for $KF_EW_NEWTON (sigmoid, silu). */
+static kf_val ir_sigmoid(kf_kernel *k, kf_val x, const char *what) {
+    return div_one_plus(k, what, lit(k, 1.0), kf_call1(k, KF_FN_EXP, neg(k, x)));
 }
 
 /* tanh as 2 sigmoid(2x) - 1 = 2 / (1 + exp(-2x)) - 1, not the builtin: exp's overflow gives
@@ -447,7 +449,7 @@ static double sigmoid_df(const double *x, double y, uint32_t which, const kf_op_
 }
 static kf_val sigmoid_expr(kf_kernel *k, const kf_val *x, const kf_op_params *p) {
     (void)p;
-    return ir_sigmoid(k, x[0]);
+    return ir_sigmoid(k, x[0], "sigmoid");
 }
 static kf_val sigmoid_expr_backward(kf_kernel *k, const kf_val *x, kf_val y, kf_val g,
                                     uint32_t which, const kf_op_params *p) {
@@ -605,12 +607,12 @@ static double silu_df(const double *x, double y, uint32_t which, const kf_op_par
 }
 static kf_val silu_expr(kf_kernel *k, const kf_val *x, const kf_op_params *p) {
     (void)p;
-    return kf_mul(k, x[0], ir_sigmoid(k, x[0]));
+    return kf_mul(k, x[0], ir_sigmoid(k, x[0], "silu"));
 }
 static kf_val silu_expr_backward(kf_kernel *k, const kf_val *x, kf_val y, kf_val g, uint32_t which,
                                  const kf_op_params *p) {
     (void)y, (void)which, (void)p;
-    kf_val s = kf_let(k, "s", ir_sigmoid(k, x[0]));
+    kf_val s = kf_let(k, "s", ir_sigmoid(k, x[0], "silu"));
     kf_val d = kf_mul(k, s, kf_add(k, lit(k, 1.0), kf_mul(k, x[0], kf_sub(k, lit(k, 1.0), s))));
     return kf_mul(k, d, g);
 }

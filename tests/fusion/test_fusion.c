@@ -154,6 +154,43 @@ KT_TEST(fusion, large_chain_two_vec4s_per_invocation) {
     kf_graph_destroy(g);
 }
 
+/* $KF_EW_VEC4S=4 at vec4 counts that 4 does not divide: 257 x 132 is 8481 vec4s (2121
+ * invocations; the fourth slot's last 3 past the end, under its guard), 5 x 4 is 5 (2
+ * invocations; the third slot guarded, the fourth wholly past the end and left out). Row and
+ * column broadcasts index every slot; all against the CPU specs and the unfused plan. */
+KT_TEST(fusion, ragged_chain_four_vec4s_per_invocation) {
+    const char *saved = getenv("KF_EW_VEC4S");
+    char *kept = saved ? strdup(saved) : NULL;
+    setenv("KF_EW_VEC4S", "4", 1);
+    static const char *const programs[] = {
+        "x: f32[257,132]\nb: f32[132]\nc: f32[257,1]\n"
+        "y = x |> mul(0.5) |> add(b) |> sub(c) |> tanh |> silu\n",
+        "x: f32[5,4]\nb: f32[4]\nc: f32[5,1]\n"
+        "y = x |> mul(0.5) |> add(b) |> sub(c) |> tanh |> silu\n"};
+    static const char *const guards[] = {"if (vidx4 < 8481u)", "if (vidx3 < 5u)"};
+    for (uint32_t i = 0; i < 2; i++) {
+        expect_dispatches(programs[i], 1, 5);
+        kf_context *ctx = kt_context();
+        kf_graph *g = ctx ? parse(programs[i]) : NULL;
+        kf_plan *plan = NULL;
+        if (g && kf_graph_compile(ctx, g, NULL, &plan) == KF_OK) {
+            char *text = kf_plan_explain(plan, true);
+            KT_CHECK(text && strstr(text, guards[i]) && (i == 0 || !strstr(text, "vidx4")),
+                     "not 4 vec4s an invocation with the tail guarded (%s):\n%s", guards[i],
+                     text ? text : "");
+            kf_free(text);
+        }
+        kf_plan_destroy(plan);
+        kf_graph_destroy(g);
+    }
+    if (kept) {
+        setenv("KF_EW_VEC4S", kept, 1);
+    } else {
+        unsetenv("KF_EW_VEC4S");
+    }
+    free(kept);
+}
+
 KT_TEST(fusion, matmul_bias_gelu_is_one_dispatch) {
     expect_dispatches("x: f32[67,129]\nw: f32[129,93]\nb: f32[93]\n"
                       "y = matmul(x, w) |> add(b) |> gelu\n",

@@ -1,6 +1,7 @@
 /* Element-wise and layout operators: specs by hand, gradients against finite differences, every
  * op's GPU kernels against its spec over its table (f32 and f16), NaN and infinity, and proof
  * that verification fails when a kernel or a spec is broken. */
+#include "core/half.h"
 #include "harness.h"
 #include "ops/ops_internal.h"
 
@@ -346,6 +347,89 @@ KT_TEST(ops, verify_catches_broken_kernels) {
     st = kf_op_verify(ctx, &vc, &res);
     KT_CHECK(st == KF_ERROR_MISMATCH, "bias grad without the reduction passed");
     KT_CHECK(strstr(res.message, "input 1") != NULL, "message: %s", res.message);
+}
+
+/* The reciprocals of tanh, sigmoid, gelu and silu by Newton's iteration ($KF_EW_NEWTON,
+ * src/ops/elementwise.c newton_div) where the division would lean on IEEE rules: NaN, the
+ * infinities, exp's overflow (1 + exp(.) past 1e30 and at inf: |x| around 35, 44, 70, 88 and
+ * beyond), huge and tiny finite values, the series' edge |x| = 1/16, and a sweep; f32 and f16
+ * (inputs rounded to f16 for the spec, as the kernel sees them), every element against the spec:
+ * NaN and inf exactly, else within the NaN test's 1e-5 (f32) or the op's f16 tolerance. The
+ * kernels are checked to have the Newton form, so the test cannot pass on the division. */
+KT_TEST(ops, newton_reciprocals_at_the_extremes_on_device) {
+    KT_NEED_GPU(ctx);
+    kf_adapter_info info;
+    KT_CHECK_OK(kf_context_adapter_info(ctx, &info));
+    const char *saved = getenv("KF_EW_NEWTON");
+    char *kept = saved ? strdup(saved) : NULL;
+    setenv("KF_EW_NEWTON", "tanh,sigmoid,gelu,silu", 1);
+    static const float extremes[] = {
+        NAN,     INFINITY, -INFINITY, 0.0f,     -0.0f,   1e-30f,  -1e-30f, 1e-8f,  -1e-8f,
+        0.0625f, -0.0625f, 0.0624f,   -0.0624f, 1.0f,    -1.0f,   10.0f,   -10.0f, 35.0f,
+        -35.0f,  44.0f,    -44.0f,    70.0f,    -70.0f,  88.0f,   -88.0f,  90.0f,  -90.0f,
+        1e4f,    -1e4f,    1e30f,     -1e30f,   3.4e38f, -3.4e38f};
+    enum { COUNT = 64, EXTREMES = sizeof extremes / sizeof extremes[0] };
+    kf_shape s = kf_shape_1d(COUNT);
+    static const char *const names[] = {"tanh", "sigmoid", "gelu", "silu"};
+    for (uint32_t o = 0; o < 4; o++) {
+        const kf_operator *op = kf_op_find(names[o]);
+        kf_op_params p = {0};
+        kf_kernel *k = op->kernel_forward(&s, &p, KF_DTYPE_F32);
+        char *wgsl = k ? kf_kernel_emit_wgsl(k) : NULL;
+        KT_CHECK(wgsl && strstr(wgsl, "2129859011u"), "%s: no Newton reciprocal in:\n%s", names[o],
+                 wgsl ? wgsl : "(no kernel)");
+        kf_free(wgsl);
+        kf_kernel_destroy(k);
+        for (kf_dtype dtype = KF_DTYPE_F32; dtype <= KF_DTYPE_F16; dtype++) {
+            if (dtype == KF_DTYPE_F16 && !info.has_f16) {
+                continue;
+            }
+            kf_tensor *in = NULL, *want = NULL, *got = NULL;
+            kf_gpu_tensor *g_in = NULL, *g_out = NULL;
+            KT_CHECK_OK(kf_tensor_create(&s, &in));
+            KT_CHECK_OK(kf_tensor_create(&s, &want));
+            KT_CHECK_OK(kf_tensor_create(&s, &got));
+            for (int e = 0; e < COUNT; e++) {
+                float v = e < EXTREMES ? extremes[e]
+                                       : -12.0f + 24.0f * (float)(e - EXTREMES) /
+                                                      (float)(COUNT - EXTREMES - 1);
+                in->data[e] = dtype == KF_DTYPE_F16 ? kf__half_to_float(kf__half_from_float(v)) : v;
+            }
+            KT_CHECK_OK(op->spec_forward((const kf_tensor *const *)&in, &p, want));
+            KT_CHECK_OK(kf_gpu_tensor_from(ctx, in, dtype, &g_in));
+            KT_CHECK_OK(kf_gpu_tensor_create(ctx, &s, dtype, &g_out));
+            KT_CHECK_OK(kf_buffer_fill_u32(g_out->buffer, 0x7fc07fc0u)); /* NaN in both */
+            KT_CHECK_OK(kf_op_run_forward(ctx, op, &p, (const kf_gpu_tensor *const *)&g_in, g_out));
+            KT_CHECK_OK(kf_gpu_tensor_to(g_out, got));
+            /* f16: relative to 1e-4 at least, where the output's rounding (subnormals 6e-8
+             * apart) is within the tolerance */
+            double tol = dtype == KF_DTYPE_F16 ? kf_op_tolerance(op, dtype) : 1e-5;
+            double floor = dtype == KF_DTYPE_F16 ? 1e-4 : 1e-6;
+            for (int e = 0; e < COUNT; e++) {
+                float a = got->data[e], b = want->data[e];
+                bool ok = isnan(b)   ? isnan(a)
+                          : isinf(b) ? a == b
+                                     : kf__rel_error(a, b, floor) < tol;
+                if (!ok) {
+                    kt_fail(__FILE__, __LINE__, "%s %s element %d (input %g): got %g, spec %g",
+                            names[o], kf_dtype_str(dtype), e, (double)in->data[e], (double)a,
+                            (double)b);
+                    break;
+                }
+            }
+            kf_tensor_destroy(in);
+            kf_tensor_destroy(want);
+            kf_tensor_destroy(got);
+            kf_gpu_tensor_destroy(g_in);
+            kf_gpu_tensor_destroy(g_out);
+        }
+    }
+    if (kept) {
+        setenv("KF_EW_NEWTON", kept, 1);
+    } else {
+        unsetenv("KF_EW_NEWTON");
+    }
+    free(kept);
 }
 
 /* NaN and infinity go through every kernel as the spec says: NaN propagates through arithmetic,

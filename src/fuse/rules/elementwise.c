@@ -2,10 +2,28 @@
  * checks that the operand is that group's result, read once, not an output, of the same shape
  * and dtype); trees merge. The group is one kernel over the result's elements, vec4 where it can
  * be (kf__group_can_vectorize), reading other operands with numpy-style broadcasting. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "fuse/rules/rule.h"
 
 /* From this many vec4s up, an element-wise kernel computes two vec4s per invocation. */
 #define KF_TWO_PER_INVOCATION (1u << 16)
+/* The most vec4s one invocation computes ($KF_EW_VEC4S). */
+#define KF_MAX_PER_INVOCATION 4u
+
+/* How many of the n vec4s one invocation computes: $KF_EW_VEC4S (1, 2 or 4; for measuring,
+ * bench/h200_s7_chain.sh) at any size, else two for large even counts (both loaded before
+ * either is stored, so twice the bytes are in flight per invocation: a long chain's arithmetic
+ * then hides behind memory; measured on an H200, bench/results/h200-chainexp.txt) and one
+ * otherwise. */
+static uint32_t vec4s_per_invocation(uint64_t n) {
+    const char *env = getenv("KF_EW_VEC4S");
+    if (env && (strcmp(env, "1") == 0 || strcmp(env, "2") == 0 || strcmp(env, "4") == 0)) {
+        return (uint32_t)(env[0] - '0');
+    }
+    return n % 2 == 0 && n >= 2u * KF_TWO_PER_INVOCATION ? 2u : 1u;
+}
 
 static kf__group *elementwise_open(kf_plan *p, uint32_t node) {
     const kf_operator *op = p->graph->nodes[node].op;
@@ -48,28 +66,36 @@ static kf_kernel *elementwise_build(kf_plan *p, kf__group *grp, kf__compiled *c)
     }
     kf_binding rw = alias ? kf__emit_inplace_binding(&s, alias, out_type) : (kf_binding){0};
     uint64_t n = kf_shape_elements(&res->shape) / per;
-    /* Large even vec4 counts: two vec4s per invocation, n/2 apart, both loaded before either
-     * is stored, so twice the bytes are in flight per invocation (a long chain's arithmetic
-     * then hides behind memory: measured on an H200, bench/results/h200-chainexp.txt). */
-    uint32_t twice = vectorized && n % 2 == 0 && n >= 2u * KF_TWO_PER_INVOCATION ? 2u : 1u;
-    uint64_t invocations = n / twice;
+    /* `slots` vectors an invocation, invocations apart, all loaded before any is stored. When
+     * they do not divide n, the last invocations have fewer: a slot whose range passes n (known
+     * here) computes and stores under a guard of its own, and one wholly past n is left out. */
+    uint32_t slots = vectorized ? vec4s_per_invocation(n) : 1u;
+    uint64_t invocations = (n + slots - 1) / slots;
     kf_val at = kf_let(k, vectorized ? "vidx" : "idx", kf_global_linear(k));
     kf_if(k, kf_binary(k, KF_OP_LT, at, kf_lit_u32(k, (uint32_t)invocations)));
-    if (twice == 2) {
-        kf_val at2 = kf_let(k, "vidx2", kf_add(k, at, kf_lit_u32(k, (uint32_t)invocations)));
-        kf_val first = kf__emit_invocation(&s, at, true);
-        kf_val second = kf__emit_invocation(&s, at2, true);
-        if (alias) {
-            kf_store(k, rw, at, first);
-            kf_store(k, rw, at2, second);
-        } else {
-            kf_kernel_yield(k, first, at);
-            kf_kernel_yield(k, second, at2);
+    kf_val where[KF_MAX_PER_INVOCATION], value[KF_MAX_PER_INVOCATION];
+    static const char *const names[KF_MAX_PER_INVOCATION] = {"vidx", "vidx2", "vidx3", "vidx4"};
+    for (uint32_t j = 0; j < slots && (uint64_t)j * invocations < n; j++) {
+        where[j] =
+            j ? kf_let(k, names[j], kf_add(k, at, kf_lit_u32(k, (uint32_t)(j * invocations)))) : at;
+    }
+    for (uint32_t j = 0; j < slots && (j + 1) * invocations <= n; j++) {
+        value[j] = kf__emit_invocation(&s, where[j], vectorized);
+    }
+    for (uint32_t j = 0; j < slots && (uint64_t)j * invocations < n; j++) {
+        bool guarded = (j + 1) * invocations > n;
+        if (guarded) {
+            kf_if(k, kf_binary(k, KF_OP_LT, where[j], kf_lit_u32(k, (uint32_t)n)));
+            value[j] = kf__emit_invocation(&s, where[j], vectorized);
         }
-    } else if (alias) {
-        kf_store(k, rw, at, kf__emit_invocation(&s, at, vectorized));
-    } else {
-        kf_kernel_yield(k, kf__emit_invocation(&s, at, vectorized), at);
+        if (alias) {
+            kf_store(k, rw, where[j], value[j]);
+        } else {
+            kf_kernel_yield(k, value[j], where[j]);
+        }
+        if (guarded) {
+            kf_end(k);
+        }
     }
     kf_end(k);
     kf__emit_release(&s);
