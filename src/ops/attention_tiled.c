@@ -1,54 +1,147 @@
 /* Attention forward on FMA units with register tiles (FlashAttention's structure on CUDA cores),
- * for f32 and f16 storage, f32 compute; within 32 KiB of workgroup memory.
+ * for f32 and f16 storage, f32 compute.
  *
- * A workgroup of 16 x 16 invocations owns 64 query rows of one head; invocation (x, y) owns rows
- * 4y .. 4y + 3 and, of each tile of 32 keys, keys x and x + 16: a 4 x 2 block of the scores
- * S = q k^T, accumulated in registers over D in chunks of C (32, or 16 when D > 64) staged in
- * workgroup memory (q's 64 x C and k's 32 x C), so each FMA costs 0.75 workgroup loads instead of
- * 2. The block goes, scaled and masked, to a 64 x 32 tile in workgroup memory, where one
- * invocation per row runs the online softmax over the tile's 32 columns (the running max and
- * sum, the rescale alpha for the row, P in place of S). Then every invocation rescales and
- * accumulates its 4 rows x D / 16 output columns, O = alpha O + P V, from P and v's tile (32 x D,
- * staged beside the scores). Causal tiles past the workgroup's last row are never visited (the
- * loop bound is uniform over the workgroup); rows past T compute row T - 1 and are not written.
+ * A workgroup of tx x ty invocations (default 16 x 16) owns br = ty rm query rows of one head
+ * (64); invocation (x, y) owns rows rm y .. rm y + rm - 1 and, of each tile of bc = tx cn keys
+ * (32), keys x, x + tx, ...: an rm x cn block (4 x 2) of the scores S = q k^T, accumulated in
+ * registers over D in chunks of C (32, or 16 when D > 64; D itself when D <= 32, and then q is
+ * staged once for all key tiles) staged in workgroup memory (q's br x C and k's bc x C), so each
+ * FMA costs (rm + cn) / (rm cn) workgroup loads instead of 2. The block goes, scaled and masked,
+ * to a br x bc tile in workgroup memory, where one invocation per row runs the online softmax
+ * over the tile's columns (the running max and sum, the rescale alpha for the row, P in place of
+ * S). Then every invocation rescales and accumulates its rm rows x D / tx output columns,
+ * O = alpha O + P V, from P and v's tile (bc x D, staged beside the scores). Causal tiles past
+ * the workgroup's last row are never visited (the loop bound is uniform over the workgroup);
+ * rows past T compute row T - 1 and are not written. The default tiling takes 29 KiB of
+ * workgroup memory at D 64 (within lavapipe's 32); $KF_ATTN_TILED picks another for measuring.
  */
 #include "ops/attention_sgmat.h"
 #include "ops/ops_internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
-#define TX 16u       /* invocations along keys / output columns */
-#define TY 16u       /* invocations along rows */
-#define RM 4u        /* rows per invocation */
-#define CN 2u        /* keys per invocation per tile */
-#define BR (TY * RM) /* rows per workgroup: 64 */
-#define BC (TX * CN) /* keys per tile: 32 */
-#define MAX_D 128u   /* the largest head dimension */
-#define MAX_OC (MAX_D / TX)
+#define MAX_RM 8u  /* rows per invocation */
+#define MAX_CN 4u  /* keys per invocation per tile */
+#define MIN_TX 8u  /* invocations along keys / output columns */
+#define MAX_D 128u /* the largest head dimension */
+#define MAX_OC (MAX_D / MIN_TX)
 #define NEG_BIG -3.0e38f
 
 static kf_val u32(kf_kernel *k, uint32_t v) {
     return kf_lit_u32(k, v);
 }
 
+/* The staging's fixed parts: a head's rows, the width of a staged element (1: f32, 4: vec4),
+ * the workgroup. */
+typedef struct stage_geometry {
+    uint32_t t, d, w, threads;
+    kf_val lid;
+} stage_geometry;
+
+/* Rows first .. first + rows - 1 of one head (clamped to its last row), columns d0 .. d0 + cols
+ * - 1 (zero past D where `ragged`), of binding b into sh as elements of g->w columns at stride
+ * `stride` elements a row; every invocation takes a share. */
+static void stage_chunk(kf_kernel *k, kf_shared sh, kf_binding b, kf_dtype dtype, kf_val head_row0,
+                        kf_val first, uint32_t rows, kf_val d0, uint32_t cols, uint32_t stride,
+                        bool ragged, const stage_geometry *g) {
+    const uint32_t units = (cols + g->w - 1) / g->w;
+    kf_val e = kf_for(k, "e", g->lid, u32(k, rows * units), u32(k, g->threads));
+    kf_val r = kf_div(k, e, u32(k, units)), c = kf_binary(k, KF_OP_MOD, e, u32(k, units));
+    kf_val row =
+        kf_add(k, head_row0, kf_call2(k, KF_FN_MIN, kf_add(k, first, r), u32(k, g->t - 1)));
+    kf_val base = kf_add(k, d0, g->w == 1 ? c : kf_mul(k, c, u32(k, g->w)));
+    kf_val lanes[4];
+    for (uint32_t i = 0; i < g->w; i++) {
+        kf_val col = i ? kf_add(k, base, u32(k, i)) : base;
+        kf_val at =
+            kf_add(k, kf_mul(k, row, u32(k, g->d)), kf_call2(k, KF_FN_MIN, col, u32(k, g->d - 1)));
+        lanes[i] = kf__load_f32(k, b, at, dtype);
+        if (ragged) {
+            lanes[i] =
+                kf_select(k, kf_lit_f32(k, 0), lanes[i], kf_binary(k, KF_OP_LT, col, u32(k, g->d)));
+        }
+    }
+    kf_val x = g->w == 1 ? lanes[0] : kf_vec(k, kf_type_vec(KF_SCALAR_F32, 4), lanes, 4);
+    kf_shared_store(k, sh, kf_add(k, kf_mul(k, r, u32(k, stride)), c), x);
+    kf_end(k);
+}
+
+/* D columns staged at a time: the configuration's, else D up to 32, 32 up to 64, 16 above. */
+static uint32_t chunk_of(const kf__attn_tiled_config *c, uint32_t d) {
+    if (c->chunk) {
+        return c->chunk < d ? c->chunk : d;
+    }
+    return d <= 32 ? d : d <= 64 ? 32u : 16u;
+}
+
+uint32_t kf__attention_tiled_bytes(const kf__attn_tiled_config *c, uint32_t d) {
+    uint32_t w = c->vec ? 4u : 1u, br = c->ty * c->rm, bc = c->tx * c->cn;
+    uint32_t cs = (chunk_of(c, d) + w - 1) / w + 1, vs = (d + w - 1) / w + 1;
+    return 4u * w * (br * cs + bc * cs + bc * vs) + 4u * (br * (bc + 1) + br);
+}
+
+static bool config_valid(const kf__attn_tiled_config *c, uint32_t d) {
+    return c->tx >= MIN_TX && c->tx <= 64 && c->ty >= 1 && c->tx * c->ty <= 256 && c->rm >= 1 &&
+           c->rm <= MAX_RM && c->cn >= 1 && c->cn <= MAX_CN && c->tx * c->ty >= c->ty * c->rm &&
+           (d + c->tx - 1) / c->tx <= MAX_OC &&
+           (!c->vec || chunk_of(c, d) % 4 == 0 || chunk_of(c, d) == d);
+}
+
+bool kf__attention_tiled_config_parse(const char *text, kf__attn_tiled_config *out) {
+    unsigned tx, ty, rm, cn, chunk = 0;
+    int n = text ? sscanf(text, "%u,%u,%u,%u,%u", &tx, &ty, &rm, &cn, &chunk) : 0;
+    if (n < 4) {
+        return false;
+    }
+    *out = (kf__attn_tiled_config){tx, ty, rm, cn, n == 5 ? chunk : 0, strstr(text, "/v") != NULL};
+    return true;
+}
+
+const kf__attn_tiled_config kf__attn_tiled_default = {16, 16, 4, 2, 0, false};
+
 kf_kernel *kf__attention_tiled(const kf__attn_desc *a, kf_dtype dtype) {
-    if (!a || !a->bh || !a->t || !a->d || a->d > MAX_D ||
-        (dtype != KF_DTYPE_F32 && dtype != KF_DTYPE_F16)) {
+    return kf__attention_tiled_config(a, dtype, &kf__attn_tiled_default, 0);
+}
+
+kf_kernel *kf__attention_tiled_config(const kf__attn_desc *a, kf_dtype dtype,
+                                      const kf__attn_tiled_config *cfg, uint32_t wg_bytes) {
+    if (!a || !cfg || !a->bh || !a->t || !a->d || a->d > MAX_D ||
+        (dtype != KF_DTYPE_F32 && dtype != KF_DTYPE_F16) || !config_valid(cfg, a->d) ||
+        (wg_bytes && kf__attention_tiled_bytes(cfg, a->d) > wg_bytes)) {
         return NULL;
     }
     const uint32_t t = a->t, d = a->d;
-    const uint32_t chunk = d <= 32 ? d : d <= 64 ? 32u : 16u;
-    const uint32_t chunks = (d + chunk - 1) / chunk, cs = chunk + 1; /* padded chunk rows */
-    const uint32_t oc = (d + TX - 1) / TX;                           /* output columns each */
-    const uint32_t vs = d + 1, ss = BC + 1;                          /* padded v and S rows */
-    const uint32_t qtiles = (t + BR - 1) / BR, threads = TX * TY;
-    kf_type f32 = kf_type_scalar(KF_SCALAR_F32);
+    const uint32_t tx = cfg->tx, ty = cfg->ty, rm = cfg->rm, cn = cfg->cn;
+    const uint32_t br = ty * rm, bc = tx * cn; /* rows a workgroup, keys a tile */
+    const uint32_t chunk = chunk_of(cfg, d);
+    const uint32_t chunks = (d + chunk - 1) / chunk;
+    /* w columns an element of the staged rows (vec: 4) */
+    const uint32_t w = cfg->vec ? 4u : 1u;
+    const uint32_t cw = (chunk + w - 1) / w, dw = (d + w - 1) / w; /* elements a chunk, a row */
+    const uint32_t cs = cw + 1, vs = dw + 1, ss = bc + 1;          /* padded rows, in elements */
+    const uint32_t oc = (dw + tx - 1) / tx; /* output elements an invocation */
+    /* one chunk: q's rows are staged once, before the key tiles */
+    const bool q_once = chunks == 1;
+    const uint32_t qtiles = (t + br - 1) / br, threads = tx * ty;
+    kf_type f32 = kf_type_scalar(KF_SCALAR_F32), el = kf_type_vec(KF_SCALAR_F32, 4);
+    if (w == 1) {
+        el = f32;
+    }
 
-    char name[48];
-    snprintf(name, sizeof name, "attention_tiled%s%s", a->causal ? "_causal" : "",
+    /* another tiling than the default names itself (for the benchmarks' tables) */
+    char name[80], tiling[40] = "";
+    const kf__attn_tiled_config *def = &kf__attn_tiled_default;
+    if (tx != def->tx || ty != def->ty || rm != def->rm || cn != def->cn ||
+        cfg->chunk != def->chunk || cfg->vec != def->vec) {
+        snprintf(tiling, sizeof tiling, "_%ux%ux%ux%u_c%u%s", tx, ty, rm, cn, chunk,
+                 cfg->vec ? "_v" : "");
+    }
+    snprintf(name, sizeof name, "attention_tiled%s%s%s", tiling, a->causal ? "_causal" : "",
              a->with_lse ? "_lse" : "");
     kf_kernel_desc desc = {
-        .name = name, .workgroup_size = {TX, TY, 1}, .output = kf__dtype_type(dtype)};
+        .name = name, .workgroup_size = {tx, ty, 1}, .output = kf__dtype_type(dtype)};
     kf_kernel *k = kf_kernel_create(&desc);
     if (!k) {
         return NULL;
@@ -62,11 +155,11 @@ kf_kernel *kf__attention_tiled(const kf__attn_desc *a, kf_dtype dtype) {
     if (a->with_lse) {
         blse = kf__bind(k, "lse", KF_DTYPE_F32, KF_ACCESS_READ_WRITE); /* f32 whatever q is */
     }
-    kf_shared sq = kf_kernel_workgroup(k, "q_chunk", f32, BR * cs);
-    kf_shared sk = kf_kernel_workgroup(k, "k_chunk", f32, BC * cs);
-    kf_shared sv = kf_kernel_workgroup(k, "v_tile", f32, BC * vs);
-    kf_shared sp = kf_kernel_workgroup(k, "scores", f32, BR * ss);
-    kf_shared salpha = kf_kernel_workgroup(k, "alpha", f32, BR);
+    kf_shared sq = kf_kernel_workgroup(k, "q_chunk", el, br * cs);
+    kf_shared sk = kf_kernel_workgroup(k, "k_chunk", el, bc * cs);
+    kf_shared sv = kf_kernel_workgroup(k, "v_tile", el, bc * vs);
+    kf_shared sp = kf_kernel_workgroup(k, "scores", f32, br * ss);
+    kf_shared salpha = kf_kernel_workgroup(k, "alpha", f32, br);
 
     kf_val local = kf_builtin_get(k, KF_BUILTIN_LOCAL_ID);
     kf_val lx = kf_let(k, "lx", kf_extract(k, local, 0));
@@ -74,11 +167,11 @@ kf_kernel *kf__attention_tiled(const kf__attn_desc *a, kf_dtype dtype) {
     kf_val lid = kf_let(k, "lid", kf_builtin_get(k, KF_BUILTIN_LOCAL_INDEX));
     kf_val wg = kf_let(k, "wg", kf_workgroup_linear(k));
     kf_val head = kf_let(k, "head", kf_div(k, wg, u32(k, qtiles)));
-    kf_val r0 = kf_let(k, "r0", kf_mul(k, kf_binary(k, KF_OP_MOD, wg, u32(k, qtiles)), u32(k, BR)));
+    kf_val r0 = kf_let(k, "r0", kf_mul(k, kf_binary(k, KF_OP_MOD, wg, u32(k, qtiles)), u32(k, br)));
     kf_val head_row0 = kf_let(k, "head_row0", kf_mul(k, head, u32(k, t)));
-    kf_val my_r = kf_let(k, "my_r", kf_mul(k, ly, u32(k, RM))); /* first of my rows in the tile */
-    kf_val rowc[RM];
-    for (uint32_t i = 0; i < RM; i++) {
+    kf_val my_r = kf_let(k, "my_r", kf_mul(k, ly, u32(k, rm))); /* first of my rows in the tile */
+    kf_val rowc[MAX_RM];
+    for (uint32_t i = 0; i < rm; i++) {
         rowc[i] = kf_let(
             k, "rowc",
             kf_call2(k, KF_FN_MIN, kf_add(k, r0, kf_add(k, my_r, u32(k, i))), u32(k, t - 1)));
@@ -86,67 +179,61 @@ kf_kernel *kf__attention_tiled(const kf__attn_desc *a, kf_dtype dtype) {
     /* the row whose softmax this invocation runs (lid < 64) */
     kf_val stat_rowc =
         kf_let(k, "stat_rowc", kf_call2(k, KF_FN_MIN, kf_add(k, r0, lid), u32(k, t - 1)));
-    kf_val is_stat = kf_let(k, "is_stat", kf_binary(k, KF_OP_LT, lid, u32(k, BR)));
+    kf_val is_stat = kf_let(k, "is_stat", kf_binary(k, KF_OP_LT, lid, u32(k, br)));
 
     kf_var m_run = kf_declare(k, "m_run", f32, kf_lit_f32(k, NEG_BIG));
     kf_var l_run = kf_declare(k, "l_run", f32, kf_lit_f32(k, 0));
-    kf_var acc[RM][MAX_OC];
-    for (uint32_t i = 0; i < RM; i++) {
+    kf_var acc[MAX_RM][MAX_OC];
+    for (uint32_t i = 0; i < rm; i++) {
         for (uint32_t c = 0; c < oc; c++) {
-            acc[i][c] = kf_declare(k, "acc", f32, kf_lit_f32(k, 0));
+            kf_val zero = kf_lit_f32(k, 0);
+            acc[i][c] = kf_declare(k, "acc", el, w == 1 ? zero : kf_splat(k, el, zero));
         }
     }
     kf_val end = u32(k, t);
     if (a->causal) {
-        end = kf_let(k, "end", kf_call2(k, KF_FN_MIN, kf_add(k, r0, u32(k, BR)), u32(k, t)));
+        end = kf_let(k, "end", kf_call2(k, KF_FN_MIN, kf_add(k, r0, u32(k, br)), u32(k, t)));
     }
-    kf_val c0 = kf_for(k, "c0", u32(k, 0), end, u32(k, BC));
+    const stage_geometry g = {t, d, w, threads, lid};
+    const bool ragged = chunks * chunk != d || d % w != 0; /* columns past D staged as zeros */
+    if (q_once) {
+        stage_chunk(k, sq, bq, dtype, head_row0, r0, br, u32(k, 0), chunk, cs, ragged, &g);
+    }
+    kf_val c0 = kf_for(k, "c0", u32(k, 0), end, u32(k, bc));
     {
-        /* 1. S = q k^T for my 4 x 2 block, over D chunk by chunk */
-        kf_var s[RM][CN];
-        for (uint32_t i = 0; i < RM; i++) {
-            for (uint32_t j = 0; j < CN; j++) {
+        /* 1. S = q k^T for my rm x cn block, over D chunk by chunk */
+        kf_var s[MAX_RM][MAX_CN];
+        for (uint32_t i = 0; i < rm; i++) {
+            for (uint32_t j = 0; j < cn; j++) {
                 s[i][j] = kf_declare(k, "s", f32, kf_lit_f32(k, 0));
             }
         }
         kf_val d0 = kf_for(k, "d0", u32(k, 0), u32(k, chunks * chunk), u32(k, chunk));
         {
-            for (int side = 0; side < 2; side++) {
-                uint32_t rows = side ? BC : BR;
-                kf_val first = side ? c0 : r0;
-                kf_val e = kf_for(k, "e", lid, u32(k, rows * chunk), u32(k, threads));
-                kf_val r = kf_div(k, e, u32(k, chunk)),
-                       c = kf_binary(k, KF_OP_MOD, e, u32(k, chunk));
-                kf_val col = kf_add(k, d0, c);
-                kf_val row = kf_add(k, head_row0,
-                                    kf_call2(k, KF_FN_MIN, kf_add(k, first, r), u32(k, t - 1)));
-                kf_val at = kf_add(k, kf_mul(k, row, u32(k, d)),
-                                   kf_call2(k, KF_FN_MIN, col, u32(k, d - 1)));
-                kf_val x = kf__load_f32(k, side ? bk : bq, at, dtype);
-                if (chunks * chunk != d) {
-                    x = kf_select(k, kf_lit_f32(k, 0), x, kf_binary(k, KF_OP_LT, col, u32(k, d)));
-                }
-                kf_shared_store(k, side ? sk : sq, kf_add(k, kf_mul(k, r, u32(k, cs)), c), x);
-                kf_end(k);
+            if (!q_once) {
+                stage_chunk(k, sq, bq, dtype, head_row0, r0, br, d0, chunk, cs, ragged, &g);
             }
+            stage_chunk(k, sk, bk, dtype, head_row0, c0, bc, d0, chunk, cs, ragged, &g);
             kf_barrier(k);
             /* loops, not unrolled code: lavapipe's compile time grows with a kernel's size (15 s
              * unrolled at D 128), and GPU compilers unroll constant trip counts themselves */
-            kf_val c = kf_for(k, "c", u32(k, 0), u32(k, chunk), u32(k, 1));
+            kf_val c = kf_for(k, "c", u32(k, 0), u32(k, cw), u32(k, 1));
             {
-                kf_val qv[RM], kv[CN];
-                for (uint32_t i = 0; i < RM; i++) {
+                kf_val qv[MAX_RM], kv[MAX_CN];
+                for (uint32_t i = 0; i < rm; i++) {
                     qv[i] = kf_shared_load(
                         k, sq, kf_add(k, kf_mul(k, kf_add(k, my_r, u32(k, i)), u32(k, cs)), c));
                 }
-                for (uint32_t j = 0; j < CN; j++) {
+                for (uint32_t j = 0; j < cn; j++) {
                     kv[j] = kf_shared_load(
-                        k, sk, kf_add(k, kf_mul(k, kf_add(k, lx, u32(k, j * TX)), u32(k, cs)), c));
+                        k, sk, kf_add(k, kf_mul(k, kf_add(k, lx, u32(k, j * tx)), u32(k, cs)), c));
                 }
-                for (uint32_t i = 0; i < RM; i++) {
-                    for (uint32_t j = 0; j < CN; j++) {
+                for (uint32_t i = 0; i < rm; i++) {
+                    for (uint32_t j = 0; j < cn; j++) {
+                        kf_val prev = kf_read(k, s[i][j]);
                         kf_assign(k, s[i][j],
-                                  kf_call3(k, KF_FN_FMA, qv[i], kv[j], kf_read(k, s[i][j])));
+                                  w == 1 ? kf_call3(k, KF_FN_FMA, qv[i], kv[j], prev)
+                                         : kf_add(k, prev, kf_call2(k, KF_FN_DOT, qv[i], kv[j])));
                     }
                 }
             }
@@ -156,28 +243,20 @@ kf_kernel *kf__attention_tiled(const kf__attn_desc *a, kf_dtype dtype) {
         kf_end(k);
 
         /* 2. the block, scaled and masked, into the scores; v's tile beside it */
-        for (uint32_t i = 0; i < RM; i++) {
-            for (uint32_t j = 0; j < CN; j++) {
-                kf_val key = kf_add(k, c0, kf_add(k, lx, u32(k, j * TX)));
+        for (uint32_t i = 0; i < rm; i++) {
+            for (uint32_t j = 0; j < cn; j++) {
+                kf_val key = kf_add(k, c0, kf_add(k, lx, u32(k, j * tx)));
                 kf_val keep = kf_binary(k, KF_OP_LT, key, u32(k, t));
                 if (a->causal) {
                     keep = kf_binary(k, KF_OP_AND, keep, kf_binary(k, KF_OP_LE, key, rowc[i]));
                 }
                 kf_val x = kf_mul(k, kf_read(k, s[i][j]), kf_lit_f32(k, a->scale));
                 kf_val at = kf_add(k, kf_mul(k, kf_add(k, my_r, u32(k, i)), u32(k, ss)),
-                                   kf_add(k, lx, u32(k, j * TX)));
+                                   kf_add(k, lx, u32(k, j * tx)));
                 kf_shared_store(k, sp, at, kf_select(k, kf_lit_f32(k, NEG_BIG), x, keep));
             }
         }
-        {
-            kf_val e = kf_for(k, "e", lid, u32(k, BC * d), u32(k, threads));
-            kf_val r = kf_div(k, e, u32(k, d)), c = kf_binary(k, KF_OP_MOD, e, u32(k, d));
-            kf_val row =
-                kf_add(k, head_row0, kf_call2(k, KF_FN_MIN, kf_add(k, c0, r), u32(k, t - 1)));
-            kf_shared_store(k, sv, kf_add(k, kf_mul(k, r, u32(k, vs)), c),
-                            kf__load_f32(k, bv, kf_add(k, kf_mul(k, row, u32(k, d)), c), dtype));
-            kf_end(k);
-        }
+        stage_chunk(k, sv, bv, dtype, head_row0, c0, bc, u32(k, 0), d, vs, d % w != 0, &g);
         kf_barrier(k);
 
         /* 3. one invocation per row: the online softmax over the tile's columns */
@@ -185,14 +264,14 @@ kf_kernel *kf__attention_tiled(const kf__attn_desc *a, kf_dtype dtype) {
         {
             kf_val base = kf_let(k, "srow", kf_mul(k, lid, u32(k, ss)));
             kf_var mv = kf_declare(k, "m_tile", f32, kf_read(k, m_run));
-            kf_val j1 = kf_for(k, "j", u32(k, 0), u32(k, BC), u32(k, 1));
+            kf_val j1 = kf_for(k, "j", u32(k, 0), u32(k, bc), u32(k, 1));
             kf_assign(
                 k, mv,
                 kf_call2(k, KF_FN_MAX, kf_read(k, mv), kf_shared_load(k, sp, kf_add(k, base, j1))));
             kf_end(k);
             kf_val m_new = kf_let(k, "m_new", kf_read(k, mv));
             kf_var sum_v = kf_declare(k, "sum", f32, kf_lit_f32(k, 0));
-            kf_val j2 = kf_for(k, "j", u32(k, 0), u32(k, BC), u32(k, 1));
+            kf_val j2 = kf_for(k, "j", u32(k, 0), u32(k, bc), u32(k, 1));
             {
                 kf_val at = kf_add(k, base, j2);
                 kf_val xj = kf_shared_load(k, sp, at);
@@ -216,28 +295,32 @@ kf_kernel *kf__attention_tiled(const kf__attn_desc *a, kf_dtype dtype) {
         kf_end(k);
         kf_barrier(k);
 
-        /* 4. O = alpha O + P V for my 4 rows x D / 16 columns */
+        /* 4. O = alpha O + P V for my rm rows x D / tx columns */
         kf_val cols[MAX_OC];
         for (uint32_t c = 0; c < oc; c++) {
-            cols[c] = kf_call2(k, KF_FN_MIN, kf_add(k, lx, u32(k, c * TX)), u32(k, d - 1));
+            cols[c] = kf_call2(k, KF_FN_MIN, kf_add(k, lx, u32(k, c * tx)), u32(k, dw - 1));
         }
-        for (uint32_t i = 0; i < RM; i++) {
+        for (uint32_t i = 0; i < rm; i++) {
             kf_val al = kf_shared_load(k, salpha, kf_add(k, my_r, u32(k, i)));
             for (uint32_t c = 0; c < oc; c++) {
-                kf_assign(k, acc[i][c], kf_mul(k, kf_read(k, acc[i][c]), al));
+                kf_assign(k, acc[i][c],
+                          kf_mul(k, kf_read(k, acc[i][c]), w == 1 ? al : kf_splat(k, el, al)));
             }
         }
-        kf_val j = kf_for(k, "j", u32(k, 0), u32(k, BC), u32(k, 1));
+        kf_val j = kf_for(k, "j", u32(k, 0), u32(k, bc), u32(k, 1));
         {
-            kf_val pv[RM], vv[MAX_OC];
-            for (uint32_t i = 0; i < RM; i++) {
+            kf_val pv[MAX_RM], vv[MAX_OC];
+            for (uint32_t i = 0; i < rm; i++) {
                 pv[i] = kf_shared_load(
                     k, sp, kf_add(k, kf_mul(k, kf_add(k, my_r, u32(k, i)), u32(k, ss)), j));
+                if (w != 1) {
+                    pv[i] = kf_splat(k, el, pv[i]);
+                }
             }
             for (uint32_t c = 0; c < oc; c++) {
                 vv[c] = kf_shared_load(k, sv, kf_add(k, kf_mul(k, j, u32(k, vs)), cols[c]));
             }
-            for (uint32_t i = 0; i < RM; i++) {
+            for (uint32_t i = 0; i < rm; i++) {
                 for (uint32_t c = 0; c < oc; c++) {
                     kf_assign(k, acc[i][c],
                               kf_call3(k, KF_FN_FMA, pv[i], vv[c], kf_read(k, acc[i][c])));
@@ -262,19 +345,35 @@ kf_kernel *kf__attention_tiled(const kf__attn_desc *a, kf_dtype dtype) {
     }
     kf_end(k);
     kf_barrier(k);
-    for (uint32_t i = 0; i < RM; i++) {
+    for (uint32_t i = 0; i < rm; i++) {
         kf_val row = kf_add(k, r0, kf_add(k, my_r, u32(k, i)));
         kf_val inv_l = kf_shared_load(k, salpha, kf_add(k, my_r, u32(k, i)));
         kf_if(k, kf_binary(k, KF_OP_LT, row, u32(k, t)));
         for (uint32_t c = 0; c < oc; c++) {
-            kf_val col = kf_add(k, lx, u32(k, c * TX));
-            bool ragged = (c + 1) * TX > d;
-            if (ragged) {
-                kf_if(k, kf_binary(k, KF_OP_LT, col, u32(k, d)));
+            kf_val col = kf_add(k, lx, u32(k, c * tx)); /* an element: w columns */
+            bool part = (c + 1) * tx > dw;
+            if (part) {
+                kf_if(k, kf_binary(k, KF_OP_LT, col, u32(k, dw)));
             }
-            kf__yield_f32(k, kf_mul(k, kf_read(k, acc[i][c]), inv_l),
-                          kf_add(k, kf_mul(k, kf_add(k, head_row0, row), u32(k, d)), col), dtype);
-            if (ragged) {
+            kf_val at = kf_add(k, kf_mul(k, kf_add(k, head_row0, row), u32(k, d)),
+                               w == 1 ? col : kf_mul(k, col, u32(k, w)));
+            kf_val o = kf_let(k, "o", kf_read(k, acc[i][c]));
+            for (uint32_t lane = 0; lane < w; lane++) {
+                kf_val x = w == 1 ? o : kf_extract(k, o, lane);
+                /* the last element's lanes past D (D not a multiple of 4) */
+                bool past = d % w && lane >= d % w && (c + 1) * tx >= dw;
+                if (past) {
+                    kf_if(k,
+                          kf_binary(k, KF_OP_LT, kf_add(k, kf_mul(k, col, u32(k, w)), u32(k, lane)),
+                                    u32(k, d)));
+                }
+                kf__yield_f32(k, kf_mul(k, x, inv_l), lane ? kf_add(k, at, u32(k, lane)) : at,
+                              dtype);
+                if (past) {
+                    kf_end(k);
+                }
+            }
+            if (part) {
                 kf_end(k);
             }
         }
