@@ -4,7 +4,7 @@
 # T 64, D 32), with PyTorch's SDPA as the baseline, in one run:
 #   forward    kfuse_bench_attention --fwd-only per variant: the default, the 16-lanes kernel
 #              (KF_ATTN_LANES=1), the register-tiled kernel in other tilings
-#              (KF_ATTN_TILED=tx,ty,rm,cn[,chunk][/v]: src/ops/attention_tiled.c)
+#              (KF_ATTN_TILED=tx,ty,rm,cn[,chunk][/v][/d]: src/ops/attention_tiled.c)
 #   backward   kfuse_bench_attention_grad --train-only per variant (what a training step runs:
 #              pack, dq + g2, dk + dv), each dispatch timed on its own (pack_ms, dq_ms, dkv_ms):
 #              KF_ATTN_GRAD_TILES=rr,rc,wx,wy[,layout] and KF_ATTN_GRAD_LAYOUT
@@ -58,11 +58,11 @@ say() { echo "== $*" | tee -a "$LOG"; }
 BLOCK=${BLOCK:-"--T 1024 --D 64 --B 4 --H 16"}
 GPT=${GPT:-"--T 64 --D 32 --B 64 --H 4"}
 F16=${F16:-"--T 4096 --D 64 --D 128 --B 2 --H 16"}
-FWD_BLOCK=${FWD_BLOCK:-"- lanes 16,16,4,2,64 16,16,4,2/v 16,16,4,2,64/v 16,8,8,2/v 16,16,8,2/v 8,16,4,2/v 8,16,8,2/v 8,32,4,2/v 8,16,4,4/v 16,16,4,4,16/v 32,8,8,2,16/v"}
-FWD_GPT=${FWD_GPT:-"- 16,16,4,2 16,16,4,2/v 16,8,4,2/v 8,16,4,2/v 8,8,4,2/v 16,4,4,2/v 8,4,4,2/v 8,8,2,2/v 16,8,2,2/v"}
-BWD_BLOCK=${BWD_BLOCK:-"- L1 L2 L3 2,2,16,16,3 4,4,8,8,0 4,4,8,8,3 2,4,8,16,3 4,1,16,8,3 4,2,8,8,3 2,2,16,8,3 4,2,16,4,3 1,2,16,16,3"}
+FWD_BLOCK=${FWD_BLOCK:-"- lanes 16,16,4,2/v 8,16,4,2/v 8,16,8,2/v 8,16,4,4/v 16,16,4,2/v/d 8,16,4,2/v/d 8,16,4,4/v/d 16,8,4,2/v/d 8,32,4,2/v/d 8,16,4,2,64/v/d 8,16,4,4,64/v/d 8,32,4,4,16/v/d 16,16,2,2/v/d"}
+FWD_GPT=${FWD_GPT:-"- 16,16,4,2 16,16,4,2/v 8,16,4,2/v 8,8,4,2/v 16,4,4,2/v 16,16,4,2/v/d 8,16,4,2/v/d 8,8,4,2/v/d 16,4,4,2/v/d 8,4,4,2/v/d 8,8,2,2/v/d 8,16,2,2/v/d"}
+BWD_BLOCK=${BWD_BLOCK:-"- L3 2,2,16,16,3 4,4,8,8,3 2,4,8,16,3 4,1,16,8,3 4,2,8,8,3 2,2,16,8,3 4,2,16,4,3 1,2,16,16,3"}
 BWD_GPT=${BWD_GPT:-"- L3 4,2,8,8,3 4,4,8,8,3 2,2,8,16,3 4,2,8,4,3 2,4,8,8,3 1,4,8,16,3 2,2,8,8,3 4,1,8,8,3 2,4,8,16,3"}
-VERIFY_FWD=${VERIFY_FWD:-"16,16,4,2/v 8,16,8,2/v"}
+VERIFY_FWD=${VERIFY_FWD:-"16,16,4,2/v/d 8,16,4,4/v/d"}
 VERIFY_BWD=${VERIFY_BWD:-"L3 2,4,8,16,3"}
 
 over() { [ $(($(date +%s) - START)) -ge "$LIMIT" ]; }
@@ -97,21 +97,17 @@ echo "torch exit $?" | tee -a "$LOG"
 [ -f "$OUT/s7-torch-gpt.jsonl" ] && tag torch gpt sdpa <"$OUT/s7-torch-gpt.jsonl"
 [ -f "$OUT/s7-torch-f16.jsonl" ] && tag torch f16 sdpa <"$OUT/s7-torch-f16.jsonl"
 
-say "forward variants (f32)"
 for shape in block gpt; do
-    if [ $shape = block ]; then args=$BLOCK list=$FWD_BLOCK; else args=$GPT list=$FWD_GPT; fi
-    for v in $list; do
+    if [ $shape = block ]; then args=$BLOCK fl=$FWD_BLOCK bl=$BWD_BLOCK; else args=$GPT fl=$FWD_GPT bl=$BWD_GPT; fi
+    say "forward variants (f32, $shape: $args)"
+    for v in $fl; do
         over && { echo "time limit: forward $shape $v skipped" | tee -a "$LOG"; continue; }
         # shellcheck disable=SC2086
         env $(fwd_env "$v") timeout 20 "$BUILD/kfuse_bench_attention" $args --dtype f32 \
             --fwd-only --repeat "$REPEAT" --json --impl "kfuse" 2>>"$LOG" | tag fwd $shape "$v"
     done
-done
-
-say "backward variants (f32, the training backward: pack, dq + g2, dk + dv)"
-for shape in block gpt; do
-    if [ $shape = block ]; then args=$BLOCK list=$BWD_BLOCK; else args=$GPT list=$BWD_GPT; fi
-    for v in $list; do
+    say "backward variants (f32, $shape; the training backward: pack, dq + g2, dk + dv)"
+    for v in $bl; do
         over && { echo "time limit: backward $shape $v skipped" | tee -a "$LOG"; continue; }
         # shellcheck disable=SC2086
         env $(bwd_env "$v") timeout 25 "$BUILD/kfuse_bench_attention_grad" $args --dtype f32 \
@@ -120,7 +116,7 @@ for shape in block gpt; do
 done
 
 say "f16 forward, T 4096, B 2, H 16: the default (subgroup matrices) and vec4 tiled FMA kernels"
-FWD_F16=${FWD_F16:-"- 16,16,4,2,64/v 8,16,8,2/v 8,16,4,4/v"}
+FWD_F16=${FWD_F16:-"- 16,16,4,2/v/d 8,16,4,4/v/d 8,16,4,2,64/v/d"}
 for v in $FWD_F16; do
     over && { echo "time limit: f16 $v skipped" | tee -a "$LOG"; continue; }
     e=$(fwd_env "$v")

@@ -66,6 +66,7 @@ kf_kernel *kf__attention_tiled(const kf__attn_desc *a, kf_dtype dtype);
 typedef struct kf__attn_tiled_config {
     uint32_t tx, ty, rm, cn, chunk;
     bool vec;
+    bool dist; /* the softmax by the scores' owners (rm 1, 2 or 4), not one invocation a row */
 } kf__attn_tiled_config;
 extern const kf__attn_tiled_config kf__attn_tiled_default; /* 16, 16, 4, 2, 0, scalar */
 /* The kernel in that tiling within wg_bytes of workgroup memory (0: no limit), else NULL. */
@@ -73,7 +74,7 @@ kf_kernel *kf__attention_tiled_config(const kf__attn_desc *a, kf_dtype dtype,
                                       const kf__attn_tiled_config *cfg, uint32_t wg_bytes);
 /* Its workgroup memory in bytes at head dimension d. */
 uint32_t kf__attention_tiled_bytes(const kf__attn_tiled_config *c, uint32_t d);
-/* "tx,ty,rm,cn[,chunk][/v]" ($KF_ATTN_TILED) into *out; false if it does not parse. */
+/* "tx,ty,rm,cn[,chunk][/v][/d]" ($KF_ATTN_TILED) into *out; false if it does not parse. */
 bool kf__attention_tiled_config_parse(const char *text, kf__attn_tiled_config *out);
 
 #endif

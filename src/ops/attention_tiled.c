@@ -68,6 +68,18 @@ static void stage_chunk(kf_kernel *k, kf_shared sh, kf_binding b, kf_dtype dtype
     kf_end(k);
 }
 
+/* n lanes as one value: a vector of n, or the scalar itself when n is 1; lane i of it; x in
+ * every lane. */
+static kf_val lanes_of(kf_kernel *k, kf_type vr, const kf_val *v, uint32_t n) {
+    return n == 1 ? v[0] : kf_vec(k, vr, v, n);
+}
+static kf_val lane_of(kf_kernel *k, kf_val v, uint32_t i, uint32_t n) {
+    return n == 1 ? v : kf_extract(k, v, i);
+}
+static kf_val splat_of(kf_kernel *k, kf_type vr, kf_val x, uint32_t n) {
+    return n == 1 ? x : kf_splat(k, vr, x);
+}
+
 /* D columns staged at a time: the configuration's, else D up to 32, 32 up to 64, 16 above. */
 static uint32_t chunk_of(const kf__attn_tiled_config *c, uint32_t d) {
     if (c->chunk) {
@@ -79,14 +91,17 @@ static uint32_t chunk_of(const kf__attn_tiled_config *c, uint32_t d) {
 uint32_t kf__attention_tiled_bytes(const kf__attn_tiled_config *c, uint32_t d) {
     uint32_t w = c->vec ? 4u : 1u, br = c->ty * c->rm, bc = c->tx * c->cn;
     uint32_t cs = (chunk_of(c, d) + w - 1) / w + 1, vs = (d + w - 1) / w + 1;
-    return 4u * w * (br * cs + bc * cs + bc * vs) + 4u * (br * (bc + 1) + br);
+    uint32_t softmax =
+        c->dist ? c->rm * (bc * (c->ty + 1) + 2u * c->ty * (c->tx + 1)) : br * (bc + 1) + br;
+    return 4u * w * (br * cs + bc * cs + bc * vs) + 4u * softmax;
 }
 
 static bool config_valid(const kf__attn_tiled_config *c, uint32_t d) {
     return c->tx >= MIN_TX && c->tx <= 64 && c->ty >= 1 && c->tx * c->ty <= 256 && c->rm >= 1 &&
            c->rm <= MAX_RM && c->cn >= 1 && c->cn <= MAX_CN && c->tx * c->ty >= c->ty * c->rm &&
            (d + c->tx - 1) / c->tx <= MAX_OC &&
-           (!c->vec || chunk_of(c, d) % 4 == 0 || chunk_of(c, d) == d);
+           (!c->vec || chunk_of(c, d) % 4 == 0 || chunk_of(c, d) == d) &&
+           (!c->dist || c->rm == 1 || c->rm == 2 || c->rm == 4);
 }
 
 bool kf__attention_tiled_config_parse(const char *text, kf__attn_tiled_config *out) {
@@ -95,11 +110,12 @@ bool kf__attention_tiled_config_parse(const char *text, kf__attn_tiled_config *o
     if (n < 4) {
         return false;
     }
-    *out = (kf__attn_tiled_config){tx, ty, rm, cn, n == 5 ? chunk : 0, strstr(text, "/v") != NULL};
+    *out = (kf__attn_tiled_config){
+        tx, ty, rm, cn, n == 5 ? chunk : 0, strstr(text, "/v") != NULL, strstr(text, "/d") != NULL};
     return true;
 }
 
-const kf__attn_tiled_config kf__attn_tiled_default = {16, 16, 4, 2, 0, false};
+const kf__attn_tiled_config kf__attn_tiled_default = {16, 16, 4, 2, 0, false, false};
 
 kf_kernel *kf__attention_tiled(const kf__attn_desc *a, kf_dtype dtype) {
     return kf__attention_tiled_config(a, dtype, &kf__attn_tiled_default, 0);
@@ -134,9 +150,9 @@ kf_kernel *kf__attention_tiled_config(const kf__attn_desc *a, kf_dtype dtype,
     char name[80], tiling[40] = "";
     const kf__attn_tiled_config *def = &kf__attn_tiled_default;
     if (tx != def->tx || ty != def->ty || rm != def->rm || cn != def->cn ||
-        cfg->chunk != def->chunk || cfg->vec != def->vec) {
-        snprintf(tiling, sizeof tiling, "_%ux%ux%ux%u_c%u%s", tx, ty, rm, cn, chunk,
-                 cfg->vec ? "_v" : "");
+        cfg->chunk != def->chunk || cfg->vec != def->vec || cfg->dist != def->dist) {
+        snprintf(tiling, sizeof tiling, "_%ux%ux%ux%u_c%u%s%s", tx, ty, rm, cn, chunk,
+                 cfg->vec ? "_v" : "", cfg->dist ? "_d" : "");
     }
     snprintf(name, sizeof name, "attention_tiled%s%s%s", tiling, a->causal ? "_causal" : "",
              a->with_lse ? "_lse" : "");
@@ -158,8 +174,21 @@ kf_kernel *kf__attention_tiled_config(const kf__attn_desc *a, kf_dtype dtype,
     kf_shared sq = kf_kernel_workgroup(k, "q_chunk", el, br * cs);
     kf_shared sk = kf_kernel_workgroup(k, "k_chunk", el, bc * cs);
     kf_shared sv = kf_kernel_workgroup(k, "v_tile", el, bc * vs);
-    kf_shared sp = kf_kernel_workgroup(k, "scores", f32, br * ss);
-    kf_shared salpha = kf_kernel_workgroup(k, "alpha", f32, br);
+    /* the softmax: one invocation a row over the scores' tile (sp, salpha), or (dist) the scores'
+     * owners, through their rows' partial maxima and sums (smax, ssum: [ty][tx + 1] vectors of
+     * rm rows) into P transposed (spt: column j's rm rows of invocation row y at j (ty + 1) + y) */
+    const bool dist = cfg->dist;
+    const uint32_t ts = ty + 1, xs = tx + 1;
+    kf_type vr = rm == 1 ? f32 : kf_type_vec(KF_SCALAR_F32, rm);
+    kf_shared sp = {0}, salpha = {0}, spt = {0}, smax = {0}, ssum = {0};
+    if (dist) {
+        spt = kf_kernel_workgroup(k, "probs_t", vr, bc * ts);
+        smax = kf_kernel_workgroup(k, "row_max", vr, ty * xs);
+        ssum = kf_kernel_workgroup(k, "row_sum", vr, ty * xs);
+    } else {
+        sp = kf_kernel_workgroup(k, "scores", f32, br * ss);
+        salpha = kf_kernel_workgroup(k, "alpha", f32, br);
+    }
 
     kf_val local = kf_builtin_get(k, KF_BUILTIN_LOCAL_ID);
     kf_val lx = kf_let(k, "lx", kf_extract(k, local, 0));
@@ -181,8 +210,11 @@ kf_kernel *kf__attention_tiled_config(const kf__attn_desc *a, kf_dtype dtype,
         kf_let(k, "stat_rowc", kf_call2(k, KF_FN_MIN, kf_add(k, r0, lid), u32(k, t - 1)));
     kf_val is_stat = kf_let(k, "is_stat", kf_binary(k, KF_OP_LT, lid, u32(k, br)));
 
-    kf_var m_run = kf_declare(k, "m_run", f32, kf_lit_f32(k, NEG_BIG));
-    kf_var l_run = kf_declare(k, "l_run", f32, kf_lit_f32(k, 0));
+    /* the running max and sum: of the row lid (dist: of my rm rows, the same in every lx) */
+    kf_type run_t = dist ? vr : f32;
+    kf_var m_run =
+        kf_declare(k, "m_run", run_t, splat_of(k, vr, kf_lit_f32(k, NEG_BIG), dist ? rm : 1));
+    kf_var l_run = kf_declare(k, "l_run", run_t, splat_of(k, vr, kf_lit_f32(k, 0), dist ? rm : 1));
     kf_var acc[MAX_RM][MAX_OC];
     for (uint32_t i = 0; i < rm; i++) {
         for (uint32_t c = 0; c < oc; c++) {
@@ -242,8 +274,27 @@ kf_kernel *kf__attention_tiled_config(const kf__attn_desc *a, kf_dtype dtype,
         }
         kf_end(k);
 
-        /* 2. the block, scaled and masked, into the scores; v's tile beside it */
-        for (uint32_t i = 0; i < rm; i++) {
+        /* 2. the block, scaled and masked, into the scores (dist: kept, its rows' maxima into
+         * smax); v's tile beside it */
+        kf_val xsc[MAX_RM][MAX_CN], keeps[MAX_RM][MAX_CN], pm[MAX_RM];
+        for (uint32_t i = 0; dist && i < rm; i++) {
+            for (uint32_t j = 0; j < cn; j++) {
+                kf_val key = kf_add(k, c0, kf_add(k, lx, u32(k, j * tx)));
+                kf_val keep = kf_binary(k, KF_OP_LT, key, u32(k, t));
+                if (a->causal) {
+                    keep = kf_binary(k, KF_OP_AND, keep, kf_binary(k, KF_OP_LE, key, rowc[i]));
+                }
+                keeps[i][j] = kf_let(k, "keep", keep);
+                kf_val x = kf_mul(k, kf_read(k, s[i][j]), kf_lit_f32(k, a->scale));
+                xsc[i][j] = kf_let(k, "x", kf_select(k, kf_lit_f32(k, NEG_BIG), x, keeps[i][j]));
+                pm[i] = j ? kf_call2(k, KF_FN_MAX, pm[i], xsc[i][j]) : xsc[i][j];
+            }
+        }
+        if (dist) {
+            kf_shared_store(k, smax, kf_add(k, kf_mul(k, ly, u32(k, xs)), lx),
+                            lanes_of(k, vr, pm, rm));
+        }
+        for (uint32_t i = 0; !dist && i < rm; i++) {
             for (uint32_t j = 0; j < cn; j++) {
                 kf_val key = kf_add(k, c0, kf_add(k, lx, u32(k, j * tx)));
                 kf_val keep = kf_binary(k, KF_OP_LT, key, u32(k, t));
@@ -259,9 +310,46 @@ kf_kernel *kf__attention_tiled_config(const kf__attn_desc *a, kf_dtype dtype,
         stage_chunk(k, sv, bv, dtype, head_row0, c0, bc, u32(k, 0), d, vs, d % w != 0, &g);
         kf_barrier(k);
 
-        /* 3. one invocation per row: the online softmax over the tile's columns */
-        kf_if(k, is_stat);
-        {
+        /* 3. the online softmax over the tile's columns: (dist) every invocation for its rows
+         * from the maxima in smax, P transposed into spt and its rows' partial sums into ssum;
+         * else one invocation per row over the scores */
+        kf_val alpha_d = {0, 0};
+        if (dist) {
+            kf_var mt = kf_declare(k, "m_tile", vr, kf_read(k, m_run));
+            kf_val row_at = kf_let(k, "row_at", kf_mul(k, ly, u32(k, xs)));
+            kf_val l1 = kf_for(k, "l", u32(k, 0), u32(k, tx), u32(k, 1));
+            kf_assign(k, mt,
+                      kf_call2(k, KF_FN_MAX, kf_read(k, mt),
+                               kf_shared_load(k, smax, kf_add(k, row_at, l1))));
+            kf_end(k);
+            kf_val m_new = kf_let(k, "m_new", kf_read(k, mt));
+            alpha_d =
+                kf_let(k, "alpha", kf_call1(k, KF_FN_EXP, kf_sub(k, kf_read(k, m_run), m_new)));
+            kf_val prs[MAX_RM][MAX_CN], ps[MAX_RM];
+            for (uint32_t i = 0; i < rm; i++) {
+                kf_val mi = lane_of(k, m_new, i, rm);
+                for (uint32_t j = 0; j < cn; j++) {
+                    kf_val pr = kf_call1(k, KF_FN_EXP, kf_sub(k, xsc[i][j], mi));
+                    /* masked: 0 (where the row has seen no key yet its max is NEG_BIG too) */
+                    prs[i][j] = kf_let(k, "p", kf_select(k, kf_lit_f32(k, 0), pr, keeps[i][j]));
+                    ps[i] = j ? kf_add(k, ps[i], prs[i][j]) : prs[i][j];
+                }
+            }
+            for (uint32_t j = 0; j < cn; j++) {
+                kf_val col[MAX_RM];
+                for (uint32_t i = 0; i < rm; i++) {
+                    col[i] = prs[i][j];
+                }
+                kf_val at = kf_add(k, kf_mul(k, kf_add(k, lx, u32(k, j * tx)), u32(k, ts)), ly);
+                kf_shared_store(k, spt, at, lanes_of(k, vr, col, rm));
+            }
+            kf_shared_store(k, ssum, kf_add(k, row_at, lx), lanes_of(k, vr, ps, rm));
+            kf_assign(k, m_run, m_new);
+        }
+        if (!dist) {
+            kf_if(k, is_stat);
+        }
+        if (!dist) {
             kf_val base = kf_let(k, "srow", kf_mul(k, lid, u32(k, ss)));
             kf_var mv = kf_declare(k, "m_tile", f32, kf_read(k, m_run));
             kf_val j1 = kf_for(k, "j", u32(k, 0), u32(k, bc), u32(k, 1));
@@ -291,9 +379,18 @@ kf_kernel *kf__attention_tiled_config(const kf__attn_desc *a, kf_dtype dtype,
             kf_shared_store(k, salpha, lid, alpha);
             kf_assign(k, l_run, kf_call3(k, KF_FN_FMA, kf_read(k, l_run), alpha, sum));
             kf_assign(k, m_run, m_new);
+            kf_end(k);
         }
-        kf_end(k);
         kf_barrier(k);
+        if (dist) {
+            kf_var lt = kf_declare(k, "l_tile", vr, splat_of(k, vr, kf_lit_f32(k, 0), rm));
+            kf_val l2 = kf_for(k, "l", u32(k, 0), u32(k, tx), u32(k, 1));
+            kf_assign(k, lt,
+                      kf_add(k, kf_read(k, lt),
+                             kf_shared_load(k, ssum, kf_add(k, kf_mul(k, ly, u32(k, xs)), l2))));
+            kf_end(k);
+            kf_assign(k, l_run, kf_add(k, kf_mul(k, kf_read(k, l_run), alpha_d), kf_read(k, lt)));
+        }
 
         /* 4. O = alpha O + P V for my rm rows x D / tx columns */
         kf_val cols[MAX_OC];
@@ -301,7 +398,8 @@ kf_kernel *kf__attention_tiled_config(const kf__attn_desc *a, kf_dtype dtype,
             cols[c] = kf_call2(k, KF_FN_MIN, kf_add(k, lx, u32(k, c * tx)), u32(k, dw - 1));
         }
         for (uint32_t i = 0; i < rm; i++) {
-            kf_val al = kf_shared_load(k, salpha, kf_add(k, my_r, u32(k, i)));
+            kf_val al = dist ? lane_of(k, alpha_d, i, rm)
+                             : kf_shared_load(k, salpha, kf_add(k, my_r, u32(k, i)));
             for (uint32_t c = 0; c < oc; c++) {
                 kf_assign(k, acc[i][c],
                           kf_mul(k, kf_read(k, acc[i][c]), w == 1 ? al : kf_splat(k, el, al)));
@@ -310,9 +408,16 @@ kf_kernel *kf__attention_tiled_config(const kf__attn_desc *a, kf_dtype dtype,
         kf_val j = kf_for(k, "j", u32(k, 0), u32(k, bc), u32(k, 1));
         {
             kf_val pv[MAX_RM], vv[MAX_OC];
+            kf_val pcol = {0, 0};
+            if (dist) {
+                pcol = kf_let(k, "pcol",
+                              kf_shared_load(k, spt, kf_add(k, kf_mul(k, j, u32(k, ts)), ly)));
+            }
             for (uint32_t i = 0; i < rm; i++) {
-                pv[i] = kf_shared_load(
-                    k, sp, kf_add(k, kf_mul(k, kf_add(k, my_r, u32(k, i)), u32(k, ss)), j));
+                pv[i] = dist ? lane_of(k, pcol, i, rm)
+                             : kf_shared_load(
+                                   k, sp,
+                                   kf_add(k, kf_mul(k, kf_add(k, my_r, u32(k, i)), u32(k, ss)), j));
                 if (w != 1) {
                     pv[i] = kf_splat(k, el, pv[i]);
                 }
@@ -333,21 +438,38 @@ kf_kernel *kf__attention_tiled_config(const kf__attn_desc *a, kf_dtype dtype,
     }
     kf_end(k);
 
-    /* each row's 1 / l through alpha's slots; lse from the row's own invocation */
-    kf_if(k, is_stat);
-    kf_shared_store(k, salpha, lid, kf_div(k, kf_lit_f32(k, 1), kf_read(k, l_run)));
-    if (a->with_lse) {
-        kf_if(k, kf_binary(k, KF_OP_LT, kf_add(k, r0, lid), u32(k, t)));
-        kf__store_f32(k, blse, kf_add(k, head_row0, stat_rowc),
-                      kf_add(k, kf_read(k, m_run), kf_call1(k, KF_FN_LOG, kf_read(k, l_run))),
-                      KF_DTYPE_F32);
+    /* each row's 1 / l through alpha's slots; lse from the row's own invocation (dist: both
+     * from my own rows' statistics, lse from lx 0) */
+    if (!dist) {
+        kf_if(k, is_stat);
+        kf_shared_store(k, salpha, lid, kf_div(k, kf_lit_f32(k, 1), kf_read(k, l_run)));
+        if (a->with_lse) {
+            kf_if(k, kf_binary(k, KF_OP_LT, kf_add(k, r0, lid), u32(k, t)));
+            kf__store_f32(k, blse, kf_add(k, head_row0, stat_rowc),
+                          kf_add(k, kf_read(k, m_run), kf_call1(k, KF_FN_LOG, kf_read(k, l_run))),
+                          KF_DTYPE_F32);
+            kf_end(k);
+        }
+        kf_end(k);
+        kf_barrier(k);
+    }
+    kf_val m_fin = dist ? kf_let(k, "m_fin", kf_read(k, m_run)) : (kf_val){0, 0};
+    kf_val l_fin = dist ? kf_let(k, "l_fin", kf_read(k, l_run)) : (kf_val){0, 0};
+    for (uint32_t i = 0; dist && a->with_lse && i < rm; i++) {
+        kf_val row = kf_add(k, r0, kf_add(k, my_r, u32(k, i)));
+        kf_if(k, kf_binary(k, KF_OP_AND, kf_binary(k, KF_OP_LT, row, u32(k, t)),
+                           kf_binary(k, KF_OP_EQ, lx, u32(k, 0))));
+        kf__store_f32(
+            k, blse, kf_add(k, head_row0, row),
+            kf_add(k, lane_of(k, m_fin, i, rm), kf_call1(k, KF_FN_LOG, lane_of(k, l_fin, i, rm))),
+            KF_DTYPE_F32);
         kf_end(k);
     }
-    kf_end(k);
-    kf_barrier(k);
     for (uint32_t i = 0; i < rm; i++) {
         kf_val row = kf_add(k, r0, kf_add(k, my_r, u32(k, i)));
-        kf_val inv_l = kf_shared_load(k, salpha, kf_add(k, my_r, u32(k, i)));
+        kf_val inv_l =
+            dist ? kf_let(k, "inv_l", kf_div(k, kf_lit_f32(k, 1), lane_of(k, l_fin, i, rm)))
+                 : kf_shared_load(k, salpha, kf_add(k, my_r, u32(k, i)));
         kf_if(k, kf_binary(k, KF_OP_LT, row, u32(k, t)));
         for (uint32_t c = 0; c < oc; c++) {
             kf_val col = kf_add(k, lx, u32(k, c * tx)); /* an element: w columns */
