@@ -25,7 +25,8 @@
  * The tiling (rr, rc, wx, wy) is the first of a short list whose workgroup memory fits the
  * device's (kernel_choose; kernel_forward assumes WebGPU's 16 KB): on lavapipe (32 KB) 32 x 16
  * for D <= 64 and 16 x 8 for D <= 128; with 48 KB 32 x 32 (128 invocations: on the H200 1.5-1.75x
- * the 64-invocation 32 x 32 tiling) and 32 x 8; $KF_ATTN_GRAD_TILES picks another for measuring. dk
+ * the 64-invocation 32 x 32 tiling) and 32 x 8; for measuring, $KF_ATTN_GRAD_TILES (or _Q, _KV for
+ * dq's or dk's kernels alone) picks another and $KF_ATTN_GRAD_LAYOUT the layout (GRAD_LAYOUT_*). dk
  * and dv need the same P, so attention_grad_k's kernel_with_companion computes both
  * (FlashAttention-2 does the same), and the planner pairs the two operators when they read the same
  * inputs (src/fuse/rules/companion.c): one pass over the scores instead of two. Causal column tiles
@@ -816,6 +817,16 @@ static kf_kernel *grad_kernel_for(kf_context *ctx, grad_role role, const kf_shap
 kf_kernel *kf__attention_grad_kv_kernel(kf_context *ctx, const kf_shape *in, const kf_op_params *p,
                                         kf_dtype dtype) {
     return grad_kernel_for(ctx, ROLE_DKV, in, p, dtype);
+}
+
+kf_kernel *kf__attention_grad_kernel_tiled(bool dq_side, const char *tiles, const kf_shape *in,
+                                           const kf_op_params *p, kf_dtype dtype) {
+    const kf__attn_dims a = kf__attn_dims_of(&in[0]);
+    grad_tiles c;
+    if (!tiles_parse(tiles, a.d, UINT32_MAX, 0, &c)) {
+        return NULL;
+    }
+    return grad_kernel(dq_side ? ROLE_DQ_STATS : ROLE_DKV, &c, in, p, dtype);
 }
 
 /* attention_grad_q's kernel_with_companion: dq, and attention_grad_stats's g' into "stats". */
