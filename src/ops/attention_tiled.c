@@ -4,16 +4,18 @@
  * A workgroup of tx x ty invocations (default 16 x 16) owns br = ty rm query rows of one head
  * (64); invocation (x, y) owns rows rm y .. rm y + rm - 1 and, of each tile of bc = tx cn keys
  * (32), keys x, x + tx, ...: an rm x cn block (4 x 2) of the scores S = q k^T, accumulated in
- * registers over D in chunks of C (32, or 16 when D > 64; D itself when D <= 32, and then q is
- * staged once for all key tiles) staged in workgroup memory (q's br x C and k's bc x C), so each
- * FMA costs (rm + cn) / (rm cn) workgroup loads instead of 2. The block goes, scaled and masked,
+ * registers over D in chunks of C (32, or 16 when D > 64; D itself when D <= 32; in another
+ * tiling than the default, one chunk stages q once for all key tiles) staged in workgroup memory
+ * (q's br x C and k's bc x C), so each FMA costs (rm + cn) / (rm cn) workgroup loads instead of
+ * 2. The block goes, scaled and masked,
  * to a br x bc tile in workgroup memory, where one invocation per row runs the online softmax
  * over the tile's columns (the running max and sum, the rescale alpha for the row, P in place of
  * S). Then every invocation rescales and accumulates its rm rows x D / tx output columns,
  * O = alpha O + P V, from P and v's tile (bc x D, staged beside the scores). Causal tiles past
  * the workgroup's last row are never visited (the loop bound is uniform over the workgroup);
  * rows past T compute row T - 1 and are not written. The default tiling takes 29 KiB of
- * workgroup memory at D 64 (within lavapipe's 32); $KF_ATTN_TILED picks another for measuring.
+ * workgroup memory at D 64 (within lavapipe's 32); $KF_ATTN_TILED picks another for measuring,
+ * with vec4 rows (vec) or the softmax run by the scores' owners (dist: kf__attn_tiled_config).
  */
 #include "ops/attention_sgmat.h"
 #include "ops/ops_internal.h"
