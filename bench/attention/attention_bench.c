@@ -132,13 +132,15 @@ static bool run_case(kf_context *ctx, const attn_case *c, const attn_args *a) {
         fprintf(stderr, "%s B%u H%u T%u D%u: failed: %s\n", dt, c->b, c->h, c->t, c->d,
                 kf_context_last_error(ctx));
     } else if (json) {
+        char kernels[512];
+        attn_kernel_names(pf, kernels, sizeof kernels);
         printf("{\"impl\": \"%s\", \"dtype\": \"%s\", \"B\": %u, \"H\": %u, \"T\": %u, "
                "\"D\": %u, \"causal\": %s, \"fwd_ms\": %.4f, \"fwdbwd_ms\": %.4f, "
                "\"bwd_ms\": %.4f, \"fwd_tflops\": %.3f, \"fwdbwd_tflops\": %.3f, "
                "\"fwd_dispatches\": %u, \"fwdbwd_dispatches\": %u, \"max_rel_err_o\": %.3g, "
-               "\"max_rel_err_dq\": %.3g}\n",
+               "\"max_rel_err_dq\": %.3g, \"kernels\": \"%s\"}\n",
                impl, dt, c->b, c->h, c->t, c->d, causal, tf.median_ms, tb.median_ms, bwd_ms, tf_f,
-               tf_fb, sf.dispatches, sb.dispatches, err_o, err_dq);
+               tf_fb, sf.dispatches, sb.dispatches, err_o, err_dq, kernels);
     } else {
         printf("%-9s %-4s %3u %3u %5u %4u %-6s %10.3f %10.3f %10.3f %8.2f %8.2f %5u %5u %9.2g "
                "%9.2g\n",

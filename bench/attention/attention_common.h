@@ -24,9 +24,12 @@ typedef struct attn_args {
     /* kfuse_bench_attention's own options (ATTN_ARGS_FORWARD) */
     bool explain, fwd_only;
     const char *impl;
+    /* kfuse_bench_attention_grad's (ATTN_ARGS_GRAD) */
+    bool train_only;
 } attn_args;
 
 #define ATTN_ARGS_FORWARD 1u /* also --explain, --fwd-only, --impl NAME */
+#define ATTN_ARGS_GRAD 2u    /* also --train-only */
 
 /* Parses argv into *a; false (the usage printed) on anything it does not know. */
 bool attn_args_parse(int argc, char **argv, unsigned flags, const char *usage, attn_args *a);
@@ -45,6 +48,10 @@ kf_plan *attn_compile(kf_context *ctx, const char *text, uint32_t max_bindings);
 bool attn_time(kf_plan *const *plans, uint32_t count, kf_tensor *const *in,
                const char *const *names, uint32_t inputs, const uint32_t *skip, uint32_t repeat,
                kf_timing *out);
+
+/* The names of p's kernels (from its WGSL's first lines), ", " between, into out (n bytes), so
+ * a table says which kernel and tiling ran. */
+void attn_kernel_names(const kf_plan *p, char *out, size_t n);
 
 /* The worst |got - ref| / max(|ref|, floor) over a row of d; floor 0: 1% of the row's rms. */
 double attn_row_error(const float *got, const double *ref, uint32_t d, double floor);

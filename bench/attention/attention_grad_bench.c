@@ -2,7 +2,7 @@
  * fields bench/torch_attention.py prints for PyTorch's backward (bwd_ms, bwd_tflops):
  *
  *   kfuse_bench_attention_grad [--T N]... [--D N]... [--dtype f16|f32]... [--B N] [--H N]
- *                              [--no-causal] [--repeat N] [--json]
+ *                              [--no-causal] [--repeat N] [--json] [--train-only]
  *
  * Default: T 1024 and 4096, D 64 and 128, f16 and f32, H 16, B = 8192 / T, causal (the cases of
  * kfuse_bench_attention and torch_attention.py). Per case, three plans from the graph
@@ -14,7 +14,8 @@
  * grads_ms = bwd_ms - prep_ms is the gradient kernels' share; and the backward autodiff emits,
  * from the forward's o and lse (run once before):
  *   train_ms     attention_grad_pack, dq writing g2 = attention_grad_stats on the way, dk + dv
- *                from g2 (3 dispatches: what a training step's backward spends on attention)
+ *                from g2 (3 dispatches: what a training step's backward spends on attention);
+ *                pack_ms, dq_ms, dkv_ms: each of them timed on its own (kf_context_time_each)
  * with its own errors (err_dq_tr: dq's, row scale; err_dk_tr: dk's against 1% of dk's rms). FLOPs
  * as kfuse_bench_attention counts them (2.5 times the forward's 4 B H T^2 D, halved when causal),
  * over bwd_ms. Each case checks 8 rows of dq and 8 of dk (keys among the last 64: the causal ones
@@ -126,14 +127,17 @@ static bool run_case(kf_context *ctx, const attn_case *c, const attn_args *a) {
              "q: %s\nk: %s\nv: %s\ndy: %s\ng = attention_grad_prep(q, k, v, dy, causal=%s)\n"
              "out g\n",
              decl, decl, decl, decl, causal);
-    kf_plan *plans[4] = {attn_compile(ctx, bwd, 0), attn_compile(ctx, bwd, 5),
-                         attn_compile(ctx, prep, 0), attn_compile(ctx, train, 0)};
+    /* --train-only: the training backward alone (the other plans' fields 0) */
+    const bool full = !a->train_only;
+    kf_plan *plans[4] = {full ? attn_compile(ctx, bwd, 0) : NULL,
+                         full ? attn_compile(ctx, bwd, 5) : NULL,
+                         full ? attn_compile(ctx, prep, 0) : NULL, attn_compile(ctx, train, 0)};
     kf_plan *pf = attn_compile(ctx, fwd, 0);
     kf_shape s = {4, {c->b, c->h, c->t, c->d}}, ls = {4, {c->b, c->h, c->t, 1}};
     kf_tensor *in[4] = {0}, *dq = NULL, *dk = NULL, *o = NULL, *lse = NULL, *dq_t = NULL,
               *dk_t = NULL;
     static const char *const names[4] = {"q", "k", "v", "dy"};
-    bool ok = plans[0] && plans[1] && plans[2] && plans[3] && pf &&
+    bool ok = (!full || (plans[0] && plans[1] && plans[2])) && plans[3] && pf &&
               kf_tensor_create(&s, &dq) == KF_OK && kf_tensor_create(&s, &dk) == KF_OK &&
               kf_tensor_create(&s, &o) == KF_OK && kf_tensor_create(&ls, &lse) == KF_OK &&
               kf_tensor_create(&s, &dq_t) == KF_OK && kf_tensor_create(&s, &dk_t) == KF_OK;
@@ -146,9 +150,34 @@ static bool run_case(kf_context *ctx, const attn_case *c, const attn_args *a) {
          kf_plan_set_input(plans[3], "o", o) == KF_OK &&
          kf_plan_set_input(plans[3], "lse", lse) == KF_OK;
     kf_timing tm[4] = {{0}};
-    ok = ok && attn_time(plans, 4, in, names, 4, NULL, a->repeat, tm);
-    ok = ok && kf_plan_get_output(plans[0], "dq", dq) == KF_OK &&
-         kf_plan_get_output(plans[0], "dk", dk) == KF_OK &&
+    ok = ok && (full ? attn_time(plans, 4, in, names, 4, NULL, a->repeat, tm)
+                     : attn_time(&plans[3], 1, in, names, 4, NULL, a->repeat, &tm[3]));
+    /* the training backward's dispatches one by one: pack, dq (+ g2), dk + dv */
+    double each[3] = {0, 0, 0};
+    const kf_dispatch *ds = NULL;
+    uint32_t nd = 0;
+    if (ok && kf_plan_dispatches(plans[3], &ds, &nd) == KF_OK && nd <= 8) {
+        double ms[8];
+        kf_timing sum;
+        if (kf_context_time_each(ctx, ds, nd, a->repeat, ms, &sum) == KF_OK) {
+            for (uint32_t i = 0; i < nd; i++) {
+                kf_plan_dispatch_info info;
+                if (kf_plan_dispatch_info_get(plans[3], i, &info) != KF_OK) {
+                    continue;
+                }
+                int at = !strcmp(info.root, "attention_grad_pack") ? 0
+                         : !strcmp(info.root, "attention_grad_q")  ? 1
+                         : !strcmp(info.root, "attention_grad_k")  ? 2
+                                                                   : -1;
+                if (at >= 0) {
+                    each[at] += ms[i];
+                }
+            }
+        }
+    }
+    kf_plan *grads = full ? plans[0] : plans[3];
+    ok = ok && kf_plan_get_output(grads, "dq", dq) == KF_OK &&
+         kf_plan_get_output(grads, "dk", dk) == KF_OK &&
          kf_plan_get_output(plans[3], "dq", dq_t) == KF_OK &&
          kf_plan_get_output(plans[3], "dk", dk_t) == KF_OK;
     /* dk of the last keys of a causal head is tiny (few queries see them, with small P): in f16
@@ -160,7 +189,8 @@ static bool run_case(kf_context *ctx, const attn_case *c, const attn_args *a) {
     kf_shape gs = s;
     gs.dims[3] += 2;
     kf_tensor *g = NULL;
-    if (ok && kf_tensor_create(&gs, &g) == KF_OK && kf_plan_get_output(plans[2], "g", g) != KF_OK) {
+    if (ok && full && kf_tensor_create(&gs, &g) == KF_OK &&
+        kf_plan_get_output(plans[2], "g", g) != KF_OK) {
         kf_tensor_destroy(g);
         g = NULL;
     }
@@ -201,11 +231,13 @@ static bool run_case(kf_context *ctx, const attn_case *c, const attn_args *a) {
     free(rq2);
     free(rk2);
     double flops = 2.5 * 4.0 * c->b * c->h * (double)c->t * c->t * c->d * (c->causal ? 0.5 : 1.0);
-    double tf = ok ? flops / (tm[0].median_ms * 1e9) : 0;
+    double tf = ok && tm[0].median_ms > 0 ? flops / (tm[0].median_ms * 1e9) : 0;
     if (!ok) {
         fprintf(stderr, "%s B%u H%u T%u D%u: failed: %s\n", dt, c->b, c->h, c->t, c->d,
                 kf_context_last_error(ctx));
     } else if (json) {
+        char kernels[512];
+        attn_kernel_names(plans[3], kernels, sizeof kernels);
         printf(
             "{\"impl\": \"kfuse\", \"dtype\": \"%s\", \"B\": %u, \"H\": %u, \"T\": %u, "
             "\"D\": %u, \"causal\": %s, \"bwd_ms\": %.4f, \"unpaired_ms\": %.4f, "
@@ -213,11 +245,13 @@ static bool run_case(kf_context *ctx, const attn_case *c, const attn_args *a) {
             "\"max_rel_err_dq\": %.3g, \"max_rel_err_dk\": %.3g, \"max_rel_err_dk_tensor\": %.3g, "
             "\"dk_checked_max\": %.3g, \"lse_max_abs_err\": %.3g, \"max_rel_err_dk_from_g\": "
             "%.3g, \"train_ms\": %.4f, \"train_tflops\": %.3f, \"max_rel_err_dq_train\": %.3g, "
-            "\"max_rel_err_dk_train\": %.3g, \"max_rel_err_dk_train_tensor\": %.3g}\n",
+            "\"max_rel_err_dk_train\": %.3g, \"max_rel_err_dk_train_tensor\": %.3g, \"pack_ms\": "
+            "%.4f, "
+            "\"dq_ms\": %.4f, \"dkv_ms\": %.4f, \"kernels\": \"%s\"}\n",
             dt, c->b, c->h, c->t, c->d, causal, tm[0].median_ms, tm[1].median_ms, tm[2].median_ms,
             tm[0].median_ms - tm[2].median_ms, tf, err_dq, err_dk, err_dk_tensor, dk_max, lse_err,
             err_dk_g, tm[3].median_ms, flops / (tm[3].median_ms * 1e9), err_dq_t, err_dk_t,
-            err_dk_t_tensor);
+            err_dk_t_tensor, each[0], each[1], each[2], kernels);
     } else {
         printf("%-4s %3u %3u %5u %4u %-6s %10.3f %11.3f %9.3f %9.3f %8.2f %9.2g %9.2g %9.2g %9.2g "
                "%9.2g %9.2g %9.3f %9.2g %9.2g\n",
@@ -252,10 +286,10 @@ static void header(const kf_adapter_info *info) {
 
 int main(int argc, char **argv) {
     attn_args a;
-    if (!attn_args_parse(argc, argv, 0,
+    if (!attn_args_parse(argc, argv, ATTN_ARGS_GRAD,
                          "usage: kfuse_bench_attention_grad [--T N]... [--D N]... "
                          "[--dtype f16|f32]... [--B N] [--H N] [--no-causal] [--repeat N] "
-                         "[--json]\n",
+                         "[--json] [--train-only]\n",
                          &a)) {
         return 2;
     }

@@ -676,12 +676,28 @@ static bool lanes_forced(void) {
     return e && *e && strcmp(e, "0") != 0;
 }
 
+/* The device's workgroup memory in bytes (WebGPU's 16 KB without a context). */
+static uint32_t workgroup_budget(kf_context *ctx) {
+    kf_adapter_info info;
+    if (ctx && kf_context_adapter_info(ctx, &info) == KF_OK &&
+        info.max_compute_workgroup_storage_size >= 16384u) {
+        return info.max_compute_workgroup_storage_size;
+    }
+    return 16384u;
+}
+
 /* The forward's kernel, with lse beside o or not: f16 on a device with subgroup matrices, the
  * subgroup-matrix kernel; else the register-tiled one (attention_tiled.c) from T 128. */
 static kf_kernel *forward_choose(kf_context *ctx, const kf_shape *in, const kf_op_params *p,
                                  kf_dtype dtype, bool with_lse) {
     kf__attn_desc ad = attn_desc_of(in, p, with_lse);
     kf_kernel *k = dtype == KF_DTYPE_F16 ? kf__attention_sgmat_for(ctx, &ad) : NULL;
+    /* $KF_ATTN_TILED: the tiled kernel in that tiling at every T, where it fits */
+    kf__attn_tiled_config forced;
+    const char *env = getenv("KF_ATTN_TILED");
+    if (!k && !lanes_forced() && env && kf__attention_tiled_config_parse(env, &forced)) {
+        k = kf__attention_tiled_config(&ad, dtype, &forced, workgroup_budget(ctx));
+    }
     /* the tiled kernel from 128 rows: below, the 16-lanes kernel is as fast and its pipeline
      * compiles several times faster on lavapipe (2.5 s against 9 at D 128, 22 at D 16), which
      * the verification tables' small shapes would pay in every CI run */

@@ -49,4 +49,11 @@ kf_status kf__attn_spec_backward(const kf_tensor *const *in, const kf_tensor *dy
 kf_kernel *kf__attention_grad_kv_kernel(kf_context *ctx, const kf_shape *in, const kf_op_params *p,
                                         kf_dtype dtype);
 
+/* The dk + dv kernel (dq_side false) or attention_grad_q's with g2 into "stats" (true; the
+ * bindings q, k, v, g, stats, out) in the tiling "rr,rc,wx,wy[,layout]" ($KF_ATTN_GRAD_TILES's
+ * form, without a memory limit), for checking the tilings the benchmarks measure; NULL where the
+ * text does not parse or the kernel cannot take it. */
+kf_kernel *kf__attention_grad_kernel_tiled(bool dq_side, const char *tiles, const kf_shape *in,
+                                           const kf_op_params *p, kf_dtype dtype);
+
 #endif

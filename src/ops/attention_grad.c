@@ -25,7 +25,8 @@
  * The tiling (rr, rc, wx, wy) is the first of a short list whose workgroup memory fits the
  * device's (kernel_choose; kernel_forward assumes WebGPU's 16 KB): on lavapipe (32 KB) 32 x 16
  * for D <= 64 and 16 x 8 for D <= 128; with 48 KB 32 x 32 (128 invocations: on the H200 1.5-1.75x
- * the 64-invocation 32 x 32 tiling) and 32 x 8; $KF_ATTN_GRAD_TILES picks another for measuring. dk
+ * the 64-invocation 32 x 32 tiling) and 32 x 8; for measuring, $KF_ATTN_GRAD_TILES (or _Q, _KV for
+ * dq's or dk's kernels alone) picks another and $KF_ATTN_GRAD_LAYOUT the layout (GRAD_LAYOUT_*). dk
  * and dv need the same P, so attention_grad_k's kernel_with_companion computes both
  * (FlashAttention-2 does the same), and the planner pairs the two operators when they read the same
  * inputs (src/fuse/rules/companion.c): one pass over the scores instead of two. Causal column tiles
@@ -238,20 +239,29 @@ GRAD_SPEC(attention_grad_v, 2)
 
 /* A tiling: each invocation owns rr rows and, in the score phase, rc columns; wx * wy
  * invocations; a workgroup owns br = rr wy rows and walks the other side bc = rc wx columns at a
- * time. */
+ * time. layout: GRAD_LAYOUT_* bits. */
 typedef struct grad_tiles {
-    uint32_t rr, rc, wx, wy;
+    uint32_t rr, rc, wx, wy, layout;
+    bool named; /* from the environment: the kernel's name says the tiling */
 } grad_tiles;
+
+/* How an invocation's columns and P's slots lie in workgroup memory:
+ *   INTERLEAVE  its rc columns of a tile are tx, tx + wx, ... (else rc tx .. rc tx + rc - 1,
+ *               whose rows, rc sr vec4 apart, fall in fewer banks when rc > 1)
+ *   PAD_P       P's and dS's column j at j (wy + 1) + ty (else j wy + ty: every tx of a row's
+ *               store in one bank) */
+enum { GRAD_LAYOUT_INTERLEAVE = 1u, GRAD_LAYOUT_PAD_P = 2u, GRAD_LAYOUT_ALL = 3u };
 
 /* Preferred first: 4 rows an invocation where the memory allows (P and dS are read back as one
  * vec4 of the 4 rows, and each tile value loaded feeds 4 rows' FMAs). */
 static const grad_tiles tile_choices[] = {
-    {4, 2, 16, 8}, /* 32 x 32, 128 invocations (on the H200 1.5-1.75x faster than 4, 4, 8, 8) */
-    {4, 2, 8, 8},  /* 32 x 16 */
-    {4, 1, 8, 8},  /* 32 x 8 */
-    {4, 1, 8, 4},  /* 16 x 8, 32 invocations */
-    {1, 1, 4, 8},  /* 8 x 4 */
-    {1, 1, 2, 4},  /* 4 x 2 */
+    {4, 2, 16, 8, 0,
+     false}, /* 32 x 32, 128 invocations (on the H200 1.5-1.75x faster than 4,4,8,8) */
+    {4, 2, 8, 8, 0, false}, /* 32 x 16 */
+    {4, 1, 8, 8, 0, false}, /* 32 x 8 */
+    {4, 1, 8, 4, 0, false}, /* 16 x 8, 32 invocations */
+    {1, 1, 4, 8, 0, false}, /* 8 x 4 */
+    {1, 1, 2, 4, 0, false}, /* 4 x 2 */
 };
 
 /* vec4 columns of a staged row (D rounded up to 4); rows are staged one vec4 apart more, so rows
@@ -260,29 +270,46 @@ static uint32_t vec_cols(uint32_t d) {
     return (d + 3) / 4;
 }
 
-static uint64_t tiles_bytes(const grad_tiles *c, uint32_t d) {
-    uint64_t sr = vec_cols(d) + 1, br = c->rr * c->wy, bc = c->rc * c->wx;
-    return 16u * (2u * br * sr + 2u * bc * sr) + 4u * (2u * br * bc + 2u * bc);
+/* P's and dS's slots per column: wy, one more with GRAD_LAYOUT_PAD_P. */
+static uint32_t p_stride(const grad_tiles *c) {
+    return c->wy + (c->layout & GRAD_LAYOUT_PAD_P ? 1u : 0u);
 }
 
-/* $KF_ATTN_GRAD_TILES ("rr,rc,wx,wy"), for measuring other tilings on one device: used where it
- * parses, fits `budget` and the kernel's limits (rr 1, 2 or 4; rc up to MAX_RC; at most MAX_M
- * vec4 columns an invocation). */
-static bool tiles_from_env(uint32_t d, uint32_t budget, grad_tiles *out);
+static uint64_t tiles_bytes(const grad_tiles *c, uint32_t d) {
+    uint64_t sr = vec_cols(d) + 1, br = c->rr * c->wy, bc = c->rc * c->wx;
+    return 16u * (2u * br * sr + 2u * bc * sr) + 4u * (2u * c->rr * p_stride(c) * bc + 2u * bc);
+}
 
-/* The largest tiling whose workgroup memory fits `budget` bytes. */
-static const grad_tiles *tiles_for(uint32_t d, uint32_t budget) {
-    static grad_tiles forced;
-    if (tiles_from_env(d, budget, &forced)) {
-        return &forced;
+/* A tiling from text "rr,rc,wx,wy[,layout]" (layout: `layout` where not given), for measuring
+ * other tilings on one device: used where it parses, fits `budget` and the kernel's limits (rr
+ * 1, 2 or 4; rc up to MAX_RC; at most MAX_M vec4 columns an invocation). */
+static bool tiles_parse(const char *text, uint32_t d, uint32_t budget, uint32_t layout,
+                        grad_tiles *out);
+
+/* The tiling of dq's kernels (dq_side) or dk's and dv's: $KF_ATTN_GRAD_TILES_Q or _KV, else
+ * $KF_ATTN_GRAD_TILES, where one parses and fits; else the first of tile_choices whose workgroup
+ * memory fits `budget` bytes. $KF_ATTN_GRAD_LAYOUT (bits) replaces the layout where it fits. */
+static grad_tiles tiles_for(uint32_t d, uint32_t budget, bool dq_side) {
+    grad_tiles c;
+    const char *env_layout = getenv("KF_ATTN_GRAD_LAYOUT");
+    unsigned forced_layout = 0;
+    bool has_layout = env_layout && sscanf(env_layout, "%u", &forced_layout) == 1 &&
+                      forced_layout <= GRAD_LAYOUT_ALL;
+    size_t n = sizeof tile_choices / sizeof tile_choices[0], i = 0;
+    while (i + 1 < n && tiles_bytes(&tile_choices[i], d) > budget) {
+        i++;
     }
-    size_t n = sizeof tile_choices / sizeof tile_choices[0];
-    for (size_t i = 0; i + 1 < n; i++) {
-        if (tiles_bytes(&tile_choices[i], d) <= budget) {
-            return &tile_choices[i];
-        }
+    c = tile_choices[i];
+    uint32_t layout = has_layout ? forced_layout : c.layout;
+    if (tiles_parse(getenv(dq_side ? "KF_ATTN_GRAD_TILES_Q" : "KF_ATTN_GRAD_TILES_KV"), d, budget,
+                    layout, &c) ||
+        tiles_parse(getenv("KF_ATTN_GRAD_TILES"), d, budget, layout, &c)) {
+        return c;
     }
-    return &tile_choices[n - 1];
+    grad_tiles with = c;
+    with.layout = layout;
+    with.named = has_layout;
+    return tiles_bytes(&with, d) <= budget ? with : c;
 }
 
 #define PORTABLE_BUDGET 16384u /* workgroup memory every WebGPU device offers */
@@ -347,16 +374,20 @@ static void stage_rows(kf_kernel *k, kf_shared s, attn_operand o, kf_val head_ro
 #define MAX_RC 4u
 #define MAX_M 16u /* vec4 columns an invocation owns: 32 / wx, wx >= 2 */
 
-static bool tiles_from_env(uint32_t d, uint32_t budget, grad_tiles *out) {
-    const char *e = getenv("KF_ATTN_GRAD_TILES");
-    unsigned rr, rc, wx, wy;
-    if (!e || sscanf(e, "%u,%u,%u,%u", &rr, &rc, &wx, &wy) != 4 ||
-        (rr != 1 && rr != 2 && rr != 4) || rc < 1 || rc > MAX_RC || wx < 2 || wy < 1 ||
-        wx * wy > 256 || (vec_cols(d) + wx - 1) / wx > MAX_M) {
+static bool tiles_parse(const char *text, uint32_t d, uint32_t budget, uint32_t layout,
+                        grad_tiles *out) {
+    unsigned rr, rc, wx, wy, lay = layout;
+    int n = text ? sscanf(text, "%u,%u,%u,%u,%u", &rr, &rc, &wx, &wy, &lay) : 0;
+    if (n < 4 || (rr != 1 && rr != 2 && rr != 4) || rc < 1 || rc > MAX_RC || wx < 2 || wy < 1 ||
+        wx * wy > 256 || (vec_cols(d) + wx - 1) / wx > MAX_M || lay > GRAD_LAYOUT_ALL) {
         return false;
     }
-    *out = (grad_tiles){rr, rc, wx, wy};
-    return tiles_bytes(out, d) <= budget;
+    grad_tiles c = {rr, rc, wx, wy, lay, true};
+    if (tiles_bytes(&c, d) > budget) {
+        return false;
+    }
+    *out = c;
+    return true;
 }
 
 static const char *grad_name(grad_role role) {
@@ -383,7 +414,14 @@ static kf_kernel *grad_kernel(grad_role role, const grad_tiles *c, const kf_shap
     const bool want_dv = role == ROLE_DV || role == ROLE_DKV;
     const bool needs_dp = dq || want_dk;
 
-    kf_kernel_desc desc = {.name = grad_name(role),
+    /* a tiling other than the first that fits names itself (the benchmarks' tables) */
+    char name[80];
+    snprintf(name, sizeof name, "%s", grad_name(role));
+    if (c->named) {
+        snprintf(name, sizeof name, "%s_%ux%ux%ux%u_l%u", grad_name(role), rr, rc, wx, wy,
+                 c->layout);
+    }
+    kf_kernel_desc desc = {.name = name,
                            .workgroup_size = {threads, 1, 1},
                            .input = kf_type_scalar(KF_SCALAR_VOID),
                            .output = kf__dtype_type(role == ROLE_STATS ? KF_DTYPE_F32 : dtype)};
@@ -422,10 +460,11 @@ static kf_kernel *grad_kernel(grad_role role, const grad_tiles *c, const kf_shap
     /* P and dS transposed, the rr rows of an invocation side by side: column j's values of the
      * rows ty rr .. ty rr + rr - 1 are one vector at j wy + ty, one load in step 4 */
     kf_type vr = rr == 1 ? f32 : kf_type_vec(KF_SCALAR_F32, rr);
-    kf_shared s_p = kf_kernel_workgroup(k, "probs", vr, bc * wy);
+    const uint32_t ps = p_stride(c); /* P's and dS's slots per column */
+    kf_shared s_p = kf_kernel_workgroup(k, "probs", vr, bc * ps);
     kf_shared s_ds = {0};
     if (needs_dp) {
-        s_ds = kf_kernel_workgroup(k, "dscores", vr, bc * wy);
+        s_ds = kf_kernel_workgroup(k, "dscores", vr, bc * ps);
     }
     kf_shared s_lse = {0}, s_delta = {0};
     if (!dq) {
@@ -449,7 +488,10 @@ static kf_kernel *grad_kernel(grad_role role, const grad_tiles *c, const kf_shap
         row[i] = kf_let(k, "row", kf_add(k, r0, lrow[i]));
     }
     for (uint32_t j = 0; j < rc; j++) {
-        lcol[j] = kf_let(k, "lcol", kf_add(k, kf_mul(k, tx, kf__u32(k, rc)), kf__u32(k, j)));
+        lcol[j] = kf_let(k, "lcol",
+                         c->layout & GRAD_LAYOUT_INTERLEAVE
+                             ? kf_add(k, tx, kf__u32(k, j * wx))
+                             : kf_add(k, kf_mul(k, tx, kf__u32(k, rc)), kf__u32(k, j)));
     }
     /* the vec4 columns of the result this invocation owns: tx + wx m (clamped for the loads) */
     kf_val ocol[MAX_M], ocol_c[MAX_M];
@@ -582,7 +624,7 @@ static kf_kernel *grad_kernel(grad_role role, const grad_tiles *c, const kf_shap
                                     kf_sub(k, kf_read(k, dp[i][j]), dq ? row_delta[i] : delta));
                 }
             }
-            kf_val slot = kf_add(k, kf_mul(k, lcol[j], kf__u32(k, wy)), ty);
+            kf_val slot = kf_add(k, kf_mul(k, lcol[j], kf__u32(k, ps)), ty);
             kf_shared_store(k, s_p, slot, rr == 1 ? prs[0] : kf_vec(k, vr, prs, rr));
             if (needs_dp) {
                 kf_shared_store(k, s_ds, slot, rr == 1 ? dss[0] : kf_vec(k, vr, dss, rr));
@@ -604,7 +646,7 @@ static kf_kernel *grad_kernel(grad_role role, const grad_tiles *c, const kf_shap
                     x2[m] = kf_let(k, "x2", kf_shared_load(k, s_t2, at));
                 }
             }
-            kf_val slot = kf_add(k, kf_mul(k, cc, kf__u32(k, wy)), ty);
+            kf_val slot = kf_add(k, kf_mul(k, cc, kf__u32(k, ps)), ty);
             kf_val pv = kf_let(k, "pp", kf_shared_load(k, s_p, slot)), dsv = {0, 0};
             if (needs_dp) {
                 dsv = kf_let(k, "pds", kf_shared_load(k, s_ds, slot));
@@ -767,12 +809,24 @@ static uint32_t budget_of(kf_context *ctx) {
 static kf_kernel *grad_kernel_for(kf_context *ctx, grad_role role, const kf_shape *in,
                                   const kf_op_params *p, kf_dtype dtype) {
     const kf__attn_dims a = kf__attn_dims_of(&in[0]);
-    return grad_kernel(role, tiles_for(a.d, budget_of(ctx)), in, p, dtype);
+    const bool dq_side = role == ROLE_DQ || role == ROLE_STATS || role == ROLE_DQ_STATS;
+    grad_tiles c = tiles_for(a.d, budget_of(ctx), dq_side);
+    return grad_kernel(role, &c, in, p, dtype);
 }
 
 kf_kernel *kf__attention_grad_kv_kernel(kf_context *ctx, const kf_shape *in, const kf_op_params *p,
                                         kf_dtype dtype) {
     return grad_kernel_for(ctx, ROLE_DKV, in, p, dtype);
+}
+
+kf_kernel *kf__attention_grad_kernel_tiled(bool dq_side, const char *tiles, const kf_shape *in,
+                                           const kf_op_params *p, kf_dtype dtype) {
+    const kf__attn_dims a = kf__attn_dims_of(&in[0]);
+    grad_tiles c;
+    if (!tiles_parse(tiles, a.d, UINT32_MAX, 0, &c)) {
+        return NULL;
+    }
+    return grad_kernel(dq_side ? ROLE_DQ_STATS : ROLE_DKV, &c, in, p, dtype);
 }
 
 /* attention_grad_q's kernel_with_companion: dq, and attention_grad_stats's g' into "stats". */
@@ -782,16 +836,27 @@ static kf_kernel *grad_q_with_stats(kf_context *ctx, const kf_shape *in, const k
 }
 
 /* The grid of a kernel built without a context (16 KB of workgroup memory); the kernels record
- * their own grid, which plans and verification use. */
-static void grad_grid(const kf_shape *in, const kf_op_params *p, int32_t which,
-                      uint32_t groups[3]) {
-    (void)p, (void)which;
+ * their own grid, which plans and verification use. dq's side (attention_grad_q, _stats) and
+ * dk's (attention_grad_k, _v) may be tiled differently. */
+static void grid_of(const kf_shape *in, bool dq_side, uint32_t groups[3]) {
     const kf__attn_dims a = kf__attn_dims_of(&in[0]);
-    const grad_tiles *c = tiles_for(a.d, PORTABLE_BUDGET);
-    uint32_t br = c->rr * c->wy;
+    const grad_tiles c = tiles_for(a.d, PORTABLE_BUDGET, dq_side);
+    uint32_t br = c.rr * c.wy;
     groups[0] = (a.t + br - 1) / br * a.bh;
     groups[1] = 1;
     groups[2] = 1;
+}
+
+static void grad_grid_q(const kf_shape *in, const kf_op_params *p, int32_t which,
+                        uint32_t groups[3]) {
+    (void)p, (void)which;
+    grid_of(in, true, groups);
+}
+
+static void grad_grid_kv(const kf_shape *in, const kf_op_params *p, int32_t which,
+                         uint32_t groups[3]) {
+    (void)p, (void)which;
+    grid_of(in, false, groups);
 }
 
 #define GRAD_GLUE(NAME, WHICH, ROLE)                                                               \
@@ -858,20 +923,20 @@ static const kf_op_case grad_cases[] = {
                                        .tolerance_f16 = 2e-3,                                      \
                                        .input_lo = -1.0f,                                          \
                                        .input_hi = 1.0f,                                           \
-                                       .grid = grad_grid,                                          \
                                        .f32_inputs = 1u << 3, /* g */                              \
                                        CASES(grad_cases),                                          \
                                        __VA_ARGS__}
 
 GRAD_OP(attention_grad_q, "attention's gradient for q from attention_grad_prep's g",
-        .companion = &kf__op_attention_grad_stats, .kernel_with_companion = grad_q_with_stats);
+        .grid = grad_grid_q, .companion = &kf__op_attention_grad_stats,
+        .kernel_with_companion = grad_q_with_stats);
 GRAD_OP(attention_grad_k, "attention's gradient for k from attention_grad_prep's g",
-        .companion = &kf__op_attention_grad_v,
+        .grid = grad_grid_kv, .companion = &kf__op_attention_grad_v,
         .kernel_with_companion = kf__attention_grad_kv_kernel);
 GRAD_OP(attention_grad_v, "attention's gradient for v from attention_grad_prep's g",
-        .companion = NULL);
+        .grid = grad_grid_kv, .companion = NULL);
 /* g' from g: lse' and delta' from the dq kernel's sums over up to T keys (psum, shift), as dq's
  * own; f16 inputs, f32 compute and output. */
 GRAD_OP(attention_grad_stats,
         "attention's backward statistics made exact from g's dy: [dy | lse | delta] (f32)",
-        .companion = NULL, .f32_output = true);
+        .grid = grad_grid_q, .companion = NULL, .f32_output = true);

@@ -58,4 +58,23 @@ kf_kernel *kf__attention_sgmat_for(kf_context *ctx, const kf__attn_desc *a);
  * cannot (d > 128, another dtype). */
 kf_kernel *kf__attention_tiled(const kf__attn_desc *a, kf_dtype dtype);
 
+/* Its tiling: tx x ty invocations, each owning rm rows and cn keys of a tile (a workgroup:
+ * ty rm rows, tiles of tx cn keys); chunk: D columns staged at a time (0: the default; D: q
+ * staged once); vec: q, k and v staged as vec4 rows (dot products of 4 terms a load, output
+ * columns 4 at a time; D and the chunk multiples of 4). tx 8 to 64, tx ty <= 256, tx >= rm,
+ * rm <= 8, cn <= 4. */
+typedef struct kf__attn_tiled_config {
+    uint32_t tx, ty, rm, cn, chunk;
+    bool vec;
+    bool dist; /* the softmax by the scores' owners (rm 1, 2 or 4), not one invocation a row */
+} kf__attn_tiled_config;
+extern const kf__attn_tiled_config kf__attn_tiled_default; /* 16, 16, 4, 2, 0, scalar */
+/* The kernel in that tiling within wg_bytes of workgroup memory (0: no limit), else NULL. */
+kf_kernel *kf__attention_tiled_config(const kf__attn_desc *a, kf_dtype dtype,
+                                      const kf__attn_tiled_config *cfg, uint32_t wg_bytes);
+/* Its workgroup memory in bytes at head dimension d. */
+uint32_t kf__attention_tiled_bytes(const kf__attn_tiled_config *c, uint32_t d);
+/* "tx,ty,rm,cn[,chunk][/v][/d]" ($KF_ATTN_TILED) into *out; false if it does not parse. */
+bool kf__attention_tiled_config_parse(const char *text, kf__attn_tiled_config *out);
+
 #endif

@@ -60,12 +60,21 @@ typedef struct run_opts {
     bool f16_wide, quiet;
 } run_opts;
 
+/* The register-tiled kernel in its default tiling, or in $KF_ATTN_TILED's (the variants the
+ * H200 sweeps measure, checked here by setting it). */
+static kf_kernel *tiled_kernel(const kf__attn_desc *a) {
+    kf__attn_tiled_config c;
+    if (kf__attention_tiled_config_parse(getenv("KF_ATTN_TILED"), &c)) {
+        return kf__attention_tiled_config(a, KF_DTYPE_F16, &c, 0);
+    }
+    return kf__attention_tiled(a, KF_DTYPE_F16);
+}
+
 /* Runs the kernel for a on the GPU (ctx) or in the interpreter, checks every element. Subgroup
  * size 0: the register-tiled FMA kernel (f16 storage) instead. */
 static bool run_config_opts(kf_context *ctx, uint32_t sg, const kf__attn_desc *a,
                             const kf__attn_sgmat_config *cfg, run_opts opts) {
-    kf_kernel *k =
-        sg == 0 ? kf__attention_tiled(a, KF_DTYPE_F16) : kf__attention_sgmat_config(a, sg, 0, cfg);
+    kf_kernel *k = sg == 0 ? tiled_kernel(a) : kf__attention_sgmat_config(a, sg, 0, cfg);
     if (!k || kf_kernel_status(k) != KF_OK) {
         kt_fail(__FILE__, __LINE__, "no kernel for T %u D %u: %s", a->t, a->d,
                 k ? kf_kernel_error(k) : "NULL");
