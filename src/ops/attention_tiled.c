@@ -31,6 +31,15 @@ static kf_val u32(kf_kernel *k, uint32_t v) {
     return kf_lit_u32(k, v);
 }
 
+/* The index of element (row, col) of input i (row over all heads): row-major, or where its
+ * layout puts it (a strided view read in place: kf__attn_desc.layouts). */
+static kf_val operand_at(kf_kernel *k, const kf__attn_desc *a, uint32_t i, kf_val row, kf_val col) {
+    if (a->layouts && a->layouts[i].rank) {
+        return kf__strided_at(k, &a->layouts[i], row, col);
+    }
+    return kf_add(k, kf_mul(k, row, u32(k, a->d)), col);
+}
+
 kf_kernel *kf__attention_tiled(const kf__attn_desc *a, kf_dtype dtype) {
     if (!a || !a->bh || !a->t || !a->d || a->d > MAX_D ||
         (dtype != KF_DTYPE_F32 && dtype != KF_DTYPE_F16)) {
@@ -120,8 +129,8 @@ kf_kernel *kf__attention_tiled(const kf__attn_desc *a, kf_dtype dtype) {
                 kf_val col = kf_add(k, d0, c);
                 kf_val row = kf_add(k, head_row0,
                                     kf_call2(k, KF_FN_MIN, kf_add(k, first, r), u32(k, t - 1)));
-                kf_val at = kf_add(k, kf_mul(k, row, u32(k, d)),
-                                   kf_call2(k, KF_FN_MIN, col, u32(k, d - 1)));
+                kf_val at = operand_at(k, a, side ? 1u : 0u, row,
+                                       kf_call2(k, KF_FN_MIN, col, u32(k, d - 1)));
                 kf_val x = kf__load_f32(k, side ? bk : bq, at, dtype);
                 if (chunks * chunk != d) {
                     x = kf_select(k, kf_lit_f32(k, 0), x, kf_binary(k, KF_OP_LT, col, u32(k, d)));
@@ -175,7 +184,7 @@ kf_kernel *kf__attention_tiled(const kf__attn_desc *a, kf_dtype dtype) {
             kf_val row =
                 kf_add(k, head_row0, kf_call2(k, KF_FN_MIN, kf_add(k, c0, r), u32(k, t - 1)));
             kf_shared_store(k, sv, kf_add(k, kf_mul(k, r, u32(k, vs)), c),
-                            kf__load_f32(k, bv, kf_add(k, kf_mul(k, row, u32(k, d)), c), dtype));
+                            kf__load_f32(k, bv, operand_at(k, a, 2, row, c), dtype));
             kf_end(k);
         }
         kf_barrier(k);
