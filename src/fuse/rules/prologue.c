@@ -74,6 +74,9 @@ static bool reads_through_reshape(const kf_plan *p, uint32_t x, uint32_t a) {
     if (x == a) {
         return true;
     }
+    if (kf__view_copies_asked()) {
+        return false;
+    }
     const kf__node *n = &p->graph->nodes[x];
     return n->kind == KF__NODE_OP && n->op->view_linear && n->input_count == 1 &&
            n->inputs[0] == a && p->alias_of[x] && !p->is_output[x];

@@ -163,6 +163,8 @@ bool kf__group_has_strided_view(const kf_plan *p, const kf__group *grp);
 bool kf__group_is_views(const kf_plan *p, const kf__group *grp);
 /* ---- strided views (rules/strided.c) ---- */
 
+/* Whether $KF_VIEW_COPIES asks for the views copied as before strided.c (benches). */
+bool kf__view_copies_asked(void);
 /* Whether grp's root reads an input through a strided view in place (kf__group.strided). */
 bool kf__group_has_strided(const kf__group *grp);
 /* The node bound for input i of grp's root: the input, or the source of the view it reads in

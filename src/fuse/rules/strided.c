@@ -16,9 +16,11 @@
  *     whose kernel for the layouts refuses them (the subgroup-matrix attention loads q, k and v
  *     row-major): the view is materialised where a kernel cannot read it.
  * The views group turns DEAD but keeps its nodes and its read: kf_plan_verify evaluates them
- * before the root, as a prologue's (kf__group.strided). */
+ * before the root, as a prologue's (kf__group.strided). $KF_VIEW_COPIES=1 turns the rule off,
+ * and the prologue rule's reach through a reshape with it (the benches' before). */
 #include "fuse/rules/rule.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops/ops_internal.h"
@@ -128,12 +130,20 @@ static void take_views(kf_plan *p, uint32_t ei) {
 }
 
 static void strided_pass(kf_plan *p) {
+    if (kf__view_copies_asked()) {
+        return;
+    }
     for (uint32_t gi = 0; gi < p->group_count && p->status == KF_OK; gi++) {
         const kf__group *grp = &p->groups[gi];
         if (grp->kind == KF__GROUP_ELEMENTWISE && !grp->absorbed && kf__group_is_views(p, grp)) {
             take_views(p, gi);
         }
     }
+}
+
+bool kf__view_copies_asked(void) {
+    const char *v = getenv("KF_VIEW_COPIES");
+    return v && *v && strcmp(v, "0") != 0;
 }
 
 bool kf__group_has_strided(const kf__group *grp) {
