@@ -381,8 +381,11 @@ kf_kernel *kf__root_kernel(kf_plan *p, const kf__group *grp) {
     for (uint32_t i = 0; i < root->input_count; i++) {
         shapes[i] = g->nodes[root->inputs[i]].shape;
     }
+    kf_dtype dtype = kf__node_kernel_dtype(g, root);
     kf_kernel *base =
-        kf__op_kernel_for(p->ctx, root->op, shapes, &root->params, kf__node_kernel_dtype(g, root));
+        kf__group_has_strided(grp)
+            ? root->op->kernel_strided(p->ctx, shapes, &root->params, dtype, grp->layout, false)
+            : kf__op_kernel_for(p->ctx, root->op, shapes, &root->params, dtype);
     if (!base) {
         kf__plan_fail(p, KF_ERROR_OUT_OF_MEMORY, "%s: no kernel", root->op->name);
     }
@@ -402,7 +405,7 @@ kf_kernel *kf__build_rooted(kf_plan *p, kf__group *grp, kf__compiled *c, kf_kern
         return NULL;
     }
     for (uint32_t i = 0; i < root->input_count; i++) {
-        if (!kf__compiled_add_slot(p, c, root->inputs[i])) {
+        if (!kf__compiled_add_slot(p, c, kf__group_input_node(p, grp, i))) {
             kf_kernel_destroy(base);
             return NULL;
         }

@@ -182,8 +182,35 @@ static bool group_loads(const kf_plan *p, uint32_t gi, uint32_t id) {
                 return true; /* in a prologue, read as the consumer loads its input */
             }
         }
+        if (grp->strided[i] && p->groups[grp->strided[i] - 1].reads[0] == id) {
+            return true; /* the source of a view read in place */
+        }
     }
     return false;
+}
+
+/* The views the root's kernel reads in place through strides (src/fuse/rules/strided.c): "in
+ * place: permute#11 f32[2x2x13x12] = slice |> reshape |> permute of matmul#8". */
+static void put_strided(text *t, const kf_plan *p, const kf__group *grp) {
+    bool any = false;
+    for (uint32_t i = 0; grp->root && i < KF_NODE_MAX_INPUTS; i++) {
+        if (!grp->strided[i]) {
+            continue;
+        }
+        const kf__group *views = &p->groups[grp->strided[i] - 1];
+        put(t, "%s", any ? ", " : "  in place: ");
+        put_tensor(t, p, views->result);
+        put(t, " = ");
+        for (uint32_t j = 0; j < views->node_count; j++) {
+            put(t, "%s%s", j ? " |> " : "", p->graph->nodes[views->nodes[j]].op->name);
+        }
+        put(t, " of ");
+        put_node(t, p, views->reads[0]);
+        any = true;
+    }
+    if (any) {
+        put(t, "\n");
+    }
 }
 
 /* The activation-save lines (src/fuse/rules/activation_save.c): what the group writes beside its
@@ -589,6 +616,7 @@ char *kf_plan_explain(const kf_plan *p, bool with_wgsl) {
             any = true;
         }
         put(&t, "%s\n", any ? "" : "(nothing)");
+        put_strided(&t, p, grp);
         put_activation(&t, p, grp);
         put(&t, "  bytes:  ");
         put_bytes(&t, c->bytes);

@@ -252,6 +252,9 @@ static void group_each_read(const kf_plan *p, const kf__group *grp,
                 visit(p, pro->reads[r], user);
             }
         }
+        if (grp->strided[i]) {
+            visit(p, p->groups[grp->strided[i] - 1].reads[0], user);
+        }
     }
 }
 

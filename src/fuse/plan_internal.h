@@ -76,6 +76,12 @@ typedef struct kf__group {
      * its nodes and reads), and the node the load reads instead (the prologue's In). */
     uint32_t prologue[KF_NODE_MAX_INPUTS];
     uint32_t prologue_in[KF_NODE_MAX_INPUTS];
+    /* Strided views (src/fuse/rules/strided.c), per input of the root: 1 + the views group
+     * whose result the root's kernel reads in place through layout[i] from that group's one
+     * read, bound in the input's place (0: none; the group is DEAD but keeps its nodes and its
+     * read). */
+    uint32_t strided[KF_NODE_MAX_INPUTS];
+    kf__strided layout[KF_NODE_MAX_INPUTS];
     /* rmsnorm into matmul (src/fuse/rules/rmsnorm_matmul.c): the rmsnorm node the root reads as
      * its a, computed by the root's kernel from the norm's x (0: none). Its group is DEAD; the
      * norm's x and weight are in `reads`, the kernel binds x where the root's a would be. */

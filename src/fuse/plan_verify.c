@@ -194,8 +194,9 @@ kf_status kf_plan_verify(kf_plan *p, uint64_t seed, kf_plan_report *out) {
 
 /* The nodes a group computes, in evaluation order (its root first), and what it reads. */
 typedef struct group_view {
-    /* prologue groups' nodes (one per root input at most), the root, its epilogue */
-    uint32_t ops[KF_GROUP_MAX_NODES * (KF_NODE_MAX_INPUTS + 1) + 1 + 2 * KF_GROUP_MAX_SIDES];
+    /* prologue or strided views groups' nodes (one per root input at most, and a reshape of
+     * each), the root, its epilogue */
+    uint32_t ops[(KF_GROUP_MAX_NODES + 1) * (KF_NODE_MAX_INPUTS + 1) + 1 + 2 * KF_GROUP_MAX_SIDES];
     uint32_t op_count;
     uint32_t reads[KF_GROUP_MAX_SLOTS]; /* graph inputs and other groups' results, not scalars */
     uint32_t read_count;
@@ -219,10 +220,27 @@ static void group_view_of(const kf_plan *p, const kf__group *grp, group_view *v)
     /* A prologue's element-wise group runs in the root kernel's loads: its operators are this
      * group's, evaluated before the root (src/fuse/rules/prologue.c). */
     for (uint32_t i = 0; grp->root && i < KF_NODE_MAX_INPUTS; i++) {
+        /* likewise a view the root's kernel reads in place (src/fuse/rules/strided.c) */
+        if (grp->strided[i] && grp->strided[i] != grp->prologue[i]) {
+            const kf__group *views = &p->groups[grp->strided[i] - 1];
+            for (uint32_t j = 0; j < views->node_count; j++) {
+                if (!view_has(v, views->nodes[j])) {
+                    v->ops[v->op_count++] = views->nodes[j];
+                }
+            }
+        }
         if (grp->prologue[i]) {
             const kf__group *pro = &p->groups[grp->prologue[i] - 1];
             for (uint32_t j = 0; j < pro->node_count; j++) {
-                v->ops[v->op_count++] = pro->nodes[j];
+                if (!view_has(v, pro->nodes[j])) {
+                    v->ops[v->op_count++] = pro->nodes[j];
+                }
+            }
+            /* a reshape of the prologue's value the root reads (split-K's partial products):
+             * it has no buffer of its own, so it is evaluated here too */
+            uint32_t x = g->nodes[grp->root].inputs[i];
+            if (x != pro->result && !view_has(v, x)) {
+                v->ops[v->op_count++] = x;
             }
         }
     }

@@ -376,13 +376,18 @@ static uint32_t col_tile(uint32_t d) {
 }
 
 /* A row-major operand read through its binding: element (row, d) at (row) * stride + offset + d,
- * row counted over all heads (head * T + row). */
+ * row counted over all heads (head * T + row); or, with a layout (a strided view read in place:
+ * kf_operator.kernel_strided), where the layout puts it. */
 typedef struct attn_operand {
     kf_binding b;
     uint32_t stride, offset;
+    const kf__strided *layout; /* NULL: row-major */
 } attn_operand;
 
 static kf_val operand_load(kf_kernel *k, attn_operand o, kf_val row, kf_val d, kf_dtype dtype) {
+    if (o.layout) {
+        return kf__load_f32(k, o.b, kf__strided_at(k, o.layout, row, d), dtype);
+    }
     kf_val at = kf_add(k, kf_mul(k, row, kf__u32(k, o.stride)), d);
     if (o.offset) {
         at = kf_add(k, at, kf__u32(k, o.offset));
@@ -399,8 +404,13 @@ static const char *role_name(attn_role role) {
  * output (attention_lse's kernel: no P V). */
 typedef enum attn_lse { LSE_NONE = 0, LSE_SIDE, LSE_ONLY } attn_lse;
 
+/* layouts[i] (layouts NULL or rank 0: row-major): how input i is read (kernel_strided). */
+static const kf__strided *layout_of(const kf__strided *layouts, uint32_t i) {
+    return layouts && layouts[i].rank ? &layouts[i] : NULL;
+}
+
 static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_params *p,
-                              kf_dtype dtype, attn_lse lse_mode) {
+                              kf_dtype dtype, attn_lse lse_mode, const kf__strided *layouts) {
     const attn_dims a = dims_of(&in[0]);
     const uint32_t t = a.t, d = a.d, bc = col_tile(d), split = LANES / bc;
     const uint32_t per = (d + split - 1) / split; /* dot-product terms per invocation */
@@ -437,7 +447,9 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
         b4 = kf__bind(k, "dy", dtype, KF_ACCESS_READ);
     }
     /* the row's operand (dot products with the tile's a), the tile's operands */
-    attn_operand row1 = {bq, d, 0}, tile_a = {bk, d, 0}, tile_b = {bv, d, 0};
+    attn_operand row1 = {bq, d, 0, layout_of(layouts, 0)};
+    attn_operand tile_a = {bk, d, 0, layout_of(layouts, 1)},
+                 tile_b = {bv, d, 0, layout_of(layouts, 2)};
 
     kf_type f32 = kf_type_scalar(KF_SCALAR_F32);
     kf_shared sa = kf_kernel_workgroup(k, "tile_a", f32, bc * stride);
@@ -599,8 +611,9 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
         if (role == ROLE_PREP) {
             /* prep yields dy in o's place, and o . dy feeds delta */
             kf_val colc = kf_call2(k, KF_FN_MIN, cols[c], kf__u32(k, d - 1));
-            kf_val dyv =
-                kf_let(k, "dyv", operand_load(k, (attn_operand){b4, d, 0}, my_row, colc, dtype));
+            kf_val dyv = kf_let(k, "dyv",
+                                operand_load(k, (attn_operand){b4, d, 0, layout_of(layouts, 3)},
+                                             my_row, colc, dtype));
             kf_val term = kf_mul(k, v, dyv);
             if (inside[c].id) {
                 term = kf_select(k, kf_lit_f32(k, 0), term, inside[c]);
@@ -655,7 +668,7 @@ static kf_kernel *attn_kernel(attn_role role, const kf_shape *in, const kf_op_pa
 }
 
 static kf_kernel *attention_kernel(const kf_shape *in, const kf_op_params *p, kf_dtype dtype) {
-    return attn_kernel(ROLE_OUT, in, p, dtype, LSE_NONE);
+    return attn_kernel(ROLE_OUT, in, p, dtype, LSE_NONE, NULL);
 }
 /* The forward's description for the other kernels (attention_sgmat.h). */
 static kf__attn_desc attn_desc_of(const kf_shape *in, const kf_op_params *p, bool with_lse) {
@@ -689,9 +702,15 @@ static uint32_t workgroup_budget(kf_context *ctx) {
 /* The forward's kernel, with lse beside o or not: f16 on a device with subgroup matrices, the
  * subgroup-matrix kernel; else the register-tiled one (attention_tiled.c) from T 128. */
 static kf_kernel *forward_choose(kf_context *ctx, const kf_shape *in, const kf_op_params *p,
-                                 kf_dtype dtype, bool with_lse) {
+                                 kf_dtype dtype, bool with_lse, const kf__strided *layouts) {
     kf__attn_desc ad = attn_desc_of(in, p, with_lse);
     kf_kernel *k = dtype == KF_DTYPE_F16 ? kf__attention_sgmat_for(ctx, &ad) : NULL;
+    if (k && kf__strided_any(layouts, 3)) {
+        /* it loads q, k and v row-major (into subgroup matrices): the planner copies the views */
+        kf_kernel_destroy(k);
+        return NULL;
+    }
+    ad.layouts = layouts;
     /* $KF_ATTN_TILED: the tiled kernel in that tiling at every T, where it fits */
     kf__attn_tiled_config forced;
     const char *env = getenv("KF_ATTN_TILED");
@@ -704,23 +723,36 @@ static kf_kernel *forward_choose(kf_context *ctx, const kf_shape *in, const kf_o
     if (!k && !lanes_forced() && ad.t >= 128) {
         k = kf__attention_tiled(&ad, dtype);
     }
-    return k ? k : attn_kernel(ROLE_OUT, in, p, dtype, with_lse ? LSE_SIDE : LSE_NONE);
+    return k ? k : attn_kernel(ROLE_OUT, in, p, dtype, with_lse ? LSE_SIDE : LSE_NONE, layouts);
 }
 
 static kf_kernel *attention_choose(kf_context *ctx, const kf_shape *in, const kf_op_params *p,
                                    kf_dtype dtype) {
-    return forward_choose(ctx, in, p, dtype, false);
+    return forward_choose(ctx, in, p, dtype, false, NULL);
 }
 
 /* attention's kernel with lse beside o (kernel_with_companion), chosen as attention_choose
  * chooses. */
 static kf_kernel *attention_with_lse(kf_context *ctx, const kf_shape *in, const kf_op_params *p,
                                      kf_dtype dtype) {
-    return forward_choose(ctx, in, p, dtype, true);
+    return forward_choose(ctx, in, p, dtype, true, NULL);
+}
+
+/* attention's kernel_strided: q, k and v read in place through views (the FMA kernels). */
+static kf_kernel *attention_strided(kf_context *ctx, const kf_shape *in, const kf_op_params *p,
+                                    kf_dtype dtype, const kf__strided *layouts,
+                                    bool with_companion) {
+    return forward_choose(ctx, in, p, dtype, with_companion, layouts);
+}
+
+static kf_kernel *lse_strided(kf_context *ctx, const kf_shape *in, const kf_op_params *p,
+                              kf_dtype dtype, const kf__strided *layouts, bool with_companion) {
+    (void)ctx, (void)with_companion;
+    return attn_kernel(ROLE_OUT, in, p, dtype, LSE_ONLY, layouts);
 }
 
 static kf_kernel *lse_kernel(const kf_shape *in, const kf_op_params *p, kf_dtype dtype) {
-    return attn_kernel(ROLE_OUT, in, p, dtype, LSE_ONLY);
+    return attn_kernel(ROLE_OUT, in, p, dtype, LSE_ONLY, NULL);
 }
 
 /* g = [dy | lse | dy . o], a row per 32 invocations: each copies dy's columns lx, lx + 32, ...
@@ -784,7 +816,7 @@ static kf_kernel *pack_kernel(const kf_shape *in, const kf_op_params *p, kf_dtyp
 }
 
 static kf_kernel *prep_kernel(const kf_shape *in, const kf_op_params *p, kf_dtype dtype) {
-    return attn_kernel(ROLE_PREP, in, p, dtype, LSE_NONE);
+    return attn_kernel(ROLE_PREP, in, p, dtype, LSE_NONE, NULL);
 }
 
 static void attn_grid(const kf_shape *in, const kf_op_params *p, int32_t which,
@@ -856,6 +888,8 @@ const kf_operator kf__op_attention = {
     .kernel_choose = attention_choose,
     .companion = &kf__op_attention_lse,
     .kernel_with_companion = attention_with_lse,
+    .kernel_strided = attention_strided,
+    .strided_inputs = 7u, /* q, k, v */
     .tolerance_f32 = 2e-4,
     .tolerance_f16 = 2e-3,
     .input_lo = -1.0f,
@@ -932,6 +966,8 @@ const kf_operator kf__op_attention_lse = {
     .spec_forward = lse_spec,
     .f32_output = true,
     .kernel_forward = lse_kernel,
+    .kernel_strided = lse_strided,
+    .strided_inputs = 7u,
     .tolerance_f32 = 2e-4,
     .tolerance_f16 = 2e-3,
     .input_lo = -1.0f,

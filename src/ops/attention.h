@@ -51,9 +51,11 @@ kf_kernel *kf__attention_grad_kv_kernel(kf_context *ctx, const kf_shape *in, con
 
 /* The dk + dv kernel (dq_side false) or attention_grad_q's with g2 into "stats" (true; the
  * bindings q, k, v, g, stats, out) in the tiling "rr,rc,wx,wy[,layout]" ($KF_ATTN_GRAD_TILES's
- * form, without a memory limit), for checking the tilings the benchmarks measure; NULL where the
+ * form, without a memory limit), q, k and v read through layouts[0..2] (NULL or rank 0: row-major;
+ * kf_operator.kernel_strided), for checking the tilings the benchmarks measure; NULL where the
  * text does not parse or the kernel cannot take it. */
 kf_kernel *kf__attention_grad_kernel_tiled(bool dq_side, const char *tiles, const kf_shape *in,
-                                           const kf_op_params *p, kf_dtype dtype);
+                                           const kf_op_params *p, kf_dtype dtype,
+                                           const kf__strided *layouts);
 
 #endif

@@ -327,14 +327,19 @@ typedef enum grad_role {
 } grad_role;
 
 /* A row-major operand read through its binding (stored as dtype): element (row, d) at
- * row * stride + offset + d, row counted over all heads (head * T + row). */
+ * row * stride + offset + d, row counted over all heads (head * T + row); or, with a layout (a
+ * strided view read in place: kf_operator.kernel_strided), where the layout puts it. */
 typedef struct attn_operand {
     kf_binding b;
     uint32_t stride, offset;
     kf_dtype dtype;
+    const kf__strided *layout; /* NULL: row-major */
 } attn_operand;
 
 static kf_val operand_load(kf_kernel *k, attn_operand o, kf_val row, kf_val d) {
+    if (o.layout) {
+        return kf__load_f32(k, o.b, kf__strided_at(k, o.layout, row, d), o.dtype);
+    }
     kf_val at = kf_add(k, kf_mul(k, row, kf__u32(k, o.stride)), d);
     if (o.offset) {
         at = kf_add(k, at, kf__u32(k, o.offset));
@@ -398,7 +403,7 @@ static const char *grad_name(grad_role role) {
 }
 
 static kf_kernel *grad_kernel(grad_role role, const grad_tiles *c, const kf_shape *in,
-                              const kf_op_params *p, kf_dtype dtype) {
+                              const kf_op_params *p, kf_dtype dtype, const kf__strided *layouts) {
     const kf__attn_dims a = kf__attn_dims_of(&in[0]);
     const uint32_t t = a.t, d = a.d, d4 = vec_cols(d), sr = d4 + 1;
     const uint32_t rr = c->rr, rc = c->rc, wx = c->wx, wy = c->wy;
@@ -442,9 +447,13 @@ static kf_kernel *grad_kernel(grad_role role, const grad_tiles *c, const kf_shap
     if (role == ROLE_DQ_STATS) {
         bstats = kf__bind(k, "stats", KF_DTYPE_F32, KF_ACCESS_READ_WRITE);
     }
-    attn_operand oq = {bq, d, 0, dtype}, ok = {bk, d, 0, dtype}, ov = {bv, d, 0, dtype};
-    attn_operand odo = {bg, d + 2, 0, KF_DTYPE_F32}, olse = {bg, d + 2, d, KF_DTYPE_F32};
-    attn_operand odelta = {bg, d + 2, d + 1, KF_DTYPE_F32};
+    const kf__strided *lq = layouts && layouts[0].rank ? &layouts[0] : NULL;
+    const kf__strided *lk = layouts && layouts[1].rank ? &layouts[1] : NULL;
+    const kf__strided *lv = layouts && layouts[2].rank ? &layouts[2] : NULL;
+    attn_operand oq = {bq, d, 0, dtype, lq}, ok = {bk, d, 0, dtype, lk}, ov = {bv, d, 0, dtype, lv};
+    attn_operand odo = {bg, d + 2, 0, KF_DTYPE_F32, NULL},
+                 olse = {bg, d + 2, d, KF_DTYPE_F32, NULL};
+    attn_operand odelta = {bg, d + 2, d + 1, KF_DTYPE_F32, NULL};
     /* the owned rows' operands (scores with tile a, dP with tile b) and the walked side's */
     attn_operand r1 = dq ? oq : ok, r2 = dq ? odo : ov;
     attn_operand t1 = dq ? ok : oq, t2 = dq ? ov : odo;
@@ -806,12 +815,18 @@ static uint32_t budget_of(kf_context *ctx) {
     return PORTABLE_BUDGET;
 }
 
-static kf_kernel *grad_kernel_for(kf_context *ctx, grad_role role, const kf_shape *in,
-                                  const kf_op_params *p, kf_dtype dtype) {
+static kf_kernel *grad_kernel_strided(kf_context *ctx, grad_role role, const kf_shape *in,
+                                      const kf_op_params *p, kf_dtype dtype,
+                                      const kf__strided *layouts) {
     const kf__attn_dims a = kf__attn_dims_of(&in[0]);
     const bool dq_side = role == ROLE_DQ || role == ROLE_STATS || role == ROLE_DQ_STATS;
     grad_tiles c = tiles_for(a.d, budget_of(ctx), dq_side);
-    return grad_kernel(role, &c, in, p, dtype);
+    return grad_kernel(role, &c, in, p, dtype, layouts);
+}
+
+static kf_kernel *grad_kernel_for(kf_context *ctx, grad_role role, const kf_shape *in,
+                                  const kf_op_params *p, kf_dtype dtype) {
+    return grad_kernel_strided(ctx, role, in, p, dtype, NULL);
 }
 
 kf_kernel *kf__attention_grad_kv_kernel(kf_context *ctx, const kf_shape *in, const kf_op_params *p,
@@ -820,13 +835,14 @@ kf_kernel *kf__attention_grad_kv_kernel(kf_context *ctx, const kf_shape *in, con
 }
 
 kf_kernel *kf__attention_grad_kernel_tiled(bool dq_side, const char *tiles, const kf_shape *in,
-                                           const kf_op_params *p, kf_dtype dtype) {
+                                           const kf_op_params *p, kf_dtype dtype,
+                                           const kf__strided *layouts) {
     const kf__attn_dims a = kf__attn_dims_of(&in[0]);
     grad_tiles c;
     if (!tiles_parse(tiles, a.d, UINT32_MAX, 0, &c)) {
         return NULL;
     }
-    return grad_kernel(dq_side ? ROLE_DQ_STATS : ROLE_DKV, &c, in, p, dtype);
+    return grad_kernel(dq_side ? ROLE_DQ_STATS : ROLE_DKV, &c, in, p, dtype, layouts);
 }
 
 /* attention_grad_q's kernel_with_companion: dq, and attention_grad_stats's g' into "stats". */
@@ -859,6 +875,11 @@ static void grad_grid_kv(const kf_shape *in, const kf_op_params *p, int32_t whic
     grid_of(in, false, groups);
 }
 
+/* The role of an operator's kernel_with_companion: dq with g', dk with dv. */
+static grad_role with_companion_role(grad_role role) {
+    return role == ROLE_DQ ? ROLE_DQ_STATS : role == ROLE_DK ? ROLE_DKV : role;
+}
+
 #define GRAD_GLUE(NAME, WHICH, ROLE)                                                               \
     static kf_status NAME##_shape(const kf_shape *in, const kf_op_params *p, kf_shape *out,        \
                                   char *msg, size_t msg_size) {                                    \
@@ -871,6 +892,11 @@ static void grad_grid_kv(const kf_shape *in, const kf_op_params *p, int32_t whic
     static kf_kernel *NAME##_choose(kf_context *ctx, const kf_shape *in, const kf_op_params *p,    \
                                     kf_dtype dtype) {                                              \
         return grad_kernel_for(ctx, ROLE, in, p, dtype);                                           \
+    }                                                                                              \
+    static kf_kernel *NAME##_strided(kf_context *ctx, const kf_shape *in, const kf_op_params *p,   \
+                                     kf_dtype dtype, const kf__strided *layouts, bool with) {      \
+        return grad_kernel_strided(ctx, with ? with_companion_role(ROLE) : ROLE, in, p, dtype,     \
+                                   layouts);                                                       \
     }
 
 GRAD_GLUE(attention_grad_q, 0, ROLE_DQ)
@@ -919,6 +945,8 @@ static const kf_op_case grad_cases[] = {
                                        .spec_forward = NAME##_spec,                                \
                                        .kernel_forward = NAME##_kernel,                            \
                                        .kernel_choose = NAME##_choose,                             \
+                                       .kernel_strided = NAME##_strided,                           \
+                                       .strided_inputs = 7u, /* q, k, v */                         \
                                        .tolerance_f32 = 5e-4,                                      \
                                        .tolerance_f16 = 2e-3,                                      \
                                        .input_lo = -1.0f,                                          \

@@ -8,12 +8,16 @@
 #define KF_OPS_ATTENTION_SGMAT_H
 
 #include "kfuse.h"
+#include "ops/operator.h"
 
 typedef struct kf__attn_desc {
     uint32_t bh, t, d; /* heads (batch x heads), rows per head, head dimension (<= 128) */
     bool causal;
     float scale;
     bool with_lse; /* write lse as a second output */
+    /* q, k, v read in place through strided views (kf_operator.kernel_strided), NULL or rank 0:
+     * row-major. The FMA kernels read them; the subgroup-matrix kernels do not (NULL). */
+    const kf__strided *layouts;
 } kf__attn_desc;
 
 /* The subgroup-matrix kernel for subgroups of sg invocations (16 to 128, a power of two),

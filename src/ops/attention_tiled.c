@@ -42,13 +42,24 @@ typedef struct stage_geometry {
     kf_val lid;
 } stage_geometry;
 
+/* The operand of input i (row over all heads): q, k or v's binding and its layout, NULL where it
+ * is row-major, else a strided view read in place (kf__attn_desc.layouts). */
+typedef struct tiled_operand {
+    kf_binding b;
+    const kf__strided *layout;
+} tiled_operand;
+
+static tiled_operand operand_of(const kf__attn_desc *a, uint32_t i, kf_binding b) {
+    return (tiled_operand){b, a->layouts && a->layouts[i].rank ? &a->layouts[i] : NULL};
+}
+
 /* Rows first .. first + rows - 1 of one head (clamped to its last row), columns d0 .. d0 + cols
- * - 1 (d0 0: none; clamped to D where `clamp`, zero past D where `ragged`), of binding b into sh
+ * - 1 (d0 0: none; clamped to D where `clamp`, zero past D where `ragged`), of operand o into sh
  * as elements of g->w columns at stride `stride` elements a row; every invocation takes a
  * share. */
-static void stage_chunk(kf_kernel *k, kf_shared sh, kf_binding b, kf_dtype dtype, kf_val head_row0,
-                        kf_val first, uint32_t rows, kf_val d0, uint32_t cols, uint32_t stride,
-                        bool clamp, bool ragged, const stage_geometry *g) {
+static void stage_chunk(kf_kernel *k, kf_shared sh, tiled_operand o, kf_dtype dtype,
+                        kf_val head_row0, kf_val first, uint32_t rows, kf_val d0, uint32_t cols,
+                        uint32_t stride, bool clamp, bool ragged, const stage_geometry *g) {
     const uint32_t units = (cols + g->w - 1) / g->w;
     kf_val e = kf_for(k, "e", g->lid, u32(k, rows * units), u32(k, g->threads));
     kf_val r = kf_div(k, e, u32(k, units)), c = kf_binary(k, KF_OP_MOD, e, u32(k, units));
@@ -61,9 +72,10 @@ static void stage_chunk(kf_kernel *k, kf_shared sh, kf_binding b, kf_dtype dtype
     kf_val lanes[4];
     for (uint32_t i = 0; i < g->w; i++) {
         kf_val col = i ? kf_add(k, base, u32(k, i)) : base;
-        kf_val at = kf_add(k, kf_mul(k, row, u32(k, g->d)),
-                           clamp ? kf_call2(k, KF_FN_MIN, col, u32(k, g->d - 1)) : col);
-        lanes[i] = kf__load_f32(k, b, at, dtype);
+        kf_val cc = clamp ? kf_call2(k, KF_FN_MIN, col, u32(k, g->d - 1)) : col;
+        kf_val at = o.layout ? kf__strided_at(k, o.layout, row, cc)
+                             : kf_add(k, kf_mul(k, row, u32(k, g->d)), cc);
+        lanes[i] = kf__load_f32(k, o.b, at, dtype);
         if (ragged) {
             lanes[i] =
                 kf_select(k, kf_lit_f32(k, 0), lanes[i], kf_binary(k, KF_OP_LT, col, u32(k, g->d)));
@@ -175,6 +187,8 @@ kf_kernel *kf__attention_tiled_config(const kf__attn_desc *a, kf_dtype dtype,
     kf_binding bq = kf__bind(k, "q", dtype, KF_ACCESS_READ);
     kf_binding bk = kf__bind(k, "k", dtype, KF_ACCESS_READ);
     kf_binding bv = kf__bind(k, "v", dtype, KF_ACCESS_READ);
+    const tiled_operand oq = operand_of(a, 0, bq), ok = operand_of(a, 1, bk),
+                        ov = operand_of(a, 2, bv);
     kf_binding blse = {0};
     if (a->with_lse) {
         blse = kf__bind(k, "lse", KF_DTYPE_F32, KF_ACCESS_READ_WRITE); /* f32 whatever q is */
@@ -237,7 +251,7 @@ kf_kernel *kf__attention_tiled_config(const kf__attn_desc *a, kf_dtype dtype,
     const stage_geometry g = {t, d, w, threads, lid};
     const bool ragged = chunks * chunk != d || d % w != 0; /* columns past D staged as zeros */
     if (q_once) {
-        stage_chunk(k, sq, bq, dtype, head_row0, r0, br, (kf_val){0, 0}, chunk, cs, true, ragged,
+        stage_chunk(k, sq, oq, dtype, head_row0, r0, br, (kf_val){0, 0}, chunk, cs, true, ragged,
                     &g);
     }
     kf_val c0 = kf_for(k, "c0", u32(k, 0), end, u32(k, bc));
@@ -252,9 +266,9 @@ kf_kernel *kf__attention_tiled_config(const kf__attn_desc *a, kf_dtype dtype,
         kf_val d0 = kf_for(k, "d0", u32(k, 0), u32(k, chunks * chunk), u32(k, chunk));
         {
             if (!q_once) {
-                stage_chunk(k, sq, bq, dtype, head_row0, r0, br, d0, chunk, cs, true, ragged, &g);
+                stage_chunk(k, sq, oq, dtype, head_row0, r0, br, d0, chunk, cs, true, ragged, &g);
             }
-            stage_chunk(k, sk, bk, dtype, head_row0, c0, bc, d0, chunk, cs, true, ragged, &g);
+            stage_chunk(k, sk, ok, dtype, head_row0, c0, bc, d0, chunk, cs, true, ragged, &g);
             kf_barrier(k);
             /* loops, not unrolled code: lavapipe's compile time grows with a kernel's size (15 s
              * unrolled at D 128), and GPU compilers unroll constant trip counts themselves */
@@ -316,7 +330,7 @@ kf_kernel *kf__attention_tiled_config(const kf__attn_desc *a, kf_dtype dtype,
                 kf_shared_store(k, sp, at, kf_select(k, kf_lit_f32(k, NEG_BIG), x, keep));
             }
         }
-        stage_chunk(k, sv, bv, dtype, head_row0, c0, bc, (kf_val){0, 0}, d, vs, d % w != 0,
+        stage_chunk(k, sv, ov, dtype, head_row0, c0, bc, (kf_val){0, 0}, d, vs, d % w != 0,
                     d % w != 0, &g);
         kf_barrier(k);
 

@@ -13,6 +13,17 @@
 /* One parameter, declared once next to its operator: the language, kf_op_param_set, validation,
  * messages and kf_graph_format read it (registry.c). Position in the op's array is the position
  * the language takes it in. */
+/* An input read in place through a strided view of the tensor bound for it (a view chain the
+ * planner folds into the reader's index math instead of copying it: src/fuse/rules/strided.c).
+ * Element (i_0, ..., i_{rank-1}) of the input, whose shape is dims, is element
+ * offset + sum_k i_k strides[k] of the bound tensor. rank 0: the input is the bound tensor. */
+typedef struct kf__strided {
+    uint32_t rank;
+    uint32_t dims[KF_MAX_DIMS];
+    uint64_t strides[KF_MAX_DIMS];
+    uint64_t offset;
+} kf__strided;
+
 typedef struct kf__param {
     const char *name; /* the keyword */
     const char *about;
@@ -53,6 +64,13 @@ const kf__param *kf__param_find(const kf_operator *op, const char *name);
 /* Whether op under p is a view that swaps the last two of `rank` axes and keeps the others (a
  * permute [0, .., r-1, r-2]): what a matmul's transpose flag reads in place (view.c). */
 bool kf__op_swaps_last_two(const kf_operator *op, const kf_op_params *p, uint32_t rank);
+/* The row-major layout of a tensor of shape s (kf__strided). */
+void kf__strided_contiguous(const kf_shape *s, kf__strided *l);
+/* A view operator's output read through its input's layout *l (in[0]'s shape): *l becomes the
+ * output's layout. False, *l unchanged, where the view is not a strided view of its input
+ * (concat, slice_grad, a reshape of a layout it cannot split without a copy). view.c. */
+bool kf__view_strided(const kf_operator *op, const kf_shape *in, const kf_op_params *p,
+                      kf__strided *l);
 /* The classes op's index inputs address for input shapes `in` (kf_operator.index_classes). */
 uint32_t kf__op_index_classes(const kf_operator *op, const kf_shape *in);
 /* How input i and the output of op are stored when its kernels take `dtype` (the storage type of
@@ -130,6 +148,15 @@ struct kf_operator {
     const kf_operator *companion;
     kf_kernel *(*kernel_with_companion)(kf_context *ctx, const kf_shape *in, const kf_op_params *p,
                                         kf_dtype dtype);
+    /* The kernel kernel_choose (with_companion: kernel_with_companion) would run, reading each
+     * input i in strided_inputs through layouts[i] (rank 0: contiguous) from the tensor bound
+     * there, a view's source: the GPT's q = slice |> reshape |> permute of the qkv product,
+     * read in place (src/fuse/rules/strided.c). NULL where that kernel cannot read them (it
+     * loads straight into subgroup matrices) or out of memory: the planner then copies the
+     * view. NULL hook: never. */
+    kf_kernel *(*kernel_strided)(kf_context *ctx, const kf_shape *in, const kf_op_params *p,
+                                 kf_dtype dtype, const kf__strided *layouts, bool with_companion);
+    uint32_t strided_inputs; /* bit i: kernel_strided may read input i strided */
     /* Bit i set: input i is read for its shape only, never its values (broadcast_to's and
      * sum_to's `like`), so a value computed from nothing else is a constant. */
     uint32_t shape_inputs;

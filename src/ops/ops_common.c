@@ -68,3 +68,29 @@ kf_val kf__each_element(kf_kernel *k, const char *name, uint64_t n) {
     kf_if(k, kf_binary(k, KF_OP_LT, e, kf__u32(k, n)));
     return e;
 }
+
+kf_val kf__strided_at(kf_kernel *k, const kf__strided *l, kf_val row, kf_val col) {
+    uint32_t last = l->rank - 1;
+    kf_val at = l->strides[last] == 1 ? col : kf_mul(k, col, kf__u32(k, l->strides[last]));
+    kf_val rest = row;
+    for (uint32_t d = last; d-- > 0;) {
+        /* the coordinate along dim d; the first takes what is left (row is in range) */
+        kf_val c = d == 0 ? rest : kf_binary(k, KF_OP_MOD, rest, kf__u32(k, l->dims[d]));
+        if (l->dims[d] != 1 && l->strides[d]) {
+            at = kf_add(k, at, l->strides[d] == 1 ? c : kf_mul(k, c, kf__u32(k, l->strides[d])));
+        }
+        if (d > 0) {
+            rest = kf_div(k, rest, kf__u32(k, l->dims[d]));
+        }
+    }
+    return l->offset ? kf_add(k, at, kf__u32(k, l->offset)) : at;
+}
+
+bool kf__strided_any(const kf__strided *layouts, uint32_t count) {
+    for (uint32_t i = 0; layouts && i < count; i++) {
+        if (layouts[i].rank) {
+            return true;
+        }
+    }
+    return false;
+}

@@ -60,6 +60,11 @@ void kf__yield_f32(kf_kernel *k, kf_val value, kf_val index, kf_dtype dtype);
  * phase, so epilogues fuse into it. */
 void kf__store_or_yield(kf_kernel *k, kf_binding grad_in, kf_val index, kf_val value,
                         kf_dtype dtype);
+/* The index in the bound tensor of element (row, col) of an input read through l (rank >= 1),
+ * row counting over all of its dims but the last (row-major), col along the last. */
+kf_val kf__strided_at(kf_kernel *k, const kf__strided *l, kf_val row, kf_val col);
+/* Whether some layouts[i] (of count) is a strided view: rank > 0. */
+bool kf__strided_any(const kf__strided *layouts, uint32_t count);
 /* A u32 literal. */
 kf_val kf__u32(kf_kernel *k, uint64_t v);
 /* groups for `invocations` threads in workgroups of `workgroup` (1-D; the runtime folds > 65535).

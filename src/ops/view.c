@@ -809,3 +809,99 @@ const kf_operator kf__op_slice_grad = {
     CASES(slice_grad_cases),
     .grad_of = &kf__op_slice,
     .grad_input = 0};
+void kf__strided_contiguous(const kf_shape *s, kf__strided *l) {
+    memset(l, 0, sizeof *l);
+    l->rank = s->rank;
+    uint64_t stride = 1;
+    for (uint32_t d = s->rank; d-- > 0;) {
+        l->dims[d] = s->dims[d];
+        l->strides[d] = stride;
+        stride *= s->dims[d];
+    }
+}
+
+/* A reshape of a strided layout without moving elements (numpy's no-copy reshape): each run of
+ * old dims whose product is a run of new dims must be contiguous among itself; the new dims
+ * then split its innermost stride. Dims of length 1 take stride 0. */
+static bool reshape_strided(const kf__strided *l, const kf_shape *to, kf__strided *out) {
+    uint32_t od[KF_MAX_DIMS], on = 0;
+    uint64_t os[KF_MAX_DIMS];
+    for (uint32_t d = 0; d < l->rank; d++) {
+        if (l->dims[d] != 1) {
+            od[on] = l->dims[d];
+            os[on++] = l->strides[d];
+        }
+    }
+    kf__strided r = {.rank = to->rank, .offset = l->offset};
+    for (uint32_t d = 0; d < to->rank; d++) {
+        r.dims[d] = to->dims[d];
+    }
+    uint32_t oi = 0, ni = 0;
+    while (ni < to->rank && oi < on) {
+        if (to->dims[ni] == 1) {
+            ni++; /* stride 0 */
+            continue;
+        }
+        uint32_t oj = oi + 1, nj = ni + 1;
+        uint64_t np = to->dims[ni], op = od[oi];
+        while (np != op) {
+            if (np < op) {
+                if (nj >= to->rank) {
+                    return false;
+                }
+                np *= to->dims[nj++];
+            } else {
+                if (oj >= on) {
+                    return false;
+                }
+                op *= od[oj++];
+            }
+        }
+        for (uint32_t k = oi; k + 1 < oj; k++) {
+            if (os[k] != od[k + 1] * os[k + 1]) {
+                return false; /* the run is not contiguous: a copy would be needed */
+            }
+        }
+        uint64_t stride = os[oj - 1];
+        for (uint32_t k = nj; k-- > ni;) {
+            r.strides[k] = to->dims[k] == 1 ? 0 : stride;
+            stride *= to->dims[k];
+        }
+        ni = nj;
+        oi = oj;
+    }
+    if (oi < on) {
+        return false;
+    }
+    *out = r;
+    return true;
+}
+
+bool kf__view_strided(const kf_operator *op, const kf_shape *in, const kf_op_params *p,
+                      kf__strided *l) {
+    if (!l->rank || l->rank != in[0].rank) {
+        return false;
+    }
+    if (op == &kf__op_reshape) {
+        kf_shape to;
+        return reshape_shape(in, p, &to, NULL, 0) == KF_OK && to.rank > 0 &&
+               reshape_strided(l, &to, l);
+    }
+    view_kind kind = op == &kf__op_permute ? VIEW_PERMUTE : op == &kf__op_slice ? VIEW_SLICE : 0;
+    view_map m;
+    if (!kind || view_map_make(kind, in, p, &m) != KF_OK) {
+        return false; /* concat reads two tensors; slice_grad writes zeros */
+    }
+    kf__strided r = *l;
+    if (kind == VIEW_PERMUTE) {
+        for (uint32_t d = 0; d < m.out.rank; d++) {
+            r.dims[d] = l->dims[m.axes[d]];
+            r.strides[d] = l->strides[m.axes[d]];
+        }
+    } else {
+        r.offset += (uint64_t)m.start * l->strides[m.axes[0]];
+        r.dims[m.axes[0]] = m.length;
+    }
+    *l = r;
+    return true;
+}

@@ -3,7 +3,8 @@
  * driver: cheap cold; its race detector checks every barrier) against the specs, every element
  * into poisoned outputs: the register-tiled forward with vec4 rows and with the softmax by the
  * scores' owners, and the dk + dv and dq + g2 kernels with interleaved columns and padded P
- * slots, on ragged shapes (T past a tile, D not a multiple of 4) causal and not. */
+ * slots, on ragged shapes (T past a tile, D not a multiple of 4) causal and not; and all of them
+ * once more with q, k and v read in place through strides (kf__strided) from one qkv tensor. */
 #include "harness.h"
 #include "ops/attention.h"
 #include "ops/attention_sgmat.h"
@@ -57,9 +58,10 @@ static bool interpret(kf_kernel *k, kf_host_buffer *bufs, uint32_t count, const 
 }
 
 /* One shape: q, k, v, dy random; the forward (o and lse) in each forward tiling, dk + dv and
- * dq + g2 in each backward one. */
-static void check_shape(uint32_t bh, uint32_t t, uint32_t d, bool causal, const char *const *fwd,
-                        const char *const *bwd) {
+ * dq + g2 in each backward one; strided: q, k and v read in place from one [T, 3 bh D] tensor,
+ * as the GPT's from its qkv product (slice |> reshape |> permute; kf_operator.kernel_strided). */
+static void check_shape(uint32_t bh, uint32_t t, uint32_t d, bool causal, bool strided,
+                        const char *const *fwd, const char *const *bwd) {
     kf_shape s = {3, {bh, t, d}}, gs = {3, {bh, t, d + 2}}, ls = {3, {bh, t, 1}};
     kf_op_params p = {.causal = causal, .given = KF_PARAM_CAUSAL};
     kf_tensor *in[4] = {0}, *dy = NULL, *o = NULL, *lse = NULL, *want[4] = {0};
@@ -88,13 +90,28 @@ static void check_shape(uint32_t bh, uint32_t t, uint32_t d, bool causal, const 
     for (int i = 0; i < 4; i++) {
         ins[i] = (kf_host_buffer){in[i]->data, kf_tensor_size(in[i]) * 4};
     }
+    /* input i's (head h, row r, column c) at r 3 bh D + i bh D + h D + c */
+    kf__strided layouts[3] = {{0}};
+    float *qkv = strided ? malloc(3 * n * sizeof *qkv) : NULL;
+    for (uint32_t i = 0; qkv && i < 3; i++) {
+        layouts[i] = (kf__strided){.rank = 3,
+                                   .dims = {bh, t, d},
+                                   .strides = {d, 3ull * bh * d, 1},
+                                   .offset = (uint64_t)i * bh * d};
+        for (uint64_t e = 0; e < n; e++) {
+            uint64_t h = e / ((uint64_t)t * d), r = e / d % t, c = e % d;
+            qkv[r * 3 * bh * d + layouts[i].offset + h * d + c] = in[i]->data[e];
+        }
+        ins[i] = (kf_host_buffer){qkv, 3 * n * 4};
+    }
     char what[96];
     kf__attn_desc a = {.bh = bh,
                        .t = t,
                        .d = d,
                        .causal = causal,
                        .scale = (float)(1.0 / sqrt((double)d)),
-                       .with_lse = true};
+                       .with_lse = true,
+                       .layouts = qkv ? layouts : NULL};
     for (const char *const *f = fwd; *f; f++) {
         kf__attn_tiled_config c;
         KT_CHECK(kf__attention_tiled_config_parse(*f, &c), "%s does not parse", *f);
@@ -102,7 +119,8 @@ static void check_shape(uint32_t bh, uint32_t t, uint32_t d, bool causal, const 
         float *got_o = poisoned(n), *got_l = poisoned(rows);
         kf_host_buffer b[5] = {
             ins[0], ins[1], ins[2], {got_l, (rows + GUARD) * 4}, {got_o, (n + GUARD) * 4}};
-        snprintf(what, sizeof what, "forward %s T %u D %u%s", *f, t, d, causal ? " causal" : "");
+        snprintf(what, sizeof what, "forward %s T %u D %u%s%s", *f, t, d, causal ? " causal" : "",
+                 qkv ? " strided" : "");
         if (interpret(k, b, 5, what) &&
             matches(what, got_o, o->data, n, kf__op_attention.tolerance_f32)) {
             matches(what, got_l, lse->data, rows, kf__op_attention_lse.tolerance_f32);
@@ -114,8 +132,8 @@ static void check_shape(uint32_t bh, uint32_t t, uint32_t d, bool causal, const 
     kf_shape shapes[4] = {s, s, s, gs};
     for (const char *const *g = bwd; *g; g++) {
         for (int dq_side = 0; dq_side < 2; dq_side++) {
-            kf_kernel *k =
-                kf__attention_grad_kernel_tiled(dq_side != 0, *g, shapes, &p, KF_DTYPE_F32);
+            kf_kernel *k = kf__attention_grad_kernel_tiled(dq_side != 0, *g, shapes, &p,
+                                                           KF_DTYPE_F32, qkv ? layouts : NULL);
             uint64_t side_n = dq_side ? gn : n;
             float *out = poisoned(n), *side = poisoned(side_n);
             kf_host_buffer b[6] = {ins[0],
@@ -124,8 +142,8 @@ static void check_shape(uint32_t bh, uint32_t t, uint32_t d, bool causal, const 
                                    ins[3],
                                    {side, (side_n + GUARD) * 4},
                                    {out, (n + GUARD) * 4}};
-            snprintf(what, sizeof what, "%s %s T %u D %u%s", dq_side ? "dq + g2" : "dk + dv", *g, t,
-                     d, causal ? " causal" : "");
+            snprintf(what, sizeof what, "%s %s T %u D %u%s%s", dq_side ? "dq + g2" : "dk + dv", *g,
+                     t, d, causal ? " causal" : "", qkv ? " strided" : "");
             double tol = kf__op_attention_grad_k.tolerance_f32;
             if (interpret(k, b, 6, what) &&
                 matches(what, out, want[dq_side ? 0 : 2]->data, n, tol)) {
@@ -143,6 +161,7 @@ static void check_shape(uint32_t bh, uint32_t t, uint32_t d, bool causal, const 
     kf_tensor_destroy(dy);
     kf_tensor_destroy(o);
     kf_tensor_destroy(lse);
+    free(qkv);
 }
 
 KT_CPU_TEST(ops, attention_tilings_interpreter) {
@@ -153,7 +172,9 @@ KT_CPU_TEST(ops, attention_tilings_interpreter) {
     /* the backward: both layouts at the default tiling, 4 columns an invocation interleaved,
      * 2 rows, padded P alone */
     static const char *const bwd[] = {"4,2,16,8,3", "2,4,8,16,1", "4,4,8,8,3", "4,2,8,8,2", NULL};
-    check_shape(2, 17, 8, true, fwd, bwd);   /* one row past a 16-row tile */
-    check_shape(1, 70, 36, false, fwd, bwd); /* past 64 rows; D past a 32-column chunk */
-    check_shape(1, 33, 7, true, fwd, bwd);   /* D not a multiple of 4 */
+    check_shape(2, 17, 8, true, false, fwd, bwd);   /* one row past a 16-row tile */
+    check_shape(1, 70, 36, false, false, fwd, bwd); /* past 64 rows; D past a 32-column chunk */
+    check_shape(1, 33, 7, true, false, fwd, bwd);   /* D not a multiple of 4 */
+    /* q, k and v through strides (2 heads, D not a multiple of 4), in every tiling */
+    check_shape(2, 17, 7, true, true, fwd, bwd);
 }

@@ -52,8 +52,11 @@ static kf_kernel *companion_kernel(kf_plan *p, const kf__group *grp) {
     for (uint32_t i = 0; i < root->input_count; i++) {
         shapes[i] = p->graph->nodes[root->inputs[i]].shape;
     }
-    return root->op->kernel_with_companion(p->ctx, shapes, &root->params,
-                                           kf__node_kernel_dtype(p->graph, root));
+    kf_dtype dtype = kf__node_kernel_dtype(p->graph, root);
+    if (kf__group_has_strided(grp)) { /* q, k, v read in place (strided.c) */
+        return root->op->kernel_strided(p->ctx, shapes, &root->params, dtype, grp->layout, true);
+    }
+    return root->op->kernel_with_companion(p->ctx, shapes, &root->params, dtype);
 }
 
 static void companion_pass(kf_plan *p) {

@@ -67,30 +67,73 @@ static uint32_t prologue_in(const kf_plan *p, uint32_t ei, uint32_t a) {
     return 0;
 }
 
+/* Whether root input x is a, or a reshape of a that aliases a's buffer (plan_free_views):
+ * split-K's reshape of the attention output for its partial products. A reshape keeps the
+ * linear order, so a's prologue, which yields a's element at the loaded index, yields it too. */
+static bool reads_through_reshape(const kf_plan *p, uint32_t x, uint32_t a) {
+    if (x == a) {
+        return true;
+    }
+    if (kf__view_copies_asked()) {
+        return false;
+    }
+    const kf__node *n = &p->graph->nodes[x];
+    return n->kind == KF__NODE_OP && n->op->view_linear && n->input_count == 1 &&
+           n->inputs[0] == a && p->alias_of[x] && !p->is_output[x];
+}
+
+/* Whether root input i of group grp may take a prologue of a shared views group. */
+static bool takes_shared(const kf_plan *p, const kf__group *grp, uint32_t i) {
+    const kf__node *root = &p->graph->nodes[grp->root];
+    kf_op_class cls = root->op->op_class;
+    return grp->kind == KF__GROUP_PRODUCER && !grp->prologue[i] && !grp->strided[i] &&
+           (cls == KF_OP_CLASS_MATMUL || cls == KF_OP_CLASS_ROW_REDUCTION) &&
+           !(root->op->index_inputs >> i & 1u);
+}
+
 /* A views-only group ei with several readers (its result a read by uses[a] root inputs of
- * matmul or row-reduction groups): a prologue of every one of them, or of none. */
+ * matmul or row-reduction groups, directly or through a reshape aliasing a): a prologue of
+ * every one of them, or of none. */
 static void shared_views(kf_plan *p, uint32_t ei, uint32_t a) {
     const kf_graph *g = p->graph;
     uint32_t in = prologue_in(p, ei, a), found = 0;
     if (!in || !kf__group_is_views(p, &p->groups[ei])) {
         return;
     }
+    /* a's uses: root inputs reading a, and reshapes of a each read only by such inputs */
+    uint32_t *through = calloc(g->node_count, sizeof *through); /* reshape -> its root inputs */
+    if (!through) {
+        return;
+    }
     for (uint32_t gi = 0; gi < p->group_count; gi++) {
         const kf__group *grp = &p->groups[gi];
         const kf__node *root = grp->root ? &g->nodes[grp->root] : NULL;
         for (uint32_t i = 0; root && i < root->input_count && i < KF_NODE_MAX_INPUTS; i++) {
-            if (root->inputs[i] != a) {
+            uint32_t x = root->inputs[i];
+            if (!reads_through_reshape(p, x, a)) {
                 continue;
             }
-            kf_op_class cls = root->op->op_class;
-            if (grp->kind != KF__GROUP_PRODUCER || grp->prologue[i] ||
-                (cls != KF_OP_CLASS_MATMUL && cls != KF_OP_CLASS_ROW_REDUCTION) ||
-                (root->op->index_inputs >> i & 1u)) {
+            if (!takes_shared(p, grp, i)) {
+                free(through);
                 return;
+            }
+            if (x == a) {
+                found++;
+            } else {
+                through[x]++;
+            }
+        }
+    }
+    for (uint32_t x = 1; x < g->node_count; x++) {
+        if (through[x]) {
+            if (through[x] != p->uses[x]) {
+                free(through);
+                return; /* another reader of the reshape needs it in memory */
             }
             found++;
         }
     }
+    free(through);
     if (found != p->uses[a]) {
         return; /* another reader (an element-wise tail) needs a in memory */
     }
@@ -101,7 +144,7 @@ static void shared_views(kf_plan *p, uint32_t ei, uint32_t a) {
             kf__group *grp = &p->groups[gi];
             const kf__node *root = grp->root ? &g->nodes[grp->root] : NULL;
             for (uint32_t i = 0; root && i < root->input_count && i < KF_NODE_MAX_INPUTS; i++) {
-                if (root->inputs[i] != a) {
+                if (!reads_through_reshape(p, root->inputs[i], a)) {
                     continue;
                 }
                 if (pass == 0) {
@@ -236,14 +279,17 @@ kf_kernel *kf__compose_prologues(kf_plan *p, kf__group *grp, kf__compiled *c, kf
         kf_kernel_destroy(k);
         c->slot_count = root->input_count;
         for (uint32_t i = 0; i < root->input_count; i++) {
-            c->slots[i] = root->inputs[i];
+            c->slots[i] = kf__plan_buffer_node(p, kf__group_input_node(p, grp, i));
         }
         kf_shape shapes[KF_NODE_MAX_INPUTS];
         for (uint32_t i = 0; i < root->input_count; i++) {
             shapes[i] = g->nodes[root->inputs[i]].shape;
         }
+        kf_dtype dtype = kf__node_kernel_dtype(g, root);
         kf_kernel *own =
-            root->op->kernel_forward(shapes, &root->params, kf__node_kernel_dtype(g, root));
+            kf__group_has_strided(grp)
+                ? root->op->kernel_strided(p->ctx, shapes, &root->params, dtype, grp->layout, false)
+                : root->op->kernel_forward(shapes, &root->params, dtype);
         k = own ? compose_all(p, grp, c, own) : NULL;
     }
     if (!k) {

@@ -54,6 +54,7 @@ extern const kf__fusion_rule kf__rule_gather_tail;
 extern const kf__fusion_rule kf__rule_elementwise;
 extern const kf__fusion_rule kf__rule_horizontal;
 extern const kf__fusion_rule kf__rule_prologue;
+extern const kf__fusion_rule kf__rule_strided;
 extern const kf__fusion_rule kf__rule_classifier;
 extern const kf__fusion_rule kf__rule_bias_grad;
 extern const kf__fusion_rule kf__rule_activation_save;
@@ -160,6 +161,16 @@ bool kf__group_has_strided_view(const kf_plan *p, const kf__group *grp);
 /* Whether every node of element-wise group grp is a view: its value at any element is loads
  * through the views' mappings, so another view may follow it in the group. */
 bool kf__group_is_views(const kf_plan *p, const kf__group *grp);
+/* ---- strided views (rules/strided.c) ---- */
+
+/* Whether $KF_VIEW_COPIES asks for the views copied as before strided.c (benches). */
+bool kf__view_copies_asked(void);
+/* Whether grp's root reads an input through a strided view in place (kf__group.strided). */
+bool kf__group_has_strided(const kf__group *grp);
+/* The node bound for input i of grp's root: the input, or the source of the view it reads in
+ * place. */
+uint32_t kf__group_input_node(const kf_plan *p, const kf__group *grp, uint32_t i);
+
 /* ---- prologues (rules/prologue.c) ---- */
 
 /* Whether any input of grp's root has a prologue. */

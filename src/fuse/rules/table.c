@@ -10,6 +10,7 @@ const kf__fusion_rule *const kf__fusion_rules[] = {
     &kf__rule_layout,          /* transpose: a group of its own */
     &kf__rule_elementwise,     /* element-wise chains and trees */
     &kf__rule_activation_save, /* a pre-activation backward reads: saved or recomputed */
+    &kf__rule_strided,         /* views read in place through strides by the kernels that can */
     &kf__rule_prologue,        /* element-wise producers in a matmul's or reduction's loads */
     &kf__rule_rmsnorm_matmul,  /* rmsnorm in the following matmul's loads and store phase */
     &kf__rule_classifier,      /* a loss and its gradient in one kernel (fused classifier) */
