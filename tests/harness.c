@@ -78,6 +78,11 @@ double kt_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+const char *kt_last_error(void) {
+    const char *e = g_ctx ? kf_context_last_error(g_ctx) : NULL;
+    return e && *e ? e : "none";
+}
+
 kf_context *kt_context(void) {
     if (g_current && (g_current->need == KT_NEEDS_CPU || g_probe_cpu)) {
         kt_fail(__FILE__, __LINE__, "%s/%s %s asked for the GPU context%s", g_current->suite,

@@ -44,6 +44,8 @@ double kt_fuzz_seconds(double share);
 double kt_now(void);
 /* The shared GPU context, or NULL (with a message printed once) when there is none. */
 kf_context *kt_context(void);
+/* The shared context's last error message ("" when there is none or no context was made). */
+const char *kt_last_error(void);
 
 #define KT_TEST_NEEDING(suite, name, need)                                                         \
     static void kt_test_##name(void);                                                              \
@@ -69,7 +71,8 @@ kf_context *kt_context(void);
     do {                                                                                           \
         kf_status kt_st_ = (expr);                                                                 \
         if (kt_st_ != KF_OK) {                                                                     \
-            kt_fail(__FILE__, __LINE__, "%s -> %s", #expr, kf_status_str(kt_st_));                 \
+            kt_fail(__FILE__, __LINE__, "%s -> %s (the shared context's last error: %s)", #expr,   \
+                    kf_status_str(kt_st_), kt_last_error());                                       \
             return;                                                                                \
         }                                                                                          \
     } while (0)

@@ -389,9 +389,32 @@ kf_status kf__mutation_run(kf_context *ctx, const kf__mutation_options *o, kf__m
     campaign c = {.ctx = ctx, .o = o};
     kf_status st = list_checks(&c);
     kf__context_set_kernel_transform(ctx, transform, &c);
-    /* The checks as built: each must pass, and says which kernels it compiles. */
+    /* The checks as built: each must pass, and says which kernels it compiles. A sample takes
+     * them in a random order and stops its baseline once it took the budget (after one check):
+     * on a cold shader cache, or under a sanitizer, compiling every check's kernels takes far
+     * longer than the mutants' own budget. Its mutants are then those of the kernels the
+     * baselined checks compile, each against those checks. */
+    uint32_t *check_order = st == KF_OK ? malloc(sizeof *check_order * (c.check_count + 1)) : NULL;
+    st = st == KF_OK && !check_order ? KF_ERROR_OUT_OF_MEMORY : st;
+    for (uint32_t i = 0; check_order && i < c.check_count; i++) {
+        check_order[i] = i;
+    }
+    if (check_order && o->budget_s > 0) {
+        uint64_t state = o->seed ^ 0x636865636b73ULL;
+        for (uint32_t i = c.check_count; i > 1; i--) {
+            uint32_t j = (uint32_t)(kf__splitmix64(&state) % i);
+            uint32_t t = check_order[i - 1];
+            check_order[i - 1] = check_order[j];
+            check_order[j] = t;
+        }
+    }
     c.recording = true;
-    for (uint32_t i = 0; i < c.check_count && st == KF_OK; i++) {
+    uint32_t baselined = 0;
+    for (; check_order && baselined < c.check_count && st == KF_OK; baselined++) {
+        if (o->budget_s > 0 && baselined > 0 && now_s() - start > o->budget_s) {
+            break;
+        }
+        uint32_t i = check_order[baselined];
         c.current = i;
         bool unused = false;
         if (run_check(&c, &c.checks[i], true, &unused) != PASSED) {
@@ -403,8 +426,10 @@ kf_status kf__mutation_run(kf_context *ctx, const kf__mutation_options *o, kf__m
     }
     st = st == KF_OK && c.oom ? KF_ERROR_OUT_OF_MEMORY : st;
     c.recording = false;
+    free(check_order);
     r->kernels = c.kernel_count;
     r->checks = c.check_count;
+    r->baselined = baselined;
     /* Every mutant as (kernel, kind, site), in one list; a sample shuffles it. */
     uint32_t total = 0;
     for (uint32_t i = 0; i < c.kernel_count; i++) {

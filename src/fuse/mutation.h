@@ -11,7 +11,8 @@
 
 typedef struct kf__mutation_options {
     uint64_t seed;          /* inputs of every check, and which mutants a sample takes */
-    double budget_s;        /* > 0: a random sample, stopping once the mutants took this long */
+    double budget_s;        /* > 0: a random sample: checks in a random order until their
+                             * baseline took this long, then mutants for as long again */
     uint32_t shard, shards; /* shards > 1: only mutants m with m % shards == shard */
     bool quick;             /* fewer operator cases (the CI sample) */
     const char *filter;     /* only kernels whose name contains this (NULL: all) */
@@ -27,6 +28,7 @@ typedef struct kf__mutation_options {
 typedef struct kf__mutation_result {
     uint32_t kernels;   /* kernel names seen */
     uint32_t checks;    /* operator and plan checks */
+    uint32_t baselined; /* of them, run as built (all but in a sample cut short by its budget) */
     uint32_t mutants;   /* mutants there are */
     uint32_t tried;     /* run (all of them, or a sample) */
     uint32_t killed;    /* some check failed (mismatch) */
@@ -38,7 +40,8 @@ typedef struct kf__mutation_result {
 } kf__mutation_result;
 
 /* Runs the checks on ctx as built (they must pass), then each mutant of every kernel they
- * compile, one at a time, against the checks that compile that kernel. */
+ * compile, one at a time, against the checks that compile that kernel. A sample's time is at
+ * most about twice budget_s: its baseline, then its mutants. */
 kf_status kf__mutation_run(kf_context *ctx, const kf__mutation_options *o, kf__mutation_result *r);
 
 #endif

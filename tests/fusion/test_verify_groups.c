@@ -10,6 +10,7 @@
 #include "ir/ir_internal.h"
 #include "fuse/mutation.h"
 #include "ir/mutate.h"
+#include "runtime/runtime.h"
 #include "spec/spec_internal.h"
 
 static kf_graph *parse(const char *text) {
@@ -147,7 +148,8 @@ KT_TEST(fusion, verify_names_the_broken_group_of_a_deep_mlp) {
 KT_TEST(fusion, mutation_sample_kills_every_mutant_that_matters) {
     KT_NEED_GPU(ctx);
     const char *env = getenv("KFUSE_MUTATION_BUDGET");
-    /* 45 s of mutants after a baseline of ~10 s: about a minute of a 2-core CI machine */
+    /* at most 45 s of baseline (all checks, ~15 s, with warm shader caches), then 45 s of
+     * mutants: a minute or two of a 2-core CI machine */
     double budget = env ? atof(env) : 45.0;
     kf__mutation_options o = {.seed = kt_rand_u64(), .budget_s = budget, .quick = true};
     printf("    mutation sample: seed %llu, %.0f s (rerun: kfuse mutate --quick --seed %llu "
@@ -164,12 +166,35 @@ KT_TEST(fusion, mutation_sample_kills_every_mutant_that_matters) {
     kf__mutation_plans_destroy(plans);
     KT_CHECK(st == KF_OK, "the campaign runs: %s: %s", kf_status_str(st),
              kf_context_last_error(ctx));
-    printf("    %u mutants of %u kernels, %u tried: %u killed, %u did not run, %u survived "
-           "(%u matter)\n",
-           r.mutants, r.kernels, r.tried, r.killed, r.stillborn, r.survived, r.mattered);
+    printf("    %u mutants of %u kernels (of %u of %u checks), %u tried in %.0f s: %u killed, "
+           "%u did not run, %u survived (%u matter)\n",
+           r.mutants, r.kernels, r.baselined, r.checks, r.tried, r.seconds, r.killed, r.stillborn,
+           r.survived, r.mattered);
     KT_CHECK(r.tried > 0 && r.killed > 0, "mutants were tried and killed");
     KT_CHECK(r.mattered == 0, "%u surviving mutants changed an output past its tolerance",
              r.mattered);
+}
+
+/* The campaign drops the context's pipelines every 64 mutants (kf__context_forget_pipelines); the
+ * plans compiled after that, of kernels compiled before it, must build and verify again. */
+KT_TEST(fusion, plans_compile_again_after_the_context_forgets_its_pipelines) {
+    KT_NEED_GPU(ctx);
+    const char *program = "x: f32[2, 7, 3, 16]\nb: f32[16]\nw: f32[16, 5]\n"
+                          "y = permute(x, axes=[0, 2, 1, 3]) |> add(b) |> gelu\n"
+                          "z = matmul(y, w) |> relu\nout y, z\n";
+    for (int round = 0; round < 3; round++) {
+        kf_graph *g = parse(program);
+        KT_CHECK(g, "the program parses");
+        kf_plan *p = NULL;
+        KT_CHECK_OK(kf_graph_compile(ctx, g, NULL, &p));
+        kf_plan_report rep;
+        kf_status st = kf_plan_verify(p, kt_rand_u64(), &rep);
+        KT_CHECK(st == KF_OK, "round %d: verify: %s: %s", round, kf_status_str(st),
+                 kf_context_last_error(ctx));
+        kf_plan_destroy(p);
+        kf_graph_destroy(g);
+        kf__context_forget_pipelines(ctx);
+    }
 }
 
 KT_TEST(fusion, verify_allows_for_a_kernel_that_cancels_its_input) {

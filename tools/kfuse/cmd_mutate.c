@@ -17,7 +17,8 @@ static void usage(FILE *f) {
                "operator checks (kf_op_verify) and fused plans (kf_plan_verify) that compile that\n"
                "kernel against each. Prints the kill rate and every survivor that matters (moved\n"
                "an output past its documented tolerance). Exit 1 when one does.\n\n"
-               "  --budget S   a random sample (from the seed) that stops after S seconds\n"
+               "  --budget S   a random sample (from the seed): checks in a random order for S\n"
+               "               seconds of baseline, then their kernels' mutants for S seconds\n"
                "  --quick      two cases per operator instead of every small one\n"
                "  --kernel T   only kernels whose name contains T\n"
                "  --shard I/N  only mutant numbers m with m %% N == I (runs side by side)\n"
@@ -91,8 +92,8 @@ int kf_cmd_mutate(int argc, char **argv) {
         return 1;
     }
     uint32_t dead = r.killed + r.stillborn;
-    printf("%u kernels, %u checks, %u mutants, %u tried in %.1f s\n", r.kernels, r.checks,
-           r.mutants, r.tried, r.seconds);
+    printf("%u kernels of %u of %u checks, %u mutants, %u tried in %.1f s\n", r.kernels,
+           r.baselined, r.checks, r.mutants, r.tried, r.seconds);
     printf("killed %u (%u by a mismatch, %u did not compile or run), survived %u: %u moved no "
            "output past its tolerance, %u that matter\n",
            dead, r.killed, r.stillborn, r.survived, r.unchanged, r.mattered);
