@@ -20,6 +20,49 @@ static const kt_case *g_current;
 static bool g_probe_cpu; /* --probe-cpu: every test runs as if it were a KT_CPU_TEST */
 static bool g_candidate[KT_MAX_CASES]; /* a KT_TEST that passed under --probe-cpu */
 
+/* What kt_setenv changed in the running test, restored when it ends. */
+#define KT_MAX_ENV 8
+static struct {
+    const char *name;
+    char *saved; /* NULL: was unset */
+} g_env[KT_MAX_ENV];
+static int g_env_count;
+
+void kt_setenv(const char *name, const char *value) {
+    int i = 0;
+    while (i < g_env_count && strcmp(g_env[i].name, name) != 0) {
+        i++;
+    }
+    if (i == g_env_count) {
+        if (g_env_count == KT_MAX_ENV) {
+            kt_fail(__FILE__, __LINE__, "kt_setenv: more than %d variables in one test",
+                    KT_MAX_ENV);
+            return;
+        }
+        const char *now = getenv(name);
+        g_env[i].name = name;
+        g_env[i].saved = now ? strdup(now) : NULL;
+        g_env_count++;
+    }
+    if (value) {
+        setenv(name, value, 1);
+    } else {
+        unsetenv(name);
+    }
+}
+
+static void restore_env(void) {
+    for (int i = g_env_count - 1; i >= 0; i--) {
+        if (g_env[i].saved) {
+            setenv(g_env[i].name, g_env[i].saved, 1);
+        } else {
+            unsetenv(g_env[i].name);
+        }
+        free(g_env[i].saved);
+    }
+    g_env_count = 0;
+}
+
 void kt_register(const char *suite, const char *name, kt_fn fn, kt_need need) {
     if (g_case_count < KT_MAX_CASES) {
         g_cases[g_case_count++] = (kt_case){suite, name, fn, need};
@@ -242,6 +285,7 @@ int main(int argc, char **argv) {
         clock_t t0 = clock();
         tc->fn();
         double ms = 1000.0 * (double)(clock() - t0) / CLOCKS_PER_SEC;
+        restore_env();
         g_current = NULL;
         kf__bounds_check_stats after = check_stats();
         if (after.violations > before.violations) {

@@ -44,6 +44,10 @@ double kt_fuzz_seconds(double share);
 double kt_now(void);
 /* The shared GPU context, or NULL (with a message printed once) when there is none. */
 kf_context *kt_context(void);
+/* Sets (value NULL: unsets) an environment variable for the rest of the running test; the
+ * harness restores what it was when the test ends (a knob under test, or one a user's
+ * environment may set that would change what the test checks). */
+void kt_setenv(const char *name, const char *value);
 /* The shared context's last error message ("" when there is none or no context was made). */
 const char *kt_last_error(void);
 

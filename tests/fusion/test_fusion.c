@@ -140,6 +140,7 @@ KT_TEST(fusion, chain_with_scalar_row_and_column_broadcasts) {
 KT_TEST(fusion, large_chain_two_vec4s_per_invocation) {
     const char *program = "x: f32[1024,512]\nb: f32[512]\nc: f32[1024,1]\n"
                           "y = x |> mul(0.5) |> add(b) |> sub(c) |> tanh |> gelu\n";
+    kt_setenv("KF_EW_VEC4S", NULL); /* the default */
     expect_dispatches(program, 1, 5);
     kf_context *ctx = kt_context();
     kf_graph *g = ctx ? parse(program) : NULL;
@@ -159,9 +160,7 @@ KT_TEST(fusion, large_chain_two_vec4s_per_invocation) {
  * invocations; the third slot guarded, the fourth wholly past the end and left out). Row and
  * column broadcasts index every slot; all against the CPU specs and the unfused plan. */
 KT_TEST(fusion, ragged_chain_four_vec4s_per_invocation) {
-    const char *saved = getenv("KF_EW_VEC4S");
-    char *kept = saved ? strdup(saved) : NULL;
-    setenv("KF_EW_VEC4S", "4", 1);
+    kt_setenv("KF_EW_VEC4S", "4");
     static const char *const programs[] = {
         "x: f32[257,132]\nb: f32[132]\nc: f32[257,1]\n"
         "y = x |> mul(0.5) |> add(b) |> sub(c) |> tanh |> silu\n",
@@ -183,12 +182,6 @@ KT_TEST(fusion, ragged_chain_four_vec4s_per_invocation) {
         kf_plan_destroy(plan);
         kf_graph_destroy(g);
     }
-    if (kept) {
-        setenv("KF_EW_VEC4S", kept, 1);
-    } else {
-        unsetenv("KF_EW_VEC4S");
-    }
-    free(kept);
 }
 
 KT_TEST(fusion, matmul_bias_gelu_is_one_dispatch) {
