@@ -380,6 +380,17 @@ static void campaign_free(campaign *c) {
     free(c->kernels);
 }
 
+/* a[0..n) in a random order from seed (Fisher-Yates) */
+static void shuffle(uint32_t *a, uint32_t n, uint64_t seed) {
+    uint64_t state = seed;
+    for (uint32_t i = n; i > 1; i--) {
+        uint32_t j = (uint32_t)(kf__splitmix64(&state) % i);
+        uint32_t t = a[i - 1];
+        a[i - 1] = a[j];
+        a[j] = t;
+    }
+}
+
 kf_status kf__mutation_run(kf_context *ctx, const kf__mutation_options *o, kf__mutation_result *r) {
     if (!ctx || !o || !r) {
         return KF_ERROR_INVALID_ARGUMENT;
@@ -400,13 +411,7 @@ kf_status kf__mutation_run(kf_context *ctx, const kf__mutation_options *o, kf__m
         check_order[i] = i;
     }
     if (check_order && o->budget_s > 0) {
-        uint64_t state = o->seed ^ 0x636865636b73ULL;
-        for (uint32_t i = c.check_count; i > 1; i--) {
-            uint32_t j = (uint32_t)(kf__splitmix64(&state) % i);
-            uint32_t t = check_order[i - 1];
-            check_order[i - 1] = check_order[j];
-            check_order[j] = t;
-        }
+        shuffle(check_order, c.check_count, o->seed ^ 0x636865636b73ULL);
     }
     c.recording = true;
     uint32_t baselined = 0;
@@ -444,13 +449,7 @@ kf_status kf__mutation_run(kf_context *ctx, const kf__mutation_options *o, kf__m
         order[i] = i;
     }
     if (order && o->budget_s > 0) {
-        uint64_t state = o->seed ^ 0x6d757461746531ULL;
-        for (uint32_t i = total; i > 1; i--) {
-            uint32_t j = (uint32_t)(kf__splitmix64(&state) % i);
-            uint32_t t = order[i - 1];
-            order[i - 1] = order[j];
-            order[j] = t;
-        }
+        shuffle(order, total, o->seed ^ 0x6d757461746531ULL);
     }
     double sample_start = now_s(); /* the budget is the mutants' time, after the baseline */
     for (uint32_t m = 0; order && m < total; m++) {
