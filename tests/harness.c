@@ -23,7 +23,7 @@ static bool g_candidate[KT_MAX_CASES]; /* a KT_TEST that passed under --probe-cp
 /* What kt_setenv changed in the running test, restored when it ends. */
 #define KT_MAX_ENV 8
 static struct {
-    const char *name;
+    char *name;
     char *saved; /* NULL: was unset */
 } g_env[KT_MAX_ENV];
 static int g_env_count;
@@ -40,7 +40,7 @@ void kt_setenv(const char *name, const char *value) {
             return;
         }
         const char *now = getenv(name);
-        g_env[i].name = name;
+        g_env[i].name = strdup(name);
         g_env[i].saved = now ? strdup(now) : NULL;
         g_env_count++;
     }
@@ -59,6 +59,7 @@ static void restore_env(void) {
             unsetenv(g_env[i].name);
         }
         free(g_env[i].saved);
+        free(g_env[i].name);
     }
     g_env_count = 0;
 }
