@@ -1775,6 +1775,21 @@ void kf__checker_compute_all(kf__checker *c, bool all) {
     c->seen_count = 0;
 }
 
+bool kf__checker_fits(const kf__checker *c, const uint64_t *sizes, uint32_t count) {
+    const kf_kernel *w = c->prepared;
+    if (count + 1 != w->binding_count) {
+        return false;
+    }
+    for (uint32_t i = 1; i < w->binding_count; i++) {
+        const kf__binding *b = &w->bindings[i];
+        if (b->kind != KF_BINDING_UNIFORM &&
+            sizes[i - 1] / kf__type_stride(b->type) < kf__kernel_binding_length(c->user, i - 1)) {
+            return false;
+        }
+    }
+    return true;
+}
+
 bool kf__checker_needs_data(const kf__checker *c) {
     return c->needs_data;
 }

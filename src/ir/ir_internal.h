@@ -112,6 +112,9 @@ void kf__checker_free(kf__checker *c);
 /* Does any index, subgroup lane or condition depend on data loaded from storage? If not, the
  * check may run on buffers of zeros (only sizes and uniforms matter). */
 bool kf__checker_needs_data(const kf__checker *c);
+/* Whether buffers of these sizes (bytes, one per binding in binding order) are at least as long
+ * as the lengths c's kernel was proved for. */
+bool kf__checker_fits(const kf__checker *c, const uint64_t *sizes, uint32_t count);
 /* For tests: compute every value (true) or only what addresses depend on (false, the default
  * for a kernel whose addresses do not depend on data); forgets the launches already checked. */
 void kf__checker_compute_all(kf__checker *c, bool all);
@@ -130,8 +133,10 @@ kf_status kf__checker_run(kf__checker *c, const kf_interp_desc *desc, uint64_t b
 /* ---- check.c: the pipelines of IR kernels get the bounds check ---- */
 /* Pipeline p runs the WGSL of kernel k emitted for `lengths` and `grid` (as kf__kernel_wgsl_for
  * takes them): when p's context checks bounds, its dispatches are interpreted first (a copy of k
- * is kept). A no-op otherwise, when p already has a check, or when the context has a kernel
- * transform (mutation testing: its pipelines run mutants). */
+ * is kept). Kernels of one WGSL proved for other lengths or grids each add their checker (up to
+ * 16), and a dispatch is checked by the latest whose lengths its buffers meet. A no-op when the
+ * context does not check, has a kernel transform (mutation testing: its pipelines run mutants),
+ * or p has a check of another kind. */
 void kf__pipeline_attach_kernel(kf_pipeline *p, const kf_kernel *k, const uint64_t *lengths,
                                 const uint32_t grid[3]);
 

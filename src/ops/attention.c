@@ -721,6 +721,9 @@ static kf_kernel *forward_choose(kf_context *ctx, const kf_shape *in, const kf_o
      * compiles several times faster on lavapipe (2.5 s against 9 at D 128, 22 at D 16), which
      * the verification tables' small shapes would pay in every CI run */
     if (!k && !lanes_forced() && ad.t >= 128) {
+        k = kf__attention_tiled_config(&ad, dtype, &kf__attn_tiled_wide, workgroup_budget(ctx));
+    }
+    if (!k && !lanes_forced() && ad.t >= 128) {
         k = kf__attention_tiled(&ad, dtype);
     }
     return k ? k : attn_kernel(ROLE_OUT, in, p, dtype, with_lse ? LSE_SIDE : LSE_NONE, layouts);

@@ -253,16 +253,28 @@ typedef struct grad_tiles {
 enum { GRAD_LAYOUT_INTERLEAVE = 1u, GRAD_LAYOUT_PAD_P = 2u, GRAD_LAYOUT_ALL = 3u };
 
 /* Preferred first: 4 rows an invocation where the memory allows (P and dS are read back as one
- * vec4 of the 4 rows, and each tile value loaded feeds 4 rows' FMAs). */
+ * vec4 of the 4 rows, and each tile value loaded feeds 4 rows' FMAs), interleaved columns and
+ * padded P slots (GRAD_LAYOUT_ALL: on the H200 in session 9, 2.16 ms against 2.49 for the
+ * unpadded 32 x 32 at B 4, H 16, T 1024, D 64; bench/results/s9/). */
 static const grad_tiles tile_choices[] = {
-    {4, 2, 16, 8, 0,
+    {4, 2, 16, 8, GRAD_LAYOUT_ALL,
      false}, /* 32 x 32, 128 invocations (on the H200 1.5-1.75x faster than 4,4,8,8) */
-    {4, 2, 8, 8, 0, false}, /* 32 x 16 */
-    {4, 1, 8, 8, 0, false}, /* 32 x 8 */
-    {4, 1, 8, 4, 0, false}, /* 16 x 8, 32 invocations */
-    {1, 1, 4, 8, 0, false}, /* 8 x 4 */
-    {1, 1, 2, 4, 0, false}, /* 4 x 2 */
+    {4, 2, 8, 8, GRAD_LAYOUT_ALL, false}, /* 32 x 16 */
+    {4, 1, 8, 8, GRAD_LAYOUT_ALL, false}, /* 32 x 8 */
+    {4, 1, 8, 4, GRAD_LAYOUT_ALL, false}, /* 16 x 8, 32 invocations */
+    {1, 1, 4, 8, GRAD_LAYOUT_ALL, false}, /* 8 x 4 */
+    {1, 1, 2, 4, GRAD_LAYOUT_ALL, false}, /* 4 x 2 */
 };
+
+/* Where the preferred tiling leaves fewer workgroups than this, 16 x 16 tiles of 2 x 2 an
+ * invocation (64 invocations) take the work: twice the workgroups, each with half the rows. On the
+ * H200 (session 9) at the character GPT's shape (B 64, H 4, T 64, D 32: 512 workgroups of 32
+ * rows) 0.0524 ms against 0.0666 for the 32 x 32 tiles; at the block's (2048 of them) the 32 x 32
+ * tiles stay ahead. */
+#define MAX_RC 4u
+#define MAX_M 16u /* vec4 columns an invocation owns: 32 / wx, wx >= 2 */
+#define FEW_WORKGROUPS 1024u
+static const grad_tiles small_work = {2, 2, 8, 8, GRAD_LAYOUT_ALL, false};
 
 /* vec4 columns of a staged row (D rounded up to 4); rows are staged one vec4 apart more, so rows
  * read at one offset fall in different banks. */
@@ -286,10 +298,12 @@ static uint64_t tiles_bytes(const grad_tiles *c, uint32_t d) {
 static bool tiles_parse(const char *text, uint32_t d, uint32_t budget, uint32_t layout,
                         grad_tiles *out);
 
-/* The tiling of dq's kernels (dq_side) or dk's and dv's: $KF_ATTN_GRAD_TILES_Q or _KV, else
- * $KF_ATTN_GRAD_TILES, where one parses and fits; else the first of tile_choices whose workgroup
- * memory fits `budget` bytes. $KF_ATTN_GRAD_LAYOUT (bits) replaces the layout where it fits. */
-static grad_tiles tiles_for(uint32_t d, uint32_t budget, bool dq_side) {
+/* The tiling of dq's kernels (dq_side) or dk's and dv's over bh heads of t rows:
+ * $KF_ATTN_GRAD_TILES_Q or _KV, else $KF_ATTN_GRAD_TILES, where one parses and fits; else the
+ * first of tile_choices whose workgroup memory fits `budget` bytes, or small_work where that one
+ * leaves fewer than FEW_WORKGROUPS workgroups. $KF_ATTN_GRAD_LAYOUT (bits) replaces the layout
+ * where it fits. */
+static grad_tiles tiles_for(uint32_t d, uint32_t t, uint32_t bh, uint32_t budget, bool dq_side) {
     grad_tiles c;
     const char *env_layout = getenv("KF_ATTN_GRAD_LAYOUT");
     unsigned forced_layout = 0;
@@ -300,6 +314,11 @@ static grad_tiles tiles_for(uint32_t d, uint32_t budget, bool dq_side) {
         i++;
     }
     c = tile_choices[i];
+    const uint64_t br = c.rr * c.wy;
+    if ((t + br - 1) / br * (uint64_t)bh < FEW_WORKGROUPS && tiles_bytes(&small_work, d) <= budget &&
+        (vec_cols(d) + small_work.wx - 1) / small_work.wx <= MAX_M) {
+        c = small_work;
+    }
     uint32_t layout = has_layout ? forced_layout : c.layout;
     if (tiles_parse(getenv(dq_side ? "KF_ATTN_GRAD_TILES_Q" : "KF_ATTN_GRAD_TILES_KV"), d, budget,
                     layout, &c) ||
@@ -376,8 +395,6 @@ static void stage_rows(kf_kernel *k, kf_shared s, attn_operand o, kf_val head_ro
 }
 
 #define MAX_RR 4u
-#define MAX_RC 4u
-#define MAX_M 16u /* vec4 columns an invocation owns: 32 / wx, wx >= 2 */
 
 static bool tiles_parse(const char *text, uint32_t d, uint32_t budget, uint32_t layout,
                         grad_tiles *out) {
@@ -820,7 +837,7 @@ static kf_kernel *grad_kernel_strided(kf_context *ctx, grad_role role, const kf_
                                       const kf__strided *layouts) {
     const kf__attn_dims a = kf__attn_dims_of(&in[0]);
     const bool dq_side = role == ROLE_DQ || role == ROLE_STATS || role == ROLE_DQ_STATS;
-    grad_tiles c = tiles_for(a.d, budget_of(ctx), dq_side);
+    grad_tiles c = tiles_for(a.d, a.t, a.bh, budget_of(ctx), dq_side);
     return grad_kernel(role, &c, in, p, dtype, layouts);
 }
 
@@ -856,7 +873,7 @@ static kf_kernel *grad_q_with_stats(kf_context *ctx, const kf_shape *in, const k
  * dk's (attention_grad_k, _v) may be tiled differently. */
 static void grid_of(const kf_shape *in, bool dq_side, uint32_t groups[3]) {
     const kf__attn_dims a = kf__attn_dims_of(&in[0]);
-    const grad_tiles c = tiles_for(a.d, PORTABLE_BUDGET, dq_side);
+    const grad_tiles c = tiles_for(a.d, a.t, a.bh, PORTABLE_BUDGET, dq_side);
     uint32_t br = c.rr * c.wy;
     groups[0] = (a.t + br - 1) / br * a.bh;
     groups[1] = 1;

@@ -134,6 +134,7 @@ bool kf__attention_tiled_config_parse(const char *text, kf__attn_tiled_config *o
 }
 
 const kf__attn_tiled_config kf__attn_tiled_default = {16, 16, 4, 2, 0, false, false};
+const kf__attn_tiled_config kf__attn_tiled_wide = {8, 16, 4, 4, 64, true, true};
 
 kf_kernel *kf__attention_tiled(const kf__attn_desc *a, kf_dtype dtype) {
     return kf__attention_tiled_config(a, dtype, &kf__attn_tiled_default, 0);

@@ -171,7 +171,8 @@ KT_CPU_TEST(ops, attention_tilings_interpreter) {
                                       "16,16,1,2/d", "8,16,4,4,64/v/d", NULL};
     /* the backward: both layouts at the default tiling, 4 columns an invocation interleaved,
      * 2 rows, padded P alone */
-    static const char *const bwd[] = {"4,2,16,8,3", "2,4,8,16,1", "4,4,8,8,3", "4,2,8,8,2", NULL};
+    static const char *const bwd[] = {"4,2,16,8,3", "2,4,8,16,1", "4,4,8,8,3",
+                                      "4,2,8,8,2",  "2,2,8,8,3",  NULL};
     check_shape(2, 17, 8, true, false, fwd, bwd);   /* one row past a 16-row tile */
     check_shape(1, 70, 36, false, false, fwd, bwd); /* past 64 rows; D past a 32-column chunk */
     check_shape(1, 33, 7, true, false, fwd, bwd);   /* D not a multiple of 4 */

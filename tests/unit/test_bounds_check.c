@@ -365,3 +365,59 @@ KT_CPU_TEST(unit, bounds_check_addresses_only_agrees_with_computing_everything) 
            compared, (unsigned long long)workgroups, skipped);
     KT_CHECK(compared >= 100, "only %u operator kernels compared", compared);
 }
+
+/* One pipeline, kernels proved for other lengths: attention_grad_q's WGSL does not depend on the
+ * number of heads (it only sets the grid), so a plan over 2 x 3 heads and one over 1 x 2 compile to
+ * one pipeline, whose first checker was proved for q of 816 elements. The second plan's q holds
+ * 272: it must be checked by its own kernel's proof, not refused for the first one's lengths. */
+KT_TEST(unit, bounds_check_one_pipeline_serves_kernels_proved_for_other_lengths) {
+    static const char *const programs[2] = {
+        "q: f32[2, 3, 17, 8]\nk: f32[2, 3, 17, 8]\nv: f32[2, 3, 17, 8]\ng: f32[2, 3, 17, 10]\n"
+        "dq = attention_grad_q(q, k, v, g)\nout dq\n",
+        "q: f32[1, 2, 17, 8]\nk: f32[1, 2, 17, 8]\nv: f32[1, 2, 17, 8]\ng: f32[1, 2, 17, 10]\n"
+        "dq = attention_grad_q(q, k, v, g)\nout dq\n"};
+    kf_context *ctx = context_with_check(true, NULL);
+    KT_CHECK(ctx, "no GPU context");
+    if (!ctx) {
+        return;
+    }
+    /* the premise: both kernels emit one WGSL text */
+    const kf_operator *op = kf_op_find("attention_grad_q");
+    char *wgsl[2] = {NULL, NULL};
+    for (int i = 0; i < 2 && op; i++) {
+        kf_shape in[4];
+        for (int j = 0; j < 4; j++) {
+            in[j] = (kf_shape){4, {i ? 1u : 2u, i ? 2u : 3u, 17, j == 3 ? 10u : 8u}};
+        }
+        kf_kernel *k = kf__op_kernel_for(ctx, op, in, NULL, KF_DTYPE_F32);
+        wgsl[i] = k ? kf_kernel_emit_wgsl(k) : NULL;
+        kf_kernel_destroy(k);
+    }
+    KT_CHECK(wgsl[0] && wgsl[1] && !strcmp(wgsl[0], wgsl[1]),
+             "the two head counts emit different WGSL: the test proves nothing");
+    kf_free(wgsl[0]);
+    kf_free(wgsl[1]);
+    kf_plan *plans[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++) {
+        kf_graph *g = NULL;
+        kf_spec_error err = {0};
+        KT_CHECK_OK(kf_spec_parse(programs[i], strlen(programs[i]), &g, &err));
+        KT_CHECK(g && kf_graph_compile(ctx, g, NULL, &plans[i]) == KF_OK, "compile %d: %s", i,
+                 kf_context_last_error(ctx));
+        kf_graph_destroy(g);
+    }
+    /* both plans exist before either runs, then each runs twice, interleaved */
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < 2 && plans[i]; i++) {
+            kf_plan_report r;
+            KT_CHECK(kf_plan_verify(plans[i], kt_rand_u64(), &r) == KF_OK, "plan %d: %s", i,
+                     kf_context_last_error(ctx));
+        }
+    }
+    const kf__bounds_check_stats *cs = kf__context_bounds_check_stats(ctx);
+    KT_CHECK(cs->violations == 0 && cs->dispatches > 0, "%llu violations in %llu dispatches",
+             (unsigned long long)cs->violations, (unsigned long long)cs->dispatches);
+    kf_plan_destroy(plans[0]);
+    kf_plan_destroy(plans[1]);
+    kf_context_destroy(ctx);
+}
