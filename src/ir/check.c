@@ -31,8 +31,6 @@ static uint32_t check_subgroup_size(const kf_context *ctx) {
 }
 
 #define SET_MAX 16u
-
-/* The checkers of one pipeline, in the order their kernels attached. */
 #define KEY_BINDINGS 16u /* bindings a key records; a kernel with more is keyed by its first */
 
 typedef struct check_key {
@@ -40,6 +38,7 @@ typedef struct check_key {
     uint32_t grid[3];
 } check_key;
 
+/* The checkers of one pipeline, in the order their kernels attached, each with its key. */
 typedef struct check_set {
     kf__checker *items[SET_MAX];
     check_key keys[SET_MAX];

@@ -315,7 +315,8 @@ static grad_tiles tiles_for(uint32_t d, uint32_t t, uint32_t bh, uint32_t budget
     }
     c = tile_choices[i];
     const uint64_t br = c.rr * c.wy;
-    if ((t + br - 1) / br * (uint64_t)bh < FEW_WORKGROUPS && tiles_bytes(&small_work, d) <= budget &&
+    if ((t + br - 1) / br * (uint64_t)bh < FEW_WORKGROUPS &&
+        tiles_bytes(&small_work, d) <= budget &&
         (vec_cols(d) + small_work.wx - 1) / small_work.wx <= MAX_M) {
         c = small_work;
     }
