@@ -690,6 +690,9 @@ KF_API void kf_sgmat_store_storage(kf_kernel *k, kf_binding dst, kf_val offset, 
 /* acc = subgroupMatrixMultiplyAccumulate(left, right, acc): acc += left * right. left is M x K,
  * right K x N of one component type, acc a result M x N. */
 KF_API void kf_sgmat_mma(kf_kernel *k, kf_sgmat acc, kf_sgmat left, kf_sgmat right);
+/* acc = subgroupMatrixMultiply<component>(left, right): acc = left * right, acc's previous value
+ * not read (no zeroing load before a fresh sum). Shapes and types as kf_sgmat_mma. */
+KF_API void kf_sgmat_mul(kf_kernel *k, kf_sgmat acc, kf_sgmat left, kf_sgmat right);
 
 /* --- statements --- */
 /* Names a value (`let name = ...;`); returns the named value. */

@@ -1406,8 +1406,8 @@ void kf_sgmat_store_storage(kf_kernel *k, kf_binding dst, kf_val offset, kf_sgma
     }
 }
 
-void kf_sgmat_mma(kf_kernel *k, kf_sgmat acc, kf_sgmat left, kf_sgmat right) {
-    const char *fn = "kf_sgmat_mma";
+static void sgmat_product(kf_kernel *k, kf_sgmat acc, kf_sgmat left, kf_sgmat right, bool fresh) {
+    const char *fn = fresh ? "kf_sgmat_mul" : "kf_sgmat_mma";
     uint32_t ia = sgmat_id(k, acc, fn, 2);
     uint32_t il = ia ? sgmat_id(k, left, fn, 3) : 0;
     uint32_t ir = il ? sgmat_id(k, right, fn, 4) : 0;
@@ -1436,7 +1436,16 @@ void kf_sgmat_mma(kf_kernel *k, kf_sgmat acc, kf_sgmat left, kf_sgmat right) {
     if (st) {
         k->stmts[st].d = il;
         k->stmts[st].e = ir;
+        k->stmts[st].flags = fresh ? KF__SGMAT_FRESH : 0;
     }
+}
+
+void kf_sgmat_mma(kf_kernel *k, kf_sgmat acc, kf_sgmat left, kf_sgmat right) {
+    sgmat_product(k, acc, left, right, false);
+}
+
+void kf_sgmat_mul(kf_kernel *k, kf_sgmat acc, kf_sgmat left, kf_sgmat right) {
+    sgmat_product(k, acc, left, right, true);
 }
 
 /* ======================================================================================== */

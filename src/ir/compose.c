@@ -275,6 +275,7 @@ static void copy_stmt(copier *c, uint32_t sid) {
         if (ns) {
             d->stmts[ns].d = left;
             d->stmts[ns].e = right;
+            d->stmts[ns].flags = s->flags;
         }
         break;
     }

@@ -1159,7 +1159,9 @@ static bool sgmat_mma(interp *ip, const kf__stmt *s, const uint8_t *m) {
     if (!run) {
         return fail(ip, KF_ERROR_OUT_OF_MEMORY, "out of memory");
     }
-    bool ok = sgmat_groups(ip, m, "subgroupMatrixMultiplyAccumulate", NULL, 0, run);
+    const bool fresh = s->flags & KF__SGMAT_FRESH;
+    bool ok = sgmat_groups(
+        ip, m, fresh ? "subgroupMatrixMultiply" : "subgroupMatrixMultiplyAccumulate", NULL, 0, run);
     if (ip->address_nodes) {
         free(run);
         return ok; /* its values are no address's */
@@ -1176,7 +1178,7 @@ static bool sgmat_mma(interp *ip, const kf__stmt *s, const uint8_t *m) {
             for (uint32_t c = 0; c < a->cols; c++) {
                 uint32_t *e = acc + r * a->cols + c;
                 if (is_float(as)) {
-                    double sum = fw(*e);
+                    double sum = fresh ? 0 : fw(*e);
                     for (uint32_t q = 0; q < l->cols; q++) {
                         uint32_t x = lm[r * l->cols + q], y = rm[q * a->cols + c];
                         sum += is_float(ls)          ? (double)fw(x) * fw(y)
@@ -1185,7 +1187,7 @@ static bool sgmat_mma(interp *ip, const kf__stmt *s, const uint8_t *m) {
                     }
                     *e = wfloat(as, (float)sum);
                 } else {
-                    uint32_t sum = *e;
+                    uint32_t sum = fresh ? 0 : *e;
                     for (uint32_t q = 0; q < l->cols; q++) {
                         uint32_t x = lm[r * l->cols + q], y = rm[q * a->cols + c];
                         sum +=

@@ -91,11 +91,13 @@ typedef enum kf__stmt_kind {
     KF__STMT_SGMAT_LOAD,  /* ref: matrix variable; a: offset; b: stride; d: the workgroup array
                              (or binding, with KF__SGMAT_STORAGE); flags */
     KF__STMT_SGMAT_STORE, /* ref: matrix variable; a, b, d, flags as for the load */
-    KF__STMT_SGMAT_MMA    /* ref: the result matrix; d: left; e: right (variables) */
+    KF__STMT_SGMAT_MMA    /* ref: the result matrix; d: left; e: right (variables); flags:
+                             KF__SGMAT_FRESH for acc = left * right */
 } kf__stmt_kind;
 
 /* kf__stmt.flags of subgroup-matrix loads and stores */
-enum { KF__SGMAT_COL_MAJOR = 1u << 0, KF__SGMAT_STORAGE = 1u << 1 };
+/* KF__SGMAT_FRESH: an MMA that does not read its accumulator (acc = left * right) */
+enum { KF__SGMAT_COL_MAJOR = 1u << 0, KF__SGMAT_STORAGE = 1u << 1, KF__SGMAT_FRESH = 1u << 2 };
 
 typedef struct kf__stmt {
     uint8_t kind;

@@ -79,6 +79,321 @@ static void stage(kf_kernel *k, kf_binding b, kf_shared tile, uint32_t at, kf_va
     kf_end(k);
 }
 
+/* --- the one-pass kernel (kf__attn_sgmat_config.online) ---
+ *
+ * FlashAttention's order on subgroup matrices: one walk over the keys, S = q k^T and O += P V in
+ * the same tile, with the online softmax's rescale of O done where a result matrix cannot be
+ * touched element by element: each tile's P V goes to a fresh result matrix
+ * (subgroupMatrixMultiply, no zeroing load), through the subgroup's scratch in workgroup memory,
+ * into f32 registers that each invocation keeps for its share of the subgroup's rows, O_reg = O_reg
+ * * alpha + (P V). Two barriers a tile: (1) the scores and the previous tile's P V are stored; (2)
+ * P is stored. Between them each invocation adds the previous tile's P V, then takes its row's new
+ * maximum (the row's invocations combined by subgroup shuffles), alpha = exp(m_old - m_new), P =
+ * exp(S - m_new) (so at most 1: the 2^14 scale and the hi + lo split of the two-pass kernel apply
+ * unchanged) and its share of the row's sum. q k^T once and exp once, against twice each in the
+ * two-pass kernel.
+ *
+ * Reads q, k and v as matrices straight from storage, so T a multiple of the key tile and D of
+ * 16 (kf__attention_sgmat_config returns NULL otherwise). Each invocation's columns of a row are
+ * interleaved (column part + lanes_per_row * i) and rotated by 2 for rows 8 on, which puts the 32
+ * invocations' reads of a padded row-major scratch in 32 different banks. */
+
+/* its workgroup memory: per subgroup the scores (R x (C + 4) f32), one tile's P V (R x (D + 4)
+ * f32) and P (R x (C + 8) f16, twice with lo) */
+static uint32_t online_memory(uint32_t w, uint32_t rows, uint32_t c, uint32_t dp, bool split) {
+    return w * rows * ((c + 4) * 4 + (dp + 4) * 4 + (split ? 2 : 1) * (c + PAD) * 2);
+}
+
+/* The column an invocation's i-th of n owns (see above): part + lpr * ((i + rot) % n). */
+static kf_val owned_col(kf_kernel *k, kf_val part, kf_val rot, uint32_t i, uint32_t n,
+                        uint32_t lpr) {
+    kf_val j = kf_binary(k, KF_OP_BIT_AND, kf_add(k, rot, u32(k, i)), u32(k, n - 1));
+    return kf_add(k, part, kf_mul(k, j, u32(k, lpr)));
+}
+
+static kf_kernel *online_kernel(const kf__attn_desc *a, uint32_t sg, uint32_t budget,
+                                const kf__attn_sgmat_config *cfg) {
+    const uint32_t w = cfg->subgroups ? cfg->subgroups : SUBGROUPS;
+    const bool split = !cfg->hi_only, reload_q = cfg->reload_q;
+    const uint32_t rb = cfg->row_blocks == 2 ? 2 : 1, R = MAT * rb;
+    const uint32_t t = a->t, d = a->d, dp = d;
+    if (w > 16 || w * sg > 1024 || sg < R || t < R || d % MAT || (cfg->keys && cfg->keys % MAT) ||
+        cfg->keys > 64) {
+        return NULL;
+    }
+    uint32_t bc = cfg->keys ? cfg->keys : 64u;
+    while (bc > MAT && (online_memory(w, R, bc, dp, split) > budget || t % bc)) {
+        bc /= 2;
+    }
+    const uint32_t lpr = sg / R; /* invocations a row */
+    if (online_memory(w, R, bc, dp, split) > budget || t % bc || bc % lpr || dp % lpr) {
+        return NULL;
+    }
+    const uint32_t per = bc / lpr, ocn = dp / lpr; /* a row's score and output columns each */
+    if ((per & (per - 1)) || (ocn & (ocn - 1))) {
+        return NULL; /* the rotation masks with n - 1 */
+    }
+    const uint32_t ls = bc + 4, lo_ = dp + 4, ldp = bc + PAD, rows = w * R;
+    const uint32_t qtiles = (t + rows - 1) / rows, dm = dp / MAT, cm = bc / MAT;
+    kf_type f32 = kf_type_scalar(KF_SCALAR_F32), h = kf_type_scalar(KF_SCALAR_F16);
+    kf_type u32t = kf_type_scalar(KF_SCALAR_U32);
+
+    char name[80];
+    snprintf(name, sizeof name, "attention_sgmat_%ux%u%s_online%s%s%s%s", rows, bc,
+             split ? "" : "_hi", rb > 1 ? "_r2" : "", reload_q ? "_rq" : "",
+             a->causal ? "_causal" : "", a->with_lse ? "_lse" : "");
+    kf_kernel_desc desc = {.name = name, .workgroup_size = {w * sg, 1, 1}, .output = h};
+    kf_kernel *k = kf_kernel_create(&desc);
+    if (!k) {
+        return NULL;
+    }
+    uint32_t groups[3] = {qtiles * a->bh, 1, 1};
+    kf_kernel_set_grid(k, groups);
+    kf_binding bq = kf_kernel_storage(k, "q", h, KF_ACCESS_READ);
+    kf_binding bk = kf_kernel_storage(k, "k", h, KF_ACCESS_READ);
+    kf_binding bv = kf_kernel_storage(k, "v", h, KF_ACCESS_READ);
+    kf_binding blse = {0};
+    if (a->with_lse) {
+        blse = kf_kernel_storage(k, "lse", f32, KF_ACCESS_READ_WRITE);
+    }
+    kf_shared scores = kf_kernel_workgroup(k, "scores", f32, rows * ls);
+    kf_shared pv = kf_kernel_workgroup(k, "pv", f32, rows * lo_);
+    kf_shared probs = kf_kernel_workgroup(k, "probs", h, rows * ldp);
+    kf_shared probs_lo = {0};
+    if (split) {
+        probs_lo = kf_kernel_workgroup(k, "probs_lo", h, rows * ldp);
+    }
+
+    kf_val local = kf_let(k, "local", kf_builtin_get(k, KF_BUILTIN_LOCAL_INDEX));
+    kf_val sgi = kf_let(k, "sgi", kf_div(k, local, u32(k, sg)));
+    kf_val lane = kf_let(k, "lane", kf_binary(k, KF_OP_MOD, local, u32(k, sg)));
+    kf_val wg = kf_let(k, "wg", kf_workgroup_linear(k));
+    kf_val head = kf_let(k, "head", kf_div(k, wg, u32(k, qtiles)));
+    kf_val r0 =
+        kf_let(k, "r0", kf_mul(k, kf_binary(k, KF_OP_MOD, wg, u32(k, qtiles)), u32(k, rows)));
+    kf_val head_row0 = kf_let(k, "head_row0", kf_mul(k, head, u32(k, t)));
+    /* a subgroup reaching past T computes the last R rows again and writes none of them */
+    kf_val sub_row0 = kf_let(k, "sub_row0", kf_add(k, r0, kf_mul(k, sgi, u32(k, R))));
+    kf_val sub_base = kf_let(k, "sub_base", kf_call2(k, KF_FN_MIN, sub_row0, u32(k, t - R)));
+    kf_val writes = kf_let(k, "writes", kf_binary(k, KF_OP_LT, sub_row0, u32(k, t)));
+    kf_val rin = kf_let(k, "rin", kf_binary(k, KF_OP_MOD, lane, u32(k, R)));
+    kf_val part = kf_let(k, "part", kf_div(k, lane, u32(k, R)));
+    kf_val rot =
+        kf_let(k, "rot", kf_binary(k, KF_OP_BIT_AND, kf_div(k, rin, u32(k, 8)), u32(k, 1)));
+    kf_val row = kf_let(k, "row", kf_add(k, sub_base, rin));
+    kf_val s_row =
+        kf_let(k, "s_row", kf_mul(k, kf_add(k, kf_mul(k, sgi, u32(k, R)), rin), u32(k, ls)));
+    kf_val o_row =
+        kf_let(k, "o_row", kf_mul(k, kf_add(k, kf_mul(k, sgi, u32(k, R)), rin), u32(k, lo_)));
+    kf_val p_row =
+        kf_let(k, "p_row", kf_mul(k, kf_add(k, kf_mul(k, sgi, u32(k, R)), rin), u32(k, ldp)));
+    kf_val s_at = kf_let(k, "s_at", kf_mul(k, sgi, u32(k, R * ls)));
+    kf_val o_at = kf_let(k, "o_at", kf_mul(k, sgi, u32(k, R * lo_)));
+    kf_val p_at = kf_let(k, "p_at", kf_mul(k, sgi, u32(k, R * ldp)));
+    kf_val scol[64], ocol[128];
+    for (uint32_t c = 0; c < per; c++) {
+        scol[c] = kf_let(k, "scol", owned_col(k, part, rot, c, per, lpr));
+    }
+    for (uint32_t e = 0; e < ocn; e++) {
+        ocol[e] = kf_let(k, "ocol", owned_col(k, part, rot, e, ocn, lpr));
+    }
+
+    /* q's matrices, held (or loaded again at each use: reload_q) */
+    kf_sgmat ql[2 * MAX_D / MAT], sm[2 * 64 / MAT], ot[2 * MAX_D / MAT], pl[2], pl_lo[2] = {{0}};
+    kf_val q_at = kf_let(k, "q_at", kf_mul(k, kf_add(k, head_row0, sub_base), u32(k, d)));
+    for (uint32_t i = 0; i < (reload_q ? 1 : rb * dm); i++) {
+        ql[i] = kf_sgmat_declare(k, "ql", KF_SGMAT_LEFT, KF_SCALAR_F16, MAT, MAT);
+        if (!reload_q) {
+            kf_sgmat_load_storage(k, ql[i], bq,
+                                  kf_add(k, q_at, u32(k, i / dm * MAT * d + i % dm * MAT)), false,
+                                  u32(k, d));
+        }
+    }
+    kf_sgmat kr = kf_sgmat_declare(k, "kr", KF_SGMAT_RIGHT, KF_SCALAR_F16, MAT, MAT);
+    kf_sgmat vr = kf_sgmat_declare(k, "vr", KF_SGMAT_RIGHT, KF_SCALAR_F16, MAT, MAT);
+    for (uint32_t j = 0; j < rb * cm; j++) {
+        sm[j] = kf_sgmat_declare(k, "s", KF_SGMAT_RESULT, KF_SCALAR_F32, MAT, MAT);
+    }
+    for (uint32_t i = 0; i < rb * dm; i++) {
+        ot[i] = kf_sgmat_declare(k, "ot", KF_SGMAT_RESULT, KF_SCALAR_F32, MAT, MAT);
+    }
+    for (uint32_t b = 0; b < rb; b++) {
+        pl[b] = kf_sgmat_declare(k, "pl", KF_SGMAT_LEFT, KF_SCALAR_F16, MAT, MAT);
+        if (split) {
+            pl_lo[b] = kf_sgmat_declare(k, "pl_lo", KF_SGMAT_LEFT, KF_SCALAR_F16, MAT, MAT);
+        }
+    }
+    kf_var m_run = kf_declare(k, "m_run", f32, kf_lit_f32(k, NEG_BIG));
+    kf_var l_run = kf_declare(k, "l_run", f32, kf_lit_f32(k, 0));
+    /* alpha of the tile whose P V is in the scratch (0 before the first: O_reg is 0 anyway) */
+    kf_var alpha_v = kf_declare(k, "alpha", f32, kf_lit_f32(k, 0));
+    kf_var o_reg[128];
+    for (uint32_t e = 0; e < ocn; e++) {
+        o_reg[e] = kf_declare(k, "o", f32, kf_lit_f32(k, 0));
+    }
+    kf_var first = kf_declare(k, "first", kf_type_scalar(KF_SCALAR_BOOL), kf_lit_bool(k, true));
+
+    kf_val end = u32(k, t);
+    if (a->causal) {
+        end = kf_let(k, "end", kf_call2(k, KF_FN_MIN, kf_add(k, r0, u32(k, rows)), u32(k, t)));
+    }
+    kf_val c0 = kf_for(k, "c0", u32(k, 0), end, u32(k, bc));
+    {
+        kf_val kv_at = kf_let(k, "kv_at", kf_mul(k, kf_add(k, head_row0, c0), u32(k, d)));
+        /* S = q k^T, R x bc, into the subgroup's scores */
+        for (uint32_t j = 0; j < cm; j++) {
+            for (uint32_t i = 0; i < dm; i++) {
+                kf_sgmat_load_storage(k, kr, bk, kf_add(k, kv_at, u32(k, j * MAT * d + i * MAT)),
+                                      true, u32(k, d));
+                for (uint32_t b = 0; b < rb; b++) {
+                    if (reload_q) {
+                        kf_sgmat_load_storage(k, ql[0], bq,
+                                              kf_add(k, q_at, u32(k, b * MAT * d + i * MAT)), false,
+                                              u32(k, d));
+                    }
+                    kf_sgmat q = ql[reload_q ? 0 : b * dm + i];
+                    (i ? kf_sgmat_mma : kf_sgmat_mul)(k, sm[b * cm + j], q, kr);
+                }
+            }
+            for (uint32_t b = 0; b < rb; b++) {
+                kf_sgmat_store(k, scores, kf_add(k, s_at, u32(k, b * MAT * ls + j * MAT)),
+                               sm[b * cm + j], false, u32(k, ls));
+            }
+        }
+        kf_barrier(k); /* (1) the scores, and the previous tile's P V */
+        /* the previous tile's P V into the registers */
+        kf_if(k, kf_unary(k, KF_OP_NOT, kf_read(k, first)));
+        {
+            kf_val al = kf_read(k, alpha_v);
+            for (uint32_t e = 0; e < ocn; e++) {
+                kf_val x = kf_shared_load(k, pv, kf_add(k, o_row, ocol[e]));
+                kf_assign(k, o_reg[e], kf_call3(k, KF_FN_FMA, kf_read(k, o_reg[e]), al, x));
+            }
+        }
+        kf_end(k);
+        kf_assign(k, first, kf_lit_bool(k, false));
+        /* this invocation's scores: scaled, masked, its max, the row's (shuffles) */
+        kf_val x[64], keep[64] = {{0, 0}};
+        kf_val m = kf_read(k, m_run);
+        for (uint32_t c = 0; c < per; c++) {
+            x[c] = kf_mul(k, kf_shared_load(k, scores, kf_add(k, s_row, scol[c])),
+                          kf_lit_f32(k, a->scale));
+            if (a->causal) {
+                keep[c] = kf_binary(k, KF_OP_LE, kf_add(k, c0, scol[c]), row);
+                x[c] = kf_select(k, kf_lit_f32(k, NEG_BIG), x[c], keep[c]);
+            }
+            x[c] = kf_let(k, "x", x[c]);
+            m = kf_call2(k, KF_FN_MAX, m, x[c]);
+        }
+        m = kf_let(k, "m_mine", m);
+        for (uint32_t s = R; s < sg; s *= 2) {
+            kf_val other = kf_subgroup(k, KF_SUBGROUP_SHUFFLE, m,
+                                       kf_binary(k, KF_OP_BIT_XOR, lane, u32(k, s)));
+            m = kf_let(k, "m_row", kf_call2(k, KF_FN_MAX, m, other));
+        }
+        kf_val alpha =
+            kf_let(k, "alpha_new", kf_call1(k, KF_FN_EXP, kf_sub(k, kf_read(k, m_run), m)));
+        kf_val sum = kf_lit_f32(k, 0);
+        for (uint32_t c = 0; c < per; c++) {
+            kf_val pr = kf_call1(k, KF_FN_EXP, kf_sub(k, x[c], m));
+            if (a->causal) {
+                pr = kf_select(k, kf_lit_f32(k, 0), pr, keep[c]);
+            }
+            pr = kf_let(k, "p", pr);
+            sum = kf_add(k, sum, pr);
+            /* scaled by 2^14 and split as the two-pass kernel does (its comments say why) */
+            pr = kf_mul(k, pr, kf_lit_f32(k, P_SCALE));
+            kf_val hi, lo = {0, 0};
+            if (split) {
+                kf_val bits =
+                    kf_binary(k, KF_OP_BIT_AND, kf_bitcast(k, u32t, pr), u32(k, 0xffffe000u));
+                kf_val hi32 = kf_let(k, "p_hi32", kf_bitcast(k, f32, bits));
+                hi = kf_cast(k, h, hi32);
+                lo = kf_cast(k, h, kf_sub(k, pr, hi32));
+            } else {
+                hi = kf_cast(k, h, pr);
+            }
+            kf_val at = kf_add(k, p_row, scol[c]);
+            kf_shared_store(k, probs, at, hi);
+            if (split) {
+                kf_shared_store(k, probs_lo, at, lo);
+            }
+        }
+        kf_assign(k, l_run, kf_call3(k, KF_FN_FMA, kf_read(k, l_run), alpha, sum));
+        kf_assign(k, m_run, m);
+        kf_assign(k, alpha_v, alpha);
+        kf_barrier(k); /* (2) P */
+        /* O_tile = P V into fresh result matrices, stored to the subgroup's pv */
+        for (uint32_t j = 0; j < cm; j++) {
+            for (uint32_t b = 0; b < rb; b++) {
+                kf_val pb = kf_add(k, p_at, u32(k, b * MAT * ldp + j * MAT));
+                kf_sgmat_load(k, pl[b], probs, pb, false, u32(k, ldp));
+                if (split) {
+                    kf_sgmat_load(k, pl_lo[b], probs_lo, pb, false, u32(k, ldp));
+                }
+            }
+            for (uint32_t i = 0; i < dm; i++) {
+                kf_sgmat_load_storage(k, vr, bv, kf_add(k, kv_at, u32(k, j * MAT * d + i * MAT)),
+                                      false, u32(k, d));
+                for (uint32_t b = 0; b < rb; b++) {
+                    (j ? kf_sgmat_mma : kf_sgmat_mul)(k, ot[b * dm + i], pl[b], vr);
+                    if (split) {
+                        kf_sgmat_mma(k, ot[b * dm + i], pl_lo[b], vr);
+                    }
+                }
+            }
+        }
+        for (uint32_t i = 0; i < rb * dm; i++) {
+            kf_sgmat_store(k, pv, kf_add(k, o_at, u32(k, i / dm * MAT * lo_ + i % dm * MAT)), ot[i],
+                           false, u32(k, lo_));
+        }
+    }
+    kf_end(k);
+    kf_barrier(k); /* the last tile's P V */
+    /* the row's sum over its invocations; O = O_reg / (l 2^14), into pv for a coalesced store */
+    kf_val l = kf_read(k, l_run);
+    for (uint32_t s = R; s < sg; s *= 2) {
+        kf_val other =
+            kf_subgroup(k, KF_SUBGROUP_SHUFFLE, l, kf_binary(k, KF_OP_BIT_XOR, lane, u32(k, s)));
+        l = kf_let(k, "l_row", kf_add(k, l, other));
+    }
+    kf_val inv = kf_let(k, "inv", kf_div(k, kf_lit_f32(k, 1.0f / P_SCALE), l));
+    {
+        kf_val al = kf_read(k, alpha_v);
+        for (uint32_t e = 0; e < ocn; e++) {
+            kf_val at = kf_add(k, o_row, ocol[e]);
+            kf_val o = kf_call3(k, KF_FN_FMA, kf_read(k, o_reg[e]), al, kf_shared_load(k, pv, at));
+            kf_shared_store(k, pv, at, kf_mul(k, o, inv));
+        }
+    }
+    kf_val own = kf_let(
+        k, "own",
+        rb > 1 ? kf_binary(k, KF_OP_AND, writes, kf_binary(k, KF_OP_GE, row, sub_row0)) : writes);
+    if (a->with_lse) {
+        kf_if(k, kf_binary(k, KF_OP_AND, kf_binary(k, KF_OP_EQ, part, u32(k, 0)), own));
+        kf_store(k, blse, kf_add(k, head_row0, row),
+                 kf_add(k, kf_read(k, m_run), kf_call1(k, KF_FN_LOG, l)));
+        kf_end(k);
+    }
+    kf_barrier(k);
+    /* the store phase: the subgroup's R x D rows, consecutive invocations along a row */
+    for (uint32_t e = 0; e < R * dp / sg; e++) {
+        kf_val flat = kf_add(k, lane, u32(k, e * sg));
+        kf_val r = kf_div(k, flat, u32(k, dp)), c = kf_binary(k, KF_OP_MOD, flat, u32(k, dp));
+        kf_val orow = kf_add(k, sub_base, r);
+        kf_val inside =
+            rb > 1 ? kf_binary(k, KF_OP_AND, writes, kf_binary(k, KF_OP_GE, orow, sub_row0))
+                   : writes;
+        kf_if(k, inside);
+        kf_val value =
+            kf_shared_load(k, pv, kf_add(k, o_at, kf_add(k, kf_mul(k, r, u32(k, lo_)), c)));
+        kf_val index = kf_add(k, kf_mul(k, kf_add(k, head_row0, orow), u32(k, d)), c);
+        kf_kernel_yield(k, kf_cast(k, h, value), index);
+        kf_end(k);
+    }
+    return k;
+}
+
 kf_kernel *kf__attention_sgmat(const kf__attn_desc *a, uint32_t sg, uint32_t wg_bytes) {
     return kf__attention_sgmat_config(a, sg, wg_bytes, NULL);
 }
@@ -102,6 +417,9 @@ bool kf__attention_sgmat_config_parse(const char *text, kf__attn_sgmat_config *o
         } else if (!strncmp(p, "/r2", 3) && (!p[3] || p[3] == '/') && !c.row_blocks) {
             c.row_blocks = 2;
             p += 3;
+        } else if (!strncmp(p, "/on", 3) && (!p[3] || p[3] == '/') && !c.online) {
+            c.online = true;
+            p += 3;
         } else {
             return false;
         }
@@ -114,6 +432,9 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
                                       const kf__attn_sgmat_config *cfg) {
     if (!a || !a->bh || !a->t || !a->d || a->d > MAX_D || sg < MAT || sg > 128 || (sg & (sg - 1))) {
         return NULL;
+    }
+    if (cfg && cfg->online) {
+        return online_kernel(a, sg, wg_bytes && wg_bytes < WG_MEMORY ? wg_bytes : WG_MEMORY, cfg);
     }
     /* The default, from the one H200 sweep there is (bench/h200_attention.sh, taken with the
      * result matrices not yet reset per tile, so the numbers are indicative only): at D 64,
@@ -538,7 +859,13 @@ kf_kernel *kf__attention_sgmat_for(kf_context *ctx, const kf__attn_desc *a) {
         return NULL;
     }
     kf_adapter_info info;
-    uint32_t bytes =
-        kf_context_adapter_info(ctx, &info) == KF_OK ? info.max_compute_workgroup_storage_size : 0;
-    return kf__attention_sgmat_config(a, sg, bytes, use_cfg ? &cfg : NULL);
+    if (kf_context_adapter_info(ctx, &info) != KF_OK) {
+        return NULL;
+    }
+    /* the one-pass kernel combines a row's invocations by subgroup shuffles */
+    if (use_cfg && cfg.online && !info.has_subgroups) {
+        return NULL;
+    }
+    return kf__attention_sgmat_config(a, sg, info.max_compute_workgroup_storage_size,
+                                      use_cfg ? &cfg : NULL);
 }

@@ -36,6 +36,9 @@ typedef struct kf__attn_sgmat_config {
                             D % 16 == 0; else no kernel */
     bool reload_q;       /* direct: q's matrices loaded for each key tile, not held in registers */
     uint32_t row_blocks; /* 16-row blocks of q per subgroup: 1 (0) or 2 (direct: T >= 32) */
+    bool online;         /* one pass over the keys, O rescaled in registers (attention_sgmat.c):
+                            q, k, v read from storage (as direct), T % keys == 0, D % 16 == 0;
+                            subgroups default 4, keys 64 shrunk to fit */
     uint32_t probe;      /* KF__ATTN_PROBE_* bits: variants for diagnosis only */
 } kf__attn_sgmat_config;
 /* The probe's variants (bench/attention/attention_probe.c), none correct as a kernel: */
@@ -46,7 +49,8 @@ enum {
 };
 kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint32_t wg_bytes,
                                       const kf__attn_sgmat_config *cfg);
-/* "WxC", then any of "/hi", "/direct", "/rq" (reload_q), "/r2" (row_blocks 2), into *out;
+/* "WxC", then any of "/hi", "/direct", "/rq" (reload_q), "/r2" (row_blocks 2), "/on" (online),
+ * into *out;
  * false if it does not parse. */
 bool kf__attention_sgmat_config_parse(const char *text, kf__attn_sgmat_config *out);
 

@@ -703,9 +703,15 @@ static void emit_stmt(emitter *e, uint32_t sid) {
         sb_printf(&e->out, "workgroupBarrier();\n");
         break;
     case KF__STMT_SGMAT_MMA:
-        sb_printf(&e->out, "%s = subgroupMatrixMultiplyAccumulate(%s, %s, %s);\n",
-                  e->var_names[s->ref], e->var_names[s->d], e->var_names[s->e],
-                  e->var_names[s->ref]);
+        if (s->flags & KF__SGMAT_FRESH) {
+            sb_printf(&e->out, "%s = subgroupMatrixMultiply<%s>(%s, %s);\n", e->var_names[s->ref],
+                      kf__scalar_str(e->w->vars[s->ref].type.scalar), e->var_names[s->d],
+                      e->var_names[s->e]);
+        } else {
+            sb_printf(&e->out, "%s = subgroupMatrixMultiplyAccumulate(%s, %s, %s);\n",
+                      e->var_names[s->ref], e->var_names[s->d], e->var_names[s->e],
+                      e->var_names[s->ref]);
+        }
         break;
     case KF__STMT_YIELD:
     case KF__STMT_NONE:

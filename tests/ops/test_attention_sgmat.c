@@ -265,6 +265,39 @@ KT_CPU_TEST(ops, attention_sgmat_interpreter) {
     }
 }
 
+/* The one-pass configurations (kf__attn_sgmat_config.online): T 128 (two 64-row workgroups,
+ * two 64-key tiles), T 80 (a workgroup past T: its subgroups recompute the last rows and write
+ * none; tiles shrink to 16), two row blocks a subgroup (a subgroup clamped back over rows it
+ * must not write), q loaded again for each tile, D 128, P as hi only, subgroups of 16 and 64
+ * (one and four invocations a row: no shuffle, two rounds of them). */
+KT_CPU_TEST(ops, attention_sgmat_online_interpreter) {
+    static const struct {
+        const char *cfg;
+        uint32_t t, d, sg;
+        bool causal;
+    } cases[] = {{"4x64/on", 128, 64, 32, true},    {"4x64/on", 128, 64, 32, false},
+                 {"4x32/on", 80, 32, 32, true},     {"2x16/on/r2", 80, 32, 32, true},
+                 {"1x32/on/rq", 48, 16, 32, false}, {"2x32/on", 64, 128, 32, true},
+                 {"2x64/on/r2", 64, 64, 32, false}, {"4x32/on", 64, 32, 16, true},
+                 {"2x32/on", 64, 64, 64, true}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        kf__attn_sgmat_config cfg;
+        KT_CHECK(kf__attention_sgmat_config_parse(cases[c].cfg, &cfg) && cfg.online, "%s",
+                 cases[c].cfg);
+        kf__attn_desc a = desc_of(2, cases[c].t, cases[c].d, cases[c].causal, c % 2 == 0);
+        if (!run_config(NULL, cases[c].sg, &a, &cfg)) {
+            KT_CHECK(false, "config %s at T %u D %u, subgroups of %u", cases[c].cfg, a.t, a.d,
+                     cases[c].sg);
+            return;
+        }
+    }
+    /* T not a multiple of 16, or D not of 16: no one-pass kernel (the caller keeps another) */
+    kf__attn_sgmat_config cfg = {.online = true};
+    kf__attn_desc odd = desc_of(1, 40, 64, true, false), odd_d = desc_of(1, 64, 24, true, false);
+    KT_CHECK(kf__attention_sgmat_config(&odd, 32, 0, &cfg) == NULL, "T 40 accepted");
+    KT_CHECK(kf__attention_sgmat_config(&odd_d, 32, 0, &cfg) == NULL, "D 24 accepted");
+}
+
 /* Under a compiler that folds f32(f16(x)) to x (the interpreter's f16_casts_unrounded), as the
  * H200's did: session 5's kernel, which split P into hi = f16(P) and lo = f16(P - f32(hi)), lost
  * lo there and failed the f16 tolerance (o bit for bit the hi-only kernel's); the split by the
@@ -387,4 +420,14 @@ KT_TEST(ops, attention_sgmat_gpu) {
     }
     kf__attn_desc big = desc_of(4, 1000, 64, true, true);
     KT_CHECK(run_case(ctx, sg, &big), "T 1000");
+    /* the one-pass configurations at the benchmarks' head dimensions */
+    static const char *const online[] = {"4x64/on", "4x32/on", "2x64/on/r2", "4x16/on/rq"};
+    for (size_t c = 0; c < sizeof online / sizeof online[0]; c++) {
+        kf__attn_sgmat_config cfg;
+        KT_CHECK(kf__attention_sgmat_config_parse(online[c], &cfg), "%s", online[c]);
+        for (uint32_t d = 64; d <= 128; d += 64) {
+            kf__attn_desc a = desc_of(2, 1024, d, true, c % 2 == 0);
+            KT_CHECK(run_config(ctx, sg, &a, &cfg), "config %s at D %u", online[c], d);
+        }
+    }
 }

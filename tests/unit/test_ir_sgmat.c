@@ -9,8 +9,9 @@
 #include "core/half.h"
 
 /* c (f32, 16 x 16 per subgroup) = a (f16 storage, row-major) * b (f16 through workgroup memory,
- * column-major): two subgroups, each its own 16-row block of a. */
-static kf_kernel *two_subgroup_product(void) {
+ * column-major): two subgroups, each its own 16-row block of a. Accumulated twice (c = 2 a b);
+ * with mul_last then multiplied afresh (kf_sgmat_mul: c = a b, the sum before it dropped). */
+static kf_kernel *two_subgroup_product(bool mul_last) {
     kf_kernel_desc desc = {.name = "sgmat_product", .workgroup_size = {64, 1, 1}};
     kf_kernel *k = kf_kernel_create(&desc);
     kf_type h = kf_type_scalar(KF_SCALAR_F16), f = kf_type_scalar(KF_SCALAR_F32);
@@ -34,12 +35,15 @@ static kf_kernel *two_subgroup_product(void) {
     kf_sgmat_load(k, r, bt, kf_lit_u32(k, 0), true, kf_lit_u32(k, 16));
     kf_sgmat_mma(k, acc, l, r);
     kf_sgmat_mma(k, acc, l, r); /* twice: acc = 2 a b */
+    if (mul_last) {
+        kf_sgmat_mul(k, acc, l, r);
+    }
     kf_sgmat_store_storage(k, c, kf_mul(k, sg, kf_lit_u32(k, 256)), acc, false, kf_lit_u32(k, 16));
     return k;
 }
 
 KT_CPU_TEST(unit, ir_sgmat_wgsl) {
-    kf_kernel *k = two_subgroup_product();
+    kf_kernel *k = two_subgroup_product(true);
     KT_CHECK(kf_kernel_status(k) == KF_OK, "%s", kf_kernel_error(k));
     char *w = kf_kernel_emit_wgsl(k);
     KT_CHECK(w != NULL, "no WGSL: %s", kf_kernel_error(k));
@@ -52,6 +56,7 @@ KT_CPU_TEST(unit, ir_sgmat_wgsl) {
         "l = subgroupMatrixLoad<subgroup_matrix_left<f16, 16, 16>>(&a, ",
         "r = subgroupMatrixLoad<subgroup_matrix_right<f16, 16, 16>>(&bt, 0u, true, 16u);\n",
         "acc = subgroupMatrixMultiplyAccumulate(l, r, acc);\n",
+        "acc = subgroupMatrixMultiply<f32>(l, r);\n",
         "subgroupMatrixStore(&c, ",
         ", acc, false, 16u);\n",
     };
@@ -77,43 +82,45 @@ KT_CPU_TEST(unit, ir_sgmat_wgsl) {
 }
 
 KT_CPU_TEST(unit, ir_sgmat_interpreter) {
-    kf_kernel *k = two_subgroup_product();
-    uint16_t a[512], b[256];
-    float fa[512], fb[256], c[512 + 8];
-    for (int i = 0; i < 512; i++) {
-        a[i] = kf__half_from_float(kt_rand_f32(-1.0f, 1.0f));
-        fa[i] = kf__half_to_float(a[i]);
-    }
-    for (int i = 0; i < 256; i++) {
-        b[i] = kf__half_from_float(kt_rand_f32(-1.0f, 1.0f));
-        fb[i] = kf__half_to_float(b[i]);
-    }
-    for (int i = 0; i < 512 + 8; i++) {
-        c[i] = -7.0f;
-    }
-    kf_host_buffer bufs[3] = {{a, sizeof a}, {b, sizeof b}, {c, sizeof c}};
-    kf_interp_desc d = {.buffers = bufs, .buffer_count = 3, .groups = {1, 1, 1}};
-    KT_CHECK(kf_kernel_interpret(k, &d) == KF_OK, "%s", kf_kernel_error(k));
-    for (int r = 0; r < 32; r++) {
-        for (int col = 0; col < 16; col++) {
-            double ref = 0;
-            for (int q = 0; q < 16; q++) {
-                ref += (double)fa[r * 16 + q] * fb[q * 16 + col];
-            }
-            /* acc = round(round(ab) + ab): two roundings to f32 */
-            double got = c[r * 16 + col];
-            KT_CHECK(fabs(got - 2 * ref) <= 1e-6 * (1 + fabs(ref)), "c[%d,%d] = %g, want %g", r,
-                     col, got, 2 * ref);
+    for (int mul_last = 0; mul_last < 2; mul_last++) {
+        kf_kernel *k = two_subgroup_product(mul_last != 0);
+        uint16_t a[512], b[256];
+        float fa[512], fb[256], c[512 + 8];
+        for (int i = 0; i < 512; i++) {
+            a[i] = kf__half_from_float(kt_rand_f32(-1.0f, 1.0f));
+            fa[i] = kf__half_to_float(a[i]);
         }
+        for (int i = 0; i < 256; i++) {
+            b[i] = kf__half_from_float(kt_rand_f32(-1.0f, 1.0f));
+            fb[i] = kf__half_to_float(b[i]);
+        }
+        for (int i = 0; i < 512 + 8; i++) {
+            c[i] = -7.0f;
+        }
+        kf_host_buffer bufs[3] = {{a, sizeof a}, {b, sizeof b}, {c, sizeof c}};
+        kf_interp_desc d = {.buffers = bufs, .buffer_count = 3, .groups = {1, 1, 1}};
+        KT_CHECK(kf_kernel_interpret(k, &d) == KF_OK, "%s", kf_kernel_error(k));
+        for (int r = 0; r < 32; r++) {
+            for (int col = 0; col < 16; col++) {
+                double ref = 0;
+                for (int q = 0; q < 16; q++) {
+                    ref += (double)fa[r * 16 + q] * fb[q * 16 + col];
+                }
+                /* acc = round(round(ab) + ab): two roundings to f32; mul_last: round(ab) */
+                double got = c[r * 16 + col], want = (mul_last ? 1 : 2) * ref;
+                KT_CHECK(fabs(got - want) <= 1e-6 * (1 + fabs(ref)), "c[%d,%d] = %g, want %g", r,
+                         col, got, want);
+            }
+        }
+        for (int g = 512; g < 520; g++) {
+            KT_CHECK(c[g] == -7.0f, "wrote past the end at %d", g);
+        }
+        /* subgroups larger than the workgroup are not whole subgroups */
+        d.subgroup_size = 128;
+        KT_CHECK(kf_kernel_interpret(k, &d) == KF_ERROR_INVALID_ARGUMENT, "partial subgroup run");
+        KT_CHECK(strstr(kf_kernel_error(k), "subgroups of 128") != NULL, "%s", kf_kernel_error(k));
+        kf_kernel_destroy(k);
     }
-    for (int g = 512; g < 520; g++) {
-        KT_CHECK(c[g] == -7.0f, "wrote past the end at %d", g);
-    }
-    /* subgroups larger than the workgroup are not whole subgroups */
-    d.subgroup_size = 128;
-    KT_CHECK(kf_kernel_interpret(k, &d) == KF_ERROR_INVALID_ARGUMENT, "partial subgroup run");
-    KT_CHECK(strstr(kf_kernel_error(k), "subgroups of 128") != NULL, "%s", kf_kernel_error(k));
-    kf_kernel_destroy(k);
 }
 
 KT_CPU_TEST(unit, ir_sgmat_interpreter_refuses_divergence) {
@@ -219,10 +226,11 @@ KT_CPU_TEST(unit, ir_sgmat_builder_errors) {
 
 KT_CPU_TEST(unit, ir_sgmat_copies) {
     /* clone and composition keep subgroup matrices; a stage using them cannot be composed */
-    kf_kernel *k = two_subgroup_product();
+    kf_kernel *k = two_subgroup_product(true);
     kf_kernel *c = kf_kernel_clone(k);
     char *w0 = kf_kernel_emit_wgsl(k), *w1 = kf_kernel_emit_wgsl(c);
     KT_CHECK(w0 && w1 && !strcmp(w0, w1), "the clone emits different WGSL");
+    KT_CHECK(w1 && strstr(w1, "acc = subgroupMatrixMultiply<f32>(l, r);"), "the clone lost mul");
     kf_free(w0);
     kf_free(w1);
     kf_kernel_destroy(c);
