@@ -25,6 +25,16 @@ kf_shape kf__shape_drop_last(const kf_shape *s);
 /* A valid shape: rank <= KF_MAX_DIMS, every dim >= 1, elements < 2^32 (kernels index in u32). */
 bool kf__shape_valid(const kf_shape *s);
 
+/* The greatest common divisor of a and b (gcd(a, 0) = a). */
+static inline uint64_t kf__gcd_u64(uint64_t a, uint64_t b) {
+    while (b) {
+        uint64_t r = a % b;
+        a = b;
+        b = r;
+    }
+    return a;
+}
+
 /* How an input maps onto an output's elements (element-wise ops; checked in this order). */
 typedef enum kf__bcast {
     KF__BCAST_FULL = 0, /* same shape: in[i] */

@@ -5,6 +5,7 @@
  * invocation as 32-bit words: f32 as its bits, f16 as the bits of the f32 holding the half value
  * (every f16 operation rounds to half precision, ties to even), integers wrap as in WGSL. */
 #include "ir/ir_internal.h"
+#include "core/core.h"
 #include "core/half.h"
 
 #include <math.h>
@@ -1841,15 +1842,6 @@ static uint64_t launch_signature(const kf_kernel *w, const kf_interp_desc *d) {
     return h;
 }
 
-static uint64_t gcd64(uint64_t a, uint64_t b) {
-    while (b) {
-        uint64_t t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
-}
-
 /* Workgroup `linear` (x fastest) of grid g. */
 static void unlinear(const uint32_t g[3], uint64_t linear, uint32_t out[3]) {
     out[0] = (uint32_t)(linear % g[0]);
@@ -1922,7 +1914,7 @@ kf_status kf__checker_run(kf__checker *c, const kf_interp_desc *desc, uint64_t b
             res->checked++;
         }
         uint64_t stride = total > 2 ? (uint64_t)((double)total * 0.6180339887) | 1u : 1u;
-        while (gcd64(stride, total) != 1) {
+        while (kf__gcd_u64(stride, total) != 1) {
             stride++;
         }
         uint64_t linear = 0;

@@ -93,15 +93,69 @@ static void stage(kf_kernel *k, kf_binding b, kf_shared tile, uint32_t at, kf_va
  * unchanged) and its share of the row's sum. q k^T once and exp once, against twice each in the
  * two-pass kernel.
  *
- * Reads q, k and v as matrices straight from storage, so T a multiple of the key tile and D of
- * 16 (kf__attention_sgmat_config returns NULL otherwise). Each invocation's columns of a row are
+ * k and v go through workgroup memory: a tile's rows fetched as vec4s by the whole workgroup
+ * (coalesced) and stored where the subgroups load their matrices from. On the H200 (session 10,
+ * bench/results/s10/) loading them as matrices straight from storage took 60% of the kernel's
+ * time (2.82 ms at T 4096, D 64, against 1.10 with the loads from workgroup memory); "/direct"
+ * keeps those loads, for measuring, and so does a configuration whose staged tiles do not fit
+ * (4 subgroups at D 128). The fetches are issued between the two barriers, k's tile for
+ * the next tile and v's for this one, and stored after the softmax, so their latency overlaps it:
+ * k's tile is free once this tile's scores are stored (before barrier 1), v's once the previous
+ * tile's P V is (before barrier 1 too), and each is read only after barrier 2. q is read as
+ * matrices from storage, once. T a multiple of the key tile and D of 16
+ * (kf__attention_sgmat_config returns NULL otherwise). Each invocation's columns of a row are
  * interleaved (column part + lanes_per_row * i) and rotated by 2 for rows 8 on, which puts the 32
  * invocations' reads of a padded row-major scratch in 32 different banks. */
 
 /* its workgroup memory: per subgroup the scores (R x (C + 4) f32), one tile's P V (R x (D + 4)
  * f32) and P (R x (C + 8) f16, twice with lo) */
-static uint32_t online_memory(uint32_t w, uint32_t rows, uint32_t c, uint32_t dp, bool split) {
-    return w * rows * ((c + 4) * 4 + (dp + 4) * 4 + (split ? 2 : 1) * (c + PAD) * 2);
+static uint32_t online_memory(uint32_t w, uint32_t rows, uint32_t c, uint32_t dp, bool split,
+                              bool staged) {
+    return w * rows * ((c + 4) * 4 + (dp + 4) * 4 + (split ? 2 : 1) * (c + PAD) * 2) +
+           (staged ? 2 * c * (dp + PAD) * 2 : 0);
+}
+
+/* Fetches (issues the loads of) rows [row0, row0 + c) of binding b (vec4s of f16, d / 4 a row)
+ * into n values per invocation, the workgroup's `threads` invocations taking consecutive vec4s;
+ * stage_put stores them into tile (rows of ld halves). Invocations past the tile's vec4s load its
+ * last one and store nothing. */
+typedef struct staged_rows {
+    kf_val v[64];
+    kf_val slot[64], inside[64];
+    uint32_t n;
+} staged_rows;
+
+static staged_rows stage_fetch(kf_kernel *k, kf_binding b, kf_val local, uint32_t threads,
+                               kf_val row0, uint32_t c, uint32_t d, uint32_t ld) {
+    staged_rows r = {.n = (c * d / 4 + threads - 1) / threads};
+    const uint32_t total = c * d / 4, per_row = d / 4;
+    for (uint32_t i = 0; i < r.n; i++) {
+        kf_val e = kf_add(k, local, u32(k, i * threads));
+        r.inside[i] =
+            (i + 1) * threads > total ? kf_binary(k, KF_OP_LT, e, u32(k, total)) : (kf_val){0, 0};
+        kf_val ec = r.inside[i].id ? kf_call2(k, KF_FN_MIN, e, u32(k, total - 1)) : e;
+        kf_val row = kf_div(k, ec, u32(k, per_row));
+        kf_val col = kf_binary(k, KF_OP_MOD, ec, u32(k, per_row));
+        r.v[i] = kf_let(k, "kv4", kf_load(k, b, kf_add(k, kf_mul(k, row0, u32(k, per_row)), ec)));
+        r.slot[i] =
+            kf_let(k, "kv_slot", kf_add(k, kf_mul(k, row, u32(k, ld)), kf_mul(k, col, u32(k, 4))));
+    }
+    return r;
+}
+
+static void stage_put(kf_kernel *k, const staged_rows *r, kf_shared tile) {
+    for (uint32_t i = 0; i < r->n; i++) {
+        if (r->inside[i].id) {
+            kf_if(k, r->inside[i]);
+        }
+        for (uint32_t l = 0; l < 4; l++) {
+            kf_val at = l ? kf_add(k, r->slot[i], u32(k, l)) : r->slot[i];
+            kf_shared_store(k, tile, at, kf_extract(k, r->v[i], l));
+        }
+        if (r->inside[i].id) {
+            kf_end(k);
+        }
+    }
 }
 
 /* The column an invocation's i-th of n owns (see above): part + lpr * ((i + rot) % n). */
@@ -115,18 +169,30 @@ static kf_kernel *online_kernel(const kf__attn_desc *a, uint32_t sg, uint32_t bu
                                 const kf__attn_sgmat_config *cfg) {
     const uint32_t w = cfg->subgroups ? cfg->subgroups : SUBGROUPS;
     const bool split = !cfg->hi_only, reload_q = cfg->reload_q;
-    const uint32_t rb = cfg->row_blocks == 2 ? 2 : 1, R = MAT * rb;
+    const uint32_t rb = cfg->row_blocks == 2 ? 2 : 1, R = MAT * rb, probe = cfg->probe;
     const uint32_t t = a->t, d = a->d, dp = d;
     if (w > 16 || w * sg > 1024 || sg < R || t < R || d % MAT || (cfg->keys && cfg->keys % MAT) ||
         cfg->keys > 64) {
         return NULL;
     }
-    uint32_t bc = cfg->keys ? cfg->keys : 64u;
-    while (bc > MAT && (online_memory(w, R, bc, dp, split) > budget || t % bc)) {
-        bc /= 2;
-    }
     const uint32_t lpr = sg / R; /* invocations a row */
-    if (online_memory(w, R, bc, dp, split) > budget || t % bc || bc % lpr || dp % lpr) {
+    /* staged where its tiles fit (or "/direct" says not): else k and v read from storage */
+    bool staged = !cfg->direct;
+    uint32_t bc;
+    for (;;) {
+        bc = cfg->keys ? cfg->keys : 64u;
+        while (bc > MAT && (online_memory(w, R, bc, dp, split, staged) > budget || t % bc)) {
+            bc /= 2;
+        }
+        bool fits = online_memory(w, R, bc, dp, split, staged) <= budget &&
+                    !(staged && bc * d / 4 > 64 * w * sg);
+        if (fits || !staged) {
+            break;
+        }
+        staged = false;
+    }
+    if (online_memory(w, R, bc, dp, split, staged) > budget || t % bc || bc % lpr || dp % lpr ||
+        (staged && bc * d / 4 > 64 * w * sg)) {
         return NULL;
     }
     const uint32_t per = bc / lpr, ocn = dp / lpr; /* a row's score and output columns each */
@@ -139,9 +205,9 @@ static kf_kernel *online_kernel(const kf__attn_desc *a, uint32_t sg, uint32_t bu
     kf_type u32t = kf_type_scalar(KF_SCALAR_U32);
 
     char name[80];
-    snprintf(name, sizeof name, "attention_sgmat_%ux%u%s_online%s%s%s%s", rows, bc,
-             split ? "" : "_hi", rb > 1 ? "_r2" : "", reload_q ? "_rq" : "",
-             a->causal ? "_causal" : "", a->with_lse ? "_lse" : "");
+    snprintf(name, sizeof name, "attention_sgmat_%ux%u%s_online%s%s%s%s%s", rows, bc,
+             split ? "" : "_hi", staged ? "" : "_direct", rb > 1 ? "_r2" : "",
+             reload_q ? "_rq" : "", a->causal ? "_causal" : "", a->with_lse ? "_lse" : "");
     kf_kernel_desc desc = {.name = name, .workgroup_size = {w * sg, 1, 1}, .output = h};
     kf_kernel *k = kf_kernel_create(&desc);
     if (!k) {
@@ -150,14 +216,22 @@ static kf_kernel *online_kernel(const kf__attn_desc *a, uint32_t sg, uint32_t bu
     uint32_t groups[3] = {qtiles * a->bh, 1, 1};
     kf_kernel_set_grid(k, groups);
     kf_binding bq = kf_kernel_storage(k, "q", h, KF_ACCESS_READ);
-    kf_binding bk = kf_kernel_storage(k, "k", h, KF_ACCESS_READ);
-    kf_binding bv = kf_kernel_storage(k, "v", h, KF_ACCESS_READ);
+    /* staged: k and v read as vec4s (D % 16 == 0: whole rows of them) */
+    kf_type kvt = staged ? kf_type_vec(KF_SCALAR_F16, 4) : h;
+    kf_binding bk = kf_kernel_storage(k, "k", kvt, KF_ACCESS_READ);
+    kf_binding bv = kf_kernel_storage(k, "v", kvt, KF_ACCESS_READ);
     kf_binding blse = {0};
     if (a->with_lse) {
         blse = kf_kernel_storage(k, "lse", f32, KF_ACCESS_READ_WRITE);
     }
     kf_shared scores = kf_kernel_workgroup(k, "scores", f32, rows * ls);
     kf_shared pv = kf_kernel_workgroup(k, "pv", f32, rows * lo_);
+    const uint32_t ldk = dp + PAD; /* staged k and v rows, in halves */
+    kf_shared ktile = {0}, vtile = {0};
+    if (staged) {
+        ktile = kf_kernel_workgroup(k, "ktile", h, bc * ldk);
+        vtile = kf_kernel_workgroup(k, "vtile", h, bc * ldk);
+    }
     kf_shared probs = kf_kernel_workgroup(k, "probs", h, rows * ldp);
     kf_shared probs_lo = {0};
     if (split) {
@@ -237,14 +311,26 @@ static kf_kernel *online_kernel(const kf__attn_desc *a, uint32_t sg, uint32_t bu
     if (a->causal) {
         end = kf_let(k, "end", kf_call2(k, KF_FN_MIN, kf_add(k, r0, u32(k, rows)), u32(k, t)));
     }
+    if (staged) { /* the first tile's k */
+        staged_rows k0 = stage_fetch(k, bk, local, w * sg, head_row0, bc, d, ldk);
+        stage_put(k, &k0, ktile);
+        kf_barrier(k);
+    }
     kf_val c0 = kf_for(k, "c0", u32(k, 0), end, u32(k, bc));
     {
         kf_val kv_at = kf_let(k, "kv_at", kf_mul(k, kf_add(k, head_row0, c0), u32(k, d)));
         /* S = q k^T, R x bc, into the subgroup's scores */
-        for (uint32_t j = 0; j < cm; j++) {
+        for (uint32_t j = 0; j < (probe & KF__ATTN_PROBE_NO_QK ? 0 : cm); j++) {
             for (uint32_t i = 0; i < dm; i++) {
-                kf_sgmat_load_storage(k, kr, bk, kf_add(k, kv_at, u32(k, j * MAT * d + i * MAT)),
-                                      true, u32(k, d));
+                if (probe & KF__ATTN_PROBE_KV_SHARED) {
+                    kf_sgmat_load(k, kr, probs, u32(k, 0), true, u32(k, ldp));
+                } else if (staged) {
+                    kf_sgmat_load(k, kr, ktile, u32(k, j * MAT * ldk + i * MAT), true, u32(k, ldk));
+                } else {
+                    kf_sgmat_load_storage(k, kr, bk,
+                                          kf_add(k, kv_at, u32(k, j * MAT * d + i * MAT)), true,
+                                          u32(k, d));
+                }
                 for (uint32_t b = 0; b < rb; b++) {
                     if (reload_q) {
                         kf_sgmat_load_storage(k, ql[0], bq,
@@ -260,71 +346,88 @@ static kf_kernel *online_kernel(const kf__attn_desc *a, uint32_t sg, uint32_t bu
                                sm[b * cm + j], false, u32(k, ls));
             }
         }
-        kf_barrier(k); /* (1) the scores, and the previous tile's P V */
-        /* the previous tile's P V into the registers */
-        kf_if(k, kf_unary(k, KF_OP_NOT, kf_read(k, first)));
-        {
-            kf_val al = kf_read(k, alpha_v);
-            for (uint32_t e = 0; e < ocn; e++) {
-                kf_val x = kf_shared_load(k, pv, kf_add(k, o_row, ocol[e]));
-                kf_assign(k, o_reg[e], kf_call3(k, KF_FN_FMA, kf_read(k, o_reg[e]), al, x));
-            }
+        if (!(probe & KF__ATTN_PROBE_NO_BARRIERS)) {
+            kf_barrier(k); /* (1) the scores, and the previous tile's P V */
         }
-        kf_end(k);
-        kf_assign(k, first, kf_lit_bool(k, false));
-        /* this invocation's scores: scaled, masked, its max, the row's (shuffles) */
-        kf_val x[64], keep[64] = {{0, 0}};
-        kf_val m = kf_read(k, m_run);
-        for (uint32_t c = 0; c < per; c++) {
-            x[c] = kf_mul(k, kf_shared_load(k, scores, kf_add(k, s_row, scol[c])),
-                          kf_lit_f32(k, a->scale));
-            if (a->causal) {
-                keep[c] = kf_binary(k, KF_OP_LE, kf_add(k, c0, scol[c]), row);
-                x[c] = kf_select(k, kf_lit_f32(k, NEG_BIG), x[c], keep[c]);
-            }
-            x[c] = kf_let(k, "x", x[c]);
-            m = kf_call2(k, KF_FN_MAX, m, x[c]);
+        /* the next tile's k (the last tile fetches its own again, never read) and this tile's v */
+        staged_rows kn = {0}, vn = {0};
+        if (staged) {
+            kf_val next = kf_call2(k, KF_FN_MIN, kf_add(k, c0, u32(k, bc)), u32(k, t - bc));
+            kn = stage_fetch(k, bk, local, w * sg, kf_add(k, head_row0, next), bc, d, ldk);
+            vn = stage_fetch(k, bv, local, w * sg, kf_add(k, head_row0, c0), bc, d, ldk);
         }
-        m = kf_let(k, "m_mine", m);
-        for (uint32_t s = R; s < sg; s *= 2) {
-            kf_val other = kf_subgroup(k, KF_SUBGROUP_SHUFFLE, m,
-                                       kf_binary(k, KF_OP_BIT_XOR, lane, u32(k, s)));
-            m = kf_let(k, "m_row", kf_call2(k, KF_FN_MAX, m, other));
+        if (!(probe & KF__ATTN_PROBE_NO_SOFTMAX)) {
+            /* the previous tile's P V into the registers */
+            kf_if(k, kf_unary(k, KF_OP_NOT, kf_read(k, first)));
+            {
+                kf_val al = kf_read(k, alpha_v);
+                for (uint32_t e = 0; e < ocn; e++) {
+                    kf_val x = kf_shared_load(k, pv, kf_add(k, o_row, ocol[e]));
+                    kf_assign(k, o_reg[e], kf_call3(k, KF_FN_FMA, kf_read(k, o_reg[e]), al, x));
+                }
+            }
+            kf_end(k);
+            kf_assign(k, first, kf_lit_bool(k, false));
+            /* this invocation's scores: scaled, masked, its max, the row's (shuffles) */
+            kf_val x[64], keep[64] = {{0, 0}};
+            kf_val m = kf_read(k, m_run);
+            for (uint32_t c = 0; c < per; c++) {
+                x[c] = kf_mul(k, kf_shared_load(k, scores, kf_add(k, s_row, scol[c])),
+                              kf_lit_f32(k, a->scale));
+                if (a->causal) {
+                    keep[c] = kf_binary(k, KF_OP_LE, kf_add(k, c0, scol[c]), row);
+                    x[c] = kf_select(k, kf_lit_f32(k, NEG_BIG), x[c], keep[c]);
+                }
+                x[c] = kf_let(k, "x", x[c]);
+                m = kf_call2(k, KF_FN_MAX, m, x[c]);
+            }
+            m = kf_let(k, "m_mine", m);
+            for (uint32_t s = R; s < sg; s *= 2) {
+                kf_val other = kf_subgroup(k, KF_SUBGROUP_SHUFFLE, m,
+                                           kf_binary(k, KF_OP_BIT_XOR, lane, u32(k, s)));
+                m = kf_let(k, "m_row", kf_call2(k, KF_FN_MAX, m, other));
+            }
+            kf_val alpha =
+                kf_let(k, "alpha_new", kf_call1(k, KF_FN_EXP, kf_sub(k, kf_read(k, m_run), m)));
+            kf_val sum = kf_lit_f32(k, 0);
+            for (uint32_t c = 0; c < per; c++) {
+                kf_val pr = kf_call1(k, KF_FN_EXP, kf_sub(k, x[c], m));
+                if (a->causal) {
+                    pr = kf_select(k, kf_lit_f32(k, 0), pr, keep[c]);
+                }
+                pr = kf_let(k, "p", pr);
+                sum = kf_add(k, sum, pr);
+                /* scaled by 2^14 and split as the two-pass kernel does (its comments say why) */
+                pr = kf_mul(k, pr, kf_lit_f32(k, P_SCALE));
+                kf_val hi, lo = {0, 0};
+                if (split) {
+                    kf_val bits =
+                        kf_binary(k, KF_OP_BIT_AND, kf_bitcast(k, u32t, pr), u32(k, 0xffffe000u));
+                    kf_val hi32 = kf_let(k, "p_hi32", kf_bitcast(k, f32, bits));
+                    hi = kf_cast(k, h, hi32);
+                    lo = kf_cast(k, h, kf_sub(k, pr, hi32));
+                } else {
+                    hi = kf_cast(k, h, pr);
+                }
+                kf_val at = kf_add(k, p_row, scol[c]);
+                kf_shared_store(k, probs, at, hi);
+                if (split) {
+                    kf_shared_store(k, probs_lo, at, lo);
+                }
+            }
+            kf_assign(k, l_run, kf_call3(k, KF_FN_FMA, kf_read(k, l_run), alpha, sum));
+            kf_assign(k, m_run, m);
+            kf_assign(k, alpha_v, alpha);
         }
-        kf_val alpha =
-            kf_let(k, "alpha_new", kf_call1(k, KF_FN_EXP, kf_sub(k, kf_read(k, m_run), m)));
-        kf_val sum = kf_lit_f32(k, 0);
-        for (uint32_t c = 0; c < per; c++) {
-            kf_val pr = kf_call1(k, KF_FN_EXP, kf_sub(k, x[c], m));
-            if (a->causal) {
-                pr = kf_select(k, kf_lit_f32(k, 0), pr, keep[c]);
-            }
-            pr = kf_let(k, "p", pr);
-            sum = kf_add(k, sum, pr);
-            /* scaled by 2^14 and split as the two-pass kernel does (its comments say why) */
-            pr = kf_mul(k, pr, kf_lit_f32(k, P_SCALE));
-            kf_val hi, lo = {0, 0};
-            if (split) {
-                kf_val bits =
-                    kf_binary(k, KF_OP_BIT_AND, kf_bitcast(k, u32t, pr), u32(k, 0xffffe000u));
-                kf_val hi32 = kf_let(k, "p_hi32", kf_bitcast(k, f32, bits));
-                hi = kf_cast(k, h, hi32);
-                lo = kf_cast(k, h, kf_sub(k, pr, hi32));
-            } else {
-                hi = kf_cast(k, h, pr);
-            }
-            kf_val at = kf_add(k, p_row, scol[c]);
-            kf_shared_store(k, probs, at, hi);
-            if (split) {
-                kf_shared_store(k, probs_lo, at, lo);
-            }
+        if (staged) {
+            stage_put(k, &kn, ktile);
+            stage_put(k, &vn, vtile);
         }
-        kf_assign(k, l_run, kf_call3(k, KF_FN_FMA, kf_read(k, l_run), alpha, sum));
-        kf_assign(k, m_run, m);
-        kf_assign(k, alpha_v, alpha);
-        kf_barrier(k); /* (2) P */
+        if (!(probe & KF__ATTN_PROBE_NO_BARRIERS)) {
+            kf_barrier(k); /* (2) P, and the next tile's k and this tile's v */
+        }
         /* O_tile = P V into fresh result matrices, stored to the subgroup's pv */
-        for (uint32_t j = 0; j < cm; j++) {
+        for (uint32_t j = 0; j < (probe & KF__ATTN_PROBE_NO_PV ? 0 : cm); j++) {
             for (uint32_t b = 0; b < rb; b++) {
                 kf_val pb = kf_add(k, p_at, u32(k, b * MAT * ldp + j * MAT));
                 kf_sgmat_load(k, pl[b], probs, pb, false, u32(k, ldp));
@@ -333,8 +436,16 @@ static kf_kernel *online_kernel(const kf__attn_desc *a, uint32_t sg, uint32_t bu
                 }
             }
             for (uint32_t i = 0; i < dm; i++) {
-                kf_sgmat_load_storage(k, vr, bv, kf_add(k, kv_at, u32(k, j * MAT * d + i * MAT)),
-                                      false, u32(k, d));
+                if (probe & KF__ATTN_PROBE_KV_SHARED) {
+                    kf_sgmat_load(k, vr, probs, u32(k, 0), false, u32(k, ldp));
+                } else if (staged) {
+                    kf_sgmat_load(k, vr, vtile, u32(k, j * MAT * ldk + i * MAT), false,
+                                  u32(k, ldk));
+                } else {
+                    kf_sgmat_load_storage(k, vr, bv,
+                                          kf_add(k, kv_at, u32(k, j * MAT * d + i * MAT)), false,
+                                          u32(k, d));
+                }
                 for (uint32_t b = 0; b < rb; b++) {
                     (j ? kf_sgmat_mma : kf_sgmat_mul)(k, ot[b * dm + i], pl[b], vr);
                     if (split) {
@@ -343,7 +454,7 @@ static kf_kernel *online_kernel(const kf__attn_desc *a, uint32_t sg, uint32_t bu
                 }
             }
         }
-        for (uint32_t i = 0; i < rb * dm; i++) {
+        for (uint32_t i = 0; i < (probe & KF__ATTN_PROBE_NO_PV ? 0 : rb * dm); i++) {
             kf_sgmat_store(k, pv, kf_add(k, o_at, u32(k, i / dm * MAT * lo_ + i % dm * MAT)), ot[i],
                            false, u32(k, lo_));
         }
@@ -417,6 +528,9 @@ bool kf__attention_sgmat_config_parse(const char *text, kf__attn_sgmat_config *o
         } else if (!strncmp(p, "/r2", 3) && (!p[3] || p[3] == '/') && !c.row_blocks) {
             c.row_blocks = 2;
             p += 3;
+        } else if (p[0] == '/' && p[1] == 'p' && !c.probe &&
+                   sscanf(p, "/p%u%n", &c.probe, &used) == 1 && (!p[used] || p[used] == '/')) {
+            p += used;
         } else if (!strncmp(p, "/on", 3) && (!p[3] || p[3] == '/') && !c.online) {
             c.online = true;
             p += 3;
@@ -832,28 +946,20 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
     return k;
 }
 
-/* The default where measured faster than the FMA kernels, and correct (H200, session 6,
- * bench/h200_attn_probe.sh: with the hi/lo split's fix kfuse verify attention passed 44 of 44,
- * the kernel's GPU test and every probe case of every configuration): f16 forward, T 4096,
- * causal, D 64: the staged 8x16 configuration 2.77 ms against the register-tiled FMA kernel's
- * 5.68 (T 1024: 0.82 against 1.65); D 128: the direct 4x16 one 8.12 ms against 12.75 (the
- * staged ones 26 to 53: matrices spilled, it seems; times swing widely between
- * configurations there). So: D <= 64 the default configuration; D > 64 direct 4x16 where T and D
- * are multiples of 16, else the FMA kernels. $KF_ATTN_SGMAT: "0" never (as KF_NO_SGMAT=1), "1"
- * the default configuration at every D, a configuration (WxC[/hi][/direct][/rq][/r2]) that
- * one. */
+/* The default where measured faster than the FMA kernels, and correct. The one-pass kernel
+ * (online_kernel) where it builds and the device has subgroups (H200, session 10,
+ * bench/h200_s10_attn.sh, f16, causal, T 4096: D 64 4x32/on 1.27 ms against the two-pass 8x16
+ * kernel's 2.77; D 128 2x32/on 3.36 against direct 4x16's 8.3; T 1024 B 4: 0.203 against 0.422
+ * and 0.520 against 4.13). Else the two-pass kernels (H200, session 6, bench/h200_attn_probe.sh:
+ * D 64 staged 8x16 2.77 ms against the register-tiled FMA kernel's 5.68; D 128 direct 4x16
+ * 8.12 against 12.75) where T and D are multiples of 16 at D > 64, else the FMA kernels.
+ * $KF_ATTN_SGMAT: "0" never (as KF_NO_SGMAT=1), "1" the two-pass default configuration at every
+ * D, a configuration (WxC[/hi][/direct][/rq][/r2][/on][/pN]) that one. */
 kf_kernel *kf__attention_sgmat_for(kf_context *ctx, const kf__attn_desc *a) {
     const char *env = getenv("KF_ATTN_SGMAT");
     bool asked = env && *env && strcmp(env, "0") != 0;
     kf__attn_sgmat_config cfg = {0};
     bool use_cfg = asked && kf__attention_sgmat_config_parse(env, &cfg);
-    if (!asked && a->d > 64) {
-        if (a->t % MAT || a->d % MAT) {
-            return NULL;
-        }
-        cfg = (kf__attn_sgmat_config){.subgroups = 4, .keys = 16, .direct = true};
-        use_cfg = true;
-    }
     uint32_t sg = 0;
     if ((env && !strcmp(env, "0")) || !kf__sgmat_usable(ctx, &sg)) {
         return NULL;
@@ -862,10 +968,24 @@ kf_kernel *kf__attention_sgmat_for(kf_context *ctx, const kf__attn_desc *a) {
     if (kf_context_adapter_info(ctx, &info) != KF_OK) {
         return NULL;
     }
+    const uint32_t budget = info.max_compute_workgroup_storage_size;
     /* the one-pass kernel combines a row's invocations by subgroup shuffles */
     if (use_cfg && cfg.online && !info.has_subgroups) {
         return NULL;
     }
-    return kf__attention_sgmat_config(a, sg, info.max_compute_workgroup_storage_size,
-                                      use_cfg ? &cfg : NULL);
+    if (!asked && info.has_subgroups) {
+        kf__attn_sgmat_config on = {.subgroups = a->d <= 64 ? 4 : 2, .keys = 32, .online = true};
+        kf_kernel *k = kf__attention_sgmat_config(a, sg, budget, &on);
+        if (k) {
+            return k;
+        }
+    }
+    if (!asked && a->d > 64) {
+        if (a->t % MAT || a->d % MAT) {
+            return NULL;
+        }
+        cfg = (kf__attn_sgmat_config){.subgroups = 4, .keys = 16, .direct = true};
+        use_cfg = true;
+    }
+    return kf__attention_sgmat_config(a, sg, budget, use_cfg ? &cfg : NULL);
 }

@@ -37,8 +37,9 @@ typedef struct kf__attn_sgmat_config {
     bool reload_q;       /* direct: q's matrices loaded for each key tile, not held in registers */
     uint32_t row_blocks; /* 16-row blocks of q per subgroup: 1 (0) or 2 (direct: T >= 32) */
     bool online;         /* one pass over the keys, O rescaled in registers (attention_sgmat.c):
-                            q, k, v read from storage (as direct), T % keys == 0, D % 16 == 0;
-                            subgroups default 4, keys 64 shrunk to fit */
+                            q from storage, k and v staged through workgroup memory where the
+                            tiles fit (from storage where not, or with direct), T % keys == 0,
+                            D % 16 == 0; subgroups default 4, keys 64 shrunk to fit */
     uint32_t probe;      /* KF__ATTN_PROBE_* bits: variants for diagnosis only */
 } kf__attn_sgmat_config;
 /* The probe's variants (bench/attention/attention_probe.c), none correct as a kernel: */
@@ -46,19 +47,27 @@ enum {
     KF__ATTN_PROBE_LO_CAST = 1u, /* lo = f16(P - f32(f16(P))): the split that lost lo on the H200 */
     KF__ATTN_PROBE_LO_ONLY = 2u, /* O += lo V alone: lo's share of o */
     KF__ATTN_PROBE_NO_SCALE = 4u, /* P not scaled by 2^14 in its f16 matrices */
+    /* the one-pass kernel's, for where its time goes ("/pN": N the bits): */
+    KF__ATTN_PROBE_NO_SOFTMAX = 8u,   /* no scores read, no P written, no O_reg update */
+    KF__ATTN_PROBE_NO_QK = 16u,       /* no q k^T (nor its store) */
+    KF__ATTN_PROBE_NO_PV = 32u,       /* no P V (nor its loads and store) */
+    KF__ATTN_PROBE_NO_BARRIERS = 64u, /* the loop's two barriers left out */
+    KF__ATTN_PROBE_KV_SHARED = 128u,  /* k's and v's matrices loaded from workgroup memory */
 };
 kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint32_t wg_bytes,
                                       const kf__attn_sgmat_config *cfg);
 /* "WxC", then any of "/hi", "/direct", "/rq" (reload_q), "/r2" (row_blocks 2), "/on" (online),
- * into *out;
+ * "/pN" (probe bits N), into *out;
  * false if it does not parse. */
 bool kf__attention_sgmat_config_parse(const char *text, kf__attn_sgmat_config *out);
 
 /* The kernel attention's forward takes on ctx, else NULL (the caller keeps its FMA kernels):
- * where kf__attention_sgmat runs there (kf__sgmat_usable), the default configuration for
- * D <= 64 and the direct 4x16 one above where T and D are multiples of 16 (each measured faster
- * than the FMA kernels on the H200). $KF_ATTN_SGMAT: "0" never, "1" the default configuration
- * at every D, a configuration ("WxC[/hi][/direct][/rq][/r2]") that one, for measuring. */
+ * where kf__attention_sgmat runs there (kf__sgmat_usable), the one-pass kernel (4x32/on at
+ * D <= 64, 2x32/on above) where it builds and the device has subgroups; else the two-pass
+ * default configuration for D <= 64 and the direct 4x16 one above where T and D are multiples
+ * of 16 (each measured faster than the one before it on the H200). $KF_ATTN_SGMAT: "0" never,
+ * "1" the two-pass default configuration at every D, a configuration
+ * ("WxC[/hi][/direct][/rq][/r2][/on][/pN]") that one, for measuring. */
 kf_kernel *kf__attention_sgmat_for(kf_context *ctx, const kf__attn_desc *a);
 
 /* The register-tiled FMA kernel (attention_tiled.c) for f32 or f16 storage (f32 compute): 64

@@ -265,7 +265,9 @@ KT_CPU_TEST(ops, attention_sgmat_interpreter) {
     }
 }
 
-/* The one-pass configurations (kf__attn_sgmat_config.online): T 128 (two 64-row workgroups,
+/* The one-pass configurations (kf__attn_sgmat_config.online), k and v staged (a tile of fewer
+ * vec4s than invocations at D 16) and read from storage (direct, and where the staged tiles do not
+ * fit: 4 subgroups at D 128): T 128 (two 64-row workgroups,
  * two 64-key tiles), T 80 (a workgroup past T: its subgroups recompute the last rows and write
  * none; tiles shrink to 16), two row blocks a subgroup (a subgroup clamped back over rows it
  * must not write), q loaded again for each tile, D 128, P as hi only, subgroups of 16 and 64
@@ -275,11 +277,13 @@ KT_CPU_TEST(ops, attention_sgmat_online_interpreter) {
         const char *cfg;
         uint32_t t, d, sg;
         bool causal;
-    } cases[] = {{"4x64/on", 128, 64, 32, true},    {"4x64/on", 128, 64, 32, false},
-                 {"4x32/on", 80, 32, 32, true},     {"2x16/on/r2", 80, 32, 32, true},
-                 {"1x32/on/rq", 48, 16, 32, false}, {"2x32/on", 64, 128, 32, true},
-                 {"2x64/on/r2", 64, 64, 32, false}, {"4x32/on", 64, 32, 16, true},
-                 {"2x32/on", 64, 64, 64, true}};
+    } cases[] = {{"4x64/on", 128, 64, 32, true},       {"4x64/on", 128, 64, 32, false},
+                 {"4x32/on", 80, 32, 32, true},        {"2x16/on/r2", 80, 32, 32, true},
+                 {"1x32/on/rq", 48, 16, 32, false},    {"2x32/on", 64, 128, 32, true},
+                 {"2x64/on/r2", 64, 64, 32, false},    {"4x32/on", 64, 32, 16, true},
+                 {"2x32/on", 64, 64, 64, true},        {"4x16/on", 64, 16, 32, true},
+                 {"2x32/on/direct", 64, 64, 32, true}, {"2x16/on/direct/r2", 80, 32, 32, false},
+                 {"4x16/on", 64, 128, 32, false}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         kf__attn_sgmat_config cfg;
         KT_CHECK(kf__attention_sgmat_config_parse(cases[c].cfg, &cfg) && cfg.online, "%s",
@@ -397,6 +401,24 @@ KT_CPU_TEST(ops, attention_sgmat_wgsl_and_limits) {
     KT_CHECK(!kf__attention_sgmat_config_parse("4x16/direct/direct", &cfg) &&
                  !kf__attention_sgmat_config_parse("4x16/directx", &cfg),
              "bad direct configurations parse");
+    /* the one-pass kernel stages k and v where the tiles fit (the defaults at D 64 and 128),
+     * reads them from storage where they do not (4 subgroups at D 128), refuses T % 16 */
+    static const struct {
+        const char *cfg;
+        uint32_t d;
+        const char *name;
+    } online[] = {{"4x32/on", 64, "attention_sgmat_64x32_online_causal"},
+                  {"2x32/on", 128, "attention_sgmat_32x32_online_causal"},
+                  {"4x32/on", 128, "attention_sgmat_64x16_online_direct_causal"}};
+    for (size_t i = 0; i < sizeof online / sizeof online[0]; i++) {
+        kf__attn_desc c = desc_of(2, 4096, online[i].d, true, false);
+        KT_CHECK(kf__attention_sgmat_config_parse(online[i].cfg, &cfg), "%s", online[i].cfg);
+        k = kf__attention_sgmat_config(&c, 32, 0, &cfg);
+        KT_CHECK(k && strcmp(kf_kernel_name(k), online[i].name) == 0, "%s at D %u: %s",
+                 online[i].cfg, online[i].d, k ? kf_kernel_name(k) : "NULL");
+        kf_kernel_destroy(k);
+    }
+    KT_CHECK(kf__attention_sgmat_config(&b, 32, 0, &cfg) == NULL, "one pass at T 100 accepted");
     b.d = 129;
     KT_CHECK(kf__attention_sgmat(&b, 32, 0) == NULL, "D 129 accepted");
 }
