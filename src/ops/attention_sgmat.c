@@ -205,9 +205,10 @@ static kf_kernel *online_kernel(const kf__attn_desc *a, uint32_t sg, uint32_t bu
     kf_type u32t = kf_type_scalar(KF_SCALAR_U32);
 
     char name[80];
-    snprintf(name, sizeof name, "attention_sgmat_%ux%u%s_online%s%s%s%s%s", rows, bc,
+    snprintf(name, sizeof name, "attention_sgmat_%ux%u%s_online%s%s%s%s%s%s", rows, bc,
              split ? "" : "_hi", staged ? "" : "_direct", rb > 1 ? "_r2" : "",
-             reload_q ? "_rq" : "", a->causal ? "_causal" : "", a->with_lse ? "_lse" : "");
+             reload_q ? "_rq" : "", cfg->heavy_first && a->causal ? "_hf" : "",
+             a->causal ? "_causal" : "", a->with_lse ? "_lse" : "");
     kf_kernel_desc desc = {.name = name, .workgroup_size = {w * sg, 1, 1}, .output = h};
     kf_kernel *k = kf_kernel_create(&desc);
     if (!k) {
@@ -243,8 +244,13 @@ static kf_kernel *online_kernel(const kf__attn_desc *a, uint32_t sg, uint32_t bu
     kf_val lane = kf_let(k, "lane", kf_binary(k, KF_OP_MOD, local, u32(k, sg)));
     kf_val wg = kf_let(k, "wg", kf_workgroup_linear(k));
     kf_val head = kf_let(k, "head", kf_div(k, wg, u32(k, qtiles)));
-    kf_val r0 =
-        kf_let(k, "r0", kf_mul(k, kf_binary(k, KF_OP_MOD, wg, u32(k, qtiles)), u32(k, rows)));
+    /* heavy_first: causal rows past r0 see more keys, so the last tiles go first (the grid's
+     * tail is then the light ones) */
+    kf_val qtile = kf_binary(k, KF_OP_MOD, wg, u32(k, qtiles));
+    if (cfg->heavy_first && a->causal) {
+        qtile = kf_sub(k, u32(k, qtiles - 1), qtile);
+    }
+    kf_val r0 = kf_let(k, "r0", kf_mul(k, qtile, u32(k, rows)));
     kf_val head_row0 = kf_let(k, "head_row0", kf_mul(k, head, u32(k, t)));
     /* a subgroup reaching past T computes the last R rows again and writes none of them */
     kf_val sub_row0 = kf_let(k, "sub_row0", kf_add(k, r0, kf_mul(k, sgi, u32(k, R))));
@@ -524,6 +530,9 @@ bool kf__attention_sgmat_config_parse(const char *text, kf__attn_sgmat_config *o
             p += 7;
         } else if (!strncmp(p, "/rq", 3) && (!p[3] || p[3] == '/') && !c.reload_q) {
             c.reload_q = true;
+            p += 3;
+        } else if (!strncmp(p, "/hf", 3) && (!p[3] || p[3] == '/') && !c.heavy_first) {
+            c.heavy_first = true;
             p += 3;
         } else if (!strncmp(p, "/r2", 3) && (!p[3] || p[3] == '/') && !c.row_blocks) {
             c.row_blocks = 2;
@@ -954,7 +963,7 @@ kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint3
  * D 64 staged 8x16 2.77 ms against the register-tiled FMA kernel's 5.68; D 128 direct 4x16
  * 8.12 against 12.75) where T and D are multiples of 16 at D > 64, else the FMA kernels.
  * $KF_ATTN_SGMAT: "0" never (as KF_NO_SGMAT=1), "1" the two-pass default configuration at every
- * D, a configuration (WxC[/hi][/direct][/rq][/r2][/on][/pN]) that one. */
+ * D, a configuration (WxC[/hi][/direct][/rq][/r2][/on][/hf][/pN]) that one. */
 kf_kernel *kf__attention_sgmat_for(kf_context *ctx, const kf__attn_desc *a) {
     const char *env = getenv("KF_ATTN_SGMAT");
     bool asked = env && *env && strcmp(env, "0") != 0;
