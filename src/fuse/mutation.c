@@ -482,10 +482,21 @@ kf_status kf__mutation_run(kf_context *ctx, const kf__mutation_options *o, kf__m
         verdict worst = PASSED;
         bool mattered = false;
         const char *killer = NULL;
+        bool cut = false;
         for (uint32_t i = 0; i < e->check_count && worst == PASSED; i++) {
+            /* a sample's budget holds inside a mutant too: one of a kernel that many checks
+             * share (a strided load's) ran 600 s of checks in a 2-core CI run; a mutant cut
+             * short is not counted */
+            if (o->budget_s > 0 && r->tried > 0 && now_s() - sample_start > o->budget_s) {
+                cut = true;
+                break;
+            }
             check *k = &c.checks[e->checks[i]];
             worst = run_check(&c, k, false, &mattered);
             killer = worst != PASSED ? k->name : killer;
+        }
+        if (cut && worst == PASSED) {
+            break;
         }
         r->tried++;
         if (worst == FAILED) {
