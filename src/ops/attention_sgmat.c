@@ -115,6 +115,21 @@ static uint32_t online_memory(uint32_t w, uint32_t rows, uint32_t c, uint32_t dp
            (staged ? 2 * c * (dp + PAD) * 2 : 0);
 }
 
+/* The one-pass kernel's key tile: the configuration's (64 by default) halved until its memory
+ * fits budget and it divides t; 0 where none does, or (staged) a tile has more vec4s than
+ * stage_fetch's 64 per invocation of `threads`. */
+static uint32_t online_keys(const kf__attn_sgmat_config *cfg, uint32_t w, uint32_t rows, uint32_t t,
+                            uint32_t dp, bool split, bool staged, uint32_t budget,
+                            uint32_t threads) {
+    uint32_t bc = cfg->keys ? cfg->keys : 64u;
+    while (bc > MAT && (online_memory(w, rows, bc, dp, split, staged) > budget || t % bc)) {
+        bc /= 2;
+    }
+    bool fits = online_memory(w, rows, bc, dp, split, staged) <= budget && t % bc == 0 &&
+                !(staged && bc * dp / 4 > 64 * threads);
+    return fits ? bc : 0;
+}
+
 /* Fetches (issues the loads of) rows [row0, row0 + c) of binding b (vec4s of f16, d / 4 a row)
  * into n values per invocation, the workgroup's `threads` invocations taking consecutive vec4s;
  * stage_put stores them into tile (rows of ld halves). Invocations past the tile's vec4s load its
@@ -178,21 +193,12 @@ static kf_kernel *online_kernel(const kf__attn_desc *a, uint32_t sg, uint32_t bu
     const uint32_t lpr = sg / R; /* invocations a row */
     /* staged where its tiles fit (or "/direct" says not): else k and v read from storage */
     bool staged = !cfg->direct;
-    uint32_t bc;
-    for (;;) {
-        bc = cfg->keys ? cfg->keys : 64u;
-        while (bc > MAT && (online_memory(w, R, bc, dp, split, staged) > budget || t % bc)) {
-            bc /= 2;
-        }
-        bool fits = online_memory(w, R, bc, dp, split, staged) <= budget &&
-                    !(staged && bc * d / 4 > 64 * w * sg);
-        if (fits || !staged) {
-            break;
-        }
+    uint32_t bc = staged ? online_keys(cfg, w, R, t, dp, split, true, budget, w * sg) : 0;
+    if (!bc) {
         staged = false;
+        bc = online_keys(cfg, w, R, t, dp, split, false, budget, w * sg);
     }
-    if (online_memory(w, R, bc, dp, split, staged) > budget || t % bc || bc % lpr || dp % lpr ||
-        (staged && bc * d / 4 > 64 * w * sg)) {
+    if (!bc || bc % lpr || dp % lpr) {
         return NULL;
     }
     const uint32_t per = bc / lpr, ocn = dp / lpr; /* a row's score and output columns each */
