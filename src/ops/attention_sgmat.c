@@ -180,10 +180,89 @@ static kf_val owned_col(kf_kernel *k, kf_val part, kf_val rot, uint32_t i, uint3
     return kf_add(k, part, kf_mul(k, j, u32(k, lpr)));
 }
 
+/* lazy (kf__attn_sgmat_config.lazy): O stays in the subgroup's result matrices across key tiles,
+ * P = exp(S - m_ref) with m_ref a row's maximum as of the subgroup's last rescale, which happens
+ * only when some row of the subgroup has grown past its m_ref by more than LAZY_TAU (so P stays
+ * below e^LAZY_TAU, 7.4, and P * LAZY_P_SCALE below f16's largest value): the tile then stores
+ * O to pv and starts its result matrices again from its own P V, and the next tile (or the end)
+ * adds pv to O_reg and scales it, O_reg = (O_reg + pv) alpha, between the barriers the loop has
+ * anyway. The decision is a subgroup maximum of the rows' growth, so the same in the whole
+ * subgroup, which is all its matrix operations need. l is rescaled with O. At the end,
+ * o = (O_reg + O) / l. Where the maximum settles after the first tiles (a row's largest score
+ * among its first keys is within LAZY_TAU of its largest overall), no tile after them goes
+ * through workgroup memory for O. */
+#define LAZY_TAU 2.0f
+#define LAZY_P_SCALE 8192.0f /* 2^13: e^2 2^13 = 60531 < 65504 */
+
+/* The matrices and layout of the one-pass kernel's P V (pv_keys). */
+typedef struct pv_tile {
+    const kf_sgmat *pl, *pl_lo, *ot;
+    kf_sgmat vr;
+    kf_shared probs, probs_lo, vtile;
+    kf_binding bv;
+    kf_val p_at, kv_at;
+    uint32_t ldp, ldk, d, dm, rb, probe;
+    bool split, staged;
+} pv_tile;
+
+/* O += P V for the 16 keys of block j of the tile (fresh: O = P V, the result matrices'
+ * earlier values dropped). */
+static void pv_keys(kf_kernel *k, const pv_tile *t, uint32_t j, bool fresh) {
+    for (uint32_t b = 0; b < t->rb; b++) {
+        kf_val pb = kf_add(k, t->p_at, u32(k, b * MAT * t->ldp + j * MAT));
+        kf_sgmat_load(k, t->pl[b], t->probs, pb, false, u32(k, t->ldp));
+        if (t->split) {
+            kf_sgmat_load(k, t->pl_lo[b], t->probs_lo, pb, false, u32(k, t->ldp));
+        }
+    }
+    for (uint32_t i = 0; i < t->dm; i++) {
+        if (t->probe & KF__ATTN_PROBE_KV_SHARED) {
+            kf_sgmat_load(k, t->vr, t->probs, u32(k, 0), false, u32(k, t->ldp));
+        } else if (t->staged) {
+            kf_sgmat_load(k, t->vr, t->vtile, u32(k, j * MAT * t->ldk + i * MAT), false,
+                          u32(k, t->ldk));
+        } else {
+            kf_sgmat_load_storage(k, t->vr, t->bv,
+                                  kf_add(k, t->kv_at, u32(k, j * MAT * t->d + i * MAT)), false,
+                                  u32(k, t->d));
+        }
+        for (uint32_t b = 0; b < t->rb; b++) {
+            (fresh ? kf_sgmat_mul : kf_sgmat_mma)(k, t->ot[b * t->dm + i], t->pl[b], t->vr);
+            if (t->split) {
+                kf_sgmat_mma(k, t->ot[b * t->dm + i], t->pl_lo[b], t->vr);
+            }
+        }
+    }
+}
+
+/* The subgroup's n result matrices of O (dm along D) into its pv, rows of lo floats apart. */
+static void store_o(kf_kernel *k, kf_shared pv, kf_val o_at, const kf_sgmat *ot, uint32_t n,
+                    uint32_t dm, uint32_t lo) {
+    for (uint32_t i = 0; i < n; i++) {
+        kf_sgmat_store(k, pv, kf_add(k, o_at, u32(k, i / dm * MAT * lo + i % dm * MAT)), ot[i],
+                       false, u32(k, lo));
+    }
+}
+
+/* lazy: where pending, O_reg = (O_reg + pv) alpha for the invocation's columns of its row. */
+static void pending_into_registers(kf_kernel *k, kf_val pending, kf_var alpha, kf_shared pv,
+                                   kf_val o_row, const kf_val *ocol, const kf_var *o_reg,
+                                   uint32_t ocn) {
+    kf_if(k, pending);
+    kf_val al = kf_read(k, alpha);
+    for (uint32_t e = 0; e < ocn; e++) {
+        kf_val x = kf_shared_load(k, pv, kf_add(k, o_row, ocol[e]));
+        kf_assign(k, o_reg[e], kf_mul(k, kf_add(k, kf_read(k, o_reg[e]), x), al));
+    }
+    kf_end(k);
+}
+
 static kf_kernel *online_kernel(const kf__attn_desc *a, uint32_t sg, uint32_t budget,
                                 const kf__attn_sgmat_config *cfg) {
     const uint32_t w = cfg->subgroups ? cfg->subgroups : SUBGROUPS;
-    const bool split = !cfg->hi_only, reload_q = cfg->reload_q;
+    const bool split = !cfg->hi_only, reload_q = cfg->reload_q, lazy = cfg->lazy;
+    /* P's scale in its f16 matrices: lazy, P = exp(S - m_ref) reaches e^LAZY_TAU */
+    const float p_scale = lazy ? LAZY_P_SCALE : P_SCALE;
     const uint32_t rb = cfg->row_blocks == 2 ? 2 : 1, R = MAT * rb, probe = cfg->probe;
     const uint32_t t = a->t, d = a->d, dp = d;
     if (w > 16 || w * sg > 1024 || sg < R || t < R || d % MAT || (cfg->keys && cfg->keys % MAT) ||
@@ -210,10 +289,10 @@ static kf_kernel *online_kernel(const kf__attn_desc *a, uint32_t sg, uint32_t bu
     kf_type f32 = kf_type_scalar(KF_SCALAR_F32), h = kf_type_scalar(KF_SCALAR_F16);
     kf_type u32t = kf_type_scalar(KF_SCALAR_U32);
 
-    char name[80];
-    snprintf(name, sizeof name, "attention_sgmat_%ux%u%s_online%s%s%s%s%s%s", rows, bc,
+    char name[88];
+    snprintf(name, sizeof name, "attention_sgmat_%ux%u%s_online%s%s%s%s%s%s%s", rows, bc,
              split ? "" : "_hi", staged ? "" : "_direct", rb > 1 ? "_r2" : "",
-             reload_q ? "_rq" : "", cfg->heavy_first && a->causal ? "_hf" : "",
+             reload_q ? "_rq" : "", lazy ? "_lazy" : "", cfg->heavy_first && a->causal ? "_hf" : "",
              a->causal ? "_causal" : "", a->with_lse ? "_lse" : "");
     kf_kernel_desc desc = {.name = name, .workgroup_size = {w * sg, 1, 1}, .output = h};
     kf_kernel *k = kf_kernel_create(&desc);
@@ -297,6 +376,11 @@ static kf_kernel *online_kernel(const kf__attn_desc *a, uint32_t sg, uint32_t bu
     }
     kf_sgmat kr = kf_sgmat_declare(k, "kr", KF_SGMAT_RIGHT, KF_SCALAR_F16, MAT, MAT);
     kf_sgmat vr = kf_sgmat_declare(k, "vr", KF_SGMAT_RIGHT, KF_SCALAR_F16, MAT, MAT);
+    kf_sgmat zero_l = {0}, zero_r = {0};
+    if (lazy) {
+        zero_l = kf_sgmat_declare(k, "zero_l", KF_SGMAT_LEFT, KF_SCALAR_F16, MAT, MAT);
+        zero_r = kf_sgmat_declare(k, "zero_r", KF_SGMAT_RIGHT, KF_SCALAR_F16, MAT, MAT);
+    }
     for (uint32_t j = 0; j < rb * cm; j++) {
         sm[j] = kf_sgmat_declare(k, "s", KF_SGMAT_RESULT, KF_SCALAR_F32, MAT, MAT);
     }
@@ -318,6 +402,14 @@ static kf_kernel *online_kernel(const kf__attn_desc *a, uint32_t sg, uint32_t bu
         o_reg[e] = kf_declare(k, "o", f32, kf_lit_f32(k, 0));
     }
     kf_var first = kf_declare(k, "first", kf_type_scalar(KF_SCALAR_BOOL), kf_lit_bool(k, true));
+    /* lazy: the maximum P is taken against (the row's, as of the subgroup's last rescale);
+     * whether the tile rescales (the same in the whole subgroup), so that pv holds O as of then
+     * from its P V on, until the next tile (or the end) adds it into O_reg (times alpha) */
+    kf_var m_ref = {0}, pending = {0};
+    if (lazy) {
+        m_ref = kf_declare(k, "m_ref", f32, kf_lit_f32(k, NEG_BIG));
+        pending = kf_declare(k, "pending", kf_type_scalar(KF_SCALAR_BOOL), kf_lit_bool(k, false));
+    }
 
     kf_val end = u32(k, t);
     if (a->causal) {
@@ -369,17 +461,21 @@ static kf_kernel *online_kernel(const kf__attn_desc *a, uint32_t sg, uint32_t bu
             vn = stage_fetch(k, bv, local, w * sg, kf_add(k, head_row0, c0), bc, d, ldk);
         }
         if (!(probe & KF__ATTN_PROBE_NO_SOFTMAX)) {
-            /* the previous tile's P V into the registers */
-            kf_if(k, kf_unary(k, KF_OP_NOT, kf_read(k, first)));
-            {
+            /* the previous tile's P V into the registers (lazy: O as of the last rescale, when
+             * the previous tile rescaled) */
+            if (lazy) {
+                pending_into_registers(k, kf_read(k, pending), alpha_v, pv, o_row, ocol, o_reg,
+                                       ocn);
+            } else {
+                kf_if(k, kf_unary(k, KF_OP_NOT, kf_read(k, first)));
                 kf_val al = kf_read(k, alpha_v);
                 for (uint32_t e = 0; e < ocn; e++) {
                     kf_val x = kf_shared_load(k, pv, kf_add(k, o_row, ocol[e]));
                     kf_assign(k, o_reg[e], kf_call3(k, KF_FN_FMA, kf_read(k, o_reg[e]), al, x));
                 }
+                kf_end(k);
+                kf_assign(k, first, kf_lit_bool(k, false));
             }
-            kf_end(k);
-            kf_assign(k, first, kf_lit_bool(k, false));
             /* this invocation's scores: scaled, masked, its max, the row's (shuffles) */
             kf_val x[64], keep[64] = {{0, 0}};
             kf_val m = kf_read(k, m_run);
@@ -399,18 +495,33 @@ static kf_kernel *online_kernel(const kf__attn_desc *a, uint32_t sg, uint32_t bu
                                            kf_binary(k, KF_OP_BIT_XOR, lane, u32(k, s)));
                 m = kf_let(k, "m_row", kf_call2(k, KF_FN_MAX, m, other));
             }
-            kf_val alpha =
-                kf_let(k, "alpha_new", kf_call1(k, KF_FN_EXP, kf_sub(k, kf_read(k, m_run), m)));
+            /* P's reference: the new maximum; lazy: the one of the last rescale, unless a row
+             * of the subgroup grew past it by more than LAZY_TAU, then the new one */
+            kf_val ref = m, alpha;
+            if (lazy) {
+                kf_val old = kf_read(k, m_ref);
+                kf_val growth = kf_subgroup(k, KF_SUBGROUP_MAX, kf_sub(k, m, old), (kf_val){0, 0});
+                kf_val now = kf_let(k, "rescale_now",
+                                    kf_binary(k, KF_OP_GT, growth, kf_lit_f32(k, LAZY_TAU)));
+                ref = kf_let(k, "ref", kf_select(k, old, m, now));
+                alpha = kf_let(k, "alpha_new", kf_call1(k, KF_FN_EXP, kf_sub(k, old, ref)));
+                kf_assign(k, pending, now);
+                kf_assign(k, m_ref, ref);
+            } else {
+                alpha =
+                    kf_let(k, "alpha_new", kf_call1(k, KF_FN_EXP, kf_sub(k, kf_read(k, m_run), m)));
+            }
             kf_val sum = kf_lit_f32(k, 0);
             for (uint32_t c = 0; c < per; c++) {
-                kf_val pr = kf_call1(k, KF_FN_EXP, kf_sub(k, x[c], m));
+                kf_val pr = kf_call1(k, KF_FN_EXP, kf_sub(k, x[c], ref));
                 if (a->causal) {
                     pr = kf_select(k, kf_lit_f32(k, 0), pr, keep[c]);
                 }
                 pr = kf_let(k, "p", pr);
                 sum = kf_add(k, sum, pr);
-                /* scaled by 2^14 and split as the two-pass kernel does (its comments say why) */
-                pr = kf_mul(k, pr, kf_lit_f32(k, P_SCALE));
+                /* scaled by 2^14 (lazy: 2^13) and split as the two-pass kernel does (its
+                 * comments say why) */
+                pr = kf_mul(k, pr, kf_lit_f32(k, p_scale));
                 kf_val hi, lo = {0, 0};
                 if (split) {
                     kf_val bits =
@@ -438,41 +549,53 @@ static kf_kernel *online_kernel(const kf__attn_desc *a, uint32_t sg, uint32_t bu
         if (!(probe & KF__ATTN_PROBE_NO_BARRIERS)) {
             kf_barrier(k); /* (2) P, and the next tile's k and this tile's v */
         }
-        /* O_tile = P V into fresh result matrices, stored to the subgroup's pv */
-        for (uint32_t j = 0; j < (probe & KF__ATTN_PROBE_NO_PV ? 0 : cm); j++) {
-            for (uint32_t b = 0; b < rb; b++) {
-                kf_val pb = kf_add(k, p_at, u32(k, b * MAT * ldp + j * MAT));
-                kf_sgmat_load(k, pl[b], probs, pb, false, u32(k, ldp));
-                if (split) {
-                    kf_sgmat_load(k, pl_lo[b], probs_lo, pb, false, u32(k, ldp));
+        /* O_tile = P V into fresh result matrices, stored to the subgroup's pv; lazy: added to
+         * O's result matrices, which go to pv first (and start again) where this tile rescales */
+        const pv_tile pt = {.pl = pl,
+                            .pl_lo = pl_lo,
+                            .ot = ot,
+                            .vr = vr,
+                            .probs = probs,
+                            .probs_lo = probs_lo,
+                            .vtile = vtile,
+                            .bv = bv,
+                            .p_at = p_at,
+                            .kv_at = kv_at,
+                            .ldp = ldp,
+                            .ldk = ldk,
+                            .d = d,
+                            .dm = dm,
+                            .rb = rb,
+                            .split = split,
+                            .staged = staged,
+                            .probe = probe};
+        if (!(probe & KF__ATTN_PROBE_NO_PV)) {
+            if (lazy) {
+                /* O to pv and the result matrices zeroed (times the zero matrices, which are
+                 * never loaded), under a condition the same in the whole subgroup */
+                kf_if(k, kf_read(k, pending));
+                store_o(k, pv, o_at, ot, rb * dm, dm, lo_);
+                for (uint32_t i = 0; i < rb * dm; i++) {
+                    kf_sgmat_mul(k, ot[i], zero_l, zero_r);
                 }
+                kf_end(k);
             }
-            for (uint32_t i = 0; i < dm; i++) {
-                if (probe & KF__ATTN_PROBE_KV_SHARED) {
-                    kf_sgmat_load(k, vr, probs, u32(k, 0), false, u32(k, ldp));
-                } else if (staged) {
-                    kf_sgmat_load(k, vr, vtile, u32(k, j * MAT * ldk + i * MAT), false,
-                                  u32(k, ldk));
-                } else {
-                    kf_sgmat_load_storage(k, vr, bv,
-                                          kf_add(k, kv_at, u32(k, j * MAT * d + i * MAT)), false,
-                                          u32(k, d));
-                }
-                for (uint32_t b = 0; b < rb; b++) {
-                    (j ? kf_sgmat_mma : kf_sgmat_mul)(k, ot[b * dm + i], pl[b], vr);
-                    if (split) {
-                        kf_sgmat_mma(k, ot[b * dm + i], pl_lo[b], vr);
-                    }
-                }
+            for (uint32_t j = 0; j < cm; j++) {
+                pv_keys(k, &pt, j, j == 0 && !lazy);
             }
-        }
-        for (uint32_t i = 0; i < (probe & KF__ATTN_PROBE_NO_PV ? 0 : rb * dm); i++) {
-            kf_sgmat_store(k, pv, kf_add(k, o_at, u32(k, i / dm * MAT * lo_ + i % dm * MAT)), ot[i],
-                           false, u32(k, lo_));
+            if (!lazy) {
+                store_o(k, pv, o_at, ot, rb * dm, dm, lo_);
+            }
         }
     }
     kf_end(k);
-    kf_barrier(k); /* the last tile's P V */
+    kf_barrier(k); /* the last tile's P V (lazy: O as of the last rescale) */
+    if (lazy) {    /* then what accumulated since, through pv too */
+        pending_into_registers(k, kf_read(k, pending), alpha_v, pv, o_row, ocol, o_reg, ocn);
+        kf_barrier(k);
+        store_o(k, pv, o_at, ot, rb * dm, dm, lo_);
+        kf_barrier(k);
+    }
     /* the row's sum over its invocations; O = O_reg / (l 2^14), into pv for a coalesced store */
     kf_val l = kf_read(k, l_run);
     for (uint32_t s = R; s < sg; s *= 2) {
@@ -480,9 +603,9 @@ static kf_kernel *online_kernel(const kf__attn_desc *a, uint32_t sg, uint32_t bu
             kf_subgroup(k, KF_SUBGROUP_SHUFFLE, l, kf_binary(k, KF_OP_BIT_XOR, lane, u32(k, s)));
         l = kf_let(k, "l_row", kf_add(k, l, other));
     }
-    kf_val inv = kf_let(k, "inv", kf_div(k, kf_lit_f32(k, 1.0f / P_SCALE), l));
+    kf_val inv = kf_let(k, "inv", kf_div(k, kf_lit_f32(k, 1.0f / p_scale), l));
     {
-        kf_val al = kf_read(k, alpha_v);
+        kf_val al = lazy ? kf_lit_f32(k, 1) : kf_read(k, alpha_v);
         for (uint32_t e = 0; e < ocn; e++) {
             kf_val at = kf_add(k, o_row, ocol[e]);
             kf_val o = kf_call3(k, KF_FN_FMA, kf_read(k, o_reg[e]), al, kf_shared_load(k, pv, at));
@@ -495,7 +618,7 @@ static kf_kernel *online_kernel(const kf__attn_desc *a, uint32_t sg, uint32_t bu
     if (a->with_lse) {
         kf_if(k, kf_binary(k, KF_OP_AND, kf_binary(k, KF_OP_EQ, part, u32(k, 0)), own));
         kf_store(k, blse, kf_add(k, head_row0, row),
-                 kf_add(k, kf_read(k, m_run), kf_call1(k, KF_FN_LOG, l)));
+                 kf_add(k, kf_read(k, lazy ? m_ref : m_run), kf_call1(k, KF_FN_LOG, l)));
         kf_end(k);
     }
     kf_barrier(k);
@@ -539,6 +662,9 @@ bool kf__attention_sgmat_config_parse(const char *text, kf__attn_sgmat_config *o
             p += 3;
         } else if (!strncmp(p, "/hf", 3) && (!p[3] || p[3] == '/') && !c.heavy_first) {
             c.heavy_first = true;
+            p += 3;
+        } else if (!strncmp(p, "/lz", 3) && (!p[3] || p[3] == '/') && !c.lazy) {
+            c.lazy = true;
             p += 3;
         } else if (!strncmp(p, "/r2", 3) && (!p[3] || p[3] == '/') && !c.row_blocks) {
             c.row_blocks = 2;

@@ -41,6 +41,9 @@ typedef struct kf__attn_sgmat_config {
                             tiles fit (from storage where not, or with direct), T % keys == 0,
                             D % 16 == 0; subgroups default 4, keys 64 shrunk to fit */
     bool heavy_first;    /* online, causal: the last query rows (the most keys) dispatched first */
+    bool lazy;           /* online: O kept in result matrices across tiles, rescaled (through
+                            workgroup memory) only when a row's maximum grows by more than
+                            LAZY_TAU since the last rescale (attention_sgmat.c) */
     uint32_t probe;      /* KF__ATTN_PROBE_* bits: variants for diagnosis only */
 } kf__attn_sgmat_config;
 /* The probe's variants (bench/attention/attention_probe.c), none correct as a kernel: */
@@ -58,7 +61,7 @@ enum {
 kf_kernel *kf__attention_sgmat_config(const kf__attn_desc *a, uint32_t sg, uint32_t wg_bytes,
                                       const kf__attn_sgmat_config *cfg);
 /* "WxC", then any of "/hi", "/direct", "/rq" (reload_q), "/r2" (row_blocks 2), "/on" (online),
- * "/hf" (heavy_first), "/pN" (probe bits N), into *out;
+ * "/hf" (heavy_first), "/lz" (lazy), "/pN" (probe bits N), into *out;
  * false if it does not parse. */
 bool kf__attention_sgmat_config_parse(const char *text, kf__attn_sgmat_config *out);
 
@@ -68,7 +71,7 @@ bool kf__attention_sgmat_config_parse(const char *text, kf__attn_sgmat_config *o
  * default configuration for D <= 64 and the direct 4x16 one above where T and D are multiples
  * of 16 (each measured faster than the one before it on the H200). $KF_ATTN_SGMAT: "0" never,
  * "1" the two-pass default configuration at every D, a configuration
- * ("WxC[/hi][/direct][/rq][/r2][/on][/hf][/pN]") that one, for measuring. */
+ * ("WxC[/hi][/direct][/rq][/r2][/on][/hf][/lz][/pN]") that one, for measuring. */
 kf_kernel *kf__attention_sgmat_for(kf_context *ctx, const kf__attn_desc *a);
 
 /* The register-tiled FMA kernel (attention_tiled.c) for f32 or f16 storage (f32 compute): 64

@@ -58,6 +58,9 @@ static void reference(const kf__attn_desc *a, const uint16_t *q, const uint16_t 
  * quiet (a mismatch returns false without failing the test). */
 typedef struct run_opts {
     bool f16_wide, quiet;
+    /* k's row j scaled by 0.2 + 1.6 j / T (in head order), so each row's maximum score keeps
+     * growing over the keys: the lazy kernel's rescales happen in the middle of the walk */
+    bool growing_k;
 } run_opts;
 
 /* The register-tiled kernel in its default tiling, or in $KF_ATTN_TILED's (the variants the
@@ -88,7 +91,11 @@ static bool run_config_opts(kf_context *ctx, uint32_t sg, const kf__attn_desc *a
         in[b] = malloc(2 * n);
         for (uint64_t i = 0; i < n; i++) {
             /* q and k in [-2, 2]: scores of a few units, so the softmax is not flat */
-            in[b][i] = kf__half_from_float(kt_rand_f32(b < 2 ? -2.0f : -1.0f, b < 2 ? 2.0f : 1.0f));
+            float x = kt_rand_f32(b < 2 ? -2.0f : -1.0f, b < 2 ? 2.0f : 1.0f);
+            if (b == 1 && opts.growing_k) {
+                x *= 0.2f + 1.6f * (float)(i / a->d % a->t) / (float)a->t;
+            }
+            in[b][i] = kf__half_from_float(x);
         }
     }
     for (uint64_t i = 0; i < n + GUARD; i++) {
@@ -302,6 +309,34 @@ KT_CPU_TEST(ops, attention_sgmat_online_interpreter) {
     KT_CHECK(kf__attention_sgmat_config(&odd_d, 32, 0, &cfg) == NULL, "D 24 accepted");
 }
 
+/* The lazy one-pass kernel (/lz: O rescaled only when a row's maximum grows by more than 2): the
+ * default inputs (rescales mostly in the first tiles) and k growing along the keys (rescales all
+ * along the walk, and in the last tile, whose pending O the end takes), causal and not, staged and
+ * from storage, two row blocks, D 128, subgroups of 16. */
+KT_CPU_TEST(ops, attention_sgmat_lazy_interpreter) {
+    static const struct {
+        const char *cfg;
+        uint32_t t, d, sg;
+        bool causal;
+    } cases[] = {{"4x32/on/lz", 128, 64, 32, true},        {"4x32/on/lz", 128, 64, 32, false},
+                 {"2x16/on/lz/r2", 80, 32, 32, true},      {"2x32/on/lz", 64, 128, 32, true},
+                 {"2x32/on/lz/direct", 64, 64, 32, false}, {"4x32/on/lz", 64, 32, 16, true},
+                 {"2x16/on/lz/hf", 80, 32, 32, true}};
+    for (int grow = 0; grow < 2; grow++) {
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            kf__attn_sgmat_config cfg;
+            KT_CHECK(kf__attention_sgmat_config_parse(cases[c].cfg, &cfg) && cfg.lazy, "%s",
+                     cases[c].cfg);
+            kf__attn_desc a = desc_of(2, cases[c].t, cases[c].d, cases[c].causal, c % 2 == 0);
+            if (!run_config_opts(NULL, cases[c].sg, &a, &cfg, (run_opts){.growing_k = grow != 0})) {
+                KT_CHECK(false, "config %s at T %u D %u, subgroups of %u%s", cases[c].cfg, a.t, a.d,
+                         cases[c].sg, grow ? ", k growing" : "");
+                return;
+            }
+        }
+    }
+}
+
 /* Under a compiler that folds f32(f16(x)) to x (the interpreter's f16_casts_unrounded), as the
  * H200's did: session 5's kernel, which split P into hi = f16(P) and lo = f16(P - f32(hi)), lost
  * lo there and failed the f16 tolerance (o bit for bit the hi-only kernel's); the split by the
@@ -450,6 +485,19 @@ KT_TEST(ops, attention_sgmat_gpu) {
         for (uint32_t d = 64; d <= 128; d += 64) {
             kf__attn_desc a = desc_of(2, 1024, d, true, c % 2 == 0);
             KT_CHECK(run_config(ctx, sg, &a, &cfg), "config %s at D %u", online[c], d);
+        }
+    }
+    /* the lazy one, with k growing along the keys too (rescales all along the walk) */
+    static const char *const lazy[] = {"4x32/on/lz", "2x32/on/lz"};
+    for (size_t c = 0; c < sizeof lazy / sizeof lazy[0]; c++) {
+        kf__attn_sgmat_config cfg;
+        KT_CHECK(kf__attention_sgmat_config_parse(lazy[c], &cfg), "%s", lazy[c]);
+        for (uint32_t d = 64; d <= 128; d += 64) {
+            for (int grow = 0; grow < 2; grow++) {
+                kf__attn_desc a = desc_of(2, 1024, d, true, grow == 0);
+                KT_CHECK(run_config_opts(ctx, sg, &a, &cfg, (run_opts){.growing_k = grow != 0}),
+                         "config %s at D %u%s", lazy[c], d, grow ? ", k growing" : "");
+            }
         }
     }
 }
