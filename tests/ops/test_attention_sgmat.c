@@ -290,7 +290,8 @@ KT_CPU_TEST(ops, attention_sgmat_online_interpreter) {
                  {"2x64/on/r2", 64, 64, 32, false},    {"4x32/on", 64, 32, 16, true},
                  {"2x32/on", 64, 64, 64, true},        {"4x16/on", 64, 16, 32, true},
                  {"2x32/on/direct", 64, 64, 32, true}, {"2x16/on/direct/r2", 80, 32, 32, false},
-                 {"4x16/on", 64, 128, 32, false},      {"2x16/on/hf", 80, 32, 32, true}};
+                 {"4x16/on", 64, 128, 32, false},      {"2x16/on/hf", 80, 32, 32, true},
+                 {"4x32/on", 64, 32, 16, false}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         kf__attn_sgmat_config cfg;
         KT_CHECK(kf__attention_sgmat_config_parse(cases[c].cfg, &cfg) && cfg.online, "%s",
