@@ -639,6 +639,10 @@ KF_API void kf_shared_store(kf_kernel *k, kf_shared s, kf_val index, kf_val valu
 KF_API void kf_shared_store_lane(kf_kernel *k, kf_shared s, kf_val index, kf_val lane,
                                  kf_val value);
 KF_API void kf_barrier(kf_kernel *k); /* workgroupBarrier() */
+/* workgroupUniformLoad(&s[index]): a barrier, then s[index], one value for the whole workgroup
+ * that WGSL's uniformity analysis knows is uniform, so an if or a loop on it may hold barriers
+ * (and subgroup operations). index must be a literal; not in a stage (a barrier). */
+KF_API kf_val kf_shared_load_uniform(kf_kernel *k, kf_shared s, kf_val index);
 
 /* --- subgroup matrices (Dawn's chromium_experimental_subgroup_matrix) --- */
 /* A subgroup matrix is a small matrix held jointly by the invocations of one subgroup (tensor

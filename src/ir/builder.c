@@ -1218,6 +1218,39 @@ void kf_shared_store_lane(kf_kernel *k, kf_shared s, kf_val index, kf_val lane, 
     shared_store(k, "kf_shared_store_lane", s, index, lane, value);
 }
 
+kf_val kf_shared_load_uniform(kf_kernel *k, kf_shared s, kf_val index) {
+    static const char fn[] = "kf_shared_load_uniform";
+    uint32_t is = shared_id(k, s, fn);
+    if (!is) {
+        return INVALID;
+    }
+    if (is_stage(k)) {
+        kf__fail(k, KF_ERROR_TYPE, "%s: %s", fn, stage_rule);
+        return INVALID;
+    }
+    const char *name = kf__str(k, k->shareds[is].name);
+    char what[160], hint[80];
+    snprintf(what, sizeof what, "'%s'", name);
+    uint32_t ii = val(k, index, fn, 2);
+    if (!ii || !index_ok(k, ii, fn, what) ||
+        !const_index_ok(k, ii, k->shareds[is].count, fn, what)) {
+        return INVALID;
+    }
+    if (k->nodes[ii].kind != KF__NODE_LIT) {
+        kf__fail(k, KF_ERROR_TYPE,
+                 "%s: argument 2 (index) must be a literal (WGSL needs the pointer uniform)", fn);
+        return INVALID;
+    }
+    k->uses |= KF__USES_BARRIER;
+    uint32_t b = kf__emit_stmt(k, KF__STMT_BARRIER, 0, 0, 0, 0);
+    if (b) {
+        k->stmts[b].flags = KF__BARRIER_OF_UNIFORM_LOAD;
+    }
+    hint_with(hint, sizeof hint, name, "_u");
+    return mkval(k, kf__materialize(k, KF__NODE_SHARED_LOAD, KF__SHARED_LOAD_UNIFORM,
+                                    k->shareds[is].elem, &ii, 1, is, hint));
+}
+
 void kf_barrier(kf_kernel *k) {
     if (!kf__ok(k)) {
         return;

@@ -240,9 +240,13 @@ static void copy_stmt(copier *c, uint32_t sid) {
         break;
     case KF__STMT_BREAK:
     case KF__STMT_CONTINUE:
-    case KF__STMT_BARRIER:
-        kf__emit_stmt(d, (kf__stmt_kind)s->kind, 0, 0, 0, 0);
+    case KF__STMT_BARRIER: {
+        uint32_t b = kf__emit_stmt(d, (kf__stmt_kind)s->kind, 0, 0, 0, 0);
+        if (b) {
+            d->stmts[b].flags = s->flags;
+        }
         break;
+    }
     case KF__STMT_YIELD: {
         uint32_t v = copy_node(c, s->a);
         uint32_t i = copy_node(c, s->b);

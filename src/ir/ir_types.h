@@ -98,11 +98,16 @@ typedef enum kf__stmt_kind {
 /* kf__stmt.flags of subgroup-matrix loads and stores */
 /* KF__SGMAT_FRESH: an MMA that does not read its accumulator (acc = left * right) */
 enum { KF__SGMAT_COL_MAJOR = 1u << 0, KF__SGMAT_STORAGE = 1u << 1, KF__SGMAT_FRESH = 1u << 2 };
+/* kf__stmt.flags of a barrier: the one workgroupUniformLoad holds (kf_shared_load_uniform: the
+ * interpreter runs it, the emitter prints none, the uniform load being one) */
+enum { KF__BARRIER_OF_UNIFORM_LOAD = 1u << 0 };
+/* kf__ir_node.op of a KF__NODE_SHARED_LOAD: 1 for workgroupUniformLoad */
+enum { KF__SHARED_LOAD_UNIFORM = 1u };
 
 typedef struct kf__stmt {
     uint8_t kind;
     uint8_t hoisted; /* a let kf__kernel_prepare added for a shared pure value */
-    uint8_t flags;   /* subgroup-matrix loads and stores: KF__SGMAT_* */
+    uint8_t flags;   /* subgroup-matrix loads and stores: KF__SGMAT_*; barriers: KF__BARRIER_* */
     uint32_t ref;
     uint32_t a, b, c;
     uint32_t d, e; /* subgroup-matrix statements: memory and matrix references (not values) */

@@ -83,7 +83,8 @@ static bool stmt_site(const kf_kernel *k, const kf__stmt *s, kf__mutant_kind kin
     case KF__MUTANT_LOOP_BOUND:
         return s->kind == KF__STMT_FOR;
     case KF__MUTANT_BARRIER:
-        return s->kind == KF__STMT_BARRIER;
+        /* (not the one a uniform load holds: its WGSL would keep it) */
+        return s->kind == KF__STMT_BARRIER && !(s->flags & KF__BARRIER_OF_UNIFORM_LOAD);
     case KF__MUTANT_EPILOGUE:
         return s->kind == KF__STMT_YIELD && carried_leaf(k, s->a) != 0;
     default:

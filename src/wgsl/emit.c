@@ -529,9 +529,10 @@ static void emit_def(emitter *e, uint32_t id, bool safe) {
         }
         return;
     case KF__NODE_SHARED_LOAD:
-        sb_printf(&e->out, "%s[", e->shared_names[n->ref]);
+        sb_printf(&e->out, n->op == KF__SHARED_LOAD_UNIFORM ? "workgroupUniformLoad(&%s[" : "%s[",
+                  e->shared_names[n->ref]);
         emit_index(e, id, n->args[0], 0, n->ref);
-        sb_printf(&e->out, "]");
+        sb_printf(&e->out, n->op == KF__SHARED_LOAD_UNIFORM ? "])" : "]");
         return;
     case KF__NODE_READ:
         sb_printf(&e->out, "%s", e->var_names[n->ref]);
@@ -700,7 +701,9 @@ static void emit_stmt(emitter *e, uint32_t sid) {
         sb_printf(&e->out, "continue;\n");
         break;
     case KF__STMT_BARRIER:
-        sb_printf(&e->out, "workgroupBarrier();\n");
+        if (!(s->flags & KF__BARRIER_OF_UNIFORM_LOAD)) { /* else the load that follows is one */
+            sb_printf(&e->out, "workgroupBarrier();\n");
+        }
         break;
     case KF__STMT_SGMAT_MMA:
         if (s->flags & KF__SGMAT_FRESH) {
