@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/half.h"
+#include "ops/matmul_sgmat.h"
 
 /* c (f32, 16 x 16 per subgroup) = a (f16 storage, row-major) * b (f16 through workgroup memory,
  * column-major): two subgroups, each its own 16-row block of a. Accumulated twice (c = 2 a b);
@@ -235,4 +236,135 @@ KT_CPU_TEST(unit, ir_sgmat_copies) {
     kf_free(w1);
     kf_kernel_destroy(c);
     kf_kernel_destroy(k);
+}
+
+/* A result matrix through workgroup memory and back, as the lazy attention kernel rescales O:
+ * acc = a b stored (row-major), each invocation scaling the elements of row r by r + 1, loaded
+ * back as a result matrix, then acc += a b: c = (r + 2) (a b)_rc. uniform: the round trip
+ * under a branch on a kf_shared_load_uniform value (true). On the interpreter and, where the
+ * device has subgroup matrices, on the GPU. */
+static kf_kernel *result_round_trip(uint32_t sg, bool uniform) {
+    kf_kernel_desc desc = {.name = "sgmat_round_trip", .workgroup_size = {2 * sg, 1, 1}};
+    kf_kernel *k = kf_kernel_create(&desc);
+    kf_type h = kf_type_scalar(KF_SCALAR_F16), f = kf_type_scalar(KF_SCALAR_F32);
+    kf_binding a = kf_kernel_storage(k, "a", h, KF_ACCESS_READ);
+    kf_binding b = kf_kernel_storage(k, "b", h, KF_ACCESS_READ);
+    kf_binding c = kf_kernel_storage(k, "c", f, KF_ACCESS_READ_WRITE);
+    kf_shared o = kf_kernel_workgroup(k, "o", f, 2 * 16 * 20);
+    kf_shared flag = kf_kernel_workgroup(k, "flag", kf_type_scalar(KF_SCALAR_U32), 1);
+    kf_val local = kf_let(k, "local", kf_builtin_get(k, KF_BUILTIN_LOCAL_INDEX));
+    kf_val g = kf_let(k, "g", kf_div(k, local, kf_lit_u32(k, sg)));
+    kf_val lane = kf_let(k, "lane", kf_binary(k, KF_OP_MOD, local, kf_lit_u32(k, sg)));
+    kf_sgmat acc = kf_sgmat_declare(k, "acc", KF_SGMAT_RESULT, KF_SCALAR_F32, 16, 16);
+    kf_sgmat l = kf_sgmat_declare(k, "l", KF_SGMAT_LEFT, KF_SCALAR_F16, 16, 16);
+    kf_sgmat r = kf_sgmat_declare(k, "r", KF_SGMAT_RIGHT, KF_SCALAR_F16, 16, 16);
+    kf_sgmat_load_storage(k, l, a, kf_mul(k, g, kf_lit_u32(k, 256)), false, kf_lit_u32(k, 16));
+    kf_sgmat_load_storage(k, r, b, kf_lit_u32(k, 0), false, kf_lit_u32(k, 16));
+    kf_sgmat_mul(k, acc, l, r);
+    kf_val at = kf_let(k, "at", kf_mul(k, g, kf_lit_u32(k, 16 * 20)));
+    if (uniform) {
+        kf_if(k, kf_binary(k, KF_OP_EQ, local, kf_lit_u32(k, 0)));
+        kf_shared_store(k, flag, kf_lit_u32(k, 0), kf_lit_u32(k, 1));
+        kf_end(k);
+        kf_val on = kf_shared_load_uniform(k, flag, kf_lit_u32(k, 0));
+        kf_if(k, kf_binary(k, KF_OP_NE, on, kf_lit_u32(k, 0)));
+    }
+    kf_sgmat_store(k, o, at, acc, false, kf_lit_u32(k, 20));
+    kf_barrier(k);
+    kf_val e = kf_for(k, "e", lane, kf_lit_u32(k, 256), kf_lit_u32(k, sg));
+    kf_val row = kf_div(k, e, kf_lit_u32(k, 16));
+    kf_val i = kf_add(k, at,
+                      kf_add(k, kf_mul(k, row, kf_lit_u32(k, 20)),
+                             kf_binary(k, KF_OP_MOD, e, kf_lit_u32(k, 16))));
+    kf_val scale = kf_cast(k, f, kf_add(k, row, kf_lit_u32(k, 1)));
+    kf_shared_store(k, o, i, kf_mul(k, kf_shared_load(k, o, i), scale));
+    kf_end(k);
+    kf_barrier(k);
+    kf_sgmat_load(k, acc, o, at, false, kf_lit_u32(k, 20));
+    if (uniform) {
+        kf_end(k);
+    }
+    kf_sgmat_mma(k, acc, l, r);
+    kf_sgmat_store_storage(k, c, kf_mul(k, g, kf_lit_u32(k, 256)), acc, false, kf_lit_u32(k, 16));
+    return k;
+}
+
+/* Runs the round trip on ctx (NULL: the interpreter) and checks c. */
+static bool round_trip_ok(kf_context *ctx, uint32_t sg, bool uniform) {
+    kf_kernel *k = result_round_trip(sg, uniform);
+    uint16_t a[512], b[256];
+    float fa[512], fb[256], c[512];
+    for (int i = 0; i < 512; i++) {
+        a[i] = kf__half_from_float(kt_rand_f32(-1.0f, 1.0f));
+        fa[i] = kf__half_to_float(a[i]);
+    }
+    for (int i = 0; i < 256; i++) {
+        b[i] = kf__half_from_float(kt_rand_f32(-1.0f, 1.0f));
+        fb[i] = kf__half_to_float(b[i]);
+    }
+    for (int i = 0; i < 512; i++) {
+        c[i] = -7.0f;
+    }
+    bool ok = kf_kernel_status(k) == KF_OK;
+    if (ctx) {
+        kf_buffer *bufs[3] = {0};
+        ok = ok && kf_buffer_create(ctx, sizeof a, &bufs[0]) == KF_OK &&
+             kf_buffer_upload(bufs[0], 0, a, sizeof a) == KF_OK &&
+             kf_buffer_create(ctx, sizeof b, &bufs[1]) == KF_OK &&
+             kf_buffer_upload(bufs[1], 0, b, sizeof b) == KF_OK &&
+             kf_buffer_create(ctx, sizeof c, &bufs[2]) == KF_OK &&
+             kf_buffer_upload(bufs[2], 0, c, sizeof c) == KF_OK;
+        kf_kernel_launch launch = {.buffers = bufs, .buffer_count = 3};
+        if (ok && kf_kernel_run(ctx, k, &launch) != KF_OK) {
+            kt_fail(__FILE__, __LINE__, "run: %s", kf_context_last_error(ctx));
+            ok = false;
+        }
+        ok = ok && kf_buffer_download(bufs[2], 0, c, sizeof c) == KF_OK;
+        for (int i = 0; i < 3; i++) {
+            kf_buffer_destroy(bufs[i]);
+        }
+    } else {
+        kf_host_buffer bufs[3] = {{a, sizeof a}, {b, sizeof b}, {c, sizeof c}};
+        kf_interp_desc d = {.buffers = bufs, .buffer_count = 3, .subgroup_size = sg};
+        ok = ok && kf_kernel_interpret(k, &d) == KF_OK;
+    }
+    if (!ok) {
+        kt_fail(__FILE__, __LINE__, "round trip (sg %u%s): %s", sg, uniform ? ", uniform" : "",
+                kf_kernel_error(k));
+    }
+    for (int rr = 0; ok && rr < 32; rr++) {
+        for (int col = 0; ok && col < 16; col++) {
+            double ab = 0;
+            for (int q = 0; q < 16; q++) {
+                ab += (double)fa[rr * 16 + q] * fb[q * 16 + col];
+            }
+            double want = (rr % 16 + 2) * ab, got = c[rr * 16 + col];
+            if (!(fabs(got - want) <= 1e-5 * (1 + fabs(want)))) {
+                kt_fail(__FILE__, __LINE__, "%s%s: c[%d][%d] = %g, want %g", ctx ? "GPU" : "interp",
+                        uniform ? " uniform" : "", rr, col, got, want);
+                ok = false;
+            }
+        }
+    }
+    kf_kernel_destroy(k);
+    return ok;
+}
+
+KT_CPU_TEST(unit, ir_sgmat_result_round_trip_interpreter) {
+    for (int u = 0; u < 2; u++) {
+        KT_CHECK(round_trip_ok(NULL, 32, u != 0), "sg 32");
+        KT_CHECK(round_trip_ok(NULL, 16, u != 0), "sg 16");
+    }
+}
+
+KT_TEST(unit, ir_sgmat_result_round_trip_gpu) {
+    KT_NEED_GPU(ctx);
+    uint32_t sg = 0;
+    if (!kf__sgmat_usable(ctx, &sg)) {
+        printf("    (no subgroup matrices: skipped)\n");
+        return;
+    }
+    for (int u = 0; u < 2; u++) {
+        KT_CHECK(round_trip_ok(ctx, sg, u != 0), "sg %u", sg);
+    }
 }
