@@ -609,6 +609,9 @@ static void emit_stmt(emitter *e, uint32_t sid) {
     const kf_kernel *w = e->w;
     const kf__stmt *s = &w->stmts[sid];
     char tb[48];
+    if (s->kind == KF__STMT_BARRIER && (s->flags & KF__BARRIER_OF_UNIFORM_LOAD)) {
+        return; /* the load that follows is the barrier */
+    }
     indent(e);
     if (e->bounds && e->bounds->stmt_verdict[sid] == KF__ACCESS_GUARDED) {
         /* not proved in bounds: skipped where it would be out of them */
@@ -701,9 +704,7 @@ static void emit_stmt(emitter *e, uint32_t sid) {
         sb_printf(&e->out, "continue;\n");
         break;
     case KF__STMT_BARRIER:
-        if (!(s->flags & KF__BARRIER_OF_UNIFORM_LOAD)) { /* else the load that follows is one */
-            sb_printf(&e->out, "workgroupBarrier();\n");
-        }
+        sb_printf(&e->out, "workgroupBarrier();\n");
         break;
     case KF__STMT_SGMAT_MMA:
         if (s->flags & KF__SGMAT_FRESH) {
@@ -762,6 +763,24 @@ static void name_block(emitter *e, uint32_t block) {
             break;
         }
     }
+}
+
+/* The length a workgroup array is declared with. In a kernel with subgroup matrices each array
+ * is a whole number of 16 bytes long. On the H200 (driver 580, Dawn's Vulkan backend) a matrix
+ * stored to and loaded from an f32 array beside a used array<u32, 1> came back as it was stored,
+ * with the plain stores between lost, and the array read garbage; beside an array<u32, 2> or 4
+ * it was right (session 13, tests/unit/test_ir_sgmat.c's round trip). So the driver's layout
+ * misaligns what follows a 4-byte variable for its matrix loads and stores. The padding is never
+ * read; the bounds proofs and the interpreter keep the declared length. */
+static uint32_t shared_emitted_count(const kf__shared *s, bool sgmat) {
+    /* an element's bytes: a scalar's times its lanes, vec3 laid out as vec4 */
+    uint32_t lanes = s->elem.lanes == 3 ? 4 : s->elem.lanes ? s->elem.lanes : 1;
+    uint32_t size = (s->elem.scalar == KF_SCALAR_F16 ? 2u : 4u) * lanes;
+    if (!sgmat || s->elem.count || size >= 16 || 16 % size) {
+        return s->count;
+    }
+    uint32_t per = 16 / size;
+    return (s->count + per - 1) / per * per;
 }
 
 static void emit_erf_helpers(emitter *e) {
@@ -994,7 +1013,7 @@ char *kf__wgsl_emit(const kf_kernel *w, const char *title, const kf__bounds *bou
     for (uint32_t i = 1; i < w->shared_count; i++) {
         const kf__shared *s = &w->shareds[i];
         sb_printf(&e.out, "var<workgroup> %s: array<%s, %u>;\n", e.shared_names[i],
-                  type_name(s->elem, tb, sizeof tb), (unsigned)s->count);
+                  type_name(s->elem, tb, sizeof tb), (unsigned)shared_emitted_count(s, sgmat));
     }
     sb_printf(&e.out, "\n");
     emit_erf_helpers(&e);

@@ -241,8 +241,10 @@ KT_CPU_TEST(unit, ir_sgmat_copies) {
 /* A result matrix through workgroup memory and back, as the lazy attention kernel rescales O:
  * acc = a b stored (row-major), each invocation scaling the elements of row r by r + 1, loaded
  * back as a result matrix, then acc += a b: c = (r + 2) (a b)_rc. uniform: the round trip
- * under a branch on a kf_shared_load_uniform value (true). On the interpreter and, where the
- * device has subgroup matrices, on the GPU. */
+ * under a branch on a kf_shared_load_uniform value (true), which one invocation writes to a
+ * 1-element u32 array first. On the interpreter and, where the device has subgroup matrices, on
+ * the GPU. On the H200 the uniform case failed (the matrix came back unscaled) until the
+ * emitter padded that array to 16 bytes. */
 static kf_kernel *result_round_trip(uint32_t sg, bool uniform) {
     kf_kernel_desc desc = {.name = "sgmat_round_trip", .workgroup_size = {2 * sg, 1, 1}};
     kf_kernel *k = kf_kernel_create(&desc);
@@ -348,6 +350,33 @@ static bool round_trip_ok(kf_context *ctx, uint32_t sg, bool uniform) {
     }
     kf_kernel_destroy(k);
     return ok;
+}
+
+/* In a kernel with subgroup matrices each workgroup array is declared a whole number of 16
+ * bytes long (see shared_emitted_count in src/wgsl/emit.c); elsewhere as built. */
+KT_CPU_TEST(unit, ir_sgmat_workgroup_arrays_padded_to_16_bytes) {
+    kf_kernel *k = result_round_trip(32, true);
+    char *w = kf_kernel_emit_wgsl(k);
+    KT_CHECK(w && strstr(w, "var<workgroup> flag: array<u32, 4>;"), "flag not padded:\n%s",
+             w ? w : "");
+    KT_CHECK(w && strstr(w, "var<workgroup> o: array<f32, 640>;"), "o changed");
+    kf_free(w);
+    kf_kernel_destroy(k);
+    kf_kernel_desc desc = {.name = "no_sgmat", .workgroup_size = {32, 1, 1}};
+    k = kf_kernel_create(&desc);
+    kf_binding out =
+        kf_kernel_storage(k, "out", kf_type_scalar(KF_SCALAR_U32), KF_ACCESS_READ_WRITE);
+    kf_shared one = kf_kernel_workgroup(k, "one", kf_type_scalar(KF_SCALAR_U32), 1);
+    kf_val local = kf_builtin_get(k, KF_BUILTIN_LOCAL_INDEX);
+    kf_if(k, kf_binary(k, KF_OP_EQ, local, kf_lit_u32(k, 0)));
+    kf_shared_store(k, one, kf_lit_u32(k, 0), kf_lit_u32(k, 5));
+    kf_end(k);
+    kf_val n = kf_shared_load_uniform(k, one, kf_lit_u32(k, 0));
+    kf_store(k, out, local, n);
+    w = kf_kernel_emit_wgsl(k);
+    KT_CHECK(w && strstr(w, "var<workgroup> one: array<u32, 1>;"), "padded without matrices");
+    kf_free(w);
+    kf_kernel_destroy(k);
 }
 
 KT_CPU_TEST(unit, ir_sgmat_result_round_trip_interpreter) {
