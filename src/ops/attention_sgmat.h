@@ -74,6 +74,21 @@ bool kf__attention_sgmat_config_parse(const char *text, kf__attn_sgmat_config *o
  * ("WxC[/hi][/direct][/rq][/r2][/on][/hf][/lz][/pN]") that one, for measuring. */
 kf_kernel *kf__attention_sgmat_for(kf_context *ctx, const kf__attn_desc *a);
 
+/* attention_grad_k's and attention_grad_v's kernel on subgroup matrices (attention_grad_sgmat.c):
+ * dk (want_dk) yielded, dv (want_dv) yielded or, with both, stored into a binding "dv" after the
+ * inputs q, k, v, g (attention_grad.c's bindings); f16 q, k, v and outputs, g f32. subgroups
+ * (1, 2, 4) and queries (16, 32) pick a tiling, 0 the widest that fits wg_bytes (0: 48 KiB).
+ * NULL where it cannot (T % 16, D % 16, D > 128, sg, memory). */
+kf_kernel *kf__attention_grad_kv_sgmat(const kf__attn_desc *a, uint32_t sg, uint32_t wg_bytes,
+                                       bool want_dk, bool want_dv, uint32_t subgroups,
+                                       uint32_t queries);
+/* Its workgroup memory in bytes for w subgroups, query tiles of c and head dimension d. */
+uint32_t kf__attention_grad_kv_sgmat_bytes(uint32_t w, uint32_t c, uint32_t d);
+/* The kernel above for ctx's device, where it has subgroup matrices (kf__sgmat_usable) and f16
+ * is asked; $KF_ATTN_GRAD_SGMAT: "0" never, "WxC" that tiling. NULL elsewhere. */
+kf_kernel *kf__attention_grad_kv_sgmat_for(kf_context *ctx, const kf__attn_desc *a, bool want_dk,
+                                           bool want_dv);
+
 /* The register-tiled FMA kernel (attention_tiled.c) for f32 or f16 storage (f32 compute): 64
  * query rows a workgroup, 32-key tiles, within 32 KiB of workgroup memory. NULL where it
  * cannot (d > 128, another dtype). */
