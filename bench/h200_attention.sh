@@ -31,20 +31,8 @@ KJ=$OUT/attention-kfuse.jsonl
 TJ=$OUT/attention-torch.jsonl
 : >"$LOG" && : >"$KJ" && : >"$TJ"
 
-if ! ldconfig -p 2>/dev/null | grep -q 'libvulkan.so.1' && ls .gl/*.deb >/dev/null 2>&1; then
-    for f in .gl/*.deb; do dpkg -x "$f" /; done
-    ldconfig
-fi
-NV_ICD=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-if [ -z "${VK_DRIVER_FILES:-}${VK_ICD_FILENAMES:-}" ] && [ -f "$NV_ICD" ]; then
-    export VK_DRIVER_FILES=$NV_ICD
-fi
-export KF_WEBGPU_LIB=${KF_WEBGPU_LIB:-$PWD/deps/dawn/libwebgpu_wrapper.so}
+. bench/h200_env.sh && h200_env "$BUILD"
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/kfuse-inductor-cache}
-# kfuse's vendor-mask layer (docs/runtime.md): with it this Dawn offers shader-f16 on NVIDIA
-if [ "${VKMASK:-1}" != 0 ] && [ -f "$BUILD/vkmask/VkLayer_kfuse_vendor_mask.json" ]; then
-    export VK_LAYER_PATH=$(cd "$BUILD/vkmask" && pwd) VK_INSTANCE_LAYERS=VK_LAYER_KFUSE_vendor_mask
-fi
 
 say() { echo "== $*" | tee -a "$LOG"; }
 { nvidia-smi -L || true; "$BUILD/kfuse" info || true; } >>"$LOG" 2>&1

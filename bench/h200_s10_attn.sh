@@ -26,18 +26,7 @@ LOG=$OUT/s10-attn.txt
 J=$OUT/s10-attn.jsonl
 : >"$LOG" && : >"$J"
 START=$(date +%s)
-if ! ldconfig -p 2>/dev/null | grep -q 'libvulkan.so.1' && ls .gl/*.deb >/dev/null 2>&1; then
-    for f in .gl/*.deb; do dpkg -x "$f" /; done
-    ldconfig
-fi
-NV_ICD=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-if [ -z "${VK_DRIVER_FILES:-}${VK_ICD_FILENAMES:-}" ] && [ -f "$NV_ICD" ]; then
-    export VK_DRIVER_FILES=$NV_ICD
-fi
-export KF_WEBGPU_LIB=${KF_WEBGPU_LIB:-$PWD/deps/dawn/libwebgpu_wrapper.so}
-if [ "${VKMASK:-1}" != 0 ] && [ -f "$BUILD/vkmask/VkLayer_kfuse_vendor_mask.json" ]; then
-    export VK_LAYER_PATH=$(cd "$BUILD/vkmask" && pwd) VK_INSTANCE_LAYERS=VK_LAYER_KFUSE_vendor_mask
-fi
+. bench/h200_env.sh && h200_env "$BUILD"
 say() { echo "== $*" | tee -a "$LOG"; }
 { nvidia-smi -L || true; git log -1 --format='commit %h %s' || true; } >>"$LOG" 2>&1
 over() { [ $(($(date +%s) - START)) -ge "$LIMIT" ]; }

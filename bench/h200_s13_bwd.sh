@@ -25,18 +25,7 @@ mkdir -p "$OUT"
 LOG=$OUT/s13-bwd.txt
 J=$OUT/s13-bwd.jsonl
 : >"$LOG" && : >"$J"
-if ! ldconfig -p 2>/dev/null | grep -q 'libvulkan.so.1' && ls .gl/*.deb >/dev/null 2>&1; then
-    for f in .gl/*.deb; do dpkg -x "$f" /; done
-    ldconfig
-fi
-NV_ICD=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-if [ -z "${VK_DRIVER_FILES:-}${VK_ICD_FILENAMES:-}" ] && [ -f "$NV_ICD" ]; then
-    export VK_DRIVER_FILES=$NV_ICD
-fi
-export KF_WEBGPU_LIB=${KF_WEBGPU_LIB:-$PWD/deps/dawn/libwebgpu_wrapper.so}
-if [ -f "$B/vkmask/VkLayer_kfuse_vendor_mask.json" ]; then
-    export VK_LAYER_PATH=$(cd "$B/vkmask" && pwd) VK_INSTANCE_LAYERS=VK_LAYER_KFUSE_vendor_mask
-fi
+. bench/h200_env.sh && h200_env "$B"
 echo "== checks" >>"$LOG"
 timeout 90 "$B/kfuse_tests" attention_grad_sgmat_gpu >>"$LOG" 2>&1
 timeout 60 "$B/kfuse" verify attention_grad_k attention_grad_v attention_grad_q --dtype f16 \
