@@ -6,10 +6,11 @@
  * A workgroup of W subgroups owns 16 W keys of one head; each subgroup owns 16 of them and holds
  * their k and v rows as D / 16 left matrices each (16x16 f16) for the whole kernel, and dk's and
  * dv's 16 x D sums as D / 16 result matrices each (f32). The queries are walked in tiles of C
- * (32, or 16 where workgroup memory is short), from the tile of the workgroup's first key on
- * when causal (earlier queries see none of its keys). Per tile:
- *   1. the whole workgroup stages q's C rows (f16) and dy's (f32 in g, as f16) in workgroup
- *      memory, row-major, rows padded by 8 halves, and the C rows' lse and delta;      barrier
+ * (16 or 32: the most subgroups that fit first, see below), from the tile of the workgroup's first
+ * key on when causal (earlier queries see none of its keys). Per tile:
+ *   1. the whole workgroup stages q's C rows (f16) and dy's (f32 in g, as f16 hi and lo)
+ *      in workgroup memory, row-major, rows padded by 8 halves, and their lse and delta;
+ *                                                                                      barrier
  *   2. each subgroup computes S^T = k q^T and dP^T = v dy^T (16 x C, keys by queries: q's and
  *      dy's tiles read column-major are q^T and dy^T) and stores them, f32, to its scratch;
  *                                                                                      barrier
@@ -19,23 +20,25 @@
  *   4. dv += P^T dy and dk += dS^T q on the subgroup matrices (the tiles read row-major);
  *                                                                                      barrier
  *      (before the next tile's staging overwrites q's and dy's).
- * At the end dk is scaled by `scale`, and both go through the scratch to coalesced stores.
+ * At the end dk is scaled by `scale` (and dS's scale undone), dv by P's, and both go through
+ * the scratch to coalesced stores.
  *
  * Precision. Every f16 operand past k, v and q is split into two f16 matrices, hi and
  * lo = x - hi (store_split), so the products carry it to 2^-22 of itself where x is at least
- * 2^-3 (lo is then in f16's normal range: the H200 flushes f16 subnormals, so there a smaller
- * lo is lost and x keeps f16's 2^-11; measured: dv's error 2.4e-3 at T 1024, D 128, not causal,
- * with P unscaled, where P is near 2^-10); an f16 overflows past 65504:
+ * 2^-3 (lo is then in f16's normal range; on the H200 a smaller lo apparently counts for
+ * nothing, as if f16 subnormals were flushed: with P unscaled, dv's error was 2.4e-3 at T 1024,
+ * D 128, not causal, where P is near 2^-10, against 4.9e-4 in the interpreter); an f16
+ * overflows past 65504:
  *   - P^T scaled by 2^10: P near 1/T keeps its 2^-22 to T 8192. P <= 1 where g's lse is the
  *     row's (attention_grad_prep's); the operator takes g as given, and a P past 64 (an lse more
  *     than 4.1 below the row's) overflows (kfuse verify's random g gives P up to about 10);
  *   - dS^T scaled by 2^4: it has no bound (it grows with |dy| |v|), and past 4096 it overflows;
- *     below 2^-18 (2^-14 where its hi is subnormal) it is flushed on the H200. Gradients that
+ *     below 2^-18 (2^-14 where its hi is subnormal) the H200 may lose it. Gradients that
  *     small need the loss scaled, as f16 training does anyway (or f32);
  *   - dy (f32 in g): dP^T = v dy^T - delta cancels, so dy's hi alone (2^-12 of each element)
  *     gave errors of 3e-3 in dk; dv takes P's hi times dy's lo as a third product.
- * tests/ops/test_attention_grad_sgmat.c measures each against float64: worst 4.9e-4, which is the
- * f16 output's own rounding.
+ * tests/ops/test_attention_grad_sgmat.c measures each against float64: worst 4.9e-4 in the
+ * interpreter (the f16 output's own rounding), 1.3e-3 on the H200.
  *
  * T a multiple of the query tile (so of 16) and D of 16; kf__attention_grad_kv_sgmat returns
  * NULL otherwise, and attention_grad.c's FMA kernel runs. */
