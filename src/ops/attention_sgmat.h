@@ -77,8 +77,8 @@ kf_kernel *kf__attention_sgmat_for(kf_context *ctx, const kf__attn_desc *a);
 /* attention_grad_k's and attention_grad_v's kernel on subgroup matrices (attention_grad_sgmat.c):
  * dk (want_dk) yielded, dv (want_dv) yielded or, with both, stored into a binding "dv" after the
  * inputs q, k, v, g (attention_grad.c's bindings); f16 q, k, v and outputs, g f32. subgroups
- * (1, 2, 4) and queries (16, 32) pick a tiling, 0 the widest that fits wg_bytes (0: 48 KiB).
- * NULL where it cannot (T % 16, D % 16, D > 128, sg, memory). */
+ * (1, 2, 4) and queries (16, 32) pick a tiling; 0: the most subgroups that fit wg_bytes (0: 48
+ * KiB), then the longer query tile. NULL where it cannot (T % 16, D % 16, D > 128, sg, memory). */
 kf_kernel *kf__attention_grad_kv_sgmat(const kf__attn_desc *a, uint32_t sg, uint32_t wg_bytes,
                                        bool want_dk, bool want_dv, uint32_t subgroups,
                                        uint32_t queries);

@@ -769,9 +769,9 @@ static void name_block(emitter *e, uint32_t block) {
  * is a whole number of 16 bytes long. On the H200 (driver 580, Dawn's Vulkan backend) a matrix
  * stored to and loaded from an f32 array beside a used array<u32, 1> came back as it was stored,
  * with the plain stores between lost, and the array read garbage; beside an array<u32, 2> or 4
- * it was right (session 13, tests/unit/test_ir_sgmat.c's round trip). So the driver's layout
- * misaligns what follows a 4-byte variable for its matrix loads and stores. The padding is never
- * read; the bounds proofs and the interpreter keep the declared length. */
+ * it was right (session 13, tests/unit/test_ir_sgmat.c's round trip). So the driver's layout,
+ * apparently, misaligns what follows a 4-byte variable for its matrix loads and stores. The padding
+ * is never read; the bounds proofs and the interpreter keep the declared length. */
 static uint32_t shared_emitted_count(const kf__shared *s, bool sgmat) {
     /* an element's bytes: a scalar's times its lanes, vec3 laid out as vec4 */
     uint32_t lanes = s->elem.lanes == 3 ? 4 : s->elem.lanes ? s->elem.lanes : 1;
