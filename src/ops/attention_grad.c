@@ -33,9 +33,9 @@
  * a workgroup's rows cannot see are never visited; the loop bounds depend only on the workgroup, so
  * the barriers stay in uniform control flow. Rows past T are computed from row T - 1 and not
  * written. Accumulation is in f32 for f16 tensors too. For f16 on a device with subgroup matrices,
- * dk and dv (each alone or the pair) run on them instead where T and D are multiples of 16 and
- * q, k, v are not views (attention_grad_sgmat.c; $KF_ATTN_GRAD_SGMAT=0 keeps this kernel); dq
- * and g' stay here. */
+ * every role runs on them instead where T and D are multiples of 16 and q, k, v are not views
+ * (attention_grad_sgmat.c: dk and dv since session 13, dq and g' since session 14;
+ * $KF_ATTN_GRAD_SGMAT=0 keeps this kernel for all, $KF_ATTN_GRAD_Q_SGMAT=0 for dq's side). */
 #include "ops/attention.h"
 #include "ops/attention_sgmat.h"
 #include "ops/ops_internal.h"
@@ -842,15 +842,17 @@ static kf_kernel *grad_kernel_strided(kf_context *ctx, grad_role role, const kf_
                                       const kf__strided *layouts) {
     const kf__attn_dims a = kf__attn_dims_of(&in[0]);
     const bool dq_side = role == ROLE_DQ || role == ROLE_STATS || role == ROLE_DQ_STATS;
-    if (ctx && dtype == KF_DTYPE_F16 && !dq_side && !kf__strided_any(layouts, 3)) {
-        /* f16 where the device has subgroup matrices: dk and dv on them (attention_grad_sgmat.c;
-         * views are read in place by the FMA kernel below instead) */
+    if (ctx && dtype == KF_DTYPE_F16 && !kf__strided_any(layouts, 3)) {
+        /* f16 where the device has subgroup matrices: on them (attention_grad_sgmat.c; views
+         * are read in place by the FMA kernel below instead) */
         kf__attn_desc ad = {.bh = a.bh,
                             .t = a.t,
                             .d = a.d,
                             .causal = kf__attn_causal(p),
                             .scale = (float)kf__attn_scale(p, a.d)};
-        kf_kernel *k = kf__attention_grad_kv_sgmat_for(ctx, &ad, role != ROLE_DV, role != ROLE_DK);
+        kf_kernel *k =
+            dq_side ? kf__attention_grad_q_sgmat_for(ctx, &ad, role != ROLE_STATS, role != ROLE_DQ)
+                    : kf__attention_grad_kv_sgmat_for(ctx, &ad, role != ROLE_DV, role != ROLE_DK);
         if (k) {
             return k;
         }

@@ -21,7 +21,7 @@
  *                                                                                      barrier
  *      (before the next tile's staging overwrites q's and dy's).
  * At the end dk is scaled by `scale` (and dS's scale undone), dv by P's, and both go through
- * the scratch to coalesced stores.
+ * the scratch, a 16 x 16 block at a time (store_blocks), to storage.
  *
  * Precision. Every f16 operand past k, v and q is split into two f16 matrices, hi and
  * lo = x - hi (store_split), so the products carry it to 2^-22 of itself where x is at least
@@ -41,7 +41,24 @@
  * interpreter (the f16 output's own rounding), 1.3e-3 on the H200.
  *
  * T a multiple of the query tile (so of 16) and D of 16; kf__attention_grad_kv_sgmat returns
- * NULL otherwise, and attention_grad.c's FMA kernel runs. */
+ * NULL otherwise, and attention_grad.c's FMA kernel runs.
+ *
+ * dq and g' (kf__attention_grad_q_sgmat, the second half of this file) mirror it: a subgroup owns
+ * 16 queries and holds q and dy (hi and lo) as left matrices, and the keys are walked in tiles
+ * of C with k and v staged (f16, exact). As attention_grad.c's dq kernel it reads g's lse and
+ * delta as shifts only: with P' = exp(scale S - lse) and dS' = P' (dP - delta) it sums per row
+ * psum = sum P' and shift = sum dS' (f32, from the unrounded values) and on the matrices
+ * dS' k and P' k (P' and dS' as hi + lo, scaled as above), and at the end takes
+ *   dq = scale (dS' k - (shift / psum) P' k) / psum,  lse' = lse + log psum,
+ *   delta' = delta + shift / psum,
+ * exact whatever g's lse and delta are. Per tile: stage k, v | S = q k^T, dP = dy v^T into the
+ * scratch | P', dS' into their f16 slots | the two products | (4 barriers; 2 for g' alone). The
+ * results leave through 16 x 16 blocks of the scratch (store_blocks), so the scratch never
+ * holds a 16 x D tile and 4 subgroups fit 48 KiB at D 128 for both kernels (H200, T 4096 D 128
+ * causal: dk + dv 16.7 -> 6.7 ms from 2 subgroups to 4; dq 32.0 ms on FMA units, 4.7 here).
+ * Either kernel may keep P and dS in one pair of f16 slots, in turns (the tiling's slots 1: the
+ * second kept in registers while the first's products run, one barrier more a tile): less
+ * workgroup memory, and on the H200 faster even where the tile stays (choose_tiling). */
 #include "ops/attention_sgmat.h"
 
 #include "ops/matmul_sgmat.h"
@@ -61,29 +78,84 @@ static kf_val u32(kf_kernel *k, uint32_t v) {
     return kf_lit_u32(k, v);
 }
 
-/* Floats of a subgroup's scratch: S^T and dP^T (16 x (C + 4) each), or dk's or dv's 16 x (D + 4)
- * at the end. */
-static uint32_t scratch_floats(uint32_t c, uint32_t d) {
-    uint32_t tiles = 2 * MAT * (c + SPAD), out = MAT * (d + SPAD);
-    return tiles > out ? tiles : out;
+/* Floats of a subgroup's scratch: S^T and dP^T (16 x (C + 4) each), or at the end two 16 x 20
+ * blocks of the results (store_blocks). */
+static uint32_t scratch_floats(uint32_t c) {
+    return 2 * MAT * (c + SPAD);
 }
 
 /* Bytes of workgroup memory: q's and dy's tiles (dy as hi and lo), the tile's lse and delta, per
- * subgroup its scratch and P^T and dS^T (hi and lo each, 16 x (C + 8) f16). */
-uint32_t kf__attention_grad_kv_sgmat_bytes(uint32_t w, uint32_t c, uint32_t d) {
+ * subgroup its scratch and P^T and dS^T (hi and lo each, 16 x (C + 8) f16; `slots` pairs of
+ * them: 2, or 1 where P and dS take turns). */
+uint32_t kf__attention_grad_kv_sgmat_bytes(uint32_t w, uint32_t c, uint32_t d, uint32_t slots) {
     return 3 * c * (d + PAD) * 2 + 2 * c * 4 +
-           w * (scratch_floats(c, d) * 4 + 4 * MAT * (c + PAD) * 2);
+           w * (scratch_floats(c) * 4 + 2 * slots * MAT * (c + PAD) * 2);
 }
 
-/* Stages rows [row0, row0 + c) of q (vec4s of f16) into tile, rows of ld halves. */
-static void stage_q(kf_kernel *k, kf_binding bq, kf_shared tile, kf_val local, uint32_t threads,
-                    kf_val row0, uint32_t c, uint32_t d, uint32_t ld) {
+bool kf__attn_grad_tiling_parse(const char *text, kf__attn_grad_tiling *out) {
+    unsigned w = 0, c = 0;
+    int used = 0;
+    if (!text || sscanf(text, "%ux%u%n", &w, &c, &used) != 2 || !w || !c) {
+        return false;
+    }
+    kf__attn_grad_tiling t = {w, c, 0};
+    if (!strcmp(text + used, "/1")) {
+        t.slots = 1;
+    } else if (!strcmp(text + used, "/2")) {
+        t.slots = 2;
+    } else if (text[used]) {
+        return false;
+    }
+    *out = t;
+    return true;
+}
+
+/* The tiling: those asked, else the most subgroups (4, 2, 1) whose tiles fit, then the shorter
+ * tile (16, 32), then one pair of slots before two (turns) or two before one; false if none
+ * fits. Measured on the H200 (f16 causal T 4096, ms; bench/results/s14/run3):
+ *   dk + dv  D 64:  4x16/1 2.65, 4x32/1 4.12, 4x16/2 4.88, 2x16/2 5.61, 2x32/1 9.18
+ *            D 128: 4x16/1 6.41, 4x16/2 6.69, 2x16/2 8.62, 2x32/1 15.7
+ *   dq + g'  D 64:  4x16/1 2.27, 4x32/2 2.69, 2x16/2 2.82, 4x32/1 2.88, 4x16/2 3.52
+ *            D 128: 4x16/2 4.65, 4x32/1 4.67, 4x16/1 5.07, 2x16/2 5.75
+ * Subgroups first: each staged tile then serves more rows. One pair of slots is faster but for
+ * dq at D 128 (which keeps P' in 8 more registers per invocation beside q's, dy's and two sums'
+ * 40 matrices); the FMA kernels take 7.24 / 32.5 (dk + dv) and 7.44 / 32.0 (dq). */
+static bool choose_tiling(const kf__attn_grad_tiling *ask, uint32_t t, uint32_t d, uint32_t sg,
+                          uint32_t budget, bool turns_first,
+                          uint32_t (*bytes)(uint32_t, uint32_t, uint32_t, uint32_t, uint32_t),
+                          kf__attn_grad_tiling *out) {
+    const kf__attn_grad_tiling none = {0, 0, 0}, *a = ask ? ask : &none;
+    for (uint32_t w = 4; w >= 1; w /= 2) {
+        for (uint32_t c = MAT; c <= 32; c *= 2) {
+            for (uint32_t n = 0; n < 2; n++) {
+                uint32_t slots = turns_first ? 1 + n : 2 - n;
+                if ((!a->subgroups || w == a->subgroups) && (!a->tile || c == a->tile) &&
+                    (!a->slots || slots == a->slots) && t % c == 0 && w * sg <= 256 &&
+                    c % (sg / MAT) == 0 && bytes(w, c, d, sg, slots) <= budget) {
+                    *out = (kf__attn_grad_tiling){w, c, slots};
+                    return true;
+                }
+            }
+        }
+    }
+    return false;
+}
+
+static uint32_t kv_bytes(uint32_t w, uint32_t c, uint32_t d, uint32_t sg, uint32_t slots) {
+    (void)sg;
+    return kf__attention_grad_kv_sgmat_bytes(w, c, d, slots);
+}
+
+/* Stages rows [row0, row0 + c) of b (vec4s of f16: q, or k and v) into tile, rows of ld
+ * halves. */
+static void stage_f16(kf_kernel *k, kf_binding b, kf_shared tile, kf_val local, uint32_t threads,
+                      kf_val row0, uint32_t c, uint32_t d, uint32_t ld) {
     const uint32_t per_row = d / 4;
     kf_val e = kf_for(k, "e", local, u32(k, c * per_row), u32(k, threads));
     kf_val r = kf_div(k, e, u32(k, per_row)), c4 = kf_binary(k, KF_OP_MOD, e, u32(k, per_row));
-    kf_val x = kf_let(k, "q4", kf_load(k, bq, kf_add(k, kf_mul(k, row0, u32(k, per_row)), e)));
+    kf_val x = kf_let(k, "x4", kf_load(k, b, kf_add(k, kf_mul(k, row0, u32(k, per_row)), e)));
     kf_val slot =
-        kf_let(k, "q_slot", kf_add(k, kf_mul(k, r, u32(k, ld)), kf_mul(k, c4, u32(k, 4))));
+        kf_let(k, "x_slot", kf_add(k, kf_mul(k, r, u32(k, ld)), kf_mul(k, c4, u32(k, 4))));
     for (uint32_t l = 0; l < 4; l++) {
         kf_shared_store(k, tile, l ? kf_add(k, slot, u32(k, l)) : slot, kf_extract(k, x, l));
     }
@@ -125,75 +197,83 @@ static void store_split(kf_kernel *k, kf_shared hi_arr, kf_shared lo_arr, kf_val
     kf_shared_store(k, lo_arr, at, kf_cast(k, h, kf_sub(k, x, hi32)));
 }
 
-/* The subgroup's 16 x D result matrices mats (D / 16) through its scratch at o_at (rows of
- * D + 4) into storage: yielded (out true) or stored into b, times `mul`, as dtype f16; the
- * scratch is free again when it returns. */
-static void store_rows(kf_kernel *k, const kf_sgmat *mats, uint32_t dm, kf_shared scratch,
-                       kf_val o_at, kf_val lane, uint32_t sg, kf_val key0, kf_val writes,
-                       uint32_t d, float mul, bool out, kf_binding b) {
-    const uint32_t lo = d + SPAD;
-    for (uint32_t i = 0; i < dm; i++) {
-        kf_sgmat_store(k, scratch, kf_add(k, o_at, u32(k, i * MAT)), mats[i], false, u32(k, lo));
-    }
-    kf_barrier(k);
-    kf_if(k, writes);
-    for (uint32_t e = 0; e < MAT * d / sg; e++) {
-        kf_val flat = kf_add(k, lane, u32(k, e * sg));
-        kf_val r = kf_div(k, flat, u32(k, d)), c = kf_binary(k, KF_OP_MOD, flat, u32(k, d));
-        kf_val x =
-            kf_shared_load(k, scratch, kf_add(k, o_at, kf_add(k, kf_mul(k, r, u32(k, lo)), c)));
-        if (mul != 1.0f) {
-            x = kf_mul(k, x, kf_lit_f32(k, mul));
+/* Where store_blocks puts a subgroup's results: yielded (out) or stored into b, as f16, at
+ * rows row0 .. row0 + 15 (of D halves) when `writes`. */
+typedef struct result_dst {
+    bool out;
+    kf_binding b;
+    kf_val row0, writes;
+} result_dst;
+
+/* The subgroup's 16 x D results a (D / 16 matrices) through its scratch at s_at, a 16 x 16
+ * block at a time, into dst: a times mul, or, with b and coef (a row's two coefficients at
+ * coef_at + 2 r in workgroup memory), a ca_r - b cb_r. The scratch is free again after it. */
+static void store_blocks(kf_kernel *k, const kf_sgmat *a, const kf_sgmat *b, uint32_t d,
+                         kf_shared scratch, kf_val s_at, float mul, kf_shared coef, kf_val coef_at,
+                         kf_val lane, uint32_t sg, result_dst dst) {
+    const uint32_t lo = MAT + SPAD;
+    for (uint32_t i = 0; i < d / MAT; i++) {
+        kf_sgmat_store(k, scratch, s_at, a[i], false, u32(k, lo));
+        if (b) {
+            kf_sgmat_store(k, scratch, kf_add(k, s_at, u32(k, MAT * lo)), b[i], false, u32(k, lo));
         }
-        kf_val index = kf_add(k, kf_mul(k, kf_add(k, key0, r), u32(k, d)), c);
-        if (out) {
-            kf__yield_f32(k, x, index, KF_DTYPE_F16);
-        } else {
-            kf__store_f32(k, b, index, x, KF_DTYPE_F16);
+        kf_barrier(k);
+        kf_if(k, dst.writes);
+        for (uint32_t e = 0; e < MAT * MAT / sg; e++) {
+            kf_val flat = kf_add(k, lane, u32(k, e * sg));
+            kf_val r = kf_div(k, flat, u32(k, MAT)),
+                   col = kf_binary(k, KF_OP_MOD, flat, u32(k, MAT));
+            kf_val at = kf_add(k, s_at, kf_add(k, kf_mul(k, r, u32(k, lo)), col));
+            kf_val x = kf_shared_load(k, scratch, at);
+            if (b) {
+                kf_val x2 = kf_shared_load(k, scratch, kf_add(k, at, u32(k, MAT * lo)));
+                kf_val cat = kf_add(k, coef_at, kf_mul(k, r, u32(k, 2)));
+                x = kf_sub(k, kf_mul(k, x, kf_shared_load(k, coef, cat)),
+                           kf_mul(k, x2, kf_shared_load(k, coef, kf_add(k, cat, u32(k, 1)))));
+            } else if (mul != 1.0f) {
+                x = kf_mul(k, x, kf_lit_f32(k, mul));
+            }
+            kf_val index = kf_add(k, kf_mul(k, kf_add(k, dst.row0, r), u32(k, d)),
+                                  kf_add(k, col, u32(k, i * MAT)));
+            if (dst.out) {
+                kf__yield_f32(k, x, index, KF_DTYPE_F16);
+            } else {
+                kf__store_f32(k, dst.b, index, x, KF_DTYPE_F16);
+            }
         }
+        kf_end(k);
+        kf_barrier(k);
     }
-    kf_end(k);
-    kf_barrier(k);
 }
 
 kf_kernel *kf__attention_grad_kv_sgmat(const kf__attn_desc *a, uint32_t sg, uint32_t wg_bytes,
-                                       bool want_dk, bool want_dv, uint32_t subgroups,
-                                       uint32_t queries) {
+                                       bool want_dk, bool want_dv,
+                                       const kf__attn_grad_tiling *tiling) {
     const uint32_t t = a->t, d = a->d, dm = d / MAT;
     const uint32_t budget = wg_bytes ? wg_bytes : 49152u;
     if ((!want_dk && !want_dv) || d % MAT || d > 128 || t % MAT || sg < MAT || sg > 128 ||
         (sg & (sg - 1))) {
         return NULL;
     }
-    /* the most subgroups that fit (4, 2, 1), then the longer query tile (32, 16), or those
-     * asked. Subgroups first: each staged tile then serves more keys (H200, f16 causal T 4096,
-     * dk + dv: D 64 4x16 4.84 ms, 2x32 10.05, 2x16 5.55; D 128 2x16 16.8, 1x32 60.8; the FMA
-     * kernel 7.26 and 32.6: bench/results/s13/run2) */
-    uint32_t w = 0, c = 0;
-    for (uint32_t ww = 4; ww >= 1 && !w; ww /= 2) {
-        for (uint32_t cc = 32; cc >= MAT && !w; cc /= 2) {
-            if ((!subgroups || ww == subgroups) && (!queries || cc == queries) && t % cc == 0 &&
-                ww * sg <= 256 && kf__attention_grad_kv_sgmat_bytes(ww, cc, d) <= budget &&
-                cc % (sg / MAT) == 0) {
-                w = ww, c = cc;
-            }
-        }
-    }
-    if (!w) {
+    kf__attn_grad_tiling tl;
+    if (!choose_tiling(tiling, t, d, sg, budget, true, kv_bytes, &tl)) {
         return NULL;
     }
+    const uint32_t w = tl.subgroups, c = tl.tile;
+    /* one pair of slots: P^T's, then dS^T's (dk alone or dv alone need one anyway) */
+    const bool turns = tl.slots == 1 && want_dk && want_dv;
     const uint32_t lpr = sg / MAT, per = c / lpr, cm = c / MAT, rows = w * MAT;
     const uint32_t ktiles = (t + rows - 1) / rows, threads = w * sg;
-    const uint32_t ldq = d + PAD, ls = c + SPAD, ldp = c + PAD, sf = scratch_floats(c, d);
+    const uint32_t ldq = d + PAD, ls = c + SPAD, ldp = c + PAD, sf = scratch_floats(c);
     const bool causal = a->causal;
     kf_type f32 = kf_type_scalar(KF_SCALAR_F32), h = kf_type_scalar(KF_SCALAR_F16);
 
     char name[80];
-    snprintf(name, sizeof name, "attention_grad_%s_sgmat_%ux%u%s",
+    snprintf(name, sizeof name, "attention_grad_%s_sgmat_%ux%u%s%s",
              want_dk && want_dv ? "kv"
              : want_dk          ? "k"
                                 : "v",
-             rows, c, causal ? "_causal" : "");
+             rows, c, turns ? "_1" : "", causal ? "_causal" : "");
     kf_kernel_desc desc = {.name = name,
                            .workgroup_size = {threads, 1, 1},
                            .input = kf_type_scalar(KF_SCALAR_VOID),
@@ -220,8 +300,8 @@ kf_kernel *kf__attention_grad_kv_sgmat(const kf__attn_desc *a, uint32_t sg, uint
     kf_shared scratch = kf_kernel_workgroup(k, "scratch", f32, w * sf);
     kf_shared p_hi = kf_kernel_workgroup(k, "p_hi", h, rows * ldp);
     kf_shared p_lo = kf_kernel_workgroup(k, "p_lo", h, rows * ldp);
-    kf_shared ds_hi = {0}, ds_lo = {0};
-    if (want_dk) {
+    kf_shared ds_hi = p_hi, ds_lo = p_lo; /* dk alone, or in turns: P's slots */
+    if (want_dk && want_dv && !turns) {
         ds_hi = kf_kernel_workgroup(k, "ds_hi", h, rows * ldp);
         ds_lo = kf_kernel_workgroup(k, "ds_lo", h, rows * ldp);
     }
@@ -288,7 +368,7 @@ kf_kernel *kf__attention_grad_kv_sgmat(const kf__attn_desc *a, uint32_t sg, uint
     kf_val c0 = kf_for(k, "c0", start, u32(k, t), u32(k, c));
     {
         kf_val row0 = kf_let(k, "row0", kf_add(k, head_row0, c0));
-        stage_q(k, bq, qtile, local, threads, row0, c, d, ldq);
+        stage_f16(k, bq, qtile, local, threads, row0, c, d, ldq);
         stage_dy(k, bg, dytile, dylo, stats, local, threads, row0, c, d, ldq);
         kf_barrier(k); /* (1) the tiles */
         /* S^T = k q^T and dP^T = v dy^T, 16 x C, into the subgroup's scratch */
@@ -308,7 +388,9 @@ kf_kernel *kf__attention_grad_kv_sgmat(const kf__attn_desc *a, uint32_t sg, uint
             }
         }
         kf_barrier(k); /* (2) the scores */
-        /* P^T and dS^T, the invocation's columns part + lpr e of its key's row */
+        /* P^T and dS^T, the invocation's columns part + lpr e of its key's row (dS^T kept in
+         * registers while P^T has the slots, in turns) */
+        kf_val ds_kept[32];
         for (uint32_t e = 0; e < per; e++) {
             kf_val col = e ? kf_add(k, part, u32(k, lpr * e)) : part;
             kf_val s = kf_shared_load(k, scratch, kf_add(k, s_row, col));
@@ -321,35 +403,53 @@ kf_kernel *kf__attention_grad_kv_sgmat(const kf__attn_desc *a, uint32_t sg, uint
             }
             p = kf_let(k, "p", p);
             kf_val at = kf_add(k, p_row, col);
-            store_split(k, p_hi, p_lo, at, kf_mul(k, p, kf_lit_f32(k, P_SCALE)));
+            if (want_dv) {
+                store_split(k, p_hi, p_lo, at, kf_mul(k, p, kf_lit_f32(k, P_SCALE)));
+            }
             if (want_dk) {
                 kf_val dpv = kf_shared_load(k, scratch, kf_add(k, dp_row, col));
                 kf_val delta = kf_shared_load(k, stats, kf_add(k, col, u32(k, c)));
-                kf_val ds = kf_mul(k, p, kf_sub(k, dpv, delta));
-                store_split(k, ds_hi, ds_lo, at, kf_mul(k, ds, kf_lit_f32(k, DS_SCALE)));
+                kf_val ds = kf_mul(k, kf_mul(k, p, kf_sub(k, dpv, delta)), kf_lit_f32(k, DS_SCALE));
+                if (turns) {
+                    ds_kept[e] = kf_let(k, "ds", ds);
+                } else {
+                    store_split(k, ds_hi, ds_lo, at, ds);
+                }
             }
         }
         kf_barrier(k); /* (3) P^T and dS^T */
-        /* dv += P^T dy, dk += dS^T q over the tile's 16-query blocks */
-        for (uint32_t j = 0; j < cm; j++) {
-            kf_val pb = kf_add(k, p_at, u32(k, j * MAT));
-            for (uint32_t pass = 0; pass < 2; pass++) {
-                bool dk_pass = pass == 1;
-                if ((dk_pass && !want_dk) || (!dk_pass && !want_dv)) {
-                    continue;
+        /* dv += P^T dy, dk += dS^T q over the tile's 16-query blocks (in turns: dv's over all
+         * blocks, then dS^T into the slots, then dk's) */
+        for (uint32_t round = 0; round < (turns ? 2u : 1u); round++) {
+            if (round) {
+                kf_barrier(k); /* P^T read */
+                for (uint32_t e = 0; e < per; e++) {
+                    kf_val col = e ? kf_add(k, part, u32(k, lpr * e)) : part;
+                    store_split(k, ds_hi, ds_lo, kf_add(k, p_row, col), ds_kept[e]);
                 }
-                kf_sgmat_load(k, lh, dk_pass ? ds_hi : p_hi, pb, false, u32(k, ldp));
-                kf_sgmat_load(k, ll, dk_pass ? ds_lo : p_lo, pb, false, u32(k, ldp));
-                for (uint32_t i = 0; i < dm; i++) {
-                    kf_sgmat_load(k, right, dk_pass ? qtile : dytile,
-                                  u32(k, j * MAT * ldq + i * MAT), false, u32(k, ldq));
-                    kf_sgmat acc = dk_pass ? dk[i] : dv[i];
-                    kf_sgmat_mma(k, acc, lh, right);
-                    kf_sgmat_mma(k, acc, ll, right);
-                    if (!dk_pass) { /* and P's hi times dy's lo (lo times lo is below 2^-22) */
-                        kf_sgmat_load(k, right, dylo, u32(k, j * MAT * ldq + i * MAT), false,
-                                      u32(k, ldq));
+                kf_barrier(k); /* dS^T */
+            }
+            for (uint32_t j = 0; j < cm; j++) {
+                kf_val pb = kf_add(k, p_at, u32(k, j * MAT));
+                for (uint32_t pass = 0; pass < 2; pass++) {
+                    bool dk_pass = pass == 1;
+                    if ((dk_pass && !want_dk) || (!dk_pass && !want_dv) ||
+                        (turns && dk_pass != (round == 1))) {
+                        continue;
+                    }
+                    kf_sgmat_load(k, lh, dk_pass ? ds_hi : p_hi, pb, false, u32(k, ldp));
+                    kf_sgmat_load(k, ll, dk_pass ? ds_lo : p_lo, pb, false, u32(k, ldp));
+                    for (uint32_t i = 0; i < dm; i++) {
+                        kf_sgmat_load(k, right, dk_pass ? qtile : dytile,
+                                      u32(k, j * MAT * ldq + i * MAT), false, u32(k, ldq));
+                        kf_sgmat acc = dk_pass ? dk[i] : dv[i];
                         kf_sgmat_mma(k, acc, lh, right);
+                        kf_sgmat_mma(k, acc, ll, right);
+                        if (!dk_pass) { /* and P's hi times dy's lo (lo times lo is below 2^-22) */
+                            kf_sgmat_load(k, right, dylo, u32(k, j * MAT * ldq + i * MAT), false,
+                                          u32(k, ldq));
+                            kf_sgmat_mma(k, acc, lh, right);
+                        }
                     }
                 }
             }
@@ -358,33 +458,366 @@ kf_kernel *kf__attention_grad_kv_sgmat(const kf__attn_desc *a, uint32_t sg, uint
     }
     kf_end(k);
     kf_val key0 = kf_let(k, "key0", kf_add(k, head_row0, sub_base));
-    kf_val o_at = s_at;
+    kf_val none = u32(k, 0);
     if (want_dk) {
-        store_rows(k, dk, dm, scratch, o_at, lane, sg, key0, writes, d, a->scale / DS_SCALE, true,
-                   (kf_binding){0});
+        result_dst dst = {true, {0}, key0, writes};
+        store_blocks(k, dk, NULL, d, scratch, s_at, a->scale / DS_SCALE, (kf_shared){0}, none, lane,
+                     sg, dst);
     }
     if (want_dv) {
-        store_rows(k, dv, dm, scratch, o_at, lane, sg, key0, writes, d, 1.0f / P_SCALE, !want_dk,
-                   bdv);
+        result_dst dst = {!want_dk, bdv, key0, writes};
+        store_blocks(k, dv, NULL, d, scratch, s_at, 1.0f / P_SCALE, (kf_shared){0}, none, lane, sg,
+                     dst);
     }
     return k;
 }
 
+/* ctx's subgroup size and workgroup memory where its device has subgroup matrices and none of
+ * the variables names "0", and into *tl the tiling $var names ("WxC[/1|/2]": *asked), for the
+ * two kernels' _for functions; false where they build nothing. */
+static bool sgmat_setup(kf_context *ctx, const char *var, uint32_t *sg, uint32_t *bytes,
+                        kf__attn_grad_tiling *tl, bool *asked) {
+    const char *all = getenv("KF_ATTN_GRAD_SGMAT"), *env = getenv(var);
+    if ((all && !strcmp(all, "0")) || (env && !strcmp(env, "0"))) {
+        return false;
+    }
+    *asked = env && kf__attn_grad_tiling_parse(env, tl);
+    kf_adapter_info info;
+    if (!kf__sgmat_usable(ctx, sg) || kf_context_adapter_info(ctx, &info) != KF_OK) {
+        return false;
+    }
+    *bytes = info.max_compute_workgroup_storage_size;
+    return true;
+}
+
 kf_kernel *kf__attention_grad_kv_sgmat_for(kf_context *ctx, const kf__attn_desc *a, bool want_dk,
                                            bool want_dv) {
-    const char *env = getenv("KF_ATTN_GRAD_SGMAT");
-    unsigned w = 0, c = 0;
-    if (env && !strcmp(env, "0")) {
+    uint32_t sg = 0, bytes = 0;
+    kf__attn_grad_tiling tl;
+    bool asked = false;
+    if (!sgmat_setup(ctx, "KF_ATTN_GRAD_SGMAT", &sg, &bytes, &tl, &asked)) {
         return NULL;
     }
-    if (env && *env && sscanf(env, "%ux%u", &w, &c) != 2) {
-        w = c = 0;
+    return kf__attention_grad_kv_sgmat(a, sg, bytes, want_dk, want_dv, asked ? &tl : NULL);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* dq and g' (attention_grad_q, attention_grad_stats, the pair)                             */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Floats of the row sums' workgroup slots: lpr partial sums (P' and dS') of each of a
+ * subgroup's 16 rows, later two coefficients a row. */
+static uint32_t sums_floats(uint32_t sg) {
+    return 2 * MAT * (sg / MAT);
+}
+
+uint32_t kf__attention_grad_q_sgmat_bytes(uint32_t w, uint32_t c, uint32_t d, uint32_t sg,
+                                          uint32_t slots) {
+    return 2 * c * (d + PAD) * 2 +
+           w * (scratch_floats(c) * 4 + 2 * slots * MAT * (c + PAD) * 2 + sums_floats(sg) * 4);
+}
+
+/* The subgroup's 16 rows of dy (f32 in g, rows of d + 2) as D / 16 hi and lo left matrices
+ * each, split through its P' slots (p_hi, p_lo at p_at: 16 x 16 blocks, rows of ldp). */
+static void load_dy(kf_kernel *k, kf_binding bg, kf_val g_row0, kf_shared p_hi, kf_shared p_lo,
+                    kf_val p_at, uint32_t ldp, kf_val lane, uint32_t sg, uint32_t d, kf_sgmat *hi,
+                    kf_sgmat *lo) {
+    for (uint32_t i = 0; i < d / MAT; i++) {
+        for (uint32_t e = 0; e < MAT * MAT / sg; e++) {
+            kf_val flat = kf_add(k, lane, u32(k, e * sg));
+            kf_val r = kf_div(k, flat, u32(k, MAT)), c = kf_binary(k, KF_OP_MOD, flat, u32(k, MAT));
+            kf_val at = kf_add(k, kf_add(k, g_row0, kf_mul(k, r, u32(k, d + 2))), c);
+            kf_val x = kf_load(k, bg, i ? kf_add(k, at, u32(k, i * MAT)) : at);
+            store_split(k, p_hi, p_lo, kf_add(k, p_at, kf_add(k, kf_mul(k, r, u32(k, ldp)), c)), x);
+        }
+        kf_barrier(k);
+        hi[i] = kf_sgmat_declare(k, "dyh", KF_SGMAT_LEFT, KF_SCALAR_F16, MAT, MAT);
+        lo[i] = kf_sgmat_declare(k, "dyl", KF_SGMAT_LEFT, KF_SCALAR_F16, MAT, MAT);
+        kf_sgmat_load(k, hi[i], p_hi, p_at, false, u32(k, ldp));
+        kf_sgmat_load(k, lo[i], p_lo, p_at, false, u32(k, ldp));
+        kf_barrier(k); /* before the next block overwrites the slots */
     }
-    uint32_t sg = 0;
-    kf_adapter_info info;
-    if (!kf__sgmat_usable(ctx, &sg) || kf_context_adapter_info(ctx, &info) != KF_OK) {
+}
+
+kf_kernel *kf__attention_grad_q_sgmat(const kf__attn_desc *a, uint32_t sg, uint32_t wg_bytes,
+                                      bool want_dq, bool want_stats,
+                                      const kf__attn_grad_tiling *tiling) {
+    const uint32_t t = a->t, d = a->d, dm = d / MAT;
+    const uint32_t budget = wg_bytes ? wg_bytes : 49152u;
+    if ((!want_dq && !want_stats) || d % MAT || d > 128 || t % MAT || sg < MAT || sg > 128 ||
+        (sg & (sg - 1))) {
         return NULL;
     }
-    return kf__attention_grad_kv_sgmat(a, sg, info.max_compute_workgroup_storage_size, want_dk,
-                                       want_dv, w, c);
+    kf__attn_grad_tiling tl;
+    if (!choose_tiling(tiling, t, d, sg, budget, d <= 64, kf__attention_grad_q_sgmat_bytes, &tl)) {
+        return NULL;
+    }
+    const uint32_t w = tl.subgroups, c = tl.tile;
+    /* one pair of slots: dS' in them, then P' (g' alone stores neither) */
+    const bool turns = tl.slots == 1 && want_dq;
+    const uint32_t lpr = sg / MAT, per = c / lpr, cm = c / MAT, rows = w * MAT;
+    const uint32_t qtiles = (t + rows - 1) / rows, threads = w * sg;
+    const uint32_t ldk = d + PAD, ls = c + SPAD, ldp = c + PAD, sf = scratch_floats(c);
+    const uint32_t sums = sums_floats(sg);
+    const bool causal = a->causal;
+    kf_type f32 = kf_type_scalar(KF_SCALAR_F32), h = kf_type_scalar(KF_SCALAR_F16);
+
+    char name[80];
+    snprintf(name, sizeof name, "attention_grad_%s_sgmat_%ux%u%s%s",
+             want_dq && want_stats ? "q_stats"
+             : want_dq             ? "q"
+                                   : "stats",
+             rows, c, turns ? "_1" : "", causal ? "_causal" : "");
+    kf_kernel_desc desc = {.name = name,
+                           .workgroup_size = {threads, 1, 1},
+                           .input = kf_type_scalar(KF_SCALAR_VOID),
+                           .output = want_dq ? h : f32};
+    kf_kernel *k = kf_kernel_create(&desc);
+    if (!k) {
+        return NULL;
+    }
+    uint32_t groups[3] = {qtiles * a->bh, 1, 1};
+    kf_kernel_set_grid(k, groups);
+    /* attention_grad.c's bindings: q, k, v, g[, stats], out */
+    kf_binding bq = kf_kernel_storage(k, "q", h, KF_ACCESS_READ);
+    kf_binding bk = kf_kernel_storage(k, "k", kf_type_vec(KF_SCALAR_F16, 4), KF_ACCESS_READ);
+    kf_binding bv = kf_kernel_storage(k, "v", kf_type_vec(KF_SCALAR_F16, 4), KF_ACCESS_READ);
+    kf_binding bg = kf_kernel_storage(k, "g", f32, KF_ACCESS_READ);
+    kf_binding bstats = {0};
+    if (want_dq && want_stats) {
+        bstats = kf_kernel_storage(k, "stats", f32, KF_ACCESS_READ_WRITE);
+    }
+    kf_shared ktile = kf_kernel_workgroup(k, "ktile", h, c * ldk);
+    kf_shared vtile = kf_kernel_workgroup(k, "vtile", h, c * ldk);
+    kf_shared scratch = kf_kernel_workgroup(k, "scratch", f32, w * sf);
+    kf_shared p_hi = kf_kernel_workgroup(k, "p_hi", h, rows * ldp);
+    kf_shared p_lo = kf_kernel_workgroup(k, "p_lo", h, rows * ldp);
+    kf_shared ds_hi = p_hi, ds_lo = p_lo; /* in turns: P's slots */
+    if (want_dq && !turns) {
+        ds_hi = kf_kernel_workgroup(k, "ds_hi", h, rows * ldp);
+        ds_lo = kf_kernel_workgroup(k, "ds_lo", h, rows * ldp);
+    }
+    kf_shared red = kf_kernel_workgroup(k, "row_sums", f32, w * sums);
+
+    kf_val local = kf_let(k, "local", kf_builtin_get(k, KF_BUILTIN_LOCAL_INDEX));
+    kf_val sgi = kf_let(k, "sgi", kf_div(k, local, u32(k, sg)));
+    kf_val lane = kf_let(k, "lane", kf_binary(k, KF_OP_MOD, local, u32(k, sg)));
+    kf_val wg = kf_let(k, "wg", kf_workgroup_linear(k));
+    kf_val head = kf_let(k, "head", kf_div(k, wg, u32(k, qtiles)));
+    kf_val q0 =
+        kf_let(k, "q0", kf_mul(k, kf_binary(k, KF_OP_MOD, wg, u32(k, qtiles)), u32(k, rows)));
+    kf_val head_row0 = kf_let(k, "head_row0", kf_mul(k, head, u32(k, t)));
+    /* a subgroup past T computes the last 16 queries again and writes nothing (T % 16 == 0) */
+    kf_val sub_q0 = kf_let(k, "sub_q0", kf_add(k, q0, kf_mul(k, sgi, u32(k, MAT))));
+    kf_val sub_base = kf_let(k, "sub_base", kf_call2(k, KF_FN_MIN, sub_q0, u32(k, t - MAT)));
+    kf_val writes = kf_let(k, "writes", kf_binary(k, KF_OP_LT, sub_q0, u32(k, t)));
+    kf_val rin = kf_let(k, "rin", kf_binary(k, KF_OP_MOD, lane, u32(k, MAT)));
+    kf_val part = kf_let(k, "part", kf_div(k, lane, u32(k, MAT)));
+    kf_val query = kf_let(k, "query", kf_add(k, sub_base, rin));
+    kf_val s_at = kf_let(k, "s_at", kf_mul(k, sgi, u32(k, sf)));
+    kf_val s_row = kf_let(k, "s_row", kf_add(k, s_at, kf_mul(k, rin, u32(k, ls))));
+    kf_val dp_row = kf_let(k, "dp_row", kf_add(k, s_row, u32(k, MAT * ls)));
+    kf_val p_at = kf_let(k, "p_at", kf_mul(k, sgi, u32(k, MAT * ldp)));
+    kf_val p_row = kf_let(k, "p_row", kf_add(k, p_at, kf_mul(k, rin, u32(k, ldp))));
+    kf_val sum_at = kf_let(k, "sum_at", kf_mul(k, sgi, u32(k, sums)));
+    kf_val sub_row0 = kf_let(k, "sub_row0", kf_add(k, head_row0, sub_base));
+    kf_val g_row0 = kf_let(k, "g_row0", kf_mul(k, sub_row0, u32(k, d + 2)));
+    kf_val g_row = kf_let(k, "g_row", kf_add(k, g_row0, kf_mul(k, rin, u32(k, d + 2))));
+    kf_val row_lse = kf_let(k, "row_lse", kf_load(k, bg, kf_add(k, g_row, u32(k, d))));
+    kf_val row_delta = kf_let(k, "row_delta", kf_load(k, bg, kf_add(k, g_row, u32(k, d + 1))));
+
+    /* q's and dy's rows as left matrices, held; dS' k and P' k, zeroed by a product of two
+     * matrices never loaded */
+    kf_sgmat ql[128 / MAT], dyh[128 / MAT], dyl[128 / MAT], acc1[128 / MAT], acc2[128 / MAT];
+    kf_sgmat zl = kf_sgmat_declare(k, "zero_l", KF_SGMAT_LEFT, KF_SCALAR_F16, MAT, MAT);
+    kf_sgmat zr = kf_sgmat_declare(k, "zero_r", KF_SGMAT_RIGHT, KF_SCALAR_F16, MAT, MAT);
+    for (uint32_t i = 0; i < dm; i++) {
+        ql[i] = kf_sgmat_declare(k, "ql", KF_SGMAT_LEFT, KF_SCALAR_F16, MAT, MAT);
+        kf_sgmat_load_storage(k, ql[i], bq,
+                              kf_add(k, kf_mul(k, sub_row0, u32(k, d)), u32(k, i * MAT)), false,
+                              u32(k, d));
+        if (want_dq) {
+            acc1[i] = kf_sgmat_declare(k, "dsk", KF_SGMAT_RESULT, KF_SCALAR_F32, MAT, MAT);
+            acc2[i] = kf_sgmat_declare(k, "pk", KF_SGMAT_RESULT, KF_SCALAR_F32, MAT, MAT);
+            kf_sgmat_mul(k, acc1[i], zl, zr);
+            kf_sgmat_mul(k, acc2[i], zl, zr);
+        }
+    }
+    load_dy(k, bg, g_row0, p_hi, p_lo, p_at, ldp, lane, sg, d, dyh, dyl);
+    kf_var psum = kf_declare(k, "psum", f32, kf_lit_f32(k, 0));
+    kf_var shift = kf_declare(k, "shift", f32, kf_lit_f32(k, 0));
+    kf_sgmat sr = kf_sgmat_declare(k, "s", KF_SGMAT_RESULT, KF_SCALAR_F32, MAT, MAT);
+    kf_sgmat right = kf_sgmat_declare(k, "rt", KF_SGMAT_RIGHT, KF_SCALAR_F16, MAT, MAT);
+    kf_sgmat l[4];
+    for (uint32_t i = 0; want_dq && i < 4; i++) {
+        l[i] = kf_sgmat_declare(k, "lf", KF_SGMAT_LEFT, KF_SCALAR_F16, MAT, MAT);
+    }
+
+    /* causal: keys past the workgroup's last query are seen by none of its queries */
+    kf_val end =
+        causal ? kf_let(k, "end", kf_call2(k, KF_FN_MIN, kf_add(k, q0, u32(k, rows)), u32(k, t)))
+               : u32(k, t);
+    kf_val c0 = kf_for(k, "c0", u32(k, 0), end, u32(k, c));
+    {
+        kf_val row0 = kf_let(k, "row0", kf_add(k, head_row0, c0));
+        stage_f16(k, bk, ktile, local, threads, row0, c, d, ldk);
+        stage_f16(k, bv, vtile, local, threads, row0, c, d, ldk);
+        kf_barrier(k); /* (1) the tiles */
+        /* S = q k^T and dP = dy v^T, 16 x C, into the subgroup's scratch */
+        for (uint32_t j = 0; j < cm; j++) {
+            for (uint32_t pass = 0; pass < 2; pass++) {
+                for (uint32_t i = 0; i < dm; i++) {
+                    kf_val at = u32(k, j * MAT * ldk + i * MAT);
+                    kf_sgmat_load(k, right, pass ? vtile : ktile, at, true, u32(k, ldk));
+                    (i ? kf_sgmat_mma : kf_sgmat_mul)(k, sr, pass ? dyh[i] : ql[i], right);
+                    if (pass) {
+                        kf_sgmat_mma(k, sr, dyl[i], right);
+                    }
+                }
+                kf_sgmat_store(k, scratch, kf_add(k, s_at, u32(k, pass * MAT * ls + j * MAT)), sr,
+                               false, u32(k, ls));
+            }
+        }
+        kf_barrier(k); /* (2) the scores */
+        /* P' = exp(scale S - lse) and dS' = P' (dP - delta), the invocation's columns part +
+         * lpr e of its query's row; their sums over the row (P' kept in registers while dS' has
+         * the slots, in turns) */
+        kf_val p_kept[32];
+        for (uint32_t e = 0; e < per; e++) {
+            kf_val col = e ? kf_add(k, part, u32(k, lpr * e)) : part;
+            kf_val s = kf_shared_load(k, scratch, kf_add(k, s_row, col));
+            kf_val p =
+                kf_call1(k, KF_FN_EXP, kf_sub(k, kf_mul(k, s, kf_lit_f32(k, a->scale)), row_lse));
+            if (causal) {
+                kf_val sees = kf_binary(k, KF_OP_LE, kf_add(k, c0, col), query);
+                p = kf_select(k, kf_lit_f32(k, 0), p, sees);
+            }
+            p = kf_let(k, "p", p);
+            kf_val dpv = kf_shared_load(k, scratch, kf_add(k, dp_row, col));
+            kf_val ds = kf_let(k, "ds", kf_mul(k, p, kf_sub(k, dpv, row_delta)));
+            kf_assign(k, psum, kf_add(k, kf_read(k, psum), p));
+            kf_assign(k, shift, kf_add(k, kf_read(k, shift), ds));
+            if (want_dq) {
+                kf_val at = kf_add(k, p_row, col);
+                store_split(k, ds_hi, ds_lo, at, kf_mul(k, ds, kf_lit_f32(k, DS_SCALE)));
+                if (turns) {
+                    p_kept[e] = p;
+                } else {
+                    store_split(k, p_hi, p_lo, at, kf_mul(k, p, kf_lit_f32(k, P_SCALE)));
+                }
+            }
+        }
+        for (uint32_t round = 0; want_dq && round < (turns ? 2u : 1u); round++) {
+            if (round) {
+                kf_barrier(k); /* dS' read */
+                for (uint32_t e = 0; e < per; e++) {
+                    kf_val col = e ? kf_add(k, part, u32(k, lpr * e)) : part;
+                    store_split(k, p_hi, p_lo, kf_add(k, p_row, col),
+                                kf_mul(k, p_kept[e], kf_lit_f32(k, P_SCALE)));
+                }
+            }
+            kf_barrier(k); /* (3) P' and dS' */
+            /* dS' k and P' k over the tile's 16-key blocks (in turns: dS' k, then P' k) */
+            for (uint32_t j = 0; j < cm; j++) {
+                kf_val pb = kf_add(k, p_at, u32(k, j * MAT));
+                kf_shared from[4] = {ds_hi, ds_lo, p_hi, p_lo};
+                uint32_t f0 = turns && round ? 2 : 0, f1 = turns && !round ? 2 : 4;
+                for (uint32_t f = f0; f < f1; f++) {
+                    kf_sgmat_load(k, l[f], from[f], pb, false, u32(k, ldp));
+                }
+                for (uint32_t i = 0; i < dm; i++) {
+                    kf_sgmat_load(k, right, ktile, u32(k, j * MAT * ldk + i * MAT), false,
+                                  u32(k, ldk));
+                    if (f0 == 0) {
+                        kf_sgmat_mma(k, acc1[i], l[0], right);
+                        kf_sgmat_mma(k, acc1[i], l[1], right);
+                    }
+                    if (f1 == 4) {
+                        kf_sgmat_mma(k, acc2[i], l[2], right);
+                        kf_sgmat_mma(k, acc2[i], l[3], right);
+                    }
+                }
+            }
+        }
+        kf_barrier(k); /* (4) before the next tile's staging */
+    }
+    kf_end(k);
+
+    /* the rows' sums from their lpr invocations' parts */
+    kf_shared_store(k, red, kf_add(k, sum_at, kf_mul(k, lane, u32(k, 2))), kf_read(k, psum));
+    kf_shared_store(k, red, kf_add(k, sum_at, kf_add(k, kf_mul(k, lane, u32(k, 2)), u32(k, 1))),
+                    kf_read(k, shift));
+    kf_barrier(k);
+    kf_val tot_p = {0, 0}, tot_s = {0, 0};
+    for (uint32_t pp = 0; pp < lpr; pp++) {
+        kf_val at = kf_add(k, sum_at, kf_mul(k, kf_add(k, rin, u32(k, pp * MAT)), u32(k, 2)));
+        kf_val xp = kf_shared_load(k, red, at),
+               xs = kf_shared_load(k, red, kf_add(k, at, u32(k, 1)));
+        tot_p = pp ? kf_add(k, tot_p, xp) : xp;
+        tot_s = pp ? kf_add(k, tot_s, xs) : xs;
+    }
+    tot_p = kf_let(k, "row_psum", tot_p);
+    kf_val inv_p = kf_let(k, "inv_p", kf_div(k, kf_lit_f32(k, 1), tot_p));
+    kf_val mean = kf_let(k, "mean_ds", kf_mul(k, tot_s, inv_p));
+    if (want_stats) {
+        /* g' = [dy | lse + log psum | delta + shift / psum] (attention_grad.c's dq kernel) */
+        kf_if(k, writes);
+        for (uint32_t e = 0; e < MAT * d / sg; e++) {
+            kf_val flat = kf_add(k, lane, u32(k, e * sg));
+            kf_val r = kf_div(k, flat, u32(k, d)), col = kf_binary(k, KF_OP_MOD, flat, u32(k, d));
+            kf_val at = kf_add(k, kf_add(k, g_row0, kf_mul(k, r, u32(k, d + 2))), col);
+            kf_val x = kf_load(k, bg, at);
+            if (want_dq) {
+                kf__store_f32(k, bstats, at, x, KF_DTYPE_F32);
+            } else {
+                kf__yield_f32(k, x, at, KF_DTYPE_F32);
+            }
+        }
+        kf_if(k, kf_binary(k, KF_OP_EQ, part, u32(k, 0)));
+        kf_val lse = kf_add(k, row_lse, kf_call1(k, KF_FN_LOG, tot_p));
+        kf_val delta = kf_add(k, row_delta, mean);
+        kf_val at_lse = kf_add(k, g_row, u32(k, d)), at_delta = kf_add(k, g_row, u32(k, d + 1));
+        if (want_dq) {
+            kf__store_f32(k, bstats, at_lse, lse, KF_DTYPE_F32);
+            kf__store_f32(k, bstats, at_delta, delta, KF_DTYPE_F32);
+        } else {
+            kf__yield_f32(k, lse, at_lse, KF_DTYPE_F32);
+            kf__yield_f32(k, delta, at_delta, KF_DTYPE_F32);
+        }
+        kf_end(k);
+        kf_end(k);
+    }
+    if (!want_dq) {
+        return k;
+    }
+    /* dq = scale (dS' k - mean P' k) / psum, each row's coefficients (dS's and P's scales
+     * undone) in its sums' slots; the first causal query sees one key: its dq is exactly 0 */
+    kf_val ca = kf_mul(k, inv_p, kf_lit_f32(k, a->scale / DS_SCALE));
+    kf_val cb = kf_mul(k, kf_mul(k, mean, inv_p), kf_lit_f32(k, a->scale / P_SCALE));
+    if (causal) {
+        kf_val first = kf_binary(k, KF_OP_EQ, query, u32(k, 0));
+        ca = kf_select(k, ca, kf_lit_f32(k, 0), first);
+        cb = kf_select(k, cb, kf_lit_f32(k, 0), first);
+    }
+    ca = kf_let(k, "coef_a", ca);
+    cb = kf_let(k, "coef_b", cb);
+    kf_barrier(k); /* every part read */
+    kf_if(k, kf_binary(k, KF_OP_EQ, part, u32(k, 0)));
+    kf_shared_store(k, red, kf_add(k, sum_at, kf_mul(k, rin, u32(k, 2))), ca);
+    kf_shared_store(k, red, kf_add(k, sum_at, kf_add(k, kf_mul(k, rin, u32(k, 2)), u32(k, 1))), cb);
+    kf_end(k);
+    result_dst dst = {true, {0}, sub_row0, writes};
+    store_blocks(k, acc1, acc2, d, scratch, s_at, 1.0f, red, sum_at, lane, sg, dst);
+    return k;
+}
+
+kf_kernel *kf__attention_grad_q_sgmat_for(kf_context *ctx, const kf__attn_desc *a, bool want_dq,
+                                          bool want_stats) {
+    uint32_t sg = 0, bytes = 0;
+    kf__attn_grad_tiling tl;
+    bool asked = false;
+    if (!sgmat_setup(ctx, "KF_ATTN_GRAD_Q_SGMAT", &sg, &bytes, &tl, &asked)) {
+        return NULL;
+    }
+    return kf__attention_grad_q_sgmat(a, sg, bytes, want_dq, want_stats, asked ? &tl : NULL);
 }

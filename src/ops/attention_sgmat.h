@@ -74,20 +74,51 @@ bool kf__attention_sgmat_config_parse(const char *text, kf__attn_sgmat_config *o
  * ("WxC[/hi][/direct][/rq][/r2][/on][/hf][/lz][/pN]") that one, for measuring. */
 kf_kernel *kf__attention_sgmat_for(kf_context *ctx, const kf__attn_desc *a);
 
-/* attention_grad_k's and attention_grad_v's kernel on subgroup matrices (attention_grad_sgmat.c):
+/* A tiling of the two backward kernels below (attention_grad_sgmat.c): subgroups per workgroup
+ * (1, 2, 4: 16 keys, or queries, each), the walked side's tile (16, 32) and slots, the pairs
+ * of f16 slots (hi and lo) for P and dS: 2, or 1 where they take turns (a barrier more a tile,
+ * workgroup memory for a longer tile); 0 in any field: chosen. */
+typedef struct kf__attn_grad_tiling {
+    uint32_t subgroups, tile, slots;
+} kf__attn_grad_tiling;
+/* "WxC", then "/1" or "/2" (slots) ($KF_ATTN_GRAD_SGMAT, $KF_ATTN_GRAD_Q_SGMAT) into *out;
+ * false if it does not parse. */
+bool kf__attn_grad_tiling_parse(const char *text, kf__attn_grad_tiling *out);
+
+/* attention_grad_k's and attention_grad_v's kernel on subgroup matrices:
  * dk (want_dk) yielded, dv (want_dv) yielded or, with both, stored into a binding "dv" after the
- * inputs q, k, v, g (attention_grad.c's bindings); f16 q, k, v and outputs, g f32. subgroups
- * (1, 2, 4) and queries (16, 32) pick a tiling; 0: the most subgroups that fit wg_bytes (0: 48
- * KiB), then the longer query tile. NULL where it cannot (T % 16, D % 16, D > 128, sg, memory). */
+ * inputs q, k, v, g (attention_grad.c's bindings); f16 q, k, v and outputs, g f32. tiling NULL
+ * (or its zero fields): the most subgroups that fit wg_bytes (0: 48 KiB), then the longer query
+ * tile, then two pairs of slots before one. NULL where it cannot (T % 16, D % 16, D > 128, sg,
+ * memory). */
 kf_kernel *kf__attention_grad_kv_sgmat(const kf__attn_desc *a, uint32_t sg, uint32_t wg_bytes,
-                                       bool want_dk, bool want_dv, uint32_t subgroups,
-                                       uint32_t queries);
-/* Its workgroup memory in bytes for w subgroups, query tiles of c and head dimension d. */
-uint32_t kf__attention_grad_kv_sgmat_bytes(uint32_t w, uint32_t c, uint32_t d);
+                                       bool want_dk, bool want_dv,
+                                       const kf__attn_grad_tiling *tiling);
+/* Its workgroup memory in bytes for w subgroups, query tiles of c, head dimension d and that
+ * many pairs of slots. */
+uint32_t kf__attention_grad_kv_sgmat_bytes(uint32_t w, uint32_t c, uint32_t d, uint32_t slots);
 /* The kernel above for ctx's device, where it has subgroup matrices (kf__sgmat_usable) and f16
- * is asked; $KF_ATTN_GRAD_SGMAT: "0" never, "WxC" that tiling. NULL elsewhere. */
+ * is asked; $KF_ATTN_GRAD_SGMAT: "0" never (nor dq's kernel), "WxC[/1|/2]" that tiling. NULL
+ * elsewhere. */
 kf_kernel *kf__attention_grad_kv_sgmat_for(kf_context *ctx, const kf__attn_desc *a, bool want_dk,
                                            bool want_dv);
+
+/* attention_grad_q's and attention_grad_stats's kernel on subgroup matrices: dq (want_dq)
+ * yielded (f16), g' = [dy | lse' | delta'] (want_stats, f32) yielded or, with both, stored into
+ * a binding "stats" after the inputs q, k, v, g (attention_grad.c's bindings). tiling (keys
+ * walked in tiles) as dk's. NULL where it cannot (T % 16, D % 16, D > 128, sg, memory). */
+kf_kernel *kf__attention_grad_q_sgmat(const kf__attn_desc *a, uint32_t sg, uint32_t wg_bytes,
+                                      bool want_dq, bool want_stats,
+                                      const kf__attn_grad_tiling *tiling);
+/* Its workgroup memory in bytes for w subgroups of sg invocations, key tiles of c, head
+ * dimension d and that many pairs of slots. */
+uint32_t kf__attention_grad_q_sgmat_bytes(uint32_t w, uint32_t c, uint32_t d, uint32_t sg,
+                                          uint32_t slots);
+/* The kernel above for ctx's device, where it has subgroup matrices; $KF_ATTN_GRAD_SGMAT=0 or
+ * $KF_ATTN_GRAD_Q_SGMAT=0 never, $KF_ATTN_GRAD_Q_SGMAT="WxC[/1|/2]" that tiling. NULL
+ * elsewhere. */
+kf_kernel *kf__attention_grad_q_sgmat_for(kf_context *ctx, const kf__attn_desc *a, bool want_dq,
+                                          bool want_stats);
 
 /* The register-tiled FMA kernel (attention_tiled.c) for f32 or f16 storage (f32 compute): 64
  * query rows a workgroup, 32-key tiles, within 32 KiB of workgroup memory. NULL where it

@@ -2,7 +2,8 @@
  * against a float64 backward of the f16-rounded inputs: T of 16, 48 (a workgroup's second
  * subgroup past T, 16-query tiles) and 96, D 16, 64 and 128, causal and not, dk and dv alone and
  * as the pair; every element, outputs poisoned, a guard band after each; and the same on the GPU
- * where the device has subgroup matrices (T 1024 too). */
+ * where the device has subgroup matrices (T 1024 too). The dq kernel of the same file (dq, g' and
+ * the pair) likewise. */
 #include "harness.h"
 
 #include <math.h>
@@ -30,6 +31,8 @@ typedef struct grad_data {
     uint16_t *q, *k, *v;
     float *g;
     double *dk, *dv;
+    double *dq;    /* exact whatever g's lse and delta are (attention_grad_q's spec) */
+    double *stats; /* each row's exact lse and delta (g' of attention_grad_stats) */
 } grad_data;
 
 static double h2d(uint16_t x) {
@@ -39,9 +42,9 @@ static double h2d(uint16_t x) {
 static grad_data make_data(const grad_case *c, float scale) {
     const uint32_t t = c->t, d = c->d;
     const uint64_t n = (uint64_t)c->bh * t * d;
-    grad_data g = {malloc(2 * n), malloc(2 * n),
-                   malloc(2 * n), malloc(4 * (uint64_t)c->bh * t * (d + 2)),
-                   calloc(n, 8),  calloc(n, 8)};
+    grad_data g = {
+        malloc(2 * n), malloc(2 * n), malloc(2 * n), malloc(4 * (uint64_t)c->bh * t * (d + 2)),
+        calloc(n, 8),  calloc(n, 8),  calloc(n, 8),  calloc(2 * (uint64_t)c->bh * t, 8)};
     for (uint64_t i = 0; i < n; i++) {
         g.q[i] = kf__half_from_float(kt_rand_f32(-2.0f, 2.0f));
         g.k[i] = kf__half_from_float(kt_rand_f32(-2.0f, 2.0f));
@@ -77,17 +80,20 @@ static grad_data make_data(const grad_case *c, float scale) {
                 delta += (double)gr[e] * o[e];
             }
             gr[d] = (float)(c->low_lse ? lse - 2 : lse);
-            gr[d + 1] = (float)delta;
-            /* the backward with g's (f32) lse and delta */
+            gr[d + 1] = (float)(c->low_lse ? delta + 0.25 : delta);
+            g.stats[2 * (base + i)] = lse;
+            g.stats[2 * (base + i) + 1] = delta;
+            /* dk and dv with g's (f32) lse and delta; dq with the exact ones */
             for (uint32_t j = 0; j <= last; j++) {
-                double pij = exp(p[j] - (double)gr[d]), dp = 0;
+                double pij = exp(p[j] - (double)gr[d]), dp = 0, pex = exp(p[j] - lse);
                 for (uint32_t e = 0; e < d; e++) {
                     dp += (double)gr[e] * h2d(g.v[(base + j) * d + e]);
                 }
-                double ds = pij * (dp - (double)gr[d + 1]);
+                double ds = pij * (dp - (double)gr[d + 1]), dsex = pex * (dp - delta);
                 for (uint32_t e = 0; e < d; e++) {
                     g.dv[(base + j) * d + e] += pij * gr[e];
                     g.dk[(base + j) * d + e] += scale * ds * h2d(g.q[(base + i) * d + e]);
+                    g.dq[(base + i) * d + e] += scale * dsex * h2d(g.k[(base + j) * d + e]);
                 }
             }
         }
@@ -98,7 +104,8 @@ static grad_data make_data(const grad_case *c, float scale) {
 }
 
 static void free_data(grad_data *g) {
-    free(g->q), free(g->k), free(g->v), free(g->g), free(g->dk), free(g->dv);
+    free(g->q), free(g->k), free(g->v), free(g->g), free(g->dk), free(g->dv), free(g->dq);
+    free(g->stats);
 }
 
 /* Every element of got (f16) against want: 2e-3 relative to max(|want|, 1% of the tensor's
@@ -125,7 +132,7 @@ static bool check(const char *what, const char *where, const grad_case *c, const
     if (bad) {
         kt_fail(__FILE__, __LINE__,
                 "%s T %u D %u%s: %s wrong in %llu of %llu elements (worst error %.2g), the "
-                "first [key %llu][%llu] = %g, want %g",
+                "first [row %llu][%llu] = %g, want %g",
                 where, c->t, c->d, c->causal ? " causal" : "", what, (unsigned long long)bad,
                 (unsigned long long)n, worst, (unsigned long long)(first / c->d),
                 (unsigned long long)(first % c->d), h2d(got[first]), want[first]);
@@ -143,67 +150,93 @@ static bool check(const char *what, const char *where, const grad_case *c, const
     return true;
 }
 
-/* Builds the kernel (dk, dv or both; tiling w x queries, 0: its default), runs it on ctx (NULL:
- * the interpreter with subgroups of sg) and checks what it computes. */
-static bool run_case_casts(kf_context *ctx, uint32_t sg, const grad_case *c, bool want_dk,
-                           bool want_dv, uint32_t w, uint32_t queries, bool unrounded) {
-    kf__attn_desc a = {.bh = c->bh, .t = c->t, .d = c->d, .causal = c->causal};
-    a.scale = 1.0f / sqrtf((float)c->d);
-    kf_kernel *k = kf__attention_grad_kv_sgmat(&a, sg, 0, want_dk, want_dv, w, queries);
-    if (!k || kf_kernel_status(k) != KF_OK) {
-        kt_fail(__FILE__, __LINE__, "no kernel for T %u D %u: %s", c->t, c->d,
-                k ? kf_kernel_error(k) : "NULL");
-        kf_kernel_destroy(k);
-        return false;
-    }
-    grad_data g = make_data(c, a.scale);
-    const uint64_t n = (uint64_t)c->bh * c->t * c->d, gn = (uint64_t)c->bh * c->t * (c->d + 2);
-    uint16_t *out[2] = {malloc(2 * (n + GUARD)), malloc(2 * (n + GUARD))};
-    for (uint64_t i = 0; i < n + GUARD; i++) {
-        out[0][i] = out[1][i] = POISON;
-    }
-    const bool both = want_dk && want_dv;
-    /* the bindings: q, k, v, g, [dv], out */
-    const void *ins[4] = {g.q, g.k, g.v, g.g};
-    const uint64_t sizes[4] = {2 * n, 2 * n, 2 * n, 4 * gn};
-    const uint32_t count = both ? 6 : 5;
+/* Runs k with the buffers bufs (sizes in bytes; the first four the inputs q, k, v, g, the rest
+ * outputs, read back into bufs) on ctx, or with ctx NULL in the interpreter with subgroups of
+ * sg and f16 casts rounded or kept wide. */
+static bool execute(kf_context *ctx, kf_kernel *k, uint32_t sg, bool unrounded, void *const *bufs,
+                    const uint64_t *sizes, uint32_t count) {
     bool ok = true;
-    const char *where = ctx ? "GPU" : unrounded ? "interpreter (casts kept wide)" : "interpreter";
     if (ctx) {
-        kf_buffer *bufs[6] = {0};
+        kf_buffer *gpu[6] = {0};
         for (uint32_t b = 0; b < count; b++) {
-            uint64_t size = b < 4 ? sizes[b] : 2 * (n + GUARD);
-            const void *src = b < 4 ? ins[b] : out[b - 4];
-            ok = ok && kf_buffer_create(ctx, size, &bufs[b]) == KF_OK &&
-                 kf_buffer_upload(bufs[b], 0, src, size) == KF_OK;
+            ok = ok && kf_buffer_create(ctx, sizes[b], &gpu[b]) == KF_OK &&
+                 kf_buffer_upload(gpu[b], 0, bufs[b], sizes[b]) == KF_OK;
         }
-        kf_kernel_launch launch = {.buffers = bufs, .buffer_count = count};
+        kf_kernel_launch launch = {.buffers = gpu, .buffer_count = count};
         if (ok && kf_kernel_run(ctx, k, &launch) != KF_OK) {
             kt_fail(__FILE__, __LINE__, "run: %s / %s", kf_context_last_error(ctx),
                     kf_kernel_error(k));
             ok = false;
         }
         for (uint32_t b = 4; ok && b < count; b++) {
-            ok = kf_buffer_download(bufs[b], 0, out[b - 4], 2 * (n + GUARD)) == KF_OK;
+            ok = kf_buffer_download(gpu[b], 0, bufs[b], sizes[b]) == KF_OK;
         }
         for (uint32_t b = 0; b < count; b++) {
-            kf_buffer_destroy(bufs[b]);
+            kf_buffer_destroy(gpu[b]);
         }
-    } else {
-        kf_host_buffer host[6];
-        for (uint32_t b = 0; b < count; b++) {
-            host[b] = b < 4 ? (kf_host_buffer){(void *)ins[b], sizes[b]}
-                            : (kf_host_buffer){out[b - 4], 2 * (n + GUARD)};
-        }
-        kf_interp_desc d = {.buffers = host,
-                            .buffer_count = count,
-                            .subgroup_size = sg,
-                            .f16_casts_unrounded = unrounded};
-        if (kf_kernel_interpret(k, &d) != KF_OK) {
-            kt_fail(__FILE__, __LINE__, "interpret T %u D %u: %s", c->t, c->d, kf_kernel_error(k));
-            ok = false;
-        }
+        return ok;
     }
+    kf_host_buffer host[6];
+    for (uint32_t b = 0; b < count; b++) {
+        host[b] = (kf_host_buffer){bufs[b], sizes[b]};
+    }
+    kf_interp_desc d = {.buffers = host,
+                        .buffer_count = count,
+                        .subgroup_size = sg,
+                        .f16_casts_unrounded = unrounded};
+    if (kf_kernel_interpret(k, &d) != KF_OK) {
+        kt_fail(__FILE__, __LINE__, "interpret %s: %s", kf_kernel_name(k), kf_kernel_error(k));
+        ok = false;
+    }
+    return ok;
+}
+
+static const char *where_of(kf_context *ctx, bool unrounded) {
+    return ctx ? "GPU" : unrounded ? "interpreter (casts kept wide)" : "interpreter";
+}
+
+static bool built(kf_kernel *k, const grad_case *c) {
+    if (!k || kf_kernel_status(k) != KF_OK) {
+        kt_fail(__FILE__, __LINE__, "no kernel for T %u D %u: %s", c->t, c->d,
+                k ? kf_kernel_error(k) : "NULL");
+        kf_kernel_destroy(k);
+        return false;
+    }
+    return true;
+}
+
+static uint16_t *poisoned_f16(uint64_t n) {
+    uint16_t *x = malloc(2 * (n + GUARD));
+    for (uint64_t i = 0; i < n + GUARD; i++) {
+        x[i] = POISON;
+    }
+    return x;
+}
+
+/* Builds the kernel (dk, dv or both; tiling w x queries, 0: its default), runs it on ctx (NULL:
+ * the interpreter with subgroups of sg) and checks what it computes. */
+static bool run_case_casts(kf_context *ctx, uint32_t sg, const grad_case *c, bool want_dk,
+                           bool want_dv, const char *tiling, bool unrounded) {
+    kf__attn_desc a = {.bh = c->bh, .t = c->t, .d = c->d, .causal = c->causal};
+    a.scale = 1.0f / sqrtf((float)c->d);
+    kf__attn_grad_tiling tl = {0, 0, 0};
+    if (tiling && !kf__attn_grad_tiling_parse(tiling, &tl)) {
+        kt_fail(__FILE__, __LINE__, "tiling %s does not parse", tiling);
+        return false;
+    }
+    kf_kernel *k = kf__attention_grad_kv_sgmat(&a, sg, 0, want_dk, want_dv, &tl);
+    if (!built(k, c)) {
+        return false;
+    }
+    grad_data g = make_data(c, a.scale);
+    const uint64_t n = (uint64_t)c->bh * c->t * c->d, gn = (uint64_t)c->bh * c->t * (c->d + 2);
+    uint16_t *out[2] = {poisoned_f16(n), poisoned_f16(n)};
+    const bool both = want_dk && want_dv;
+    /* the bindings: q, k, v, g, [dv], out */
+    void *bufs[6] = {g.q, g.k, g.v, g.g, out[0], out[1]};
+    const uint64_t sizes[6] = {2 * n, 2 * n, 2 * n, 4 * gn, 2 * (n + GUARD), 2 * (n + GUARD)};
+    const char *where = where_of(ctx, unrounded);
+    bool ok = execute(ctx, k, sg, unrounded, bufs, sizes, both ? 6 : 5);
     /* with both, dv is the binding before out (out[0]) and dk is out (out[1]) */
     if (ok && want_dk) {
         ok = check("dk", where, c, out[both ? 1 : 0], g.dk);
@@ -218,12 +251,100 @@ static bool run_case_casts(kf_context *ctx, uint32_t sg, const grad_case *c, boo
     return ok;
 }
 
+/* g' (f32, rows of d + 2) against g's dy (copied exactly) and the exact lse and delta: lse to
+ * 1e-5 absolute, delta to 1e-4 of max(|delta|, the rows' rms); the guard band untouched. */
+static bool check_stats(const char *where, const grad_case *c, const float *got,
+                        const grad_data *g) {
+    const uint64_t rows = (uint64_t)c->bh * c->t, d = c->d;
+    double ss = 0, worst_lse = 0, worst_delta = 0;
+    for (uint64_t r = 0; r < rows; r++) {
+        ss += g->stats[2 * r + 1] * g->stats[2 * r + 1];
+    }
+    const double floor = fmax(sqrt(ss / (double)rows), 1e-6);
+    for (uint64_t r = 0; r < rows; r++) {
+        const float *row = got + r * (d + 2), *dy = g->g + r * (d + 2);
+        if (memcmp(row, dy, 4 * d)) {
+            kt_fail(__FILE__, __LINE__, "%s T %u D %u: g' row %llu's dy is not g's", where, c->t,
+                    c->d, (unsigned long long)r);
+            return false;
+        }
+        double el = fabs(row[d] - g->stats[2 * r]);
+        double ed = fabs(row[d + 1] - g->stats[2 * r + 1]) / fmax(fabs(g->stats[2 * r + 1]), floor);
+        worst_lse = el > worst_lse || el != el ? el : worst_lse;
+        worst_delta = ed > worst_delta || ed != ed ? ed : worst_delta;
+    }
+    if (!(worst_lse <= 1e-5) || !(worst_delta <= 1e-4)) {
+        kt_fail(__FILE__, __LINE__, "%s T %u D %u%s: g' wrong: lse off by %.2g, delta by %.2g",
+                where, c->t, c->d, c->causal ? " causal" : "", worst_lse, worst_delta);
+        return false;
+    }
+    for (uint64_t i = rows * (d + 2); i < rows * (d + 2) + GUARD; i++) {
+        if (!isnan(got[i])) {
+            kt_fail(__FILE__, __LINE__, "%s: g's guard band written at %llu", where,
+                    (unsigned long long)i);
+            return false;
+        }
+    }
+    printf("    %s T %u D %u%s: g' lse within %.2g, delta %.2g\n", where, c->t, c->d,
+           c->causal ? " causal" : "", worst_lse, worst_delta);
+    return true;
+}
+
+/* The dq kernel (dq, g' or both; tiling w x keys, 0: its default), as run_case_casts. */
+static bool run_q_case_casts(kf_context *ctx, uint32_t sg, const grad_case *c, bool want_dq,
+                             bool want_stats, const char *tiling, bool unrounded) {
+    kf__attn_desc a = {.bh = c->bh, .t = c->t, .d = c->d, .causal = c->causal};
+    a.scale = 1.0f / sqrtf((float)c->d);
+    kf__attn_grad_tiling tl = {0, 0, 0};
+    if (tiling && !kf__attn_grad_tiling_parse(tiling, &tl)) {
+        kt_fail(__FILE__, __LINE__, "tiling %s does not parse", tiling);
+        return false;
+    }
+    kf_kernel *k = kf__attention_grad_q_sgmat(&a, sg, 0, want_dq, want_stats, &tl);
+    if (!built(k, c)) {
+        return false;
+    }
+    grad_data g = make_data(c, a.scale);
+    const uint64_t n = (uint64_t)c->bh * c->t * c->d, gn = (uint64_t)c->bh * c->t * (c->d + 2);
+    uint16_t *dq = poisoned_f16(n);
+    float *stats = malloc(4 * (gn + GUARD));
+    for (uint64_t i = 0; i < gn + GUARD; i++) {
+        stats[i] = NAN;
+    }
+    /* the bindings: q, k, v, g, [stats], out */
+    void *bufs[6] = {g.q, g.k, g.v, g.g, want_dq ? (void *)dq : stats, dq};
+    uint64_t sizes[6] = {2 * n, 2 * n, 2 * n, 4 * gn, 2 * (n + GUARD), 2 * (n + GUARD)};
+    if (want_stats) {
+        sizes[4] = 4 * (gn + GUARD);
+        bufs[4] = stats;
+    }
+    const char *where = where_of(ctx, unrounded);
+    bool ok = execute(ctx, k, sg, unrounded, bufs, sizes, want_dq && want_stats ? 6 : 5);
+    if (ok && want_dq) {
+        ok = check("dq", where, c, dq, g.dq);
+    }
+    if (ok && want_stats) {
+        ok = check_stats(where, c, stats, &g);
+    }
+    free(dq);
+    free(stats);
+    free_data(&g);
+    kf_kernel_destroy(k);
+    return ok;
+}
+
 /* run_case_casts in the interpreter with f16 casts rounding (as WGSL says) and then kept wide
  * (as the H200's driver does: kf_interp_desc.f16_casts_unrounded); once on a GPU. */
 static bool run_case(kf_context *ctx, uint32_t sg, const grad_case *c, bool want_dk, bool want_dv,
-                     uint32_t w, uint32_t queries) {
-    bool ok = run_case_casts(ctx, sg, c, want_dk, want_dv, w, queries, false);
-    return ok && (ctx || run_case_casts(ctx, sg, c, want_dk, want_dv, w, queries, true));
+                     const char *tiling) {
+    bool ok = run_case_casts(ctx, sg, c, want_dk, want_dv, tiling, false);
+    return ok && (ctx || run_case_casts(ctx, sg, c, want_dk, want_dv, tiling, true));
+}
+
+static bool run_q_case(kf_context *ctx, uint32_t sg, const grad_case *c, bool want_dq,
+                       bool want_stats, const char *tiling) {
+    bool ok = run_q_case_casts(ctx, sg, c, want_dq, want_stats, tiling, false);
+    return ok && (ctx || run_q_case_casts(ctx, sg, c, want_dq, want_stats, tiling, true));
 }
 
 static const grad_case interp_cases[] = {
@@ -234,24 +355,30 @@ static const grad_case interp_cases[] = {
 KT_CPU_TEST(ops, attention_grad_sgmat_interpreter) {
     for (size_t i = 0; i < sizeof interp_cases / sizeof interp_cases[0]; i++) {
         const grad_case *c = &interp_cases[i];
-        KT_CHECK(run_case(NULL, 32, c, true, true, 0, 0), "pair, case %zu", i);
+        KT_CHECK(run_case(NULL, 32, c, true, true, NULL), "pair, case %zu", i);
     }
     const grad_case one = {1, 64, 64, true, false};
-    KT_CHECK(run_case(NULL, 32, &one, true, false, 0, 0), "dk alone");
-    KT_CHECK(run_case(NULL, 32, &one, false, true, 0, 0), "dv alone");
-    KT_CHECK(run_case(NULL, 16, &one, true, true, 0, 0), "subgroups of 16");
-    KT_CHECK(run_case(NULL, 32, &one, true, true, 1, 16), "1 subgroup, 16 queries");
-    KT_CHECK(run_case(NULL, 32, &one, true, true, 4, 16), "4 subgroups, 16 queries");
+    KT_CHECK(run_case(NULL, 32, &one, true, false, NULL), "dk alone");
+    KT_CHECK(run_case(NULL, 32, &one, false, true, NULL), "dv alone");
+    KT_CHECK(run_case(NULL, 16, &one, true, true, NULL), "subgroups of 16");
+    KT_CHECK(run_case(NULL, 32, &one, true, true, "1x16"), "1 subgroup, 16 queries");
+    KT_CHECK(run_case(NULL, 32, &one, true, true, "4x16/2"), "4x16, two pairs of slots");
+    /* P^T and dS^T taking turns in one pair of slots (as the pair, and alone) */
+    const grad_case wide = {1, 96, 128, true, true};
+    KT_CHECK(run_case(NULL, 32, &one, true, true, "4x32/1"), "4x32, one pair of slots");
+    KT_CHECK(run_case(NULL, 32, &wide, true, true, "2x32/1"), "2x32 D 128, one pair");
+    KT_CHECK(run_case(NULL, 32, &one, true, false, "4x32/1"), "dk alone, one pair");
+    KT_CHECK(run_case(NULL, 32, &one, false, true, "4x32/1"), "dv alone, one pair");
 }
 
 KT_CPU_TEST(ops, attention_grad_sgmat_refuses) {
     kf__attn_desc a = {.bh = 1, .t = 40, .d = 64, .causal = true, .scale = 0.125f};
-    KT_CHECK(!kf__attention_grad_kv_sgmat(&a, 32, 0, true, true, 0, 0), "T 40 built");
+    KT_CHECK(!kf__attention_grad_kv_sgmat(&a, 32, 0, true, true, NULL), "T 40 built");
     a.t = 64, a.d = 24;
-    KT_CHECK(!kf__attention_grad_kv_sgmat(&a, 32, 0, true, true, 0, 0), "D 24 built");
+    KT_CHECK(!kf__attention_grad_kv_sgmat(&a, 32, 0, true, true, NULL), "D 24 built");
     a.d = 64;
-    KT_CHECK(!kf__attention_grad_kv_sgmat(&a, 32, 0, false, false, 0, 0), "nothing asked built");
-    KT_CHECK(!kf__attention_grad_kv_sgmat(&a, 32, 4096, true, true, 0, 0), "4 KB built");
+    KT_CHECK(!kf__attention_grad_kv_sgmat(&a, 32, 0, false, false, NULL), "nothing asked built");
+    KT_CHECK(!kf__attention_grad_kv_sgmat(&a, 32, 4096, true, true, NULL), "4 KB built");
 }
 
 KT_TEST(ops, attention_grad_sgmat_gpu) {
@@ -269,7 +396,7 @@ KT_TEST(ops, attention_grad_sgmat_gpu) {
     };
     bool ok = true;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        bool one = run_case(ctx, sg, &cases[i], true, true, 0, 0);
+        bool one = run_case(ctx, sg, &cases[i], true, true, NULL);
         if (!one) {
             printf("    case %zu (T %u D %u%s) failed\n", i, cases[i].t, cases[i].d,
                    cases[i].causal ? " causal" : "");
@@ -277,10 +404,107 @@ KT_TEST(ops, attention_grad_sgmat_gpu) {
         ok = ok && one;
     }
     const grad_case small = {1, 16, 16, false, false}, mid = {2, 256, 64, true, false};
-    ok = run_case(ctx, sg, &small, true, false, 0, 0) && ok;
-    ok = run_case(ctx, sg, &small, false, true, 0, 0) && ok;
-    ok = run_case(ctx, sg, &mid, true, false, 0, 0) && ok;
-    ok = run_case(ctx, sg, &mid, false, true, 0, 0) && ok;
-    ok = run_case(ctx, sg, &mid, true, true, 1, 16) && ok;
+    ok = run_case(ctx, sg, &small, true, false, NULL) && ok;
+    ok = run_case(ctx, sg, &small, false, true, NULL) && ok;
+    ok = run_case(ctx, sg, &mid, true, false, NULL) && ok;
+    ok = run_case(ctx, sg, &mid, false, true, NULL) && ok;
+    ok = run_case(ctx, sg, &mid, true, true, "1x16") && ok;
+    ok = run_case(ctx, sg, &mid, true, true, "4x16/2") && ok;
+    ok = run_case(ctx, sg, &mid, true, true, "4x16/1") && ok;
+    ok = run_case(ctx, sg, &mid, true, true, "4x32/1") && ok;
+    KT_CHECK(ok, "a case failed (above)");
+}
+
+/* The dq kernel: dq with g' (the pair the planner runs), each alone, and the tilings; g's lse
+ * and delta off the true ones (low_lse) where dq and g' must come out exact all the same. */
+KT_CPU_TEST(ops, attention_grad_q_sgmat_interpreter) {
+    for (size_t i = 0; i < sizeof interp_cases / sizeof interp_cases[0]; i++) {
+        const grad_case *c = &interp_cases[i];
+        KT_CHECK(run_q_case(NULL, 32, c, true, true, NULL), "pair, case %zu", i);
+    }
+    const grad_case one = {1, 64, 64, true, false}, low = {1, 64, 32, false, true};
+    KT_CHECK(run_q_case(NULL, 32, &one, true, false, NULL), "dq alone");
+    KT_CHECK(run_q_case(NULL, 32, &one, false, true, NULL), "g' alone");
+    KT_CHECK(run_q_case(NULL, 32, &low, false, true, NULL), "g' alone, g's lse low");
+    KT_CHECK(run_q_case(NULL, 16, &one, true, true, NULL), "subgroups of 16");
+    KT_CHECK(run_q_case(NULL, 32, &one, true, true, "1x16"), "1 subgroup, 16 keys");
+    KT_CHECK(run_q_case(NULL, 32, &one, true, true, "4x16/2"), "4x16, two pairs of slots");
+    KT_CHECK(run_q_case(NULL, 32, &one, true, true, "2x32"), "2 subgroups, 32 keys");
+    const grad_case wide = {1, 96, 128, true, true};
+    KT_CHECK(run_q_case(NULL, 32, &wide, true, true, "4x32/1"), "4x32 D 128, one pair of slots");
+    KT_CHECK(run_q_case(NULL, 32, &one, true, false, "2x16/1"), "dq alone, one pair");
+}
+
+KT_CPU_TEST(ops, attention_grad_sgmat_tilings_parse_and_fit) {
+    kf__attn_grad_tiling t;
+    KT_CHECK(kf__attn_grad_tiling_parse("4x32/1", &t) && t.subgroups == 4 && t.tile == 32 &&
+                 t.slots == 1,
+             "4x32/1");
+    KT_CHECK(kf__attn_grad_tiling_parse("2x16", &t) && t.slots == 0, "2x16");
+    KT_CHECK(!kf__attn_grad_tiling_parse("4x", &t) && !kf__attn_grad_tiling_parse("4x32/3", &t) &&
+                 !kf__attn_grad_tiling_parse("0x16", &t) && !kf__attn_grad_tiling_parse("", &t),
+             "bad tilings parsed");
+    /* the defaults (within 48 KiB: 4 subgroups, 16-row tiles, the slots as measured) */
+    kf__attn_desc a = {.bh = 1, .t = 4096, .d = 64, .causal = true, .scale = 0.125f};
+    static const struct {
+        bool dq;
+        uint32_t d;
+        const char *name;
+    } defaults[] = {{false, 64, "kv_sgmat_64x16_1_causal"},
+                    {false, 128, "kv_sgmat_64x16_1_causal"},
+                    {true, 64, "q_stats_sgmat_64x16_1_causal"},
+                    {true, 128, "q_stats_sgmat_64x16_causal"}};
+    for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++) {
+        a.d = defaults[i].d;
+        kf_kernel *k = defaults[i].dq ? kf__attention_grad_q_sgmat(&a, 32, 0, true, true, NULL)
+                                      : kf__attention_grad_kv_sgmat(&a, 32, 0, true, true, NULL);
+        KT_CHECK(k && strstr(kf_kernel_name(k), defaults[i].name), "D %u: %s, want %s",
+                 defaults[i].d, k ? kf_kernel_name(k) : "none", defaults[i].name);
+        kf_kernel_destroy(k);
+    }
+    KT_CHECK(kf__attention_grad_kv_sgmat_bytes(4, 32, 64, 1) <= 49152 &&
+                 kf__attention_grad_kv_sgmat_bytes(4, 32, 64, 2) > 49152,
+             "the slots' bytes");
+}
+
+KT_CPU_TEST(ops, attention_grad_q_sgmat_refuses) {
+    kf__attn_desc a = {.bh = 1, .t = 40, .d = 64, .causal = true, .scale = 0.125f};
+    KT_CHECK(!kf__attention_grad_q_sgmat(&a, 32, 0, true, true, NULL), "T 40 built");
+    a.t = 64, a.d = 24;
+    KT_CHECK(!kf__attention_grad_q_sgmat(&a, 32, 0, true, true, NULL), "D 24 built");
+    a.d = 64;
+    KT_CHECK(!kf__attention_grad_q_sgmat(&a, 32, 0, false, false, NULL), "nothing asked built");
+    KT_CHECK(!kf__attention_grad_q_sgmat(&a, 32, 4096, true, true, NULL), "4 KB built");
+    KT_CHECK(!kf__attention_grad_q_sgmat(&a, 24, 0, true, true, NULL), "subgroups of 24 built");
+}
+
+KT_TEST(ops, attention_grad_q_sgmat_gpu) {
+    KT_NEED_GPU(ctx);
+    uint32_t sg = 0;
+    if (!kf__sgmat_usable(ctx, &sg)) {
+        printf("    (no subgroup matrices: skipped)\n");
+        return;
+    }
+    static const grad_case cases[] = {
+        {1, 16, 16, false, false},  {1, 16, 16, true, false},    {2, 64, 64, true, true},
+        {2, 48, 64, true, false},   {1, 96, 128, true, false},   {1, 64, 64, false, true},
+        {4, 1024, 64, true, false}, {2, 1024, 128, true, false}, {2, 1024, 128, false, false},
+    };
+    bool ok = true;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        bool one = run_q_case(ctx, sg, &cases[i], true, true, NULL);
+        if (!one) {
+            printf("    case %zu (T %u D %u%s) failed\n", i, cases[i].t, cases[i].d,
+                   cases[i].causal ? " causal" : "");
+        }
+        ok = ok && one;
+    }
+    const grad_case mid = {2, 256, 64, true, false};
+    ok = run_q_case(ctx, sg, &mid, true, false, NULL) && ok;
+    ok = run_q_case(ctx, sg, &mid, false, true, NULL) && ok;
+    ok = run_q_case(ctx, sg, &mid, true, true, "1x16") && ok;
+    ok = run_q_case(ctx, sg, &mid, true, true, "4x16/2") && ok;
+    ok = run_q_case(ctx, sg, &mid, true, true, "4x16/1") && ok;
+    ok = run_q_case(ctx, sg, &mid, true, true, "4x32/1") && ok;
     KT_CHECK(ok, "a case failed (above)");
 }
