@@ -246,13 +246,110 @@ static void store_blocks(kf_kernel *k, const kf_sgmat *a, const kf_sgmat *b, uin
     }
 }
 
+/* What both kernels need: T and D multiples of 16, D <= 128, subgroups of 16 to 128 (a power
+ * of two). */
+static bool shapes_fit(const kf__attn_desc *a, uint32_t sg) {
+    return a->d % MAT == 0 && a->d <= 128 && a->t % MAT == 0 && sg >= MAT && sg <= 128 &&
+           (sg & (sg - 1)) == 0;
+}
+
+/* A kernel "attention_grad_<role>_sgmat_<rows>x<c>[_1][_causal]" (_1: one pair of slots) of
+ * `threads` invocations a workgroup, output type out, `groups` workgroups. */
+static kf_kernel *create(const char *role, uint32_t rows, uint32_t c, bool turns, bool causal,
+                         uint32_t threads, kf_type out, uint32_t groups) {
+    char name[80];
+    snprintf(name, sizeof name, "attention_grad_%s_sgmat_%ux%u%s%s", role, rows, c,
+             turns ? "_1" : "", causal ? "_causal" : "");
+    kf_kernel_desc desc = {.name = name,
+                           .workgroup_size = {threads, 1, 1},
+                           .input = kf_type_scalar(KF_SCALAR_VOID),
+                           .output = out};
+    kf_kernel *k = kf_kernel_create(&desc);
+    if (k) {
+        uint32_t grid[3] = {groups, 1, 1};
+        kf_kernel_set_grid(k, grid);
+    }
+    return k;
+}
+
+/* The two products of a tile on the held rows, S = A X^T and dP = B Y^T (16 x C each; A, B the
+ * held left matrices, X, Y the staged tiles, read column-major), dy split as hi + lo in one of
+ * them: as held left matrices (b_lo: the dq kernel) or as a second staged tile (y_lo: dk's). */
+typedef struct two_products {
+    const kf_sgmat *a;
+    kf_shared x;
+    const kf_sgmat *b, *b_lo;
+    kf_shared y, y_lo;
+} two_products;
+
+/* S (and dP where want_dp) for the tile's cm 16-column blocks over dm 16-deep slices, tiles of
+ * rows of ld halves, into the subgroup's scratch at s_at (S's 16 rows of ls, dP's after them);
+ * sr and right are the caller's result and right matrices. */
+static void scores_and_dp(kf_kernel *k, const two_products *m, bool want_dp, uint32_t cm,
+                          uint32_t dm, uint32_t ld, kf_sgmat sr, kf_sgmat right, kf_shared scratch,
+                          kf_val s_at, uint32_t ls) {
+    for (uint32_t j = 0; j < cm; j++) {
+        for (uint32_t pass = 0; pass < (want_dp ? 2u : 1u); pass++) {
+            for (uint32_t i = 0; i < dm; i++) {
+                kf_val at = u32(k, j * MAT * ld + i * MAT);
+                kf_sgmat_load(k, right, pass ? m->y : m->x, at, true, u32(k, ld));
+                (i ? kf_sgmat_mma : kf_sgmat_mul)(k, sr, pass ? m->b[i] : m->a[i], right);
+                if (pass && m->b_lo) { /* dP - delta cancels, so dP to 2^-22 */
+                    kf_sgmat_mma(k, sr, m->b_lo[i], right);
+                } else if (pass) {
+                    kf_sgmat_load(k, right, m->y_lo, at, true, u32(k, ld));
+                    kf_sgmat_mma(k, sr, m->b[i], right);
+                }
+            }
+            kf_sgmat_store(k, scratch, kf_add(k, s_at, u32(k, pass * MAT * ls + j * MAT)), sr,
+                           false, u32(k, ls));
+        }
+    }
+}
+
+/* Where a workgroup's invocations work, for both kernels: W subgroups of sg (subgroup sgi,
+ * its lane), the workgroup's head (head_row0: its first row of all heads') and its first owned
+ * row (first: key or query, `tiles` workgroups a head of `rows` rows each); the subgroup's 16
+ * rows from sub_base (clamped so a subgroup past T computes the last 16 again, and `writes`
+ * nothing; T % 16 == 0), the invocation's row rin of them (row: in the head) and part (its
+ * columns part + lpr e); and the subgroup's scratch (s_at: S's 16 rows of ls, dP's after them)
+ * and f16 slots (p_at, rows of ldp), at its row (s_row, dp_row, p_row). */
+typedef struct place {
+    kf_val local, sgi, lane, head_row0, first, sub_base, writes, rin, part, row;
+    kf_val s_at, s_row, dp_row, p_at, p_row;
+} place;
+
+static place place_subgroups(kf_kernel *k, uint32_t sg, uint32_t tiles, uint32_t rows, uint32_t t,
+                             uint32_t sf, uint32_t ls, uint32_t ldp, bool keys) {
+    place p;
+    p.local = kf_let(k, "local", kf_builtin_get(k, KF_BUILTIN_LOCAL_INDEX));
+    p.sgi = kf_let(k, "sgi", kf_div(k, p.local, u32(k, sg)));
+    p.lane = kf_let(k, "lane", kf_binary(k, KF_OP_MOD, p.local, u32(k, sg)));
+    kf_val wg = kf_let(k, "wg", kf_workgroup_linear(k));
+    kf_val head = kf_let(k, "head", kf_div(k, wg, u32(k, tiles)));
+    p.first = kf_let(k, keys ? "k0" : "q0",
+                     kf_mul(k, kf_binary(k, KF_OP_MOD, wg, u32(k, tiles)), u32(k, rows)));
+    p.head_row0 = kf_let(k, "head_row0", kf_mul(k, head, u32(k, t)));
+    kf_val sub0 = kf_let(k, "sub0", kf_add(k, p.first, kf_mul(k, p.sgi, u32(k, MAT))));
+    p.sub_base = kf_let(k, "sub_base", kf_call2(k, KF_FN_MIN, sub0, u32(k, t - MAT)));
+    p.writes = kf_let(k, "writes", kf_binary(k, KF_OP_LT, sub0, u32(k, t)));
+    p.rin = kf_let(k, "rin", kf_binary(k, KF_OP_MOD, p.lane, u32(k, MAT)));
+    p.part = kf_let(k, "part", kf_div(k, p.lane, u32(k, MAT)));
+    p.row = kf_let(k, keys ? "key" : "query", kf_add(k, p.sub_base, p.rin));
+    p.s_at = kf_let(k, "s_at", kf_mul(k, p.sgi, u32(k, sf)));
+    p.s_row = kf_let(k, "s_row", kf_add(k, p.s_at, kf_mul(k, p.rin, u32(k, ls))));
+    p.dp_row = kf_let(k, "dp_row", kf_add(k, p.s_row, u32(k, MAT * ls)));
+    p.p_at = kf_let(k, "p_at", kf_mul(k, p.sgi, u32(k, MAT * ldp)));
+    p.p_row = kf_let(k, "p_row", kf_add(k, p.p_at, kf_mul(k, p.rin, u32(k, ldp))));
+    return p;
+}
+
 kf_kernel *kf__attention_grad_kv_sgmat(const kf__attn_desc *a, uint32_t sg, uint32_t wg_bytes,
                                        bool want_dk, bool want_dv,
                                        const kf__attn_grad_tiling *tiling) {
     const uint32_t t = a->t, d = a->d, dm = d / MAT;
     const uint32_t budget = wg_bytes ? wg_bytes : 49152u;
-    if ((!want_dk && !want_dv) || d % MAT || d > 128 || t % MAT || sg < MAT || sg > 128 ||
-        (sg & (sg - 1))) {
+    if ((!want_dk && !want_dv) || !shapes_fit(a, sg)) {
         return NULL;
     }
     kf__attn_grad_tiling tl;
@@ -268,22 +365,13 @@ kf_kernel *kf__attention_grad_kv_sgmat(const kf__attn_desc *a, uint32_t sg, uint
     const bool causal = a->causal;
     kf_type f32 = kf_type_scalar(KF_SCALAR_F32), h = kf_type_scalar(KF_SCALAR_F16);
 
-    char name[80];
-    snprintf(name, sizeof name, "attention_grad_%s_sgmat_%ux%u%s%s",
-             want_dk && want_dv ? "kv"
-             : want_dk          ? "k"
-                                : "v",
-             rows, c, turns ? "_1" : "", causal ? "_causal" : "");
-    kf_kernel_desc desc = {.name = name,
-                           .workgroup_size = {threads, 1, 1},
-                           .input = kf_type_scalar(KF_SCALAR_VOID),
-                           .output = h};
-    kf_kernel *k = kf_kernel_create(&desc);
+    kf_kernel *k = create(want_dk && want_dv ? "kv"
+                          : want_dk          ? "k"
+                                             : "v",
+                          rows, c, turns, causal, threads, h, ktiles * a->bh);
     if (!k) {
         return NULL;
     }
-    uint32_t groups[3] = {ktiles * a->bh, 1, 1};
-    kf_kernel_set_grid(k, groups);
     /* the bindings of attention_grad.c's kernels: q, k, v, g[, dv], out */
     kf_binding bq = kf_kernel_storage(k, "q", kf_type_vec(KF_SCALAR_F16, 4), KF_ACCESS_READ);
     kf_binding bk = kf_kernel_storage(k, "k", h, KF_ACCESS_READ);
@@ -306,26 +394,11 @@ kf_kernel *kf__attention_grad_kv_sgmat(const kf__attn_desc *a, uint32_t sg, uint
         ds_lo = kf_kernel_workgroup(k, "ds_lo", h, rows * ldp);
     }
 
-    kf_val local = kf_let(k, "local", kf_builtin_get(k, KF_BUILTIN_LOCAL_INDEX));
-    kf_val sgi = kf_let(k, "sgi", kf_div(k, local, u32(k, sg)));
-    kf_val lane = kf_let(k, "lane", kf_binary(k, KF_OP_MOD, local, u32(k, sg)));
-    kf_val wg = kf_let(k, "wg", kf_workgroup_linear(k));
-    kf_val head = kf_let(k, "head", kf_div(k, wg, u32(k, ktiles)));
-    kf_val k0 =
-        kf_let(k, "k0", kf_mul(k, kf_binary(k, KF_OP_MOD, wg, u32(k, ktiles)), u32(k, rows)));
-    kf_val head_row0 = kf_let(k, "head_row0", kf_mul(k, head, u32(k, t)));
-    /* a subgroup past T computes the last 16 keys again and writes nothing (T % 16 == 0) */
-    kf_val sub_key0 = kf_let(k, "sub_key0", kf_add(k, k0, kf_mul(k, sgi, u32(k, MAT))));
-    kf_val sub_base = kf_let(k, "sub_base", kf_call2(k, KF_FN_MIN, sub_key0, u32(k, t - MAT)));
-    kf_val writes = kf_let(k, "writes", kf_binary(k, KF_OP_LT, sub_key0, u32(k, t)));
-    kf_val rin = kf_let(k, "rin", kf_binary(k, KF_OP_MOD, lane, u32(k, MAT)));
-    kf_val part = kf_let(k, "part", kf_div(k, lane, u32(k, MAT)));
-    kf_val key = kf_let(k, "key", kf_add(k, sub_base, rin));
-    kf_val s_at = kf_let(k, "s_at", kf_mul(k, sgi, u32(k, sf)));
-    kf_val s_row = kf_let(k, "s_row", kf_add(k, s_at, kf_mul(k, rin, u32(k, ls))));
-    kf_val dp_row = kf_let(k, "dp_row", kf_add(k, s_row, u32(k, MAT * ls)));
-    kf_val p_at = kf_let(k, "p_at", kf_mul(k, sgi, u32(k, MAT * ldp)));
-    kf_val p_row = kf_let(k, "p_row", kf_add(k, p_at, kf_mul(k, rin, u32(k, ldp))));
+    const place pl = place_subgroups(k, sg, ktiles, rows, t, sf, ls, ldp, true);
+    const kf_val local = pl.local, lane = pl.lane, k0 = pl.first, head_row0 = pl.head_row0;
+    const kf_val sub_base = pl.sub_base, writes = pl.writes, part = pl.part, key = pl.row;
+    const kf_val s_at = pl.s_at, s_row = pl.s_row, dp_row = pl.dp_row, p_at = pl.p_at;
+    const kf_val p_row = pl.p_row;
 
     /* k's and v's rows as left matrices, held; dk's and dv's sums, zeroed by a product of two
      * matrices never loaded (WGSL zero-initialises them) */
@@ -371,22 +444,9 @@ kf_kernel *kf__attention_grad_kv_sgmat(const kf__attn_desc *a, uint32_t sg, uint
         stage_f16(k, bq, qtile, local, threads, row0, c, d, ldq);
         stage_dy(k, bg, dytile, dylo, stats, local, threads, row0, c, d, ldq);
         kf_barrier(k); /* (1) the tiles */
-        /* S^T = k q^T and dP^T = v dy^T, 16 x C, into the subgroup's scratch */
-        for (uint32_t j = 0; j < cm; j++) {
-            for (uint32_t pass = 0; pass < (want_dk ? 2u : 1u); pass++) {
-                for (uint32_t i = 0; i < dm; i++) {
-                    kf_val at = u32(k, j * MAT * ldq + i * MAT);
-                    kf_sgmat_load(k, right, pass ? dytile : qtile, at, true, u32(k, ldq));
-                    (i ? kf_sgmat_mma : kf_sgmat_mul)(k, sr, pass ? vl[i] : kl[i], right);
-                    if (pass) { /* dy's lo: dP - delta cancels, so dP to 2^-22 */
-                        kf_sgmat_load(k, right, dylo, at, true, u32(k, ldq));
-                        kf_sgmat_mma(k, sr, vl[i], right);
-                    }
-                }
-                kf_sgmat_store(k, scratch, kf_add(k, s_at, u32(k, pass * MAT * ls + j * MAT)), sr,
-                               false, u32(k, ls));
-            }
-        }
+        /* S^T = k q^T and dP^T = v dy^T (dy as hi and lo), 16 x C, into the scratch */
+        const two_products kv_products = {kl, qtile, vl, NULL, dytile, dylo};
+        scores_and_dp(k, &kv_products, want_dk, cm, dm, ldq, sr, right, scratch, s_at, ls);
         kf_barrier(k); /* (2) the scores */
         /* P^T and dS^T, the invocation's columns part + lpr e of its key's row (dS^T kept in
          * registers while P^T has the slots, in turns) */
@@ -544,8 +604,7 @@ kf_kernel *kf__attention_grad_q_sgmat(const kf__attn_desc *a, uint32_t sg, uint3
                                       const kf__attn_grad_tiling *tiling) {
     const uint32_t t = a->t, d = a->d, dm = d / MAT;
     const uint32_t budget = wg_bytes ? wg_bytes : 49152u;
-    if ((!want_dq && !want_stats) || d % MAT || d > 128 || t % MAT || sg < MAT || sg > 128 ||
-        (sg & (sg - 1))) {
+    if ((!want_dq && !want_stats) || !shapes_fit(a, sg)) {
         return NULL;
     }
     kf__attn_grad_tiling tl;
@@ -562,22 +621,13 @@ kf_kernel *kf__attention_grad_q_sgmat(const kf__attn_desc *a, uint32_t sg, uint3
     const bool causal = a->causal;
     kf_type f32 = kf_type_scalar(KF_SCALAR_F32), h = kf_type_scalar(KF_SCALAR_F16);
 
-    char name[80];
-    snprintf(name, sizeof name, "attention_grad_%s_sgmat_%ux%u%s%s",
-             want_dq && want_stats ? "q_stats"
-             : want_dq             ? "q"
-                                   : "stats",
-             rows, c, turns ? "_1" : "", causal ? "_causal" : "");
-    kf_kernel_desc desc = {.name = name,
-                           .workgroup_size = {threads, 1, 1},
-                           .input = kf_type_scalar(KF_SCALAR_VOID),
-                           .output = want_dq ? h : f32};
-    kf_kernel *k = kf_kernel_create(&desc);
+    kf_kernel *k = create(want_dq && want_stats ? "q_stats"
+                          : want_dq             ? "q"
+                                                : "stats",
+                          rows, c, turns, causal, threads, want_dq ? h : f32, qtiles * a->bh);
     if (!k) {
         return NULL;
     }
-    uint32_t groups[3] = {qtiles * a->bh, 1, 1};
-    kf_kernel_set_grid(k, groups);
     /* attention_grad.c's bindings: q, k, v, g[, stats], out */
     kf_binding bq = kf_kernel_storage(k, "q", h, KF_ACCESS_READ);
     kf_binding bk = kf_kernel_storage(k, "k", kf_type_vec(KF_SCALAR_F16, 4), KF_ACCESS_READ);
@@ -599,26 +649,11 @@ kf_kernel *kf__attention_grad_q_sgmat(const kf__attn_desc *a, uint32_t sg, uint3
     }
     kf_shared red = kf_kernel_workgroup(k, "row_sums", f32, w * sums);
 
-    kf_val local = kf_let(k, "local", kf_builtin_get(k, KF_BUILTIN_LOCAL_INDEX));
-    kf_val sgi = kf_let(k, "sgi", kf_div(k, local, u32(k, sg)));
-    kf_val lane = kf_let(k, "lane", kf_binary(k, KF_OP_MOD, local, u32(k, sg)));
-    kf_val wg = kf_let(k, "wg", kf_workgroup_linear(k));
-    kf_val head = kf_let(k, "head", kf_div(k, wg, u32(k, qtiles)));
-    kf_val q0 =
-        kf_let(k, "q0", kf_mul(k, kf_binary(k, KF_OP_MOD, wg, u32(k, qtiles)), u32(k, rows)));
-    kf_val head_row0 = kf_let(k, "head_row0", kf_mul(k, head, u32(k, t)));
-    /* a subgroup past T computes the last 16 queries again and writes nothing (T % 16 == 0) */
-    kf_val sub_q0 = kf_let(k, "sub_q0", kf_add(k, q0, kf_mul(k, sgi, u32(k, MAT))));
-    kf_val sub_base = kf_let(k, "sub_base", kf_call2(k, KF_FN_MIN, sub_q0, u32(k, t - MAT)));
-    kf_val writes = kf_let(k, "writes", kf_binary(k, KF_OP_LT, sub_q0, u32(k, t)));
-    kf_val rin = kf_let(k, "rin", kf_binary(k, KF_OP_MOD, lane, u32(k, MAT)));
-    kf_val part = kf_let(k, "part", kf_div(k, lane, u32(k, MAT)));
-    kf_val query = kf_let(k, "query", kf_add(k, sub_base, rin));
-    kf_val s_at = kf_let(k, "s_at", kf_mul(k, sgi, u32(k, sf)));
-    kf_val s_row = kf_let(k, "s_row", kf_add(k, s_at, kf_mul(k, rin, u32(k, ls))));
-    kf_val dp_row = kf_let(k, "dp_row", kf_add(k, s_row, u32(k, MAT * ls)));
-    kf_val p_at = kf_let(k, "p_at", kf_mul(k, sgi, u32(k, MAT * ldp)));
-    kf_val p_row = kf_let(k, "p_row", kf_add(k, p_at, kf_mul(k, rin, u32(k, ldp))));
+    const place pl = place_subgroups(k, sg, qtiles, rows, t, sf, ls, ldp, false);
+    const kf_val local = pl.local, sgi = pl.sgi, lane = pl.lane, q0 = pl.first;
+    const kf_val head_row0 = pl.head_row0, sub_base = pl.sub_base, writes = pl.writes;
+    const kf_val rin = pl.rin, part = pl.part, query = pl.row, s_at = pl.s_at, s_row = pl.s_row;
+    const kf_val dp_row = pl.dp_row, p_at = pl.p_at, p_row = pl.p_row;
     kf_val sum_at = kf_let(k, "sum_at", kf_mul(k, sgi, u32(k, sums)));
     kf_val sub_row0 = kf_let(k, "sub_row0", kf_add(k, head_row0, sub_base));
     kf_val g_row0 = kf_let(k, "g_row0", kf_mul(k, sub_row0, u32(k, d + 2)));
@@ -663,21 +698,9 @@ kf_kernel *kf__attention_grad_q_sgmat(const kf__attn_desc *a, uint32_t sg, uint3
         stage_f16(k, bk, ktile, local, threads, row0, c, d, ldk);
         stage_f16(k, bv, vtile, local, threads, row0, c, d, ldk);
         kf_barrier(k); /* (1) the tiles */
-        /* S = q k^T and dP = dy v^T, 16 x C, into the subgroup's scratch */
-        for (uint32_t j = 0; j < cm; j++) {
-            for (uint32_t pass = 0; pass < 2; pass++) {
-                for (uint32_t i = 0; i < dm; i++) {
-                    kf_val at = u32(k, j * MAT * ldk + i * MAT);
-                    kf_sgmat_load(k, right, pass ? vtile : ktile, at, true, u32(k, ldk));
-                    (i ? kf_sgmat_mma : kf_sgmat_mul)(k, sr, pass ? dyh[i] : ql[i], right);
-                    if (pass) {
-                        kf_sgmat_mma(k, sr, dyl[i], right);
-                    }
-                }
-                kf_sgmat_store(k, scratch, kf_add(k, s_at, u32(k, pass * MAT * ls + j * MAT)), sr,
-                               false, u32(k, ls));
-            }
-        }
+        /* S = q k^T and dP = dy v^T (dy as hi and lo), 16 x C, into the scratch */
+        const two_products q_products = {ql, ktile, dyh, dyl, vtile, (kf_shared){0}};
+        scores_and_dp(k, &q_products, true, cm, dm, ldk, sr, right, scratch, s_at, ls);
         kf_barrier(k); /* (2) the scores */
         /* P' = exp(scale S - lse) and dS' = P' (dP - delta), the invocation's columns part +
          * lpr e of its query's row; their sums over the row (P' kept in registers while dS' has
