@@ -842,9 +842,8 @@ static kf_kernel *grad_kernel_strided(kf_context *ctx, grad_role role, const kf_
                                       const kf__strided *layouts) {
     const kf__attn_dims a = kf__attn_dims_of(&in[0]);
     const bool dq_side = role == ROLE_DQ || role == ROLE_STATS || role == ROLE_DQ_STATS;
-    if (ctx && dtype == KF_DTYPE_F16 && !kf__strided_any(layouts, 3)) {
-        /* f16 where the device has subgroup matrices: on them (attention_grad_sgmat.c; views
-         * are read in place by the FMA kernel below instead) */
+    if (ctx && dtype == KF_DTYPE_F16) {
+        /* f16 where the device has subgroup matrices: on them (attention_grad_sgmat.c) */
         kf__attn_desc ad = {.bh = a.bh,
                             .t = a.t,
                             .d = a.d,
@@ -853,6 +852,12 @@ static kf_kernel *grad_kernel_strided(kf_context *ctx, grad_role role, const kf_
         kf_kernel *k =
             dq_side ? kf__attention_grad_q_sgmat_for(ctx, &ad, role != ROLE_STATS, role != ROLE_DQ)
                     : kf__attention_grad_kv_sgmat_for(ctx, &ad, role != ROLE_DV, role != ROLE_DK);
+        if (k && kf__strided_any(layouts, 3)) {
+            /* they load q, k and v row-major: the planner copies the views (the copy costs far
+             * less than the FMA kernel reading them in place: 3-6x slower on the H200) */
+            kf_kernel_destroy(k);
+            return NULL;
+        }
         if (k) {
             return k;
         }

@@ -504,3 +504,46 @@ KT_TEST(ops, attention_grad_q_sgmat_gpu) {
     ok = run_q_case(ctx, sg, &mid, true, true, "4x32/1") && ok;
     KT_CHECK(ok, "a case failed (above)");
 }
+
+/* A graph's q, k and v as views of one qkv tensor (the GPT's slices, reshaped and permuted), f16,
+ * with their gradient: where the device has subgroup matrices the planner copies the views
+ * (the forward's and the backward's subgroup-matrix kernels load q, k, v row-major) and runs
+ * dq + g' and dk + dv on them, and the plan verifies against the float64 specs. */
+KT_TEST(ops, attention_grad_sgmat_views_are_copied_gpu) {
+    KT_NEED_GPU(ctx);
+    uint32_t sg = 0;
+    if (!kf__sgmat_usable(ctx, &sg)) {
+        printf("    (no subgroup matrices: skipped)\n");
+        return;
+    }
+    static const char text[] =
+        "qkv: f16[256, 192]\n"
+        "q = slice(qkv, axis=-1, start=0, length=64) |> reshape(shape=[2, 128, 2, 32]) |> "
+        "permute(axes=[0, 2, 1, 3])\n"
+        "k = slice(qkv, axis=-1, start=64, length=64) |> reshape(shape=[2, 128, 2, 32]) |> "
+        "permute(axes=[0, 2, 1, 3])\n"
+        "v = slice(qkv, axis=-1, start=128, length=64) |> reshape(shape=[2, 128, 2, 32]) |> "
+        "permute(axes=[0, 2, 1, 3])\n"
+        "o = attention(q, k, v, causal=true)\n"
+        "loss = sum(sum(sum(sum(o |> square))))\n"
+        "dqkv = grad(loss, qkv)\n"
+        "out o, dqkv\n";
+    kf_graph *g = NULL;
+    kf_spec_error err;
+    KT_CHECK(kf_spec_parse(text, strlen(text), &g, &err) == KF_OK, "%u:%u: %s", err.line,
+             err.column, err.message);
+    kf_plan *p = NULL;
+    KT_CHECK_OK(kf_graph_compile(ctx, g, NULL, &p));
+    char *explain = kf_plan_explain(p, true); /* with the WGSL: the kernels' names */
+    KT_CHECK(explain, "explain");
+    KT_CHECK(strstr(explain, "attention_grad_q_stats_sgmat_") &&
+                 strstr(explain, "attention_grad_kv_sgmat_"),
+             "the backward is not on subgroup matrices:\n%s", explain);
+    kf_free(explain);
+    kf_plan_report rep;
+    kf_status st = kf_plan_verify(p, kt_rand_u64(), &rep);
+    KT_CHECK(st == KF_OK && rep.passed, "verify: %s (%u of %u groups failed)", kf_status_str(st),
+             rep.failed_groups, rep.total_groups);
+    kf_plan_destroy(p);
+    kf_graph_destroy(g);
+}
