@@ -13,8 +13,9 @@
  *     not), of a's dtype, and a is not a graph output;
  *   - every use of a is an input of a root in that root's strided_inputs, with no prologue
  *     there; any other reader (an element-wise tail, a matmul) keeps the copy, as does one
- *     whose kernel for the layouts refuses them (the subgroup-matrix attention loads q, k and v
- *     row-major): the view is materialised where a kernel cannot read it.
+ *     whose kernel for the layouts refuses them (attention's subgroup-matrix kernels, forward
+ *     and backward, load q, k and v row-major): the view is materialised where a kernel cannot
+ *     read it.
  * The views group turns DEAD but keeps its nodes and its read: kf_plan_verify evaluates them
  * before the root, as a prologue's (kf__group.strided). $KF_VIEW_COPIES=1 turns the rule off,
  * and the prologue rule's reach through a reshape with it (the benches' before). */
