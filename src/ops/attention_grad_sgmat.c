@@ -52,12 +52,12 @@
  *   dq = scale (dS' k - (shift / psum) P' k) / psum,  lse' = lse + log psum,
  *   delta' = delta + shift / psum,
  * exact whatever g's lse and delta are. Per tile: stage k, v | S = q k^T, dP = dy v^T into the
- * scratch | P', dS' into their f16 slots | the two products | (4 barriers; 2 for g' alone). The
+ * scratch | P', dS' into their f16 slots | the two products (4 barriers; 2 for g' alone). The
  * results leave through 16 x 16 blocks of the scratch (store_blocks), so the scratch never
  * holds a 16 x D tile and 4 subgroups fit 48 KiB at D 128 for both kernels (H200, T 4096 D 128
  * causal: dk + dv 16.7 -> 6.7 ms from 2 subgroups to 4; dq 32.0 ms on FMA units, 4.7 here).
  * Either kernel may keep P and dS in one pair of f16 slots, in turns (the tiling's slots 1: the
- * second kept in registers while the first's products run, one barrier more a tile): less
+ * second kept in registers while the first's products run, two barriers more a tile): less
  * workgroup memory, and on the H200 faster even where the tile stays (choose_tiling). */
 #include "ops/attention_sgmat.h"
 
@@ -762,7 +762,9 @@ kf_kernel *kf__attention_grad_q_sgmat(const kf__attn_desc *a, uint32_t sg, uint3
                 }
             }
         }
-        kf_barrier(k); /* (4) before the next tile's staging */
+        if (want_dq) { /* (4) before the next tile's staging (g' alone reads the tiles before 2) */
+            kf_barrier(k);
+        }
     }
     kf_end(k);
 

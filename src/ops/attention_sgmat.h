@@ -88,8 +88,9 @@ bool kf__attn_grad_tiling_parse(const char *text, kf__attn_grad_tiling *out);
 /* attention_grad_k's and attention_grad_v's kernel on subgroup matrices:
  * dk (want_dk) yielded, dv (want_dv) yielded or, with both, stored into a binding "dv" after the
  * inputs q, k, v, g (attention_grad.c's bindings); f16 q, k, v and outputs, g f32. tiling NULL
- * (or its zero fields): the most subgroups that fit wg_bytes (0: 48 KiB), then the longer query
- * tile, then two pairs of slots before one. NULL where it cannot (T % 16, D % 16, D > 128, sg,
+ * (or its zero fields): the most subgroups that fit wg_bytes (0: 48 KiB), then the shorter
+ * query tile (16 before 32), then one pair of slots before two (attention_grad_sgmat.c's
+ * choose_tiling has the H200's numbers). NULL where it cannot (T % 16, D % 16, D > 128, sg,
  * memory). */
 kf_kernel *kf__attention_grad_kv_sgmat(const kf__attn_desc *a, uint32_t sg, uint32_t wg_bytes,
                                        bool want_dk, bool want_dv,
@@ -106,7 +107,8 @@ kf_kernel *kf__attention_grad_kv_sgmat_for(kf_context *ctx, const kf__attn_desc 
 /* attention_grad_q's and attention_grad_stats's kernel on subgroup matrices: dq (want_dq)
  * yielded (f16), g' = [dy | lse' | delta'] (want_stats, f32) yielded or, with both, stored into
  * a binding "stats" after the inputs q, k, v, g (attention_grad.c's bindings). tiling (keys
- * walked in tiles) as dk's. NULL where it cannot (T % 16, D % 16, D > 128, sg, memory). */
+ * walked in tiles) as dk's, but two pairs of slots before one at D > 64. NULL where it cannot
+ * (T % 16, D % 16, D > 128, sg, memory). */
 kf_kernel *kf__attention_grad_q_sgmat(const kf__attn_desc *a, uint32_t sg, uint32_t wg_bytes,
                                       bool want_dq, bool want_stats,
                                       const kf__attn_grad_tiling *tiling);

@@ -322,6 +322,18 @@ static bool run_q_case_casts(kf_context *ctx, uint32_t sg, const grad_case *c, b
     bool ok = execute(ctx, k, sg, unrounded, bufs, sizes, want_dq && want_stats ? 6 : 5);
     if (ok && want_dq) {
         ok = check("dq", where, c, dq, g.dq);
+        /* the first causal query sees one key (P = 1): its dq is exactly 0, as the FMA kernel
+         * and the spec have it, not a rounding within the tolerance */
+        for (uint32_t h = 0; ok && c->causal && h < c->bh; h++) {
+            for (uint32_t e = 0; ok && e < c->d; e++) {
+                uint16_t x = dq[(uint64_t)h * c->t * c->d + e];
+                if (x != 0 && x != 0x8000u) {
+                    kt_fail(__FILE__, __LINE__, "%s: head %u's first dq[%u] = %g, not 0", where, h,
+                            e, h2d(x));
+                    ok = false;
+                }
+            }
+        }
     }
     if (ok && want_stats) {
         ok = check_stats(where, c, stats, &g);
@@ -474,6 +486,58 @@ KT_CPU_TEST(ops, attention_grad_sgmat_tilings_parse_and_fit) {
     KT_CHECK(kf__attention_grad_kv_sgmat_bytes(4, 32, 64, 1) <= 49152 &&
                  kf__attention_grad_kv_sgmat_bytes(4, 32, 64, 2) > 49152,
              "the slots' bytes");
+}
+
+/* The workgroup memory kernel k declares, from its WGSL ("var<workgroup> name: array<T, N>"). */
+static uint32_t declared_bytes(kf_kernel *k) {
+    char *wgsl = kf_kernel_emit_wgsl(k);
+    uint32_t total = 0;
+    for (const char *at = wgsl; at && (at = strstr(at, "var<workgroup>")) != NULL; at++) {
+        const char *arr = strstr(at, "array<");
+        const char *comma = arr ? strchr(arr, ',') : NULL;
+        if (!comma) {
+            break;
+        }
+        uint32_t elem = !strncmp(arr + 6, "f16", 3) ? 2 : 4, count = (uint32_t)atoi(comma + 1);
+        if (!strncmp(arr + 6, "vec", 3)) {
+            elem = (uint32_t)(arr[9] - '0') * (strstr(arr, "f16>") < comma ? 2 : 4);
+        }
+        total += elem * count;
+    }
+    kf_free(wgsl);
+    return total;
+}
+
+/* Both kernels' bytes functions against what each role and tiling declares: never less (the
+ * choice of tiling trusts them to stay within the device's 48 KiB), and within 48 KiB. */
+KT_CPU_TEST(ops, attention_grad_sgmat_bytes_cover_the_kernels) {
+    static const char *const tilings[] = {"4x16/1", "4x16/2", "4x32/1", "2x32/2", "1x16/2"};
+    for (uint32_t d = 64; d <= 128; d += 64) {
+        kf__attn_desc a = {.bh = 1, .t = 256, .d = d, .causal = true, .scale = 0.125f};
+        for (size_t ti = 0; ti < sizeof tilings / sizeof tilings[0]; ti++) {
+            kf__attn_grad_tiling tl;
+            KT_CHECK(kf__attn_grad_tiling_parse(tilings[ti], &tl), "%s", tilings[ti]);
+            for (uint32_t role = 0; role < 6; role++) {
+                bool q_side = role >= 3, x = role % 3 != 1, y = role % 3 != 0;
+                kf_kernel *k = q_side ? kf__attention_grad_q_sgmat(&a, 32, 0, x, y, &tl)
+                                      : kf__attention_grad_kv_sgmat(&a, 32, 0, x, y, &tl);
+                uint32_t want =
+                    q_side
+                        ? kf__attention_grad_q_sgmat_bytes(tl.subgroups, tl.tile, d, 32, tl.slots)
+                        : kf__attention_grad_kv_sgmat_bytes(tl.subgroups, tl.tile, d, tl.slots);
+                if (!k) { /* it does not fit: the bytes function said so */
+                    KT_CHECK(want > 49152, "D %u %s role %u: no kernel, %u bytes counted", d,
+                             tilings[ti], role, want);
+                    continue;
+                }
+                uint32_t got = declared_bytes(k);
+                KT_CHECK(got > 0 && got <= want && got <= 49152,
+                         "D %u %s role %u (%s): %u bytes declared, %u counted", d, tilings[ti],
+                         role, kf_kernel_name(k), got, want);
+                kf_kernel_destroy(k);
+            }
+        }
+    }
 }
 
 KT_CPU_TEST(ops, attention_grad_q_sgmat_refuses) {
