@@ -33,9 +33,10 @@
  * a workgroup's rows cannot see are never visited; the loop bounds depend only on the workgroup, so
  * the barriers stay in uniform control flow. Rows past T are computed from row T - 1 and not
  * written. Accumulation is in f32 for f16 tensors too. For f16 on a device with subgroup matrices,
- * every role runs on them instead where T and D are multiples of 16 and q, k, v are not views
- * (attention_grad_sgmat.c: dk and dv since session 13, dq and g' since session 14;
- * $KF_ATTN_GRAD_SGMAT=0 keeps this kernel for all, $KF_ATTN_GRAD_Q_SGMAT=0 for dq's side). */
+ * every role runs on them instead where T and D are multiples of 16 (attention_grad_sgmat.c: dk
+ * and dv since session 13, dq and g' since session 14; $KF_ATTN_GRAD_SGMAT=0 keeps this kernel
+ * for all, $KF_ATTN_GRAD_Q_SGMAT=0 for dq's side). They read q, k and v row-major, so
+ * grad_kernel_strided refuses views there and the planner copies them. */
 #include "ops/attention.h"
 #include "ops/attention_sgmat.h"
 #include "ops/ops_internal.h"
