@@ -21,7 +21,14 @@
 # it by hand and says so in the summary. BUILD (default build/release) is the release build
 # carried over.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
+case "${1:-}" in
+1 | 2 | 3) ;;
+*)
+    echo "usage: bench/h200_table.sh 1|2|3" >&2
+    exit 2
+    ;;
+esac
 OUT=${OUT:-bench-out}
 BUILD=${BUILD:-build/release}
 mkdir -p "$OUT"
@@ -62,10 +69,6 @@ case "${1:-}" in
     step attention 260 bench/h200_attention.sh
     SWEEP=0 step attn-bwd 150 bench/h200_attn_bwd.sh
     step gpt 120 bench/h200_gpt.sh
-    ;;
-*)
-    echo "usage: bench/h200_table.sh 1|2|3" >&2
-    exit 2
     ;;
 esac
 # The device tool brings back only a few files: the parts' folders travel as one archive.
