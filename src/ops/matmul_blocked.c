@@ -297,14 +297,14 @@ kf_kernel *kf__matmul_blocked_batched(uint32_t m, uint32_t kdim, uint32_t n,
     return kf__matmul_blocked_transposed(m, kdim, n, cfg, dtype, batch, false, false);
 }
 
-/* b's row r (a vec4 of it, fetched into `into`) times gain[r]: the rmsnorm's gain on the logical
- * K axis, whatever b's layout. Rows past K are zero already; their gain index is clamped. */
-static void scale_by_gain(kf_kernel *k, kf_binding gain, kf_val r, uint32_t kdim, kf_var into,
-                          bool half) {
+/* gain[r] for b's row r, fetched into `into` beside the row: the rmsnorm's gain on the logical
+ * K axis, whatever b's layout, applied when the row is staged (STORE_TILES), so that no
+ * arithmetic waits on the fetch before the tile's products. Rows past K are zero already;
+ * their gain index is clamped. */
+static void fetch_gain(kf_kernel *k, kf_binding gain, kf_val r, uint32_t kdim, kf_var into,
+                       bool half) {
     kf_val at = kf_call2(k, KF_FN_MIN, r, u32(k, kdim - 1u));
-    kf_val g = widen(k, kf_load(k, gain, at), half);
-    kf_assign(k, into,
-              kf_mul(k, kf_read(k, into), kf_splat(k, kf_type_vec(KF_SCALAR_F32, LANES), g)));
+    kf_assign(k, into, widen(k, kf_load(k, gain, at), half));
 }
 
 static kf_kernel *blocked_kernel(uint32_t m, uint32_t kdim, uint32_t n, const kf__mm_config *cfg,
@@ -458,6 +458,21 @@ static kf_kernel *blocked_kernel(uint32_t m, uint32_t kdim, uint32_t n, const kf
                 ragged_n ? kf_let(k, "cb", kf_call2(k, KF_FN_MIN, cl, u32(k, n - 1))) : cl;
         }
     }
+    /* rmsnorm folded in: the sums of squares of a's rows, taken from the vec4s each invocation
+     * stages into workgroup memory (one dot product per staged vec4: every element of the
+     * tile's rows once, in no register of the product's loop), added up per row after the loop
+     * (row_squares). Summed from the tile in the k loop instead (tm / 4 vector FMAs per k by
+     * every invocation of a row), the fused f32 plan ran at 0.79x of rmsnorm-then-matmul at
+     * 4096^3 on an H100 and 0.81x at 4096 x 4096 x 256; this way 0.84x and 1.09x
+     * (docs/PERFORMANCE.md, seventeenth session). */
+    kf_var squares[KF__MM_MAX_LOADS];
+    for (uint32_t v = 0; rn && v < loads_a; v++) {
+        squares[v] = kf_declare(k, "squares", kf_type_scalar(KF_SCALAR_F32), kf_lit_f32(k, 0.0f));
+    }
+    kf_var next_g[KF__MM_MAX_LOADS]; /* the gain of each b row in flight */
+    for (uint32_t v = 0; gain.id && v < loads_b; v++) {
+        next_g[v] = kf_declare(k, "next_g", kf_type_scalar(KF_SCALAR_F32), kf_lit_f32(k, 0.0f));
+    }
     /* Fetches the tiles starting at k0 into the next_* registers. */
 #define FETCH(k0)                                                                                  \
     do {                                                                                           \
@@ -479,7 +494,7 @@ static kf_kernel *blocked_kernel(uint32_t m, uint32_t kdim, uint32_t n, const kf
                              true);                                                                \
             }                                                                                      \
             if (gain.id) {                                                                         \
-                scale_by_gain(k, gain, r_, kdim, next_b[v], half);                                 \
+                fetch_gain(k, gain, r_, kdim, next_g[v], half);                                    \
             }                                                                                      \
         }                                                                                          \
     } while (0)
@@ -489,6 +504,10 @@ static kf_kernel *blocked_kernel(uint32_t m, uint32_t kdim, uint32_t n, const kf
     do {                                                                                           \
         for (uint32_t v = 0; v < loads_a; v++) {                                                   \
             kf_val got = kf_read(k, next_a[v]);                                                    \
+            if (rn) {                                                                              \
+                kf_assign(k, squares[v],                                                           \
+                          kf_add(k, kf_read(k, squares[v]), kf_call2(k, KF_FN_DOT, got, got)));    \
+            }                                                                                      \
             kf_val quad = kf_div(k, a_row[v], u32(k, LANES));                                      \
             kf_val lane = kf_binary(k, KF_OP_MOD, a_row[v], u32(k, LANES));                        \
             for (uint32_t l = 0; l < LANES; l++) {                                                 \
@@ -500,7 +519,11 @@ static kf_kernel *blocked_kernel(uint32_t m, uint32_t kdim, uint32_t n, const kf
         for (uint32_t v = 0; v < loads_b; v++) {                                                   \
             kf_val at =                                                                            \
                 kf_add(k, kf_mul(k, b_k[v], u32(k, row_b)), kf_div(k, b_col[v], u32(k, LANES)));   \
-            kf_shared_store(k, tile_b, kf_add(k, (ob), at), kf_read(k, next_b[v]));                \
+            kf_val row_ = kf_read(k, next_b[v]);                                                   \
+            if (gain.id) {                                                                         \
+                row_ = kf_mul(k, row_, kf_splat(k, v4, kf_read(k, next_g[v])));                    \
+            }                                                                                      \
+            kf_shared_store(k, tile_b, kf_add(k, (ob), at), row_);                                 \
         }                                                                                          \
     } while (0)
 
@@ -512,12 +535,6 @@ static kf_kernel *blocked_kernel(uint32_t m, uint32_t kdim, uint32_t n, const kf
         for (uint32_t j = 0; j < tn / LANES; j++) {
             acc[i][j] = kf_declare(k, "acc", v4, (kf_val){0});
         }
-    }
-    /* rmsnorm folded in: each invocation's rows' sums of squares, from the a tile it reads, as
-     * vec4s of 4 rows (tm / 4 more vector FMAs per k beside the product's tm * tn / 4) */
-    kf_var squares[MAX_T / LANES];
-    for (uint32_t g = 0; rn && g < tm / LANES; g++) {
-        squares[g] = kf_declare(k, "squares", v4, kf_splat(k, v4, kf_lit_f32(k, 0.0f)));
     }
     if (edge) {
         edge_fetch(k, &eg, u32(k, 0), kdim < bk);
@@ -568,10 +585,6 @@ static kf_kernel *blocked_kernel(uint32_t m, uint32_t kdim, uint32_t n, const kf
                 kf_val at = kf_add(k, kf_add(k, ob, tx), u32(k, kk * row_b + h * wx));
                 bv[h] = kf_shared_load(k, tile_b, at);
             }
-            for (uint32_t g = 0; rn && g < tm / LANES; g++) {
-                kf_assign(k, squares[g],
-                          kf_call3(k, KF_FN_FMA, av[g], av[g], kf_read(k, squares[g])));
-            }
             for (uint32_t i = 0; i < tm; i++) {
                 kf_val splat = kf_splat(k, v4, kf_extract(k, av[i / LANES], i % LANES));
                 for (uint32_t h = 0; h < tn / LANES; h++) {
@@ -590,6 +603,19 @@ static kf_kernel *blocked_kernel(uint32_t m, uint32_t kdim, uint32_t n, const kf
     kf_end(k);
 #undef STORE_TILES
 #undef FETCH
+    /* The staged vec4 `flat` (local + v * threads) is tile row flat / (bk / 4)'s: each row's
+     * bk / 4 partial sums lie side by side. The loop's last barrier ended every read of the
+     * tiles; this one publishes the partial sums. */
+    kf_shared row_squares = {0};
+    if (rn) {
+        row_squares =
+            kf_kernel_workgroup(k, "row_squares", kf_type_scalar(KF_SCALAR_F32), loads_a * threads);
+        for (uint32_t v = 0; v < loads_a; v++) {
+            kf_shared_store(k, row_squares, kf_add(k, local, u32(k, v * threads)),
+                            kf_read(k, squares[v]));
+        }
+        kf_barrier(k);
+    }
 
     /* The store phase: every element through kf_kernel_yield. */
     for (uint32_t i = 0; i < tm; i++) {
@@ -601,7 +627,13 @@ static kf_kernel *blocked_kernel(uint32_t m, uint32_t kdim, uint32_t n, const kf
         }
         kf_val r = {0};
         if (rn) {
-            kf_val sum = kf_extract(k, kf_read(k, squares[i / LANES]), i % LANES);
+            kf_val in_tile = kf_add(k, kf_mul(k, ty, u32(k, LANES)),
+                                    u32(k, (i / LANES) * LANES * wy + i % LANES));
+            kf_val first = kf_mul(k, in_tile, u32(k, bk / LANES));
+            kf_val sum = kf_shared_load(k, row_squares, first);
+            for (uint32_t j = 1; j < bk / LANES; j++) {
+                sum = kf_add(k, sum, kf_shared_load(k, row_squares, kf_add(k, first, u32(k, j))));
+            }
             kf_val mean = kf_mul(k, sum, kf_lit_f32(k, 1.0f / (float)kdim));
             r = kf_let(k, "r",
                        kf_call1(k, KF_FN_INVERSE_SQRT, kf_add(k, mean, kf_lit_f32(k, rn->eps))));

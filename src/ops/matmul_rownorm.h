@@ -4,11 +4,13 @@
  *
  * so the product runs on the raw x. Every invocation of the tiled and the register-blocked
  * kernels walks the whole K range of its rows through the a tiles it multiplies anyway, so it
- * sums their squares from workgroup memory beside the dot products (no bytes, no barrier) and
- * scales its results by r_i in the store phase, before the epilogue. The gain g scales b's rows
- * as they are fetched (K * N values per row of workgroups), which keeps a's tiles raw for the
- * squares. The subgroup-matrix kernel loads a straight into subgroup matrices, where no invocation
- * sees a row: it has no such variant. */
+ * sums their squares on the way (no bytes): the tiled kernel from workgroup memory beside the
+ * dot products, the register-blocked one as it stages a's vec4s into workgroup memory (its
+ * partial sums added per row after the loop, one barrier). It scales its results by r_i in the
+ * store phase, before the epilogue. The gain g scales b's rows as they are staged (K * N values
+ * per row of workgroups), which keeps a's tiles raw for the squares. The subgroup-matrix kernel
+ * loads a straight into subgroup matrices, where no invocation sees a row: it has no such variant.
+ */
 #ifndef KF_OPS_MATMUL_ROWNORM_H
 #define KF_OPS_MATMUL_ROWNORM_H
 

@@ -3,10 +3,10 @@
  *
  *   rmsnorm(x, g) w = diag(r) (x diag(g) w),   r_i = 1 / sqrt(mean_k x_ik^2 + eps),
  *
- * the product runs on the raw x: the gain scales w's rows as the kernel fetches them, and r_i is
- * accumulated during the K loop from the same a tiles the matmul loads (each invocation of the
- * tiled and register-blocked kernels walks the whole K range of its rows, so it sums their
- * squares from workgroup memory), then scales the row in the store phase, before the epilogue
+ * the product runs on the raw x: the gain scales w's rows as the kernel stages them, and r_i is
+ * accumulated during the K loop from the same a tiles the matmul loads (the tiled kernel sums
+ * the squares from workgroup memory, the register-blocked one as it stages a's vec4s there),
+ * then scales the row in the store phase, before the epilogue
  * (src/ops/matmul_rownorm.h). Against rmsnorm then matmul this drops a dispatch and 2 M K
  * elements of traffic (the normed tensor written and read back); r costs nothing. A row
  * statistics kernel first (r written, M values) would keep the dispatch and still read x twice,
