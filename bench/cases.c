@@ -482,6 +482,13 @@ void kf_bench_run_graph_case(kf_context *ctx, const kf_bench_case *c, uint32_t r
              * to ~0.1 of the 1e-3 floor at the outputs near zero. The specs check below holds
              * the fused output to 5e-2. */
             allowed = 0.25;
+        } else if (c->family == KF_BENCH_RMSNORM_MATMUL) {
+            /* The fused product sums raw x times the scaled w and applies 1 / rms after, the
+             * unfused one sums the normed x times w: two f32 roundings of a K-long sum, not one
+             * sum twice as in the other families. Each is ~2.5e-4 from a float64 reference at
+             * K = 4096 on 16K outputs (kfuse run --check, lavapipe), and the largest of 16M
+             * outputs (4096 x 4096) drifts further: 1.2e-3 to 1.5e-3 on an H100 (session 17). */
+            allowed = 1e-2;
         }
         if (!(r->max_rel_diff <= allowed)) {
             r->failed = true;
@@ -493,6 +500,12 @@ void kf_bench_run_graph_case(kf_context *ctx, const kf_bench_case *c, uint32_t r
         /* Against the specs, a bound for gross errors (elements never written, rows mixed up),
          * not for precision: precision is kfuse verify's and the test suite's business. */
         double spec_allowed = c->dtype == KF_DTYPE_F16 ? 5e-2 : 1e-2;
+        if (c->dtype == KF_DTYPE_F16 && c->family == KF_BENCH_RMSNORM_MATMUL) {
+            /* Where f16 products run on subgroup matrices the plan is the unfused one, whose
+             * normed tensor is rounded to f16: 2^-12 of each of K = 4096 terms, ~0.06 of the
+             * 1e-3 floor at outputs near zero (0.08 to 0.15 seen on an H100, session 17). */
+            spec_allowed = 0.25;
+        }
         char msg[256] = {0};
         st = check_sample(c, inputs, fused->output, &r->sample_rel_err, msg, sizeof msg);
         if (st != KF_OK) {
