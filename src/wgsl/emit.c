@@ -5,6 +5,7 @@
 #include "wgsl/wgsl.h"
 #include "core/half.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -145,6 +146,10 @@ typedef struct emitter {
     char **override_names;
     const char *builtin_names[KF_BUILTIN_SUBGROUP_SIZE + 1];
     uint32_t erf_used; /* bit (f16 ? 4 : 0) + lanes - 1 */
+    /* the identity function on u32 through which non-finite literals are written, or NULL:
+     * WGSL has no infinite or NaN constants, and Tint rejects `bitcast<f32>(0xff800000u)` as a
+     * constant expression whose value f32 cannot represent; a function call is not constant */
+    const char *bits_name;
     int indent;
     const kf__bounds *bounds; /* which accesses get a guard; NULL: none */
 } emitter;
@@ -212,13 +217,10 @@ static void emit_literal(emitter *e, const kf__ir_node *n) {
         memcpy(&v, &n->bits, sizeof v);
         bool half = n->type.scalar == KF_SCALAR_F16;
         if (!isfinite(v)) {
-            uint32_t bits = n->bits;
-            if (half) {
-                sb_printf(&e->out, "bitcast<vec2<f16>>(0x%04xu).x",
-                          (unsigned)kf__half_from_float(v));
-            } else {
-                sb_printf(&e->out, "bitcast<f32>(0x%08xu)", (unsigned)bits);
-            }
+            uint32_t bits = half ? kf__half_from_float(v) : n->bits;
+            const char *open = e->bits_name ? e->bits_name : "";
+            sb_printf(&e->out, "bitcast<%s>(%s(0x%0*xu))%s", half ? "vec2<f16>" : "f32", open,
+                      half ? 4 : 8, (unsigned)bits, half ? ".x" : "");
             return;
         }
         char buf[96];
@@ -234,10 +236,12 @@ static void emit_literal(emitter *e, const kf__ir_node *n) {
                 strcpy(end, ".0");
             }
         } else {
-            /* the shortest decimal that reads back as v (Tint rounds f32 literals correctly) */
-            for (int prec = 1; prec <= 9; prec++) {
+            /* the shortest decimal that reads back as v (Tint rounds f32 literals correctly)
+             * and is within f32's range: Tint rejects 3.4028235e38, whose decimal value is
+             * above FLT_MAX though it rounds to it */
+            for (int prec = 1; prec <= 17; prec++) {
                 snprintf(buf, sizeof buf, "%.*g", prec, (double)v);
-                if (strtof(buf, NULL) == v) {
+                if (strtof(buf, NULL) == v && fabs(strtod(buf, NULL)) <= (double)FLT_MAX) {
                     break;
                 }
             }
@@ -865,7 +869,10 @@ static void emit_override_default(emitter *e, const kf__override *o) {
             f = kf__half_to_float(kf__half_from_float(f));
         }
         memcpy(&lit.bits, &f, sizeof f);
+        const char *bits_name = e->bits_name; /* an override's default is a constant */
+        e->bits_name = NULL;
         emit_literal(e, &lit);
+        e->bits_name = bits_name;
         break;
     }
     case KF_SCALAR_I32:
@@ -907,6 +914,11 @@ char *kf__wgsl_emit(const kf_kernel *w, const char *title, const kf__bounds *bou
                         n->op == KF_BUILTIN_SUBGROUP_SIZE;
         } else if (n->kind == KF__NODE_SUBGROUP) {
             subgroups = true;
+        } else if (n->kind == KF__NODE_LIT &&
+                   (n->type.scalar == KF_SCALAR_F32 || n->type.scalar == KF_SCALAR_F16)) {
+            float v;
+            memcpy(&v, &n->bits, sizeof v);
+            e.bits_name = isfinite(v) ? e.bits_name : "kf_bits"; /* claimed below */
         } else if (n->kind == KF__NODE_CALL && n->op == KF_FN_ERF) {
             uint32_t lanes = kf__type_lanes(n->type);
             if (n->type.scalar == KF_SCALAR_F16) {
@@ -935,6 +947,9 @@ char *kf__wgsl_emit(const kf_kernel *w, const char *title, const kf__bounds *bou
                 claim(&e, nm, "f");
             }
         }
+    }
+    if (e.bits_name) {
+        e.bits_name = claim(&e, "kf_bits", "f");
     }
     for (uint32_t i = 1; i < w->binding_count; i++) {
         e.binding_names[i] = claim(&e, kf__str(w, w->bindings[i].name), "buf");
@@ -1016,6 +1031,13 @@ char *kf__wgsl_emit(const kf_kernel *w, const char *title, const kf__bounds *bou
                   type_name(s->elem, tb, sizeof tb), (unsigned)shared_emitted_count(s, sgmat));
     }
     sb_printf(&e.out, "\n");
+    if (e.bits_name) {
+        sb_printf(&e.out,
+                  "// non-finite constants are written as bitcasts of %s(bits): WGSL has no\n"
+                  "// infinite or NaN constant, and a constant bitcast to one does not compile\n"
+                  "fn %s(b: u32) -> u32 {\n    return b;\n}\n\n",
+                  e.bits_name, e.bits_name);
+    }
     emit_erf_helpers(&e);
     sb_printf(&e.out, "@compute @workgroup_size(%u, %u, %u)\nfn main(", (unsigned)w->workgroup[0],
               (unsigned)w->workgroup[1], (unsigned)w->workgroup[2]);
