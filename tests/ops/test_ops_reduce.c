@@ -515,6 +515,47 @@ KT_TEST(ops, reduce_nan_inf_on_device) {
     check_special_forward("layernorm", &s, v, norm_nan, 2);
 }
 
+/* cross_entropy's one-pass log-sum-exp (src/ops/loss.c) against the spec's two passes, on rows
+ * of special values, each alone (the mean of one row is that row's loss) at 5 rows (one row a
+ * step) and at 1030 rows (four rows a step, the last step ragged), in each of the four slots. */
+KT_TEST(ops, reduce_cross_entropy_special_rows_on_device) {
+    enum { C = 5 };
+    const float rows[][C] = {
+        {-INFINITY, -INFINITY, 1, 2, 0.5f},                      /* leading -inf: finite loss */
+        {0.5f, -0.25f, 2, -INFINITY, 1},                         /* one -inf: finite */
+        {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY}, /* NaN */
+        {0, INFINITY, 1, 2, 3},                                  /* +inf: NaN */
+        {NAN, -1, -2, -3, -4},                                   /* NaN first */
+        {1, 2, 3, NAN, 4},                                       /* NaN late */
+        {80, 85, -90, 88.5f, 87},                                /* exp(x) overflows f32 */
+    };
+    const bool finite[] = {true, true, false, false, false, false, true};
+    const uint32_t counts[] = {5, 1030};
+    for (uint32_t ci = 0; ci < 2; ci++) {
+        uint32_t n = counts[ci];
+        float *logits = malloc((size_t)n * C * sizeof *logits);
+        float *labels = malloc(n * sizeof *labels);
+        for (uint32_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+            /* the special row at a position in slot r % 4 of its step, in the ragged tail too */
+            uint32_t at = n == 5 ? r % n : (r % 2 ? 1024u + r % 4 : 256u * (r % 4) + 3);
+            for (uint32_t i = 0; i < n * C; i++) {
+                logits[i] = kt_rand_f32(-3, 3);
+            }
+            for (uint32_t i = 0; i < n; i++) {
+                labels[i] = (float)(i % C);
+            }
+            memcpy(logits + (size_t)at * C, rows[r], sizeof rows[r]);
+            labels[at] = 2; /* a finite logit in every row but the all -inf one */
+            kf_shape shapes[2] = {kf_shape_2d(n, C), kf_shape_1d(n)};
+            const float *v[] = {logits, labels};
+            const int loss[] = {0};
+            check_special_forward("cross_entropy", shapes, v, loss, finite[r] ? 0 : 1);
+        }
+        free(logits);
+        free(labels);
+    }
+}
+
 KT_TEST(ops, reduce_invalid_labels_on_device) {
     kf_shape shapes[2] = {kf_shape_2d(4, 5), kf_shape_1d(4)};
     float logits[20];
